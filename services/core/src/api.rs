@@ -1,0 +1,131 @@
+//! The API's reply envelope and its one table of error codes.
+//!
+//! The NATS service and the HTTP gateway answer with the same JSON:
+//! `{"ok":true,...}` or `{"ok":false,"error":{"code","message","field","problems"}}`.
+//! [`ErrorCode`] maps each failure to one HTTP status and one NATS service
+//! error code (`Nats-Service-Error-Code` uses the HTTP number, as the NATS
+//! micro-services convention does).
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::FieldError;
+
+/// Every way an API call can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request itself is malformed (not JSON, wrong shape).
+    InvalidRequest,
+    /// The job definition does not validate; `problems` lists why.
+    InvalidJob,
+    /// No such job or run.
+    NotFound,
+    /// A concurrent change won (revision mismatch).
+    Conflict,
+    /// A dependency (NATS, ClickHouse) is not reachable.
+    Unavailable,
+    /// A bug or an unexpected failure.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidJob => "invalid_job",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// HTTP status, also used as the NATS service error code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest | ErrorCode::InvalidJob => 400,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// The `error` object of a failed reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Every problem, when there are field-level ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<FieldError>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            field: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// A refused definition: the first problem names the field, all are listed.
+    pub fn invalid_job(problems: Vec<FieldError>) -> Self {
+        let message = problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let field = problems
+            .first()
+            .map(|p| p.field.clone())
+            .filter(|f| !f.is_empty());
+        Self {
+            code: ErrorCode::InvalidJob,
+            message,
+            field,
+            problems,
+        }
+    }
+
+    /// The reply body: `{"ok":false,"error":{...}}`.
+    pub fn to_reply(&self) -> serde_json::Value {
+        serde_json::json!({ "ok": false, "error": self })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_job_reply_names_the_first_field_and_lists_all() {
+        let err = ApiError::invalid_job(vec![
+            FieldError::new("schedule", "invalid_schedule", "expected 5, 6 or 7 fields, got 4"),
+            FieldError::new("target.url", "invalid_url", "scheme must be http or https"),
+        ]);
+        let reply = err.to_reply();
+        assert_eq!(reply["ok"], false);
+        assert_eq!(reply["error"]["code"], "invalid_job");
+        assert_eq!(reply["error"]["field"], "schedule");
+        assert_eq!(reply["error"]["problems"][1]["field"], "target.url");
+        assert_eq!(
+            reply["error"]["message"],
+            "schedule: expected 5, 6 or 7 fields, got 4; target.url: scheme must be http or https"
+        );
+        assert_eq!(ErrorCode::InvalidJob.http_status(), 400);
+    }
+}

@@ -1,0 +1,200 @@
+//! The ClickHouse side: the DDL in `schemas/clickhouse/`, the row type of
+//! `jetcron.run_events`, and a client configured for every supported server.
+//!
+//! The DDL files are compiled in and applied in file-name order with
+//! `IF NOT EXISTS`, so the projector and the gateway can both run them at start.
+//! Validation is off in the client because ClickHouse 18.16 (Debian's package)
+//! lacks `RowBinaryWithNamesAndTypes`; the row type here is the one place that
+//! must match the table.
+
+use anyhow::Context as _;
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::events::{RunEvent, RunEventKind, RunId, Trigger};
+
+/// The DDL files, in the order they apply.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "001_database.sql",
+        include_str!("../../../schemas/clickhouse/001_database.sql"),
+    ),
+    (
+        "002_run_events.sql",
+        include_str!("../../../schemas/clickhouse/002_run_events.sql"),
+    ),
+];
+
+/// How to reach ClickHouse.
+#[derive(Debug, Clone)]
+pub struct ClickHouseOptions {
+    /// HTTP interface, e.g. `http://127.0.0.1:8123`.
+    pub url: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl ClickHouseOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            user: None,
+            password: None,
+        }
+    }
+
+    /// A client for these options (no request is made yet).
+    pub fn client(&self) -> clickhouse::Client {
+        let mut client = clickhouse::Client::default()
+            .with_url(&self.url)
+            .with_validation(false);
+        if let Some(user) = &self.user {
+            client = client.with_user(user);
+        }
+        if let Some(password) = &self.password {
+            client = client.with_password(password);
+        }
+        client
+    }
+}
+
+/// The statements of one DDL file, comments removed.
+pub fn statements(sql: &str) -> Vec<String> {
+    let without_comments: String = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    without_comments
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Apply every migration, idempotently.
+pub async fn apply(client: &clickhouse::Client) -> anyhow::Result<()> {
+    for (name, sql) in MIGRATIONS {
+        for statement in statements(sql) {
+            client
+                .query(&statement)
+                .execute()
+                .await
+                .with_context(|| format!("apply ClickHouse migration {name}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// One row of `jetcron.run_events`.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct RunEventRow {
+    pub event_id: String,
+    pub run_id: String,
+    pub job_id: String,
+    pub kind: String,
+    pub trigger: String,
+    pub target_type: String,
+    pub pool: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub executor_id: String,
+    pub scheduled_ms: i64,
+    pub at_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub retry_at_ms: Option<i64>,
+    pub status_code: Option<i32>,
+    pub exit_code: Option<i32>,
+    pub output: Option<String>,
+    pub output_truncated: u8,
+    pub error: Option<String>,
+}
+
+/// Column list of [`RunEventRow`], for `SELECT`s that read it back.
+pub const RUN_EVENT_COLUMNS: &str = "event_id, run_id, job_id, kind, trigger, target_type, pool, \
+    attempt, max_attempts, executor_id, scheduled_ms, at_ms, started_ms, finished_ms, duration_ms, \
+    retry_at_ms, status_code, exit_code, output, output_truncated, error";
+
+impl From<&RunEvent> for RunEventRow {
+    fn from(e: &RunEvent) -> Self {
+        Self {
+            event_id: e.event_id.clone(),
+            run_id: e.run_id.0.clone(),
+            job_id: e.job_id.clone(),
+            kind: e.kind.as_str().to_string(),
+            trigger: e.trigger.as_str().to_string(),
+            target_type: e.target_type.clone(),
+            pool: e.pool.clone(),
+            attempt: e.attempt,
+            max_attempts: e.max_attempts,
+            executor_id: e.executor_id.clone(),
+            scheduled_ms: e.scheduled_at.timestamp_millis(),
+            at_ms: e.at.timestamp_millis(),
+            started_ms: e.started_at.map(|t| t.timestamp_millis()),
+            finished_ms: e.finished_at.map(|t| t.timestamp_millis()),
+            duration_ms: e.duration_ms,
+            retry_at_ms: e.retry_at.map(|t| t.timestamp_millis()),
+            status_code: e.status_code,
+            exit_code: e.exit_code,
+            output: e.output.clone(),
+            output_truncated: u8::from(e.output_truncated),
+            error: e.error.clone(),
+        }
+    }
+}
+
+fn from_millis(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+impl RunEventRow {
+    /// Back to the event; `None` for a row whose kind or trigger this build does not know.
+    pub fn into_event(self) -> Option<RunEvent> {
+        let trigger = match self.trigger.as_str() {
+            "schedule" => Trigger::Schedule,
+            "manual" => Trigger::Manual,
+            "backfill" => Trigger::Backfill,
+            _ => return None,
+        };
+        Some(RunEvent {
+            event_id: self.event_id,
+            run_id: RunId(self.run_id),
+            job_id: self.job_id,
+            kind: RunEventKind::parse(&self.kind)?,
+            trigger,
+            scheduled_at: from_millis(self.scheduled_ms),
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            executor_id: self.executor_id,
+            target_type: self.target_type,
+            pool: self.pool,
+            at: from_millis(self.at_ms),
+            started_at: self.started_ms.map(from_millis),
+            finished_at: self.finished_ms.map(from_millis),
+            duration_ms: self.duration_ms,
+            status_code: self.status_code,
+            exit_code: self.exit_code,
+            output: self.output,
+            output_truncated: self.output_truncated != 0,
+            error: self.error,
+            retry_at: self.retry_at_ms.map(from_millis),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_files_split_into_statements() {
+        let all: Vec<String> = MIGRATIONS.iter().flat_map(|(_, sql)| statements(sql)).collect();
+        assert_eq!(all.len(), 2);
+        assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
+        assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
+        assert!(all.iter().all(|s| !s.contains("--")));
+    }
+}

@@ -1,0 +1,219 @@
+//! What travels between the services.
+//!
+//! A [`DueEvent`] says "job X is due for scheduled time T": the ticker publishes
+//! it on `jetcron.due.<pool>.<job>` with `Nats-Msg-Id` = its run id, so JetStream
+//! drops a second publish of the same fire. It carries the job definition as it
+//! was when the fire was decided, so executors need no other lookup and a fire
+//! already emitted still runs after its job is edited or deleted.
+//!
+//! A [`RunEvent`] records one step of a run on `jetcron.runs.<job>.<kind>`; the
+//! projector stores them in ClickHouse. Its `event_id` is unique per
+//! (run, attempt, kind), which makes both its publish (as `Nats-Msg-Id`) and its
+//! projection idempotent.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::job::JobSpec;
+use crate::time_format::{self, rfc3339_millis};
+
+/// Stable identity of one run: derived from (job id, scheduled time), so every
+/// replica that decides the same fire names it the same.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(pub String);
+
+/// Namespace of run ids (a fixed, random UUID).
+const RUN_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6a1c_3f0e_9b7d_4e52_8c1a_5d2f_7e90_b3c4);
+
+impl RunId {
+    /// The run of the scheduled fire of `job_id` at `scheduled_at`.
+    pub fn for_fire(job_id: &str, scheduled_at: DateTime<Utc>) -> Self {
+        let name = format!("{job_id}\n{}", rfc3339_millis(scheduled_at));
+        RunId(Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes()).to_string())
+    }
+
+    /// A run requested by hand at `requested_at`; never equal to a scheduled fire's id.
+    pub fn for_manual(job_id: &str, requested_at: DateTime<Utc>) -> Self {
+        let name = format!("{job_id}\n{}\nmanual", rfc3339_millis(requested_at));
+        RunId(Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes()).to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a run exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The schedule said so.
+    Schedule,
+    /// Someone asked for it now.
+    Manual,
+    /// Someone asked to replay past scheduled times.
+    Backfill,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Backfill => "backfill",
+        }
+    }
+}
+
+/// "Job X is due for scheduled time T."
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DueEvent {
+    pub run_id: RunId,
+    pub job_id: String,
+    #[serde(with = "time_format::millis")]
+    pub scheduled_at: DateTime<Utc>,
+    pub trigger: Trigger,
+    pub pool: String,
+    /// KV revision of the definition this fire was decided from.
+    pub job_revision: u64,
+    /// The definition itself.
+    pub job: JobSpec,
+}
+
+/// One step of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEventKind {
+    /// An attempt began on an executor.
+    Started,
+    /// The attempt failed and another one is scheduled after a delay.
+    Retrying,
+    /// The run ended well.
+    Succeeded,
+    /// The run ended badly: the last attempt failed.
+    Failed,
+}
+
+impl RunEventKind {
+    pub const ALL: [RunEventKind; 4] = [
+        RunEventKind::Started,
+        RunEventKind::Retrying,
+        RunEventKind::Succeeded,
+        RunEventKind::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEventKind::Started => "started",
+            RunEventKind::Retrying => "retrying",
+            RunEventKind::Succeeded => "succeeded",
+            RunEventKind::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// Order of events within one attempt: `started` first, then its outcome.
+    pub fn rank_in_attempt(self) -> u8 {
+        match self {
+            RunEventKind::Started => 0,
+            _ => 1,
+        }
+    }
+
+    /// Whether the run is over after this event.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunEventKind::Succeeded | RunEventKind::Failed)
+    }
+}
+
+/// One step of a run, as published on `jetcron.runs.<job>.<kind>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvent {
+    /// `<run_id>:<attempt>:<kind>`, unique per step; the dedup key end to end.
+    pub event_id: String,
+    pub run_id: RunId,
+    pub job_id: String,
+    pub kind: RunEventKind,
+    pub trigger: Trigger,
+    #[serde(with = "time_format::millis")]
+    pub scheduled_at: DateTime<Utc>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub executor_id: String,
+    pub target_type: String,
+    pub pool: String,
+    /// When this event happened.
+    #[serde(with = "time_format::millis")]
+    pub at: DateTime<Utc>,
+    /// When the attempt started (on outcome events).
+    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+    /// HTTP status of an `http` target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<i32>,
+    /// Exit status of a `shell` target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Output (response body, reply, stdout+stderr), truncated to the executor's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the next attempt is due (on `retrying`).
+    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+impl RunEvent {
+    /// The event id of step `kind` of `attempt` of `run_id`.
+    pub fn event_id_for(run_id: &RunId, attempt: u32, kind: RunEventKind) -> String {
+        format!("{run_id}:{attempt}:{}", kind.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn run_ids_are_stable_and_distinct() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 2).single().expect("instant");
+        let a = RunId::for_fire("hello", t);
+        assert_eq!(a, RunId::for_fire("hello", t));
+        assert_ne!(a, RunId::for_fire("hello", t + chrono::Duration::seconds(2)));
+        assert_ne!(a, RunId::for_fire("hello2", t));
+        assert_ne!(a, RunId::for_manual("hello", t));
+        assert_eq!(a.as_str().len(), 36);
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for kind in RunEventKind::ALL {
+            assert_eq!(RunEventKind::parse(kind.as_str()), Some(kind));
+            let json = serde_json::to_string(&kind).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+        }
+        assert_eq!(RunEventKind::parse("exploded"), None);
+    }
+}

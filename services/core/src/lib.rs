@@ -1,0 +1,35 @@
+//! The language of jetcron: what a job is, when it fires, what is said about its runs,
+//! and where those words travel.
+//!
+//! Layout:
+//! - [`job`]: the job definition (`JobSpec`), its targets and its validation.
+//! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
+//!   `next_fire` maths. No I/O, no clock: callers pass the instant.
+//! - [`events`]: the due event (ticker → executor) and the run event
+//!   (executor → projector), with the stable run id.
+//! - [`run_summary`]: folds a run's events into the one view users query.
+//! - [`subjects`]: every subject, stream, bucket, consumer and table name.
+//! - [`api`]: the request/reply envelope and the one table of error codes shared by
+//!   the NATS service and the HTTP gateway.
+//! - [`clock`]: time as a dependency, so tests can control it.
+//!
+//! Two modules do I/O on purpose, because every service needs them and they must
+//! agree: [`topology`] creates the NATS streams and bucket idempotently, and
+//! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`. [`telemetry`]
+//! sets up `tracing` the same way for every process.
+
+pub mod api;
+pub mod clickhouse_schema;
+pub mod clock;
+pub mod events;
+pub mod job;
+pub mod run_summary;
+pub mod schedule;
+pub mod subjects;
+pub mod telemetry;
+pub mod time_format;
+pub mod topology;
+
+pub use events::{DueEvent, RunEvent, RunEventKind, RunId, Trigger};
+pub use job::{JobSpec, Target};
+pub use schedule::Schedule;

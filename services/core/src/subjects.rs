@@ -1,0 +1,72 @@
+//! Every name jetcron puts on the wire or in storage, in one place.
+//!
+//! Users and later releases rely on these names, so they are constants and
+//! builder functions here rather than `format!` calls scattered across services.
+
+/// KV bucket holding job definitions; key = job id. The source of truth.
+pub const JOBS_BUCKET: &str = "jetcron_jobs";
+
+/// Stream of due events (ticker → executors).
+pub const DUE_STREAM: &str = "JETCRON_DUE";
+/// Subjects captured by [`DUE_STREAM`].
+pub const DUE_SUBJECTS: &str = "jetcron.due.>";
+
+/// Stream of run events (executors → projector, and anyone who listens).
+pub const RUNS_STREAM: &str = "JETCRON_RUNS";
+/// Subjects captured by [`RUNS_STREAM`].
+pub const RUNS_SUBJECTS: &str = "jetcron.runs.>";
+
+/// Name of the NATS micro service that answers the API (`nats micro ls`).
+pub const API_SERVICE: &str = "jetcron";
+/// Subject prefix of the job endpoints; endpoints are `<prefix>.<verb>`.
+pub const API_JOBS_GROUP: &str = "jetcron.api.jobs";
+/// `jetcron.api.jobs.put`: create or replace a job.
+pub const API_JOBS_PUT: &str = "jetcron.api.jobs.put";
+
+/// Durable consumer of executors serving the default pool.
+pub const EXECUTOR_CONSUMER: &str = "executor-default";
+/// Durable consumer of the projector.
+pub const PROJECTOR_CONSUMER: &str = "projector";
+
+/// Pool every job runs in until pools arrive.
+pub const DEFAULT_POOL: &str = "default";
+
+/// ClickHouse database holding run history.
+pub const CLICKHOUSE_DATABASE: &str = "jetcron";
+/// Append-only table of run events.
+pub const RUN_EVENTS_TABLE: &str = "jetcron.run_events";
+
+/// Subject a due event for `job_id` in `pool` is published on.
+pub fn due_subject(pool: &str, job_id: &str) -> String {
+    format!("jetcron.due.{pool}.{job_id}")
+}
+
+/// Filter selecting every due event of one pool.
+pub fn due_pool_filter(pool: &str) -> String {
+    format!("jetcron.due.{pool}.>")
+}
+
+/// Subject a run event of kind `event` for `job_id` is published on.
+pub fn run_event_subject(job_id: &str, event: &str) -> String {
+    format!("jetcron.runs.{job_id}.{event}")
+}
+
+/// KV key of a job: the job id itself (ids are restricted to key-safe characters).
+pub fn job_key(job_id: &str) -> &str {
+    job_id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_subjects_nest_under_the_stream_filter() {
+        assert_eq!(due_subject("default", "hello"), "jetcron.due.default.hello");
+        assert_eq!(due_pool_filter("gpu"), "jetcron.due.gpu.>");
+        assert_eq!(
+            run_event_subject("hello", "started"),
+            "jetcron.runs.hello.started"
+        );
+    }
+}

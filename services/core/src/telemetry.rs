@@ -1,0 +1,36 @@
+//! `tracing` set up the same way in every process: level from `RUST_LOG`
+//! (default `info`), text for people or JSON for log pipelines.
+
+use tracing_subscriber::{fmt, prelude::*, EnvFilter};
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("log format must be text or json, got {other:?}")),
+        }
+    }
+}
+
+/// Install the global subscriber. Safe to call twice (the second call is a no-op).
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match format {
+        LogFormat::Text => registry.with(fmt::layer().with_target(false)).try_init(),
+        LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true).with_current_span(true))
+            .try_init(),
+    };
+}

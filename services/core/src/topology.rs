@@ -1,0 +1,96 @@
+//! The NATS topology every service relies on, created idempotently at start.
+//!
+//! Each service calls the `ensure_*` functions for what it touches, so any
+//! start order works and a fresh server needs no setup step. Existing streams
+//! and buckets are left as they are (an operator may have tuned them, e.g. to
+//! R3 when they added cluster nodes).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::subjects;
+
+/// Knobs of the topology; defaults suit one machine.
+#[derive(Debug, Clone)]
+pub struct TopologyOptions {
+    /// Replicas of streams and bucket (1 on one server, 3 on a cluster).
+    pub replicas: usize,
+    /// Window in which `JETCRON_DUE` drops a second publish with the same `Nats-Msg-Id`.
+    pub due_duplicate_window: Duration,
+    /// How long run events stay in `JETCRON_RUNS` (ClickHouse keeps the history).
+    pub runs_max_age: Duration,
+    /// Revisions kept per job in `jetcron_jobs` (the audit log).
+    pub jobs_history: i64,
+}
+
+impl Default for TopologyOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            due_duplicate_window: Duration::from_secs(10 * 60),
+            runs_max_age: Duration::from_secs(7 * 24 * 3600),
+            jobs_history: 64,
+        }
+    }
+}
+
+/// The job definitions bucket.
+pub async fn ensure_jobs_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<kv::Store> {
+    if let Ok(store) = js.get_key_value(subjects::JOBS_BUCKET).await {
+        return Ok(store);
+    }
+    js.create_key_value(kv::Config {
+        bucket: subjects::JOBS_BUCKET.to_string(),
+        description: "jetcron job definitions (key = job id); history is the audit log".into(),
+        history: options.jobs_history,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create KV bucket {}", subjects::JOBS_BUCKET))
+}
+
+/// The due events stream: a work queue, each due event consumed once per pool.
+pub async fn ensure_due_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<stream::Stream> {
+    js.get_or_create_stream(stream::Config {
+        name: subjects::DUE_STREAM.to_string(),
+        description: Some("jetcron due events: one per (job, scheduled time)".into()),
+        subjects: vec![subjects::DUE_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: options.due_duplicate_window,
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create stream {}", subjects::DUE_STREAM))
+}
+
+/// The run events stream, read by the projector (and anyone curious).
+pub async fn ensure_runs_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<stream::Stream> {
+    js.get_or_create_stream(stream::Config {
+        name: subjects::RUNS_STREAM.to_string(),
+        description: Some("jetcron run events: every step of every run".into()),
+        subjects: vec![subjects::RUNS_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: options.runs_max_age,
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create stream {}", subjects::RUNS_STREAM))
+}
