@@ -1,1 +1,84 @@
-//! placeholder
+//! The gateway: jetcron's front door, over NATS and HTTP.
+//!
+//! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
+//!   `jetcron.api.jobs.put` validates a definition and stores it in
+//!   `jetcron_jobs`. Several gateways share the service's queue group.
+//! - The axum HTTP server ([`http`]) answers reads: job definitions from the
+//!   bucket (the source of truth), runs from ClickHouse ([`run_history`]).
+//!
+//! The gateway starts even while ClickHouse is away (`/readyz` says so), and
+//! applies the ClickHouse DDL once it can.
+
+pub mod http;
+pub mod job_store;
+pub mod nats_api;
+pub mod run_history;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_core::topology::{self, TopologyOptions};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Gateway settings.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub clickhouse: ClickHouseOptions,
+    pub topology: TopologyOptions,
+}
+
+/// What request handlers share.
+pub struct GatewayState {
+    pub nats: async_nats::Client,
+    pub jobs: job_store::JobStore,
+    pub runs: run_history::RunHistory,
+}
+
+/// Run the gateway on `listener` until `shutdown` is cancelled.
+pub async fn run(
+    config: GatewayConfig,
+    client: async_nats::Client,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = topology::ensure_jobs_bucket(&js, &config.topology).await?;
+    let clickhouse = config.clickhouse.client();
+    let state = Arc::new(GatewayState {
+        nats: client.clone(),
+        jobs: job_store::JobStore::new(bucket),
+        runs: run_history::RunHistory::new(clickhouse.clone()),
+    });
+    let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
+    let api = tokio::spawn(nats_api::serve(client, state.jobs.clone(), shutdown.clone()));
+    let addr = listener.local_addr().context("gateway listener address")?;
+    info!(%addr, "gateway listening");
+    let shutdown_http = shutdown.clone();
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(async move { shutdown_http.cancelled().await })
+        .await
+        .context("serve HTTP")?;
+    shutdown.cancel();
+    api.await.context("join NATS API")??;
+    schema.abort();
+    info!("gateway stopped");
+    Ok(())
+}
+
+async fn apply_schema_when_possible(client: clickhouse::Client, shutdown: CancellationToken) {
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match clickhouse_schema::apply(&client).await {
+            Ok(()) => return,
+            Err(e) => warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}

@@ -1,1 +1,218 @@
-fn main() {}
+//! `jetcron`: one binary, one subcommand per service. It only wires:
+//! command line → telemetry → NATS connection → `<service>::run(config, client, shutdown)`
+//! → wait for SIGINT/SIGTERM (a second signal exits at once).
+
+mod cli;
+
+use std::io::Read as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use jetcron_core::clickhouse_schema::ClickHouseOptions;
+use jetcron_core::clock::SystemClock;
+use jetcron_core::telemetry;
+use jetcron_core::topology::TopologyOptions;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.common.log_format);
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %format!("{e:#}"), "jetcron failed");
+            eprintln!("jetcron: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let common = cli.common;
+    if let Command::Req(args) = cli.command {
+        return request(&common, args).await;
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(wait_for_signals(shutdown.clone()));
+    let mut services = JoinSet::new();
+    match cli.command {
+        Command::Ticker => spawn_ticker(&mut services, &common, &shutdown).await?,
+        Command::Executor(args) => spawn_executor(&mut services, &common, args, &shutdown).await?,
+        Command::Projector(args) => spawn_projector(&mut services, &common, args, &shutdown).await?,
+        Command::Gateway(args) => spawn_gateway(&mut services, &common, args, &shutdown).await?,
+        Command::All(args) => {
+            spawn_gateway(&mut services, &common, args.gateway, &shutdown).await?;
+            spawn_projector(&mut services, &common, args.projector, &shutdown).await?;
+            spawn_executor(&mut services, &common, args.executor, &shutdown).await?;
+            spawn_ticker(&mut services, &common, &shutdown).await?;
+        }
+        Command::Req(_) => unreachable!("handled above"),
+    }
+    // A service that ends (or fails) takes the process down with it.
+    let mut result = Ok(());
+    while let Some(joined) = services.join_next().await {
+        let outcome = joined.context("service task panicked").and_then(|r| r);
+        if let Err(e) = outcome {
+            error!(error = %format!("{e:#}"), "service failed, shutting down");
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+        shutdown.cancel();
+    }
+    info!("jetcron stopped");
+    result
+}
+
+fn topology(common: &CommonArgs) -> TopologyOptions {
+    TopologyOptions {
+        replicas: common.replicas,
+        ..TopologyOptions::default()
+    }
+}
+
+fn clickhouse(common: &CommonArgs) -> ClickHouseOptions {
+    ClickHouseOptions {
+        url: common.clickhouse_url.clone(),
+        user: common.clickhouse_user.clone(),
+        password: common.clickhouse_password.clone(),
+    }
+}
+
+/// Connect, retrying until NATS answers or shutdown is asked for.
+async fn connect(common: &CommonArgs, name: &str, shutdown: &CancellationToken) -> anyhow::Result<async_nats::Client> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let options = async_nats::ConnectOptions::new().name(format!("jetcron-{name}"));
+        match options.connect(common.nats_url.as_str()).await {
+            Ok(client) => return Ok(client),
+            Err(e) => warn!(service = name, url = %common.nats_url, error = %e, "cannot connect to NATS yet"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => anyhow::bail!("shut down before NATS was reachable"),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+type Services = JoinSet<anyhow::Result<()>>;
+
+async fn spawn_ticker(services: &mut Services, common: &CommonArgs, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    let client = connect(common, "ticker", shutdown).await?;
+    let config = jetcron_ticker::TickerConfig { topology: topology(common) };
+    services.spawn(jetcron_ticker::run(config, client, Arc::new(SystemClock), shutdown.clone()));
+    Ok(())
+}
+
+async fn spawn_executor(
+    services: &mut Services,
+    common: &CommonArgs,
+    args: ExecutorArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let client = connect(common, "executor", shutdown).await?;
+    let mut config = jetcron_executor::ExecutorConfig {
+        max_in_flight: args.max_in_flight,
+        output_limit: args.output_limit,
+        shell: jetcron_executor::ShellOptions {
+            enabled: args.enable_shell,
+            workdir: args.shell_workdir,
+        },
+        shutdown_grace: args.shutdown_grace,
+        topology: topology(common),
+        ..Default::default()
+    };
+    if let Some(id) = args.executor_id {
+        config.executor_id = id;
+    }
+    services.spawn(jetcron_executor::run(config, client, shutdown.clone()));
+    Ok(())
+}
+
+async fn spawn_projector(
+    services: &mut Services,
+    common: &CommonArgs,
+    args: ProjectorArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let client = connect(common, "projector", shutdown).await?;
+    let mut config = jetcron_projector::ProjectorConfig::new(clickhouse(common));
+    config.batch_size = args.batch_size.max(1);
+    config.batch_wait = args.batch_wait;
+    config.topology = topology(common);
+    services.spawn(jetcron_projector::run(config, client, shutdown.clone()));
+    Ok(())
+}
+
+async fn spawn_gateway(
+    services: &mut Services,
+    common: &CommonArgs,
+    args: GatewayArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.http_addr)
+        .await
+        .with_context(|| format!("bind HTTP {}", args.http_addr))?;
+    let client = connect(common, "gateway", shutdown).await?;
+    let config = jetcron_gateway::GatewayConfig {
+        clickhouse: clickhouse(common),
+        topology: topology(common),
+    };
+    services.spawn(jetcron_gateway::run(config, client, listener, shutdown.clone()));
+    Ok(())
+}
+
+/// First SIGINT/SIGTERM: orderly shutdown. Second: exit now.
+async fn wait_for_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        warn!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    info!("shutdown requested");
+    shutdown.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    warn!("second signal, exiting now");
+    std::process::exit(130);
+}
+
+/// `jetcron req SUBJECT BODY`: what `nats req` does, for machines without it.
+async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> {
+    let body = if args.body == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("read standard input")?;
+        text
+    } else if let Some(path) = args.body.strip_prefix('@') {
+        std::fs::read_to_string(path).with_context(|| format!("read {path}"))?
+    } else {
+        args.body
+    };
+    let client = async_nats::connect(common.nats_url.as_str())
+        .await
+        .with_context(|| format!("connect to {}", common.nats_url))?;
+    let reply = client
+        .send_request(
+            args.subject.clone(),
+            async_nats::Request::new().payload(body.into()).timeout(Some(args.timeout)),
+        )
+        .await
+        .with_context(|| format!("request {}", args.subject))?;
+    println!("{}", String::from_utf8_lossy(&reply.payload));
+    let failed = reply
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get(async_nats::service::NATS_SERVICE_ERROR_CODE).is_some());
+    if failed {
+        anyhow::bail!("the service answered with an error");
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! One delivery of a due event: one attempt of its run.
+//!
+//! Steps: decode → publish `started` → run the target under the job's timeout
+//! (keeping the message alive with in-progress acks) → publish the outcome →
+//! ack (success), nak with the backoff delay (a retry: JetStream redelivers
+//! it), or term (last attempt). The attempt number is JetStream's delivery
+//! count, so an attempt lost with a crashed executor still counts.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{message::AckKind, Message};
+use chrono::Utc;
+use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
+use jetcron_core::job::{self, Target, ValidJob};
+use tracing::{info, warn, Instrument as _};
+
+use crate::run_events::RunEventPublisher;
+use crate::target::{self, Outcome, RunContext};
+use crate::ExecutorContext;
+
+/// Handle one due-event message to the end (ack, nak or term).
+pub async fn handle(ctx: &ExecutorContext, message: Message) {
+    let attempt = match message.info() {
+        Ok(info) => u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+        Err(e) => {
+            warn!(error = %e, "due message without JetStream metadata, dropping");
+            return;
+        }
+    };
+    let due: DueEvent = match serde_json::from_slice(&message.payload) {
+        Ok(due) => due,
+        Err(e) => {
+            warn!(subject = %message.subject, error = %e, "undecodable due event, terminating it");
+            ack(&message, AckKind::Term).await;
+            return;
+        }
+    };
+    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, attempt);
+    run_attempt(ctx, message, due, attempt).instrument(span).await;
+}
+
+async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, attempt: u32) {
+    let publisher = RunEventPublisher::new(ctx, &due, attempt);
+    let job = match job::validate(due.job.clone()) {
+        Ok(job) => job,
+        Err(problems) => {
+            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            let outcome = Outcome::failed(format!("invalid job in due event: {}", text.join("; ")));
+            let event = publisher.outcome(RunEventKind::Failed, Utc::now(), &outcome, job::DEFAULT_MAX_ATTEMPTS);
+            finish(&publisher, &message, event, AckKind::Term).await;
+            return;
+        }
+    };
+    let max_attempts = job.max_attempts;
+    let started_at = Utc::now();
+    if let Err(e) = publisher.publish(&publisher.started(started_at, max_attempts)).await {
+        warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
+        ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        return;
+    }
+    info!(target_type = job.spec.target.kind(), "attempt started");
+    let outcome = with_progress_acks(&message, ctx.config.progress_interval, run_target(ctx, &job, &due, attempt)).await;
+    let finished_at = Utc::now();
+    let mut publisher = publisher;
+    publisher.started_at = Some(started_at);
+    if outcome.success {
+        info!("attempt succeeded");
+        let event = publisher.outcome(RunEventKind::Succeeded, finished_at, &outcome, max_attempts);
+        finish(&publisher, &message, event, AckKind::Ack).await;
+    } else if attempt < max_attempts {
+        let delay = job.retry_delay(attempt + 1);
+        warn!(error = outcome.error.as_deref().unwrap_or(""), delay_ms = delay.as_millis() as u64, "attempt failed, will retry");
+        let mut event = publisher.outcome(RunEventKind::Retrying, finished_at, &outcome, max_attempts);
+        event.retry_at = chrono::Duration::from_std(delay).ok().map(|d| finished_at + d);
+        finish(&publisher, &message, event, AckKind::Nak(Some(delay))).await;
+    } else {
+        warn!(error = outcome.error.as_deref().unwrap_or(""), "last attempt failed");
+        let event = publisher.outcome(RunEventKind::Failed, finished_at, &outcome, max_attempts);
+        finish(&publisher, &message, event, AckKind::Term).await;
+    }
+}
+
+async fn run_target(ctx: &ExecutorContext, job: &ValidJob, due: &DueEvent, attempt: u32) -> Outcome {
+    let run = RunContext {
+        run_id: due.run_id.clone(),
+        job_id: due.job_id.clone(),
+        scheduled_at: due.scheduled_at,
+        attempt,
+    };
+    let limit = ctx.config.output_limit;
+    let work = async {
+        match &job.spec.target {
+            Target::Nats(t) => target::nats::run(&ctx.nats, t, &run, limit).await,
+            Target::Http(t) => target::http::run(&ctx.http, t, &run, limit).await,
+            Target::Shell(t) => target::shell::run(&ctx.config.shell, t, &run, limit).await,
+        }
+    };
+    match tokio::time::timeout(job.timeout, work).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::failed(format!(
+            "timed out after {}",
+            humantime::format_duration(job.timeout)
+        )),
+    }
+}
+
+/// Drive `work` while telling JetStream every `interval` that the message is
+/// still being worked on, so a long run is not redelivered after `ack_wait`.
+async fn with_progress_acks<F: std::future::Future<Output = Outcome>>(
+    message: &Message,
+    interval: Duration,
+    work: F,
+) -> Outcome {
+    tokio::pin!(work);
+    let mut ticks = tokio::time::interval(interval);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            outcome = &mut work => return outcome,
+            _ = ticks.tick() => ack(message, AckKind::Progress).await,
+        }
+    }
+}
+
+/// Publish the outcome event, then settle the message. If the event cannot be
+/// stored, the message is handed back so the run is not silently lost.
+async fn finish(publisher: &RunEventPublisher, message: &Message, event: RunEvent, settle: AckKind) {
+    match publisher.publish(&event).await {
+        Ok(()) => ack(message, settle).await,
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
+            ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        }
+    }
+}
+
+async fn ack(message: &Message, kind: AckKind) {
+    let result = match kind {
+        // Double ack: wait for the server to confirm the run is settled.
+        AckKind::Ack | AckKind::Term => message.double_ack_with(kind).await,
+        other => message.ack_with(other).await,
+    };
+    if let Err(e) = result {
+        warn!(error = %e, "cannot settle due message");
+    }
+}

@@ -1,0 +1,94 @@
+//! Running a target: one module per target type, one [`Outcome`] shape.
+//!
+//! Each runner gets the run's [`RunContext`] and returns whether the attempt
+//! succeeded plus what it said (status, exit code, output, error). Timeouts are
+//! applied around the runner by the caller: dropping the future aborts an HTTP
+//! request or abandons a NATS request, and the shell runner kills its process
+//! group when dropped.
+
+pub mod http;
+pub mod nats;
+pub mod shell;
+
+use chrono::{DateTime, Utc};
+use jetcron_core::events::RunId;
+use jetcron_core::time_format::rfc3339_millis;
+
+/// What a target is told about the run it serves.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub run_id: RunId,
+    pub job_id: String,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: u32,
+}
+
+impl RunContext {
+    /// Header / environment pairs describing the run.
+    pub fn pairs(&self) -> [(&'static str, String); 4] {
+        [
+            ("Jetcron-Run-Id", self.run_id.to_string()),
+            ("Jetcron-Job-Id", self.job_id.clone()),
+            ("Jetcron-Scheduled-At", rfc3339_millis(self.scheduled_at)),
+            ("Jetcron-Attempt", self.attempt.to_string()),
+        ]
+    }
+
+    /// JSON body sent to targets that were given none.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "run_id": self.run_id,
+            "job_id": self.job_id,
+            "scheduled_at": rfc3339_millis(self.scheduled_at),
+            "attempt": self.attempt,
+        })
+    }
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub success: bool,
+    pub status_code: Option<i32>,
+    pub exit_code: Option<i32>,
+    pub output: Option<String>,
+    pub output_truncated: bool,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    pub fn failed(error: impl Into<String>) -> Self {
+        Self {
+            success: false,
+            error: Some(error.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Output capped at `limit` bytes (cut on a character boundary), and whether it was cut.
+pub fn cap_output(bytes: &[u8], limit: usize) -> (String, bool) {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= limit {
+        return (text.into_owned(), false);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_string(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_capped_on_a_char_boundary() {
+        assert_eq!(cap_output(b"hello", 10), ("hello".into(), false));
+        assert_eq!(cap_output(b"hello", 3), ("hel".into(), true));
+        let (text, cut) = cap_output("aé".as_bytes(), 2);
+        assert_eq!((text.as_str(), cut), ("a", true));
+        assert_eq!(cap_output(&[0xff, b'a'], 10).0, "\u{fffd}a");
+    }
+}

@@ -1,0 +1,62 @@
+//! `nats` targets: a request to a subject; success is a reply without a
+//! `Nats-Service-Error-Code` header (the NATS micro-services error convention).
+
+use async_nats::service::{NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
+use async_nats::{HeaderMap, RequestErrorKind};
+use jetcron_core::job::NatsTarget;
+
+use super::{cap_output, Outcome, RunContext};
+
+pub async fn run(
+    client: &async_nats::Client,
+    target: &NatsTarget,
+    ctx: &RunContext,
+    output_limit: usize,
+) -> Outcome {
+    let payload = match &target.payload {
+        None => ctx.to_json().to_string(),
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(value) => value.to_string(),
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &target.headers {
+        headers.insert(name.as_str(), value.as_str());
+    }
+    for (name, value) in ctx.pairs() {
+        headers.insert(name, value.as_str());
+    }
+    // No client-side timeout: the executor bounds the whole attempt.
+    let request = async_nats::Request::new()
+        .payload(payload.into())
+        .headers(headers)
+        .timeout(None);
+    let reply = match client.send_request(target.subject.clone(), request).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            let reason = match e.kind() {
+                RequestErrorKind::NoResponders => {
+                    format!("no responders on subject {:?}", target.subject)
+                }
+                RequestErrorKind::TimedOut => "request timed out".to_string(),
+                _ => format!("request failed: {e}"),
+            };
+            return Outcome::failed(reason);
+        }
+    };
+    let (output, output_truncated) = cap_output(&reply.payload, output_limit);
+    let service_error = reply.headers.as_ref().and_then(|h| {
+        let code = h.get(NATS_SERVICE_ERROR_CODE)?.as_str().to_string();
+        let text = h
+            .get(NATS_SERVICE_ERROR)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        Some(format!("service error {code}: {text}"))
+    });
+    Outcome {
+        success: service_error.is_none(),
+        output: Some(output),
+        output_truncated,
+        error: service_error,
+        ..Outcome::default()
+    }
+}

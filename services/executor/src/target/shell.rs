@@ -1,0 +1,128 @@
+//! `shell` targets: `/bin/sh -c <command>` in its own process group, stdout and
+//! stderr captured together up to the output limit, success on exit 0.
+//!
+//! The child is a group leader so a timeout (or a kill, later) can stop the
+//! whole tree it started: the guard kills the group when the attempt's future
+//! is dropped.
+
+use std::io::Read as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use jetcron_core::job::ShellTarget;
+
+use super::{cap_output, Outcome, RunContext};
+
+/// Shell settings of an executor.
+#[derive(Debug, Clone, Default)]
+pub struct ShellOptions {
+    /// Shell targets run only when this is set.
+    pub enabled: bool,
+    /// Working directory of commands; the executor's own when `None`.
+    pub workdir: Option<PathBuf>,
+}
+
+/// Kills the process group when dropped (on timeout or cancellation).
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+pub async fn run(
+    options: &ShellOptions,
+    target: &ShellTarget,
+    ctx: &RunContext,
+    output_limit: usize,
+) -> Outcome {
+    if !options.enabled {
+        return Outcome::failed(
+            "shell targets are disabled on this executor (start it with --enable-shell)",
+        );
+    }
+    let (reader, writer) = match std::io::pipe() {
+        Ok(pair) => pair,
+        Err(e) => return Outcome::failed(format!("cannot create output pipe: {e}")),
+    };
+    let stderr = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return Outcome::failed(format!("cannot create output pipe: {e}")),
+    };
+    let mut command = std::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(&target.command)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(stderr)
+        .process_group(0);
+    for (name, value) in ctx.pairs() {
+        command.env(name.to_ascii_uppercase().replace('-', "_"), value);
+    }
+    if let Some(dir) = &options.workdir {
+        command.current_dir(dir);
+    }
+    let mut tokio_command = tokio::process::Command::from(command);
+    tokio_command.kill_on_drop(true);
+    let mut child = match tokio_command.spawn() {
+        Ok(child) => child,
+        Err(e) => return Outcome::failed(format!("cannot start /bin/sh: {e}")),
+    };
+    // The pipe's write ends now live only in the child (and its descendants).
+    drop(tokio_command);
+    let guard = GroupGuard {
+        pgid: child.id().and_then(|id| i32::try_from(id).ok()),
+    };
+    let reading = tokio::task::spawn_blocking(move || read_capped(reader, output_limit));
+    let status = child.wait().await;
+    // The shell exited: its descendants still hold the pipe open, stop them too.
+    drop(guard);
+    let (bytes, truncated) = reading.await.unwrap_or_default();
+    let (output, cut) = cap_output(&bytes, output_limit);
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => return Outcome::failed(format!("waiting for /bin/sh failed: {e}")),
+    };
+    let exit_code = status.code().or_else(|| status.signal().map(|s| 128 + s));
+    Outcome {
+        success: status.success(),
+        exit_code,
+        output: Some(output),
+        output_truncated: truncated || cut,
+        error: (!status.success()).then(|| match status.signal() {
+            Some(signal) => format!("killed by signal {signal}"),
+            None => format!("exit status {}", status.code().unwrap_or(-1)),
+        }),
+        ..Outcome::default()
+    }
+}
+
+/// Read up to `limit` bytes, then drain the rest so the writer never blocks.
+fn read_capped(mut reader: std::io::PipeReader, limit: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let mut chunk = [0u8; 8192];
+    loop {
+        match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = (limit + 1).saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+                if n > room || kept.len() > limit {
+                    truncated = true;
+                }
+            }
+        }
+    }
+    (kept, truncated)
+}

@@ -1,0 +1,57 @@
+//! The HTTP API (axum). Reads only in this release; writes go through the
+//! NATS service. Every failure is an [`ApiError`] rendered with the status of
+//! the shared error table.
+
+mod health;
+mod jobs;
+mod runs;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use jetcron_core::api::{ApiError, ErrorCode};
+
+use crate::GatewayState;
+
+/// Every route of the gateway.
+pub fn router(state: Arc<GatewayState>) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get_one))
+        .route("/v1/jobs/{id}/runs", get(runs::of_job))
+        .route("/v1/runs/{run_id}", get(runs::get_one))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// An [`ApiError`] as an HTTP response.
+pub struct HttpError(pub ApiError);
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.0.to_reply())).into_response()
+    }
+}
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        HttpError(e)
+    }
+}
+
+/// A dependency failed: log the chain, answer 503.
+pub fn unavailable(e: anyhow::Error) -> HttpError {
+    tracing::warn!(error = %format!("{e:#}"), "request failed on a dependency");
+    HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))
+}
+
+async fn not_found() -> HttpError {
+    HttpError(ApiError::new(ErrorCode::NotFound, "no such route"))
+}

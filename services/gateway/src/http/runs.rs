@@ -1,0 +1,66 @@
+//! `GET /v1/jobs/{id}/runs` and `GET /v1/runs/{run_id}`: history from ClickHouse.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::job::validate_id;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{unavailable, HttpError};
+use crate::GatewayState;
+
+/// Page size bounds of run listings.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    limit: Option<u32>,
+}
+
+pub async fn of_job(
+    State(state): State<Arc<GatewayState>>,
+    Path(id): Path<String>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, HttpError> {
+    validate_id(&id).map_err(|p| ApiError::invalid_job(vec![p]))?;
+    let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(HttpError(ApiError {
+            field: Some("limit".into()),
+            ..ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"),
+            )
+        }));
+    }
+    let runs = state.runs.runs_of_job(&id, limit).await.map_err(unavailable)?;
+    Ok(Json(json!({ "ok": true, "job_id": id, "runs": runs })))
+}
+
+pub async fn get_one(
+    State(state): State<Arc<GatewayState>>,
+    Path(run_id): Path<String>,
+) -> Result<Json<Value>, HttpError> {
+    if uuid::Uuid::parse_str(&run_id).is_err() {
+        return Err(HttpError(ApiError {
+            field: Some("run_id".into()),
+            ..ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("run id {run_id:?} is not a UUID"),
+            )
+        }));
+    }
+    let run = state
+        .runs
+        .run(&run_id)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no run {run_id:?}")))?;
+    Ok(Json(json!({ "ok": true, "run": run })))
+}

@@ -1,0 +1,80 @@
+//! Run queries against ClickHouse `jetcron.run_events`.
+//!
+//! Every value is bound (the client escapes it), never pasted into SQL. Rows
+//! are folded into runs by [`jetcron_core::run_summary`], which dedups events,
+//! so a replayed projection does not change an answer.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use jetcron_core::clickhouse_schema::{RunEventRow, RUN_EVENT_COLUMNS};
+use jetcron_core::run_summary::{summarize, RunSummary};
+
+/// Read access to run history.
+#[derive(Clone)]
+pub struct RunHistory {
+    client: clickhouse::Client,
+}
+
+impl RunHistory {
+    pub fn new(client: clickhouse::Client) -> Self {
+        Self { client }
+    }
+
+    /// Whether ClickHouse answers.
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        self.client
+            .query("SELECT 1")
+            .fetch_one::<u8>()
+            .await
+            .context("ClickHouse SELECT 1")?;
+        Ok(())
+    }
+
+    /// The newest `limit` runs of a job, newest scheduled time first.
+    pub async fn runs_of_job(&self, job_id: &str, limit: u32) -> anyhow::Result<Vec<RunSummary>> {
+        let sql = format!(
+            "SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events \
+             WHERE job_id = ? AND run_id IN ( \
+                 SELECT run_id FROM ( \
+                     SELECT DISTINCT run_id, scheduled_ms FROM jetcron.run_events \
+                     WHERE job_id = ? ORDER BY scheduled_ms DESC, run_id LIMIT ?))"
+        );
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(job_id)
+            .bind(job_id)
+            .bind(limit)
+            .fetch_all::<RunEventRow>()
+            .await
+            .with_context(|| format!("query runs of job {job_id}"))?;
+        let mut by_run: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for row in rows {
+            let run_id = row.run_id.clone();
+            if let Some(event) = row.into_event() {
+                by_run.entry(run_id).or_default().push(event);
+            }
+        }
+        let mut runs: Vec<RunSummary> = by_run
+            .into_values()
+            .filter_map(|events| summarize(events, false))
+            .collect();
+        runs.sort_by(|a, b| (b.scheduled_at, &b.run_id).cmp(&(a.scheduled_at, &a.run_id)));
+        Ok(runs)
+    }
+
+    /// One run with its ordered events.
+    pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunSummary>> {
+        let sql = format!("SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events WHERE run_id = ?");
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(run_id)
+            .fetch_all::<RunEventRow>()
+            .await
+            .with_context(|| format!("query run {run_id}"))?;
+        let events = rows.into_iter().filter_map(RunEventRow::into_event).collect();
+        Ok(summarize(events, true))
+    }
+}

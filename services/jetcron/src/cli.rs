@@ -1,0 +1,115 @@
+//! Command line: one subcommand per service, `all` for the single-machine
+//! default, and `req` for machines without the `nats` CLI. Every option also
+//! reads a `JETCRON_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use jetcron_core::telemetry::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(name = "jetcron", version, about = "A distributed job scheduler on NATS JetStream")]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Watch the job bucket and publish due events.
+    Ticker,
+    /// Pull due events and run their targets.
+    Executor(ExecutorArgs),
+    /// Copy run events into ClickHouse.
+    Projector(ProjectorArgs),
+    /// Serve the NATS API and the HTTP query API.
+    Gateway(GatewayArgs),
+    /// Run ticker, executor, projector and gateway in this one process.
+    All(AllArgs),
+    /// Send a NATS request and print the reply (a stand-in for `nats req`).
+    Req(ReqArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// NATS server URL(s), comma separated.
+    #[arg(long, env = "JETCRON_NATS_URL", default_value = "nats://127.0.0.1:4222", global = true)]
+    pub nats_url: String,
+    /// ClickHouse HTTP URL.
+    #[arg(long, env = "JETCRON_CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123", global = true)]
+    pub clickhouse_url: String,
+    #[arg(long, env = "JETCRON_CLICKHOUSE_USER", global = true)]
+    pub clickhouse_user: Option<String>,
+    #[arg(long, env = "JETCRON_CLICKHOUSE_PASSWORD", global = true, hide_env_values = true)]
+    pub clickhouse_password: Option<String>,
+    /// Replicas of the streams and bucket jetcron creates (3 on a NATS cluster).
+    #[arg(long, env = "JETCRON_REPLICAS", default_value_t = 1, global = true)]
+    pub replicas: usize,
+    /// Log format: text or json.
+    #[arg(long, env = "JETCRON_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ExecutorArgs {
+    /// Allow `shell` targets (off by default: they run commands on this host).
+    #[arg(long, env = "JETCRON_ENABLE_SHELL")]
+    pub enable_shell: bool,
+    /// Working directory of shell targets.
+    #[arg(long, env = "JETCRON_SHELL_WORKDIR")]
+    pub shell_workdir: Option<PathBuf>,
+    /// Most attempts running at once.
+    #[arg(long, env = "JETCRON_MAX_IN_FLIGHT", default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// Largest output kept per attempt, in bytes.
+    #[arg(long, env = "JETCRON_OUTPUT_LIMIT", default_value_t = jetcron_executor::DEFAULT_OUTPUT_LIMIT)]
+    pub output_limit: usize,
+    /// Name recorded in run events (default: <hostname>-<pid>).
+    #[arg(long, env = "JETCRON_EXECUTOR_ID")]
+    pub executor_id: Option<String>,
+    /// How long shutdown waits for running attempts.
+    #[arg(long, env = "JETCRON_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ProjectorArgs {
+    /// Most run events per ClickHouse insert.
+    #[arg(long, env = "JETCRON_BATCH_SIZE", default_value_t = 5000)]
+    pub batch_size: usize,
+    /// Longest wait to fill a batch.
+    #[arg(long, env = "JETCRON_BATCH_WAIT", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub batch_wait: Duration,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct GatewayArgs {
+    /// HTTP listen address.
+    #[arg(long, env = "JETCRON_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct AllArgs {
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+    #[command(flatten)]
+    pub projector: ProjectorArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReqArgs {
+    /// Subject, e.g. jetcron.api.jobs.put
+    pub subject: String,
+    /// Request body; `-` reads standard input, `@FILE` reads a file.
+    pub body: String,
+    /// How long to wait for the reply.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}

@@ -1,0 +1,93 @@
+//! Turning the `jetcron_jobs` KV watch into job changes.
+//!
+//! The watch starts with the last value of every key, then follows updates;
+//! if it breaks (NATS away, server restart) it is opened again, and the plan's
+//! revision check makes the re-delivered values harmless. A value that does not
+//! validate is logged with every problem and unschedules the key: the bucket is
+//! the source of truth, and its current value is not a runnable job.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, Operation};
+use futures::StreamExt as _;
+use jetcron_core::job::{parse_job, ValidJob};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// What the ticker learns from the bucket.
+#[derive(Debug)]
+pub enum JobChange {
+    Put { job: Box<ValidJob>, revision: u64 },
+    Removed { job_id: String },
+}
+
+/// Follow the bucket until `shutdown`, sending changes to `changes`.
+pub async fn watch_jobs(
+    jobs: kv::Store,
+    changes: mpsc::Sender<JobChange>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    loop {
+        let mut entries = match jobs.watch_with_history(">").await {
+            Ok(entries) => entries,
+            Err(e) => {
+                warn!(error = %e, "cannot watch job bucket, retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let entry = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                entry = entries.next() => entry,
+            };
+            let entry = match entry {
+                Some(Ok(entry)) => entry,
+                Some(Err(e)) => {
+                    warn!(error = %e, "job watch broke, reopening");
+                    break;
+                }
+                None => {
+                    warn!("job watch ended, reopening");
+                    break;
+                }
+            };
+            let change = to_change(entry);
+            if changes.send(change).await.is_err() {
+                return Ok(());
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+fn to_change(entry: kv::Entry) -> JobChange {
+    match entry.operation {
+        Operation::Delete | Operation::Purge => {
+            debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
+            JobChange::Removed { job_id: entry.key }
+        }
+        Operation::Put => match parse_job(&entry.value, Some(&entry.key)) {
+            Ok(job) => JobChange::Put {
+                job: Box::new(job),
+                revision: entry.revision,
+            },
+            Err(problems) => {
+                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                warn!(
+                    job_id = %entry.key,
+                    revision = entry.revision,
+                    problems = %problems.join("; "),
+                    "invalid job definition in bucket, not scheduled"
+                );
+                JobChange::Removed { job_id: entry.key }
+            }
+        },
+    }
+}
