@@ -33,7 +33,7 @@ pub const DEFAULT_POOL: &str = "default";
 
 /// ClickHouse database holding run history.
 pub const CLICKHOUSE_DATABASE: &str = "jetcron";
-/// Append-only table of run events.
+/// Append-only table of run events (qualified; a trusted constant, used unescaped in SQL).
 pub const RUN_EVENTS_TABLE: &str = "jetcron.run_events";
 
 /// Subject a due event for `job_id` in `pool` is published on.

@@ -148,7 +148,7 @@ pub async fn run(
 
 async fn insert(client: &clickhouse::Client, rows: &[RunEventRow]) -> anyhow::Result<()> {
     let mut insert = client
-        .insert::<RunEventRow>(subjects::RUN_EVENTS_TABLE)
+        .insert_unescaped::<RunEventRow>(subjects::RUN_EVENTS_TABLE)
         .await
         .context("start insert")?;
     for row in rows {

@@ -1,1 +1,57 @@
-//! placeholder
+//! The test harness: real servers, real processes, cleaned up on drop.
+//!
+//! - [`NatsServer`] starts `nats-server -js` on a free port with a temporary
+//!   store; [`ClickHouseServer`] starts `clickhouse-server` with a generated
+//!   config on free ports with a temporary data dir. Dropping either kills the
+//!   process and removes its files (as nats.rs' own harness does).
+//! - [`Stack`] runs the jetcron services in-process against them, started by
+//!   the same `run` functions `jetcron all` uses, and offers the user-level
+//!   actions tests are written in: put a job, read runs over HTTP.
+//!
+//! Binaries are found on `PATH` (or `JETCRON_NATS_SERVER`,
+//! `JETCRON_CLICKHOUSE_SERVER`); `infra/test.sh` installs them.
+
+mod clickhouse_server;
+mod nats_server;
+mod stack;
+mod wait;
+
+pub use clickhouse_server::ClickHouseServer;
+pub use nats_server::NatsServer;
+pub use stack::{Stack, StackOptions};
+pub use wait::wait_until;
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port on 127.0.0.1")
+}
+
+/// Show service logs in test output when `RUST_LOG` is set.
+pub fn init_test_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// Find an executable: the env override, then `PATH`, then extra places.
+fn find_binary(env: &str, name: &str, extra: &[std::path::PathBuf]) -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return path.into();
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} not found on PATH (set {env}, or run infra/test.sh which installs it)")
+        })
+}

@@ -1,0 +1,219 @@
+//! The whole system in one test: servers as processes, services in-process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use jetcron_core::clickhouse_schema::ClickHouseOptions;
+use jetcron_core::clock::SystemClock;
+use jetcron_core::subjects;
+use jetcron_core::topology::{self, TopologyOptions};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::{wait_until, ClickHouseServer, NatsServer};
+
+/// Which services a [`Stack`] runs and how.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    pub ticker: bool,
+    pub executor: bool,
+    pub enable_shell: bool,
+    pub projector: bool,
+    pub gateway: bool,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            ticker: true,
+            executor: true,
+            enable_shell: false,
+            projector: true,
+            gateway: true,
+        }
+    }
+}
+
+/// nats-server + clickhouse-server + the jetcron services.
+pub struct Stack {
+    pub nats: NatsServer,
+    pub clickhouse: ClickHouseServer,
+    /// A client for the test's own requests.
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    /// `http://127.0.0.1:<port>` of the gateway.
+    pub http_base: String,
+    pub http: reqwest::Client,
+    shutdown: CancellationToken,
+    services: JoinSet<anyhow::Result<()>>,
+}
+
+impl Stack {
+    /// Start servers and services and wait until the API answers.
+    pub async fn start(options: StackOptions) -> Self {
+        crate::init_test_logging();
+        let nats = NatsServer::start();
+        let clickhouse = ClickHouseServer::start();
+        let client = nats.client().await;
+        let js = jetstream::new(client.clone());
+        let shutdown = CancellationToken::new();
+        let mut services = JoinSet::new();
+        let topology = TopologyOptions::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind gateway listener");
+        let http_base = format!("http://{}", listener.local_addr().expect("gateway address"));
+        if options.gateway {
+            let config = jetcron_gateway::GatewayConfig {
+                clickhouse: ClickHouseOptions::new(clickhouse.url()),
+                topology: topology.clone(),
+            };
+            services.spawn(jetcron_gateway::run(config, nats.client().await, listener, shutdown.clone()));
+        }
+        if options.projector {
+            let mut config = jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
+            config.batch_wait = Duration::from_millis(100);
+            services.spawn(jetcron_projector::run(config, nats.client().await, shutdown.clone()));
+        }
+        if options.executor {
+            let config = jetcron_executor::ExecutorConfig {
+                executor_id: "test-executor".into(),
+                shell: jetcron_executor::ShellOptions {
+                    enabled: options.enable_shell,
+                    workdir: None,
+                },
+                shutdown_grace: Duration::from_secs(5),
+                ..Default::default()
+            };
+            services.spawn(jetcron_executor::run(config, nats.client().await, shutdown.clone()));
+        }
+        if options.ticker {
+            let config = jetcron_ticker::TickerConfig { topology: topology.clone() };
+            services.spawn(jetcron_ticker::run(
+                config,
+                nats.client().await,
+                Arc::new(SystemClock),
+                shutdown.clone(),
+            ));
+        }
+        // The topology exists once any service made it; make sure for tests
+        // that run a subset of services.
+        topology::ensure_jobs_bucket(&js, &topology).await.expect("jobs bucket");
+        topology::ensure_due_stream(&js, &topology).await.expect("due stream");
+        topology::ensure_runs_stream(&js, &topology).await.expect("runs stream");
+        let stack = Stack {
+            nats,
+            clickhouse,
+            client,
+            js,
+            http_base,
+            http: reqwest::Client::new(),
+            shutdown,
+            services,
+        };
+        if options.gateway {
+            wait_until("gateway /readyz", Duration::from_secs(20), || async {
+                let (status, _) = stack.get("/readyz").await;
+                (status == 200).then_some(())
+            })
+            .await;
+            wait_until("NATS API endpoint", Duration::from_secs(20), || async {
+                let reply = stack.client.request(subjects::API_JOBS_PUT, "{}".into()).await;
+                reply.ok().map(|_| ())
+            })
+            .await;
+        }
+        stack
+    }
+
+    /// Stop every service in order and fail the test if one of them failed.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        while let Some(joined) = self.services.join_next().await {
+            joined.expect("service panicked").expect("service failed");
+        }
+    }
+
+    /// `nats req jetcron.api.jobs.put <body>`: the reply as JSON and its
+    /// `Nats-Service-Error-Code` header, if any.
+    pub async fn api_put(&self, body: &str) -> (Value, Option<String>) {
+        let reply = self
+            .client
+            .request(subjects::API_JOBS_PUT, body.to_string().into())
+            .await
+            .expect("API request");
+        let code = reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::service::NATS_SERVICE_ERROR_CODE))
+            .map(|v| v.as_str().to_string());
+        let json = serde_json::from_slice(&reply.payload).expect("API reply is JSON");
+        (json, code)
+    }
+
+    /// The jobs bucket, as `nats kv` sees it.
+    pub async fn jobs_bucket(&self) -> jetstream::kv::Store {
+        self.js
+            .get_key_value(subjects::JOBS_BUCKET)
+            .await
+            .expect("jobs bucket")
+    }
+
+    /// `nats kv put jetcron_jobs <key> <value>`.
+    pub async fn kv_put(&self, key: &str, value: &[u8]) -> u64 {
+        self.jobs_bucket()
+            .await
+            .put(key, value.to_vec().into())
+            .await
+            .expect("kv put")
+    }
+
+    /// `nats kv del jetcron_jobs <key>`.
+    pub async fn kv_delete(&self, key: &str) {
+        self.jobs_bucket().await.delete(key).await.expect("kv delete");
+    }
+
+    /// `curl <gateway><path>`: status and JSON body (`Null` when not JSON).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        match self.http.get(format!("{}{path}", self.http_base)).send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body = response.json().await.unwrap_or(Value::Null);
+                (status, body)
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    /// Runs of `job_id` as the gateway lists them (newest first).
+    pub async fn runs_of(&self, job_id: &str) -> Vec<Value> {
+        let (status, body) = self.get(&format!("/v1/jobs/{job_id}/runs?limit=500")).await;
+        if status != 200 {
+            return Vec::new();
+        }
+        body["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Wait until the gateway lists at least `count` runs of `job_id` in `status`.
+    pub async fn wait_for_runs(&self, job_id: &str, status: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        wait_until(&format!("{count} {status} runs of {job_id}"), timeout, || async {
+            let runs: Vec<Value> = self
+                .runs_of(job_id)
+                .await
+                .into_iter()
+                .filter(|r| r["status"] == status)
+                .collect();
+            (runs.len() >= count).then_some(runs)
+        })
+        .await
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        self.services.abort_all();
+    }
+}
