@@ -1,0 +1,114 @@
+//! The `jetcron` NATS service: request/reply with clear errors, and
+//! fire-and-forget publishes, as `nats req` / `nats pub` use it.
+
+use std::time::Duration;
+
+use jetcron_core::subjects;
+use jetcron_testkit::{wait_until, Stack, StackOptions};
+
+#[tokio::test]
+async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored() {
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        projector: false,
+        ..Default::default()
+    })
+    .await;
+    let cases = [
+        (
+            r#"{"id":"x","schedule":"* * * *","target":{"type":"nats","subject":"a.b"}}"#,
+            "schedule",
+            "schedule: expected 5, 6 or 7 fields, got 4",
+        ),
+        (
+            r#"{"id":"x","schedule":"@daily","target":{"type":"http","url":"ftp://example.com/"}}"#,
+            "target.url",
+            "target.url: scheme must be http or https, got \"ftp\"",
+        ),
+        (
+            r#"{"id":"a.b","schedule":"@daily","target":{"type":"nats","subject":"a.b"}}"#,
+            "id",
+            "id: \"a.b\" must start with a letter or digit and contain only letters, digits, '-' and '_'",
+        ),
+        (
+            r#"{"id":"x","schedule":"@daily","timezone":"Mars/Base","target":{"type":"nats","subject":"a.b"}}"#,
+            "timezone",
+            "timezone: unknown IANA time zone \"Mars/Base\"",
+        ),
+    ];
+    for (body, field, message) in cases {
+        let (reply, code) = stack.api_put(body).await;
+        assert_eq!(code.as_deref(), Some("400"), "{reply}");
+        assert_eq!(reply["ok"], false);
+        assert_eq!(reply["error"]["code"], "invalid_job");
+        assert_eq!(reply["error"]["field"], field, "{reply}");
+        assert_eq!(reply["error"]["message"], message);
+    }
+    let (reply, code) = stack.api_put("not json at all").await;
+    assert_eq!(code.as_deref(), Some("400"));
+    assert_eq!(reply["error"]["code"], "invalid_job");
+    let keys = stack.jobs_bucket().await.keys().await.expect("keys");
+    let keys: Vec<String> = futures::TryStreamExt::try_collect(keys).await.expect("list");
+    assert!(keys.is_empty(), "refused definitions were stored: {keys:?}");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fire_and_forget_publish_applies_a_valid_definition() {
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        projector: false,
+        ..Default::default()
+    })
+    .await;
+    stack
+        .client
+        .publish(
+            subjects::API_JOBS_PUT,
+            r#"{"id":"quiet","schedule":"@hourly","target":{"type":"nats","subject":"svc.quiet"}}"#.into(),
+        )
+        .await
+        .expect("publish");
+    stack
+        .client
+        .publish(subjects::API_JOBS_PUT, r#"{"id":"broken","schedule":"never"}"#.into())
+        .await
+        .expect("publish");
+    let bucket = stack.jobs_bucket().await;
+    let stored = wait_until("published job stored", Duration::from_secs(10), || async {
+        bucket.get("quiet").await.ok().flatten()
+    })
+    .await;
+    let stored: serde_json::Value = serde_json::from_slice(&stored).expect("json");
+    assert_eq!(stored["schedule"], "@hourly");
+    assert_eq!(bucket.get("broken").await.expect("get"), None);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn the_service_is_discoverable_with_nats_micro() {
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        projector: false,
+        ..Default::default()
+    })
+    .await;
+    let reply = stack
+        .client
+        .request("$SRV.INFO.jetcron", "".into())
+        .await
+        .expect("service info");
+    let info: serde_json::Value = serde_json::from_slice(&reply.payload).expect("json");
+    assert_eq!(info["name"], "jetcron");
+    let subjects: Vec<&str> = info["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e["subject"].as_str().expect("subject"))
+        .collect();
+    assert_eq!(subjects, ["jetcron.api.jobs.put"]);
+    stack.stop().await;
+}
