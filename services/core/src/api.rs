@@ -114,7 +114,11 @@ mod tests {
     #[test]
     fn invalid_job_reply_names_the_first_field_and_lists_all() {
         let err = ApiError::invalid_job(vec![
-            FieldError::new("schedule", "invalid_schedule", "expected 5, 6 or 7 fields, got 4"),
+            FieldError::new(
+                "schedule",
+                "invalid_schedule",
+                "expected 5, 6 or 7 fields, got 4",
+            ),
             FieldError::new("target.url", "invalid_url", "scheme must be http or https"),
         ]);
         let reply = err.to_reply();

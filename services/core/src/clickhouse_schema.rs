@@ -191,7 +191,10 @@ mod tests {
 
     #[test]
     fn ddl_files_split_into_statements() {
-        let all: Vec<String> = MIGRATIONS.iter().flat_map(|(_, sql)| statements(sql)).collect();
+        let all: Vec<String> = MIGRATIONS
+            .iter()
+            .flat_map(|(_, sql)| statements(sql))
+            .collect();
         assert_eq!(all.len(), 2);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));

@@ -160,9 +160,17 @@ pub struct RunEvent {
     #[serde(with = "time_format::millis")]
     pub at: DateTime<Utc>,
     /// When the attempt started (on outcome events).
-    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time_format::millis_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub started_at: Option<DateTime<Utc>>,
-    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time_format::millis_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub finished_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<i64>,
@@ -180,7 +188,11 @@ pub struct RunEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// When the next attempt is due (on `retrying`).
-    #[serde(default, with = "time_format::millis_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "time_format::millis_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub retry_at: Option<DateTime<Utc>>,
 }
 
@@ -198,10 +210,16 @@ mod tests {
 
     #[test]
     fn run_ids_are_stable_and_distinct() {
-        let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 2).single().expect("instant");
+        let t = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 2)
+            .single()
+            .expect("instant");
         let a = RunId::for_fire("hello", t);
         assert_eq!(a, RunId::for_fire("hello", t));
-        assert_ne!(a, RunId::for_fire("hello", t + chrono::Duration::seconds(2)));
+        assert_ne!(
+            a,
+            RunId::for_fire("hello", t + chrono::Duration::seconds(2))
+        );
         assert_ne!(a, RunId::for_fire("hello2", t));
         assert_ne!(a, RunId::for_manual("hello", t));
         assert_eq!(a.as_str().len(), 36);

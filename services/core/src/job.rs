@@ -197,7 +197,11 @@ pub fn parse_job(bytes: &[u8], key: Option<&str>) -> Result<ValidJob, Vec<FieldE
             }
         }
         let field = if path == "." { String::new() } else { path };
-        vec![FieldError::new(field, "invalid_json", e.inner().to_string())]
+        vec![FieldError::new(
+            field,
+            "invalid_json",
+            e.inner().to_string(),
+        )]
     })?;
     de.end().map_err(|e| {
         vec![FieldError::new(
@@ -213,7 +217,10 @@ pub fn parse_job(bytes: &[u8], key: Option<&str>) -> Result<ValidJob, Vec<FieldE
             return Err(vec![FieldError::new(
                 "id",
                 "id_mismatch",
-                format!("id {:?} differs from the KV key {key:?} it is stored under", spec.id),
+                format!(
+                    "id {:?} differs from the KV key {key:?} it is stored under",
+                    spec.id
+                ),
             )]);
         }
     }
@@ -262,7 +269,11 @@ fn diagnose_target(text: &str) -> Option<FieldError> {
     } else {
         format!("target.{path}")
     };
-    Some(FieldError::new(field, "invalid_json", err.inner().to_string()))
+    Some(FieldError::new(
+        field,
+        "invalid_json",
+        err.inner().to_string(),
+    ))
 }
 
 /// Check every field of `spec`, returning all problems at once.
@@ -398,7 +409,8 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
                 )),
             }
             if let Some(m) = &t.method {
-                const METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+                const METHODS: [&str; 7] =
+                    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
                 if !METHODS.contains(&m.as_str()) {
                     problems.push(FieldError::new(
                         "target.method",
@@ -428,12 +440,13 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
     }
 }
 
-fn validate_headers(field: &str, headers: &BTreeMap<String, String>, problems: &mut Vec<FieldError>) {
+fn validate_headers(
+    field: &str,
+    headers: &BTreeMap<String, String>,
+    problems: &mut Vec<FieldError>,
+) {
     for (name, value) in headers {
-        let name_ok = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_graphic() && b != b':');
+        let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
         if !name_ok {
             problems.push(FieldError::new(
                 format!("{field}.{name}"),
@@ -515,7 +528,8 @@ mod tests {
     fn key_supplies_a_missing_id_and_must_match_a_given_one() {
         let json = br#"{"schedule":"@every 5s","target":{"type":"shell","command":"true"}}"#;
         assert_eq!(parse_job(json, Some("k1")).expect("valid").spec.id, "k1");
-        let json = br#"{"id":"a","schedule":"@every 5s","target":{"type":"shell","command":"true"}}"#;
+        let json =
+            br#"{"id":"a","schedule":"@every 5s","target":{"type":"shell","command":"true"}}"#;
         let errs = parse_job(json, Some("b")).expect_err("mismatch");
         assert_eq!(errs[0].code, "id_mismatch");
     }
@@ -527,7 +541,10 @@ mod tests {
                 "target":{"type":"http","url":"ftp://x/"}}"#,
         );
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["id", "schedule", "timezone", "timeout", "target.url"]);
+        assert_eq!(
+            fields,
+            ["id", "schedule", "timezone", "timeout", "target.url"]
+        );
         assert_eq!(
             errs[1].to_string(),
             "schedule: expected 5, 6 or 7 fields, got 4"
@@ -544,9 +561,13 @@ mod tests {
         assert_eq!(errs[0].field, "target.url");
         let errs = problems(r#"{"id":"x","schedule":"@daily","target":{"type":"ftp"}}"#);
         assert_eq!(errs[0].field, "target.type");
-        let errs = problems(r#"{"id":"x","schedule":"@daily","colour":"red","target":{"type":"shell","command":"true"}}"#);
+        let errs = problems(
+            r#"{"id":"x","schedule":"@daily","colour":"red","target":{"type":"shell","command":"true"}}"#,
+        );
         assert!(errs[0].message.contains("unknown field"), "{:?}", errs);
-        let errs = problems(r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true","cwd":"/"}}"#);
+        let errs = problems(
+            r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true","cwd":"/"}}"#,
+        );
         assert!(errs[0].message.contains("unknown field"), "{:?}", errs);
         let errs = problems("{\"id\":\"x\"} trailing");
         assert_eq!(errs[0].code, "invalid_json");

@@ -89,7 +89,10 @@ pub fn summarize(mut events: Vec<RunEvent>, keep_events: bool) -> Option<RunSumm
         scheduled_at: last.scheduled_at,
         first_started_at,
         started_at,
-        finished_at: last.kind.is_terminal().then(|| last.finished_at.unwrap_or(last.at)),
+        finished_at: last
+            .kind
+            .is_terminal()
+            .then(|| last.finished_at.unwrap_or(last.at)),
         duration_ms: outcome.and_then(|e| e.duration_ms),
         attempt: last.attempt,
         max_attempts: last.max_attempts,
@@ -129,7 +132,13 @@ mod tests {
             finished_at: None,
             duration_ms: (kind != RunEventKind::Started).then_some(5),
             status_code: None,
-            exit_code: (kind != RunEventKind::Started).then_some(if kind == RunEventKind::Succeeded { 0 } else { 1 }),
+            exit_code: (kind != RunEventKind::Started).then_some(
+                if kind == RunEventKind::Succeeded {
+                    0
+                } else {
+                    1
+                },
+            ),
             output: None,
             output_truncated: false,
             error: (kind == RunEventKind::Retrying).then(|| "boom".into()),
@@ -159,7 +168,10 @@ mod tests {
     #[test]
     fn in_flight_runs_show_their_state() {
         let s = summarize(
-            vec![event(1, RunEventKind::Started, 101), event(1, RunEventKind::Retrying, 102)],
+            vec![
+                event(1, RunEventKind::Started, 101),
+                event(1, RunEventKind::Retrying, 102),
+            ],
             false,
         )
         .expect("summary");

@@ -69,9 +69,7 @@ impl Schedule {
             Schedule::Cron(cron) => {
                 // croner works at whole seconds: search from the second `after`
                 // falls in; non-inclusive, so the result is strictly later.
-                let floor = after
-                    .with_timezone(&tz)
-                    .with_nanosecond_floor();
+                let floor = after.with_timezone(&tz).with_nanosecond_floor();
                 let next = cron.find_next_occurrence(&floor, false).ok()?;
                 Some(next.with_timezone(&Utc))
             }
@@ -144,7 +142,9 @@ fn parse_every(rest: &str) -> Result<Schedule, ScheduleError> {
     let period_ms = i64::try_from(period.as_millis())
         .ok()
         .filter(|ms| *ms <= 100 * 365 * 86_400_000)
-        .ok_or_else(|| ScheduleError(format!("@every: period {rest:?} is longer than 100 years")))?;
+        .ok_or_else(|| {
+            ScheduleError(format!("@every: period {rest:?} is longer than 100 years"))
+        })?;
     Ok(Schedule::Every { period_ms })
 }
 
@@ -167,7 +167,8 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
     }
     // croner's default parser reads 5 fields as crontab (seconds = 0), 6 as
     // seconds-first and 7 as seconds-first with a trailing year: our forms.
-    let cron = Cron::from_str(line).map_err(|e| ScheduleError(format!("invalid cron line: {e}")))?;
+    let cron =
+        Cron::from_str(line).map_err(|e| ScheduleError(format!("invalid cron line: {e}")))?;
     // A line such as `0 0 30 2 *` parses but never matches: refuse it now
     // rather than letting the job sit silent forever.
     let probe = Utc
@@ -270,7 +271,10 @@ mod tests {
             at.next_fire(utc("2026-01-01T00:00:00Z"), chrono_tz::UTC),
             Some(utc("2030-05-01T08:00:00Z"))
         );
-        assert_eq!(at.next_fire(utc("2030-05-01T08:00:00Z"), chrono_tz::UTC), None);
+        assert_eq!(
+            at.next_fire(utc("2030-05-01T08:00:00Z"), chrono_tz::UTC),
+            None
+        );
     }
 
     #[test]
@@ -303,7 +307,11 @@ mod tests {
     fn bad_lines_say_why() {
         let err = |l: &str| Schedule::parse(l).expect_err("must fail").0;
         assert_eq!(err("* * * *"), "expected 5, 6 or 7 fields, got 4");
-        assert!(err("0 0 30 2 *").contains("never fires"), "{}", err("0 0 30 2 *"));
+        assert!(
+            err("0 0 30 2 *").contains("never fires"),
+            "{}",
+            err("0 0 30 2 *")
+        );
         assert!(err("@every 500ms").contains("at least 1s"));
         assert!(err("@every soon").contains("invalid duration"));
         assert!(err("@at tomorrow").contains("RFC 3339"));

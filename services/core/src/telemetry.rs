@@ -30,7 +30,12 @@ pub fn init(format: LogFormat) {
     let _ = match format {
         LogFormat::Text => registry.with(fmt::layer().with_target(false)).try_init(),
         LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true).with_current_span(true))
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true),
+            )
             .try_init(),
     };
 }

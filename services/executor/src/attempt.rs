@@ -36,7 +36,9 @@ pub async fn handle(ctx: &ExecutorContext, message: Message) {
         }
     };
     let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, attempt);
-    run_attempt(ctx, message, due, attempt).instrument(span).await;
+    run_attempt(ctx, message, due, attempt)
+        .instrument(span)
+        .await;
 }
 
 async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, attempt: u32) {
@@ -46,20 +48,33 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         Err(problems) => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
             let outcome = Outcome::failed(format!("invalid job in due event: {}", text.join("; ")));
-            let event = publisher.outcome(RunEventKind::Failed, Utc::now(), &outcome, job::DEFAULT_MAX_ATTEMPTS);
+            let event = publisher.outcome(
+                RunEventKind::Failed,
+                Utc::now(),
+                &outcome,
+                job::DEFAULT_MAX_ATTEMPTS,
+            );
             finish(&publisher, &message, event, AckKind::Term).await;
             return;
         }
     };
     let max_attempts = job.max_attempts;
     let started_at = Utc::now();
-    if let Err(e) = publisher.publish(&publisher.started(started_at, max_attempts)).await {
+    if let Err(e) = publisher
+        .publish(&publisher.started(started_at, max_attempts))
+        .await
+    {
         warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
         ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
         return;
     }
     info!(target_type = job.spec.target.kind(), "attempt started");
-    let outcome = with_progress_acks(&message, ctx.config.progress_interval, run_target(ctx, &job, &due, attempt)).await;
+    let outcome = with_progress_acks(
+        &message,
+        ctx.config.progress_interval,
+        run_target(ctx, &job, &due, attempt),
+    )
+    .await;
     let finished_at = Utc::now();
     let mut publisher = publisher;
     publisher.started_at = Some(started_at);
@@ -69,18 +84,33 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         finish(&publisher, &message, event, AckKind::Ack).await;
     } else if attempt < max_attempts {
         let delay = job.retry_delay(attempt + 1);
-        warn!(error = outcome.error.as_deref().unwrap_or(""), delay_ms = delay.as_millis() as u64, "attempt failed, will retry");
-        let mut event = publisher.outcome(RunEventKind::Retrying, finished_at, &outcome, max_attempts);
-        event.retry_at = chrono::Duration::from_std(delay).ok().map(|d| finished_at + d);
+        warn!(
+            error = outcome.error.as_deref().unwrap_or(""),
+            delay_ms = delay.as_millis() as u64,
+            "attempt failed, will retry"
+        );
+        let mut event =
+            publisher.outcome(RunEventKind::Retrying, finished_at, &outcome, max_attempts);
+        event.retry_at = chrono::Duration::from_std(delay)
+            .ok()
+            .map(|d| finished_at + d);
         finish(&publisher, &message, event, AckKind::Nak(Some(delay))).await;
     } else {
-        warn!(error = outcome.error.as_deref().unwrap_or(""), "last attempt failed");
+        warn!(
+            error = outcome.error.as_deref().unwrap_or(""),
+            "last attempt failed"
+        );
         let event = publisher.outcome(RunEventKind::Failed, finished_at, &outcome, max_attempts);
         finish(&publisher, &message, event, AckKind::Term).await;
     }
 }
 
-async fn run_target(ctx: &ExecutorContext, job: &ValidJob, due: &DueEvent, attempt: u32) -> Outcome {
+async fn run_target(
+    ctx: &ExecutorContext,
+    job: &ValidJob,
+    due: &DueEvent,
+    attempt: u32,
+) -> Outcome {
     let run = RunContext {
         run_id: due.run_id.clone(),
         job_id: due.job_id.clone(),
@@ -124,7 +154,12 @@ async fn with_progress_acks<F: std::future::Future<Output = Outcome>>(
 
 /// Publish the outcome event, then settle the message. If the event cannot be
 /// stored, the message is handed back so the run is not silently lost.
-async fn finish(publisher: &RunEventPublisher, message: &Message, event: RunEvent, settle: AckKind) {
+async fn finish(
+    publisher: &RunEventPublisher,
+    message: &Message,
+    event: RunEvent,
+    settle: AckKind,
+) {
     match publisher.publish(&event).await {
         Ok(()) => ack(message, settle).await,
         Err(e) => {

@@ -172,7 +172,10 @@ pub async fn run(
     tasks.close();
     info!(in_flight = tasks.len(), "executor stopping");
     if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
-        warn!(in_flight = tasks.len(), "grace period over, unfinished attempts will be redelivered");
+        warn!(
+            in_flight = tasks.len(),
+            "grace period over, unfinished attempts will be redelivered"
+        );
     }
     info!("executor stopped");
     Ok(())

@@ -92,7 +92,9 @@ impl RunEventPublisher {
 
     /// Store `event` in `JETCRON_RUNS`, retrying a few times.
     pub async fn publish(&self, event: &RunEvent) -> anyhow::Result<()> {
-        let payload: bytes::Bytes = serde_json::to_vec(event).context("encode run event")?.into();
+        let payload: bytes::Bytes = serde_json::to_vec(event)
+            .context("encode run event")?
+            .into();
         let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
         let mut last_error = None;
         for attempt in 0..5u32 {

@@ -53,7 +53,11 @@ pub async fn run(
         runs: run_history::RunHistory::new(clickhouse.clone()),
     });
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
-    let api = tokio::spawn(nats_api::serve(client, state.jobs.clone(), shutdown.clone()));
+    let api = tokio::spawn(nats_api::serve(
+        client,
+        state.jobs.clone(),
+        shutdown.clone(),
+    ));
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
     let shutdown_http = shutdown.clone();
@@ -73,7 +77,9 @@ async fn apply_schema_when_possible(client: clickhouse::Client, shutdown: Cancel
     loop {
         match clickhouse_schema::apply(&client).await {
             Ok(()) => return,
-            Err(e) => warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying"),
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying")
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

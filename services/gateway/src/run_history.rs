@@ -74,7 +74,10 @@ impl RunHistory {
             .fetch_all::<RunEventRow>()
             .await
             .with_context(|| format!("query run {run_id}"))?;
-        let events = rows.into_iter().filter_map(RunEventRow::into_event).collect();
+        let events = rows
+            .into_iter()
+            .filter_map(RunEventRow::into_event)
+            .collect();
         Ok(summarize(events, true))
     }
 }

@@ -10,7 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use jetcron_core::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
-#[command(name = "jetcron", version, about = "A distributed job scheduler on NATS JetStream")]
+#[command(
+    name = "jetcron",
+    version,
+    about = "A distributed job scheduler on NATS JetStream"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
@@ -37,20 +41,40 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CommonArgs {
     /// NATS server URL(s), comma separated.
-    #[arg(long, env = "JETCRON_NATS_URL", default_value = "nats://127.0.0.1:4222", global = true)]
+    #[arg(
+        long,
+        env = "JETCRON_NATS_URL",
+        default_value = "nats://127.0.0.1:4222",
+        global = true
+    )]
     pub nats_url: String,
     /// ClickHouse HTTP URL.
-    #[arg(long, env = "JETCRON_CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123", global = true)]
+    #[arg(
+        long,
+        env = "JETCRON_CLICKHOUSE_URL",
+        default_value = "http://127.0.0.1:8123",
+        global = true
+    )]
     pub clickhouse_url: String,
     #[arg(long, env = "JETCRON_CLICKHOUSE_USER", global = true)]
     pub clickhouse_user: Option<String>,
-    #[arg(long, env = "JETCRON_CLICKHOUSE_PASSWORD", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "JETCRON_CLICKHOUSE_PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
     pub clickhouse_password: Option<String>,
     /// Replicas of the streams and bucket jetcron creates (3 on a NATS cluster).
     #[arg(long, env = "JETCRON_REPLICAS", default_value_t = 1, global = true)]
     pub replicas: usize,
     /// Log format: text or json.
-    #[arg(long, env = "JETCRON_LOG_FORMAT", default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "JETCRON_LOG_FORMAT",
+        default_value = "text",
+        global = true
+    )]
     pub log_format: LogFormat,
 }
 

@@ -45,7 +45,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Ticker => spawn_ticker(&mut services, &common, &shutdown).await?,
         Command::Executor(args) => spawn_executor(&mut services, &common, args, &shutdown).await?,
-        Command::Projector(args) => spawn_projector(&mut services, &common, args, &shutdown).await?,
+        Command::Projector(args) => {
+            spawn_projector(&mut services, &common, args, &shutdown).await?
+        }
         Command::Gateway(args) => spawn_gateway(&mut services, &common, args, &shutdown).await?,
         Command::All(args) => {
             spawn_gateway(&mut services, &common, args.gateway, &shutdown).await?;
@@ -87,13 +89,19 @@ fn clickhouse(common: &CommonArgs) -> ClickHouseOptions {
 }
 
 /// Connect, retrying until NATS answers or shutdown is asked for.
-async fn connect(common: &CommonArgs, name: &str, shutdown: &CancellationToken) -> anyhow::Result<async_nats::Client> {
+async fn connect(
+    common: &CommonArgs,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<async_nats::Client> {
     let mut delay = Duration::from_millis(200);
     loop {
         let options = async_nats::ConnectOptions::new().name(format!("jetcron-{name}"));
         match options.connect(common.nats_url.as_str()).await {
             Ok(client) => return Ok(client),
-            Err(e) => warn!(service = name, url = %common.nats_url, error = %e, "cannot connect to NATS yet"),
+            Err(e) => {
+                warn!(service = name, url = %common.nats_url, error = %e, "cannot connect to NATS yet")
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => anyhow::bail!("shut down before NATS was reachable"),
@@ -105,10 +113,21 @@ async fn connect(common: &CommonArgs, name: &str, shutdown: &CancellationToken) 
 
 type Services = JoinSet<anyhow::Result<()>>;
 
-async fn spawn_ticker(services: &mut Services, common: &CommonArgs, shutdown: &CancellationToken) -> anyhow::Result<()> {
+async fn spawn_ticker(
+    services: &mut Services,
+    common: &CommonArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     let client = connect(common, "ticker", shutdown).await?;
-    let config = jetcron_ticker::TickerConfig { topology: topology(common) };
-    services.spawn(jetcron_ticker::run(config, client, Arc::new(SystemClock), shutdown.clone()));
+    let config = jetcron_ticker::TickerConfig {
+        topology: topology(common),
+    };
+    services.spawn(jetcron_ticker::run(
+        config,
+        client,
+        Arc::new(SystemClock),
+        shutdown.clone(),
+    ));
     Ok(())
 }
 
@@ -166,14 +185,22 @@ async fn spawn_gateway(
         clickhouse: clickhouse(common),
         topology: topology(common),
     };
-    services.spawn(jetcron_gateway::run(config, client, listener, shutdown.clone()));
+    services.spawn(jetcron_gateway::run(
+        config,
+        client,
+        listener,
+        shutdown.clone(),
+    ));
     Ok(())
 }
 
 /// First SIGINT/SIGTERM: orderly shutdown. Second: exit now.
 async fn wait_for_signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         warn!("cannot install signal handlers");
         return;
     };
@@ -189,7 +216,9 @@ async fn wait_for_signals(shutdown: CancellationToken) {
 async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> {
     let body = if args.body == "-" {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("read standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("read standard input")?;
         text
     } else if let Some(path) = args.body.strip_prefix('@') {
         std::fs::read_to_string(path).with_context(|| format!("read {path}"))?
@@ -202,15 +231,17 @@ async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> 
     let reply = client
         .send_request(
             args.subject.clone(),
-            async_nats::Request::new().payload(body.into()).timeout(Some(args.timeout)),
+            async_nats::Request::new()
+                .payload(body.into())
+                .timeout(Some(args.timeout)),
         )
         .await
         .with_context(|| format!("request {}", args.subject))?;
     println!("{}", String::from_utf8_lossy(&reply.payload));
-    let failed = reply
-        .headers
-        .as_ref()
-        .is_some_and(|h| h.get(async_nats::service::NATS_SERVICE_ERROR_CODE).is_some());
+    let failed = reply.headers.as_ref().is_some_and(|h| {
+        h.get(async_nats::service::NATS_SERVICE_ERROR_CODE)
+            .is_some()
+    });
     if failed {
         anyhow::bail!("the service answered with an error");
     }

@@ -49,7 +49,9 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
     assert_eq!(code.as_deref(), Some("400"));
     assert_eq!(reply["error"]["code"], "invalid_job");
     let keys = stack.jobs_bucket().await.keys().await.expect("keys");
-    let keys: Vec<String> = futures::TryStreamExt::try_collect(keys).await.expect("list");
+    let keys: Vec<String> = futures::TryStreamExt::try_collect(keys)
+        .await
+        .expect("list");
     assert!(keys.is_empty(), "refused definitions were stored: {keys:?}");
     stack.stop().await;
 }
@@ -67,13 +69,17 @@ async fn fire_and_forget_publish_applies_a_valid_definition() {
         .client
         .publish(
             subjects::API_JOBS_PUT,
-            r#"{"id":"quiet","schedule":"@hourly","target":{"type":"nats","subject":"svc.quiet"}}"#.into(),
+            r#"{"id":"quiet","schedule":"@hourly","target":{"type":"nats","subject":"svc.quiet"}}"#
+                .into(),
         )
         .await
         .expect("publish");
     stack
         .client
-        .publish(subjects::API_JOBS_PUT, r#"{"id":"broken","schedule":"never"}"#.into())
+        .publish(
+            subjects::API_JOBS_PUT,
+            r#"{"id":"broken","schedule":"never"}"#.into(),
+        )
         .await
         .expect("publish");
     let bucket = stack.jobs_bucket().await;

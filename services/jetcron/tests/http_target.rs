@@ -41,9 +41,16 @@ async fn start_receiver() -> (String, Received) {
         )
         .route(
             "/broken",
-            post(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "database is on fire") }),
+            post(|| async {
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "database is on fire",
+                )
+            }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     (base, received)
@@ -66,7 +73,10 @@ async fn http_job_runs_end_to_end() {
     assert_eq!(run["status_code"], 200);
     assert_eq!(run["output"], "accepted");
     assert_eq!(run["target_type"], "http");
-    let run_ids: Vec<String> = runs.iter().map(|r| r["run_id"].as_str().expect("id").to_string()).collect();
+    let run_ids: Vec<String> = runs
+        .iter()
+        .map(|r| r["run_id"].as_str().expect("id").to_string())
+        .collect();
     let calls = received.calls.lock().expect("lock").clone();
     for (run_id, team, body) in &calls {
         assert_eq!(team, "billing");
@@ -75,7 +85,10 @@ async fn http_job_runs_end_to_end() {
     }
     // Every listed run is a call the receiver saw.
     for id in &run_ids {
-        assert!(calls.iter().any(|(r, _, _)| r == id), "run {id} never reached the receiver");
+        assert!(
+            calls.iter().any(|(r, _, _)| r == id),
+            "run {id} never reached the receiver"
+        );
     }
     stack.stop().await;
 }
@@ -101,12 +114,19 @@ async fn http_error_status_fails_after_retries() {
     assert_eq!(run["status_code"], 500);
     assert_eq!(run["output"], "database is on fire");
     assert_eq!(run["error"], "HTTP status 500 Internal Server Error");
-    let (_, body) = stack.get(&format!("/v1/runs/{}", run["run_id"].as_str().expect("id"))).await;
+    let (_, body) = stack
+        .get(&format!("/v1/runs/{}", run["run_id"].as_str().expect("id")))
+        .await;
     let steps: Vec<(u64, String)> = body["run"]["events"]
         .as_array()
         .expect("events")
         .iter()
-        .map(|e| (e["attempt"].as_u64().expect("attempt"), e["kind"].as_str().expect("kind").to_string()))
+        .map(|e| {
+            (
+                e["attempt"].as_u64().expect("attempt"),
+                e["kind"].as_str().expect("kind").to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         steps,

@@ -11,7 +11,11 @@ async fn nats_job_runs_end_to_end() {
     let stack = Stack::start(StackOptions::default()).await;
 
     // The "microservice" the job calls: replies with what it received.
-    let mut requests = stack.client.subscribe("demo.hello").await.expect("subscribe");
+    let mut requests = stack
+        .client
+        .subscribe("demo.hello")
+        .await
+        .expect("subscribe");
     let responder = stack.client.clone();
     let service = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -52,9 +56,15 @@ async fn nats_job_runs_end_to_end() {
     let run_id = run["run_id"].as_str().expect("run id");
     assert_eq!(run["output"], format!("hello from run {run_id}"));
     // Scheduled on an even second; started at or after it; finished after start.
-    let scheduled = chrono::DateTime::parse_from_rfc3339(run["scheduled_at"].as_str().expect("scheduled_at")).expect("rfc3339");
-    let started = chrono::DateTime::parse_from_rfc3339(run["started_at"].as_str().expect("started_at")).expect("rfc3339");
-    let finished = chrono::DateTime::parse_from_rfc3339(run["finished_at"].as_str().expect("finished_at")).expect("rfc3339");
+    let scheduled =
+        chrono::DateTime::parse_from_rfc3339(run["scheduled_at"].as_str().expect("scheduled_at"))
+            .expect("rfc3339");
+    let started =
+        chrono::DateTime::parse_from_rfc3339(run["started_at"].as_str().expect("started_at"))
+            .expect("rfc3339");
+    let finished =
+        chrono::DateTime::parse_from_rfc3339(run["finished_at"].as_str().expect("finished_at"))
+            .expect("rfc3339");
     assert_eq!(scheduled.timestamp_subsec_millis(), 0);
     assert_eq!(scheduled.timestamp() % 2, 0);
     assert!(started >= scheduled && finished >= started);

@@ -17,7 +17,11 @@ use jetcron_testkit::{Stack, StackOptions};
 /// Record every due event published (as core NATS sees them) on `jetcron.due.>`.
 async fn record_due_events(stack: &Stack) -> Arc<Mutex<Vec<DueEvent>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut sub = stack.client.subscribe("jetcron.due.>").await.expect("subscribe");
+    let mut sub = stack
+        .client
+        .subscribe("jetcron.due.>")
+        .await
+        .expect("subscribe");
     let sink = seen.clone();
     tokio::spawn(async move {
         while let Some(msg) = sub.next().await {
@@ -66,7 +70,11 @@ async fn the_same_due_event_published_twice_runs_once() {
         headers.insert("Nats-Msg-Id", event.run_id.as_str());
         let ack = stack
             .js
-            .publish_with_headers(subjects::due_subject("default", "twice"), headers, payload.clone().into())
+            .publish_with_headers(
+                subjects::due_subject("default", "twice"),
+                headers,
+                payload.clone().into(),
+            )
             .await
             .expect("publish")
             .await
@@ -75,7 +83,9 @@ async fn the_same_due_event_published_twice_runs_once() {
     }
     assert_eq!(duplicates, [false, true]);
 
-    let runs = stack.wait_for_runs("twice", "succeeded", 1, Duration::from_secs(20)).await;
+    let runs = stack
+        .wait_for_runs("twice", "succeeded", 1, Duration::from_secs(20))
+        .await;
     // Give a second delivery every chance to show up before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let runs_after = stack.runs_of("twice").await;
@@ -102,18 +112,31 @@ async fn two_tickers_fire_each_time_once() {
         shutdown.clone(),
     ));
     let (reply, code) = stack
-        .api_put(r#"{"id":"tick","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
+        .api_put(
+            r#"{"id":"tick","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#,
+        )
         .await;
     assert_eq!(code, None, "{reply}");
-    let runs = stack.wait_for_runs("tick", "succeeded", 4, Duration::from_secs(20)).await;
+    let runs = stack
+        .wait_for_runs("tick", "succeeded", 4, Duration::from_secs(20))
+        .await;
     shutdown.cancel();
     second.await.expect("join").expect("second ticker");
-    let mut scheduled: Vec<DateTime<Utc>> = runs.iter().map(|r| instant(&r["scheduled_at"])).collect();
+    let mut scheduled: Vec<DateTime<Utc>> =
+        runs.iter().map(|r| instant(&r["scheduled_at"])).collect();
     scheduled.sort();
     let distinct: BTreeSet<_> = scheduled.iter().collect();
-    assert_eq!(distinct.len(), scheduled.len(), "a fire ran twice: {scheduled:?}");
+    assert_eq!(
+        distinct.len(),
+        scheduled.len(),
+        "a fire ran twice: {scheduled:?}"
+    );
     for pair in scheduled.windows(2) {
-        assert_eq!((pair[1] - pair[0]).num_milliseconds(), 1000, "a fire is missing: {scheduled:?}");
+        assert_eq!(
+            (pair[1] - pair[0]).num_milliseconds(),
+            1000,
+            "a fire is missing: {scheduled:?}"
+        );
     }
     for run in &runs {
         assert_eq!(run["attempt"], 1);
@@ -133,7 +156,9 @@ async fn deleting_the_key_stops_the_job_within_a_second() {
         .api_put(r#"{"id":"doomed","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
         .await;
     assert_eq!(code, None);
-    stack.wait_for_runs("doomed", "succeeded", 2, Duration::from_secs(20)).await;
+    stack
+        .wait_for_runs("doomed", "succeeded", 2, Duration::from_secs(20))
+        .await;
     stack.kv_delete("doomed").await;
     let deleted_at = Utc::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -149,7 +174,11 @@ async fn deleting_the_key_stops_the_job_within_a_second() {
         .filter(|t| **t > deleted_at + chrono::Duration::seconds(1))
         .map(|t| time_format::rfc3339_millis(*t))
         .collect();
-    assert!(late.is_empty(), "fired after delete at {}: {late:?}", time_format::rfc3339_millis(deleted_at));
+    assert!(
+        late.is_empty(),
+        "fired after delete at {}: {late:?}",
+        time_format::rfc3339_millis(deleted_at)
+    );
     assert!(fired.len() >= 2);
     let (status, _) = stack.get("/v1/jobs/doomed").await;
     assert_eq!(status, 404);
@@ -180,8 +209,15 @@ async fn invalid_definitions_in_the_bucket_are_not_scheduled() {
         .api_put(r#"{"id":"canary","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
         .await;
     assert_eq!(code, None);
-    stack.wait_for_runs("canary", "succeeded", 2, Duration::from_secs(20)).await;
-    let fired: BTreeSet<String> = due.lock().expect("lock").iter().map(|e| e.job_id.clone()).collect();
+    stack
+        .wait_for_runs("canary", "succeeded", 2, Duration::from_secs(20))
+        .await;
+    let fired: BTreeSet<String> = due
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|e| e.job_id.clone())
+        .collect();
     assert_eq!(fired, BTreeSet::from(["canary".to_string()]));
 
     // The gateway shows why a stored value is not scheduled.
@@ -189,13 +225,21 @@ async fn invalid_definitions_in_the_bucket_are_not_scheduled() {
     assert_eq!(status, 200);
     assert_eq!(body["job"]["valid"], false);
     assert_eq!(body["job"]["problems"][0]["field"], "schedule");
-    assert_eq!(body["job"]["problems"][0]["message"], "expected 5, 6 or 7 fields, got 4");
+    assert_eq!(
+        body["job"]["problems"][0]["message"],
+        "expected 5, 6 or 7 fields, got 4"
+    );
     assert_eq!(body["next_fires"].as_array().expect("list").len(), 0);
 
     // Fixing the value schedules it.
     stack
-        .kv_put("badcron", br#"{"schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
+        .kv_put(
+            "badcron",
+            br#"{"schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#,
+        )
         .await;
-    stack.wait_for_runs("badcron", "succeeded", 1, Duration::from_secs(20)).await;
+    stack
+        .wait_for_runs("badcron", "succeeded", 1, Duration::from_secs(20))
+        .await;
     stack.stop().await;
 }

@@ -22,7 +22,10 @@ async fn shell_job_runs_with_its_context() {
     let run = &runs[0];
     let run_id = run["run_id"].as_str().expect("id");
     assert_eq!(run["exit_code"], 0);
-    assert_eq!(run["output"], format!("run {run_id} of greet attempt 1\noops\n"));
+    assert_eq!(
+        run["output"],
+        format!("run {run_id} of greet attempt 1\noops\n")
+    );
     stack.stop().await;
 }
 
@@ -66,10 +69,14 @@ async fn shell_output_is_capped_and_timeouts_kill() {
     );
     assert_eq!(stack.api_put(&big).await.1, None);
     assert_eq!(stack.api_put(&slow).await.1, None);
-    let runs = stack.wait_for_runs("chatty", "succeeded", 1, Duration::from_secs(20)).await;
+    let runs = stack
+        .wait_for_runs("chatty", "succeeded", 1, Duration::from_secs(20))
+        .await;
     assert_eq!(runs[0]["output"].as_str().expect("output").len(), 64 * 1024);
     assert_eq!(runs[0]["output_truncated"], true);
-    let runs = stack.wait_for_runs("slow", "failed", 1, Duration::from_secs(20)).await;
+    let runs = stack
+        .wait_for_runs("slow", "failed", 1, Duration::from_secs(20))
+        .await;
     assert_eq!(runs[0]["error"], "timed out after 1s");
     assert!(runs[0]["duration_ms"].as_i64().expect("duration") < 5_000);
     stack.stop().await;
@@ -83,7 +90,9 @@ async fn shell_is_refused_unless_enabled() {
         r#"{{"id":"sneaky","schedule":"@at {at}","retry":{{"max_attempts":1}},"target":{{"type":"shell","command":"touch /tmp/jetcron-should-not-exist"}}}}"#
     );
     assert_eq!(stack.api_put(&job).await.1, None);
-    let runs = stack.wait_for_runs("sneaky", "failed", 1, Duration::from_secs(20)).await;
+    let runs = stack
+        .wait_for_runs("sneaky", "failed", 1, Duration::from_secs(20))
+        .await;
     assert_eq!(
         runs[0]["error"],
         "shell targets are disabled on this executor (start it with --enable-shell)"

@@ -162,7 +162,9 @@ async fn apply_schema_with_retry(client: &clickhouse::Client, shutdown: &Cancell
     loop {
         match clickhouse_schema::apply(client).await {
             Ok(()) => return,
-            Err(e) => warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying"),
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying")
+            }
         }
         if sleep_or_shutdown(delay, shutdown).await {
             return;

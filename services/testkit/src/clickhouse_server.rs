@@ -21,7 +21,10 @@ fn binary() -> PathBuf {
     super::find_binary(
         "JETCRON_CLICKHOUSE_SERVER",
         "clickhouse-server",
-        &[PathBuf::from("/usr/sbin/clickhouse-server"), PathBuf::from("/usr/bin/clickhouse-server")],
+        &[
+            PathBuf::from("/usr/sbin/clickhouse-server"),
+            PathBuf::from("/usr/bin/clickhouse-server"),
+        ],
     )
 }
 
@@ -90,10 +93,14 @@ impl ClickHouseServer {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.ping() {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                let log = std::fs::read_to_string(self.dir.path().join("server.err.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(self.dir.path().join("server.err.log"))
+                    .unwrap_or_default();
                 panic!("clickhouse-server exited with {status}: {log}");
             }
-            assert!(Instant::now() < deadline, "clickhouse-server did not answer /ping within 30s");
+            assert!(
+                Instant::now() < deadline,
+                "clickhouse-server did not answer /ping within 30s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -45,7 +45,11 @@ fn find_binary(env: &str, name: &str, extra: &[std::path::PathBuf]) -> std::path
         return path.into();
     }
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     on_path
         .into_iter()

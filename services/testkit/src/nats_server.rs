@@ -15,11 +15,18 @@ pub struct NatsServer {
 
 fn binary() -> PathBuf {
     let scripts = Command::new("python3")
-        .args(["-c", "import sysconfig;print(sysconfig.get_path('scripts'))"])
+        .args([
+            "-c",
+            "import sysconfig;print(sysconfig.get_path('scripts'))",
+        ])
         .output()
         .ok()
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("nats-server"));
-    super::find_binary("JETCRON_NATS_SERVER", "nats-server", &scripts.into_iter().collect::<Vec<_>>())
+    super::find_binary(
+        "JETCRON_NATS_SERVER",
+        "nats-server",
+        &scripts.into_iter().collect::<Vec<_>>(),
+    )
 }
 
 impl NatsServer {
@@ -39,7 +46,8 @@ impl NatsServer {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::File::create(self.store.path().join("server.log")).expect("create NATS log");
+        let log =
+            std::fs::File::create(self.store.path().join("server.log")).expect("create NATS log");
         let child = Command::new(binary())
             .args(["-js", "-a", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
@@ -64,7 +72,9 @@ impl NatsServer {
 
     /// A new client connection.
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url()).await.expect("connect to test nats-server")
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to test nats-server")
     }
 
     /// Kill the process (SIGKILL), keeping its store.
@@ -92,7 +102,10 @@ impl Drop for NatsServer {
 pub(crate) fn wait_for_port(port: u16, timeout: Duration, what: &str) {
     let deadline = Instant::now() + timeout;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not open port {port} within {timeout:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not open port {port} within {timeout:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -70,12 +70,22 @@ impl Stack {
                 clickhouse: ClickHouseOptions::new(clickhouse.url()),
                 topology: topology.clone(),
             };
-            services.spawn(jetcron_gateway::run(config, nats.client().await, listener, shutdown.clone()));
+            services.spawn(jetcron_gateway::run(
+                config,
+                nats.client().await,
+                listener,
+                shutdown.clone(),
+            ));
         }
         if options.projector {
-            let mut config = jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
+            let mut config =
+                jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
             config.batch_wait = Duration::from_millis(100);
-            services.spawn(jetcron_projector::run(config, nats.client().await, shutdown.clone()));
+            services.spawn(jetcron_projector::run(
+                config,
+                nats.client().await,
+                shutdown.clone(),
+            ));
         }
         if options.executor {
             let config = jetcron_executor::ExecutorConfig {
@@ -87,10 +97,16 @@ impl Stack {
                 shutdown_grace: Duration::from_secs(5),
                 ..Default::default()
             };
-            services.spawn(jetcron_executor::run(config, nats.client().await, shutdown.clone()));
+            services.spawn(jetcron_executor::run(
+                config,
+                nats.client().await,
+                shutdown.clone(),
+            ));
         }
         if options.ticker {
-            let config = jetcron_ticker::TickerConfig { topology: topology.clone() };
+            let config = jetcron_ticker::TickerConfig {
+                topology: topology.clone(),
+            };
             services.spawn(jetcron_ticker::run(
                 config,
                 nats.client().await,
@@ -100,9 +116,15 @@ impl Stack {
         }
         // The topology exists once any service made it; make sure for tests
         // that run a subset of services.
-        topology::ensure_jobs_bucket(&js, &topology).await.expect("jobs bucket");
-        topology::ensure_due_stream(&js, &topology).await.expect("due stream");
-        topology::ensure_runs_stream(&js, &topology).await.expect("runs stream");
+        topology::ensure_jobs_bucket(&js, &topology)
+            .await
+            .expect("jobs bucket");
+        topology::ensure_due_stream(&js, &topology)
+            .await
+            .expect("due stream");
+        topology::ensure_runs_stream(&js, &topology)
+            .await
+            .expect("runs stream");
         let stack = Stack {
             nats,
             clickhouse,
@@ -120,7 +142,10 @@ impl Stack {
             })
             .await;
             wait_until("NATS API endpoint", Duration::from_secs(20), || async {
-                let reply = stack.client.request(subjects::API_JOBS_PUT, "{}".into()).await;
+                let reply = stack
+                    .client
+                    .request(subjects::API_JOBS_PUT, "{}".into())
+                    .await;
                 reply.ok().map(|_| ())
             })
             .await;
@@ -172,12 +197,21 @@ impl Stack {
 
     /// `nats kv del jetcron_jobs <key>`.
     pub async fn kv_delete(&self, key: &str) {
-        self.jobs_bucket().await.delete(key).await.expect("kv delete");
+        self.jobs_bucket()
+            .await
+            .delete(key)
+            .await
+            .expect("kv delete");
     }
 
     /// `curl <gateway><path>`: status and JSON body (`Null` when not JSON).
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        match self.http.get(format!("{}{path}", self.http_base)).send().await {
+        match self
+            .http
+            .get(format!("{}{path}", self.http_base))
+            .send()
+            .await
+        {
             Ok(response) => {
                 let status = response.status().as_u16();
                 let body = response.json().await.unwrap_or(Value::Null);
@@ -197,16 +231,26 @@ impl Stack {
     }
 
     /// Wait until the gateway lists at least `count` runs of `job_id` in `status`.
-    pub async fn wait_for_runs(&self, job_id: &str, status: &str, count: usize, timeout: Duration) -> Vec<Value> {
-        wait_until(&format!("{count} {status} runs of {job_id}"), timeout, || async {
-            let runs: Vec<Value> = self
-                .runs_of(job_id)
-                .await
-                .into_iter()
-                .filter(|r| r["status"] == status)
-                .collect();
-            (runs.len() >= count).then_some(runs)
-        })
+    pub async fn wait_for_runs(
+        &self,
+        job_id: &str,
+        status: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Vec<Value> {
+        wait_until(
+            &format!("{count} {status} runs of {job_id}"),
+            timeout,
+            || async {
+                let runs: Vec<Value> = self
+                    .runs_of(job_id)
+                    .await
+                    .into_iter()
+                    .filter(|r| r["status"] == status)
+                    .collect();
+                (runs.len() >= count).then_some(runs)
+            },
+        )
         .await
     }
 }

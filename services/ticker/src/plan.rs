@@ -66,7 +66,14 @@ impl FirePlan {
         if let Some(at) = next {
             self.queue.insert((at, id.clone()));
         }
-        self.jobs.insert(id, PlannedJob { job, revision, next });
+        self.jobs.insert(
+            id,
+            PlannedJob {
+                job,
+                revision,
+                next,
+            },
+        );
     }
 
     /// Forget a job (deleted, purged, or replaced by an invalid value).
@@ -136,13 +143,18 @@ mod tests {
     }
 
     fn t(s: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000 + s, 0).single().expect("instant")
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("instant")
     }
 
     fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
         let mut out = Vec::new();
         while let Some(fire) = plan.peek_due(now) {
-            out.push((fire.job.spec.id.clone(), fire.scheduled_at.timestamp() - 1_800_000_000));
+            out.push((
+                fire.job.spec.id.clone(),
+                fire.scheduled_at.timestamp() - 1_800_000_000,
+            ));
             plan.fired(&fire);
         }
         out
@@ -156,7 +168,13 @@ mod tests {
         assert_eq!(plan.next_due_at(), Some(t(2)));
         assert_eq!(
             drain(&mut plan, t(6)),
-            [("a".into(), 2), ("b".into(), 3), ("a".into(), 4), ("a".into(), 6), ("b".into(), 6)]
+            [
+                ("a".into(), 2),
+                ("b".into(), 3),
+                ("a".into(), 4),
+                ("a".into(), 6),
+                ("b".into(), 6)
+            ]
         );
     }
 

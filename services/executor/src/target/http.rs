@@ -28,7 +28,13 @@ pub async fn run(
     }
     let mut response = match request.send().await {
         Ok(r) => r,
-        Err(e) => return Outcome::failed(format!("request to {} failed: {}", target.url, error_chain(&e))),
+        Err(e) => {
+            return Outcome::failed(format!(
+                "request to {} failed: {}",
+                target.url,
+                error_chain(&e)
+            ))
+        }
     };
     let status = response.status();
     let mut body = Vec::new();

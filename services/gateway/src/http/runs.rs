@@ -28,7 +28,8 @@ pub async fn of_job(
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, HttpError> {
     validate_id(&id).map_err(|p| ApiError::invalid_job(vec![p]))?;
-    let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let Query(query) =
+        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(HttpError(ApiError {
@@ -39,7 +40,11 @@ pub async fn of_job(
             )
         }));
     }
-    let runs = state.runs.runs_of_job(&id, limit).await.map_err(unavailable)?;
+    let runs = state
+        .runs
+        .runs_of_job(&id, limit)
+        .await
+        .map_err(unavailable)?;
     Ok(Json(json!({ "ok": true, "job_id": id, "runs": runs })))
 }
 
