@@ -10,5 +10,12 @@ clickhouse_bin="$("$INFRA_DIR/install-clickhouse.sh")"
 export JETCRON_NATS_SERVER="$nats_bin"
 export JETCRON_CLICKHOUSE_SERVER="$clickhouse_bin"
 cd "$REPO_DIR"
-log "cargo test --workspace"
-cargo test --workspace --locked
+# nextest runs each test in its own process and ends with one summary line;
+# plain cargo test is the fallback where nextest is not installed.
+if cargo nextest --version >/dev/null 2>&1; then
+  log "cargo nextest run --workspace"
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  log "cargo test --workspace (cargo-nextest not installed)"
+  cargo test --workspace --locked --no-fail-fast
+fi
