@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -46,11 +47,40 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
     pub target: Target,
+    /// First instant the job may fire (RFC 3339); no bound when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// Last instant the job may fire (RFC 3339); no bound when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<String>,
+    /// Largest random delay added to each fire, e.g. `"30s"`; deterministic per
+    /// (job, scheduled time). 0 to 1h, default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+    /// What to do with fire times nobody fired (ticker down, job paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<MisfirePolicy>,
+    /// How far back `fire_all` catches up; 1s to 7d, default 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
     /// Per-attempt timeout, e.g. `"30s"`; 1s to 24h, default 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+}
+
+/// Recovery of missed fire times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MisfirePolicy {
+    /// Fire nothing that was missed; continue with the next time.
+    Skip,
+    /// One catch-up fire for the latest missed time.
+    #[default]
+    FireOnce,
+    /// Every missed time within `catchup_window`.
+    FireAll,
 }
 
 /// What runs when the job fires.
@@ -146,6 +176,11 @@ impl std::fmt::Display for FieldError {
     }
 }
 
+/// Default of `catchup_window`.
+pub const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(3600);
+/// Largest `jitter`.
+pub const MAX_JITTER: Duration = Duration::from_secs(3600);
+
 /// A definition that passed validation, with its parsed parts.
 #[derive(Debug, Clone)]
 pub struct ValidJob {
@@ -155,6 +190,11 @@ pub struct ValidJob {
     pub timeout: Duration,
     pub max_attempts: u32,
     pub backoff: Duration,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub jitter: Duration,
+    pub misfire: MisfirePolicy,
+    pub catchup_window: Duration,
 }
 
 impl ValidJob {
@@ -325,6 +365,34 @@ pub fn validate(spec: JobSpec) -> Result<ValidJob, Vec<FieldError>> {
         .map_err(|p| problems.push(p))
         .ok(),
     };
+    let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
+    let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
+    if let (Some(Some(start)), Some(Some(end))) = (start_at, end_at) {
+        if end <= start {
+            problems.push(FieldError::new(
+                "end_at",
+                "out_of_range",
+                "must be later than start_at",
+            ));
+        }
+    }
+    let jitter = match &spec.jitter {
+        None => Some(Duration::ZERO),
+        Some(text) => parse_bounded_duration("jitter", text, Duration::ZERO, MAX_JITTER)
+            .map_err(|p| problems.push(p))
+            .ok(),
+    };
+    let catchup_window = match &spec.catchup_window {
+        None => Some(DEFAULT_CATCHUP_WINDOW),
+        Some(text) => parse_bounded_duration(
+            "catchup_window",
+            text,
+            Duration::from_secs(1),
+            Duration::from_secs(7 * 86_400),
+        )
+        .map_err(|p| problems.push(p))
+        .ok(),
+    };
     validate_target(&spec.target, &mut problems);
     if let Some(d) = &spec.description {
         if d.len() > 4096 {
@@ -335,17 +403,41 @@ pub fn validate(spec: JobSpec) -> Result<ValidJob, Vec<FieldError>> {
             ));
         }
     }
-    match (schedule, timezone, timeout, backoff) {
-        (Some(schedule), Some(timezone), Some(timeout), Some(backoff)) if problems.is_empty() => {
-            Ok(ValidJob {
-                spec,
-                schedule,
-                timezone,
-                timeout,
-                max_attempts,
-                backoff,
-            })
-        }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    match (
+        schedule,
+        timezone,
+        timeout,
+        backoff,
+        start_at,
+        end_at,
+        jitter,
+        catchup_window,
+    ) {
+        (
+            Some(schedule),
+            Some(timezone),
+            Some(timeout),
+            Some(backoff),
+            Some(start_at),
+            Some(end_at),
+            Some(jitter),
+            Some(catchup_window),
+        ) => Ok(ValidJob {
+            misfire: spec.misfire.unwrap_or_default(),
+            spec,
+            schedule,
+            timezone,
+            timeout,
+            max_attempts,
+            backoff,
+            start_at,
+            end_at,
+            jitter,
+            catchup_window,
+        }),
         _ => Err(problems),
     }
 }
@@ -474,6 +566,28 @@ pub fn is_valid_publish_subject(subject: &str) -> bool {
                 && token != ">"
                 && !token.chars().any(|c| c.is_whitespace() || c.is_control())
         })
+}
+
+/// `Some(None)`: absent; `Some(Some(t))`: valid; `None`: invalid (problem recorded).
+fn parse_instant(
+    field: &str,
+    text: Option<&str>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Option<DateTime<Utc>>> {
+    let Some(text) = text else {
+        return Some(None);
+    };
+    match DateTime::parse_from_rfc3339(text) {
+        Ok(t) => Some(Some(t.with_timezone(&Utc))),
+        Err(e) => {
+            problems.push(FieldError::new(
+                field,
+                "invalid_instant",
+                format!("expected an RFC 3339 instant such as 2030-01-01T09:00:00Z, got {text:?}: {e}"),
+            ));
+            None
+        }
+    }
 }
 
 fn parse_bounded_duration(

@@ -22,6 +22,7 @@ pub mod api;
 pub mod clickhouse_schema;
 pub mod clock;
 pub mod events;
+pub mod fire_times;
 pub mod job;
 pub mod run_summary;
 pub mod schedule;

@@ -83,6 +83,30 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// The last fire instant at or before `at`, evaluated in `tz`.
+    /// `None` when the schedule never fired by then.
+    pub fn previous_fire(&self, at: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Cron(cron) => {
+                let floor = at.with_timezone(&tz).with_nanosecond_floor();
+                let prev = cron.find_previous_occurrence(&floor, true).ok()?;
+                Some(prev.with_timezone(&Utc))
+            }
+            Schedule::Every { period_ms } => {
+                let ms = at.timestamp_millis().div_euclid(*period_ms) * period_ms;
+                Utc.timestamp_millis_opt(ms).single()
+            }
+            Schedule::At(t) => (*t <= at).then_some(*t),
+        }
+    }
+
+    /// Whether this is a cron line (read in wall-clock time of a zone).
+    pub fn is_cron(&self) -> bool {
+        matches!(self, Schedule::Cron(_))
+    }
+}
+
 impl FromStr for Schedule {
     type Err = ScheduleError;
 

@@ -1,0 +1,142 @@
+//! From a valid job to the instants it fires at: bounds, DST, jitter and
+//! misfire recovery. Pure functions of (job, instants): every replica that
+//! asks gets the same answer.
+//!
+//! Rules (documented in `docs/schedules.md`):
+//! - `start_at` / `end_at` bound the *scheduled* times, both inclusive.
+//! - Cron lines are read in the job's zone. A wall time inside a spring-forward
+//!   gap fires once, right after the gap (croner's rule). A wall time that
+//!   occurs twice in a fall-back overlap fires once, at its first occurrence:
+//!   the second occurrence is skipped, for every cron line.
+//! - Jitter delays the publish of a fire by an offset in `[0, jitter)` derived
+//!   from the run id, so it is the same on every replica; the scheduled time
+//!   (and so the run id) does not change.
+//! - Misfires: on recovery after `last_done`, `skip` fires nothing missed,
+//!   `fire_once` fires the latest missed time, `fire_all` fires every missed
+//!   time within `catchup_window` (at most [`MAX_CATCHUP_FIRES`], the latest).
+
+use std::time::Duration;
+
+use chrono::{DateTime, LocalResult, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use crate::events::RunId;
+use crate::job::{MisfirePolicy, ValidJob};
+
+/// Most fires a `fire_all` recovery emits for one job.
+pub const MAX_CATCHUP_FIRES: usize = 1000;
+
+/// Iterations a search may take to step over repeated wall times.
+const MAX_SKIPS: usize = 10_000;
+
+/// Whether `t` is the second occurrence of a wall time repeated by a fall-back.
+fn is_repeated_wall_time(t: DateTime<Utc>, tz: Tz) -> bool {
+    let local = t.with_timezone(&tz).naive_local();
+    match tz.from_local_datetime(&local) {
+        LocalResult::Ambiguous(first, _) => first.with_timezone(&Utc) != t,
+        _ => false,
+    }
+}
+
+impl ValidJob {
+    /// The first scheduled time strictly after `after`, within the job's bounds.
+    pub fn next_scheduled(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = after;
+        if let Some(start) = self.start_at {
+            let just_before = start - chrono::Duration::milliseconds(1);
+            if cursor < just_before {
+                cursor = just_before;
+            }
+        }
+        for _ in 0..MAX_SKIPS {
+            let t = self.schedule.next_fire(cursor, self.timezone)?;
+            if self.end_at.is_some_and(|end| t > end) {
+                return None;
+            }
+            if self.schedule.is_cron() && is_repeated_wall_time(t, self.timezone) {
+                cursor = t;
+                continue;
+            }
+            return Some(t);
+        }
+        None
+    }
+
+    /// The last scheduled time at or before `at`, within the job's bounds.
+    pub fn previous_scheduled(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = match self.end_at {
+            Some(end) if end < at => end,
+            _ => at,
+        };
+        for _ in 0..MAX_SKIPS {
+            let t = self.schedule.previous_fire(cursor, self.timezone)?;
+            if self.start_at.is_some_and(|start| t < start) {
+                return None;
+            }
+            if self.schedule.is_cron() && is_repeated_wall_time(t, self.timezone) {
+                cursor = t - chrono::Duration::seconds(1);
+                continue;
+            }
+            return Some(t);
+        }
+        None
+    }
+
+    /// When the due event of `scheduled` is published: `scheduled` plus the
+    /// job's deterministic jitter.
+    pub fn fire_instant(&self, scheduled: DateTime<Utc>) -> DateTime<Utc> {
+        let offset = jitter_offset(&self.spec.id, scheduled, self.jitter);
+        scheduled + chrono::Duration::from_std(offset).unwrap_or_default()
+    }
+
+    /// Scheduled times in `(last_done, now]` that recovery fires, oldest first,
+    /// per the job's misfire policy.
+    pub fn missed(&self, last_done: DateTime<Utc>, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        if now <= last_done || self.spec.paused {
+            return Vec::new();
+        }
+        match self.misfire {
+            MisfirePolicy::Skip => Vec::new(),
+            MisfirePolicy::FireOnce => self
+                .previous_scheduled(now)
+                .filter(|t| *t > last_done)
+                .into_iter()
+                .collect(),
+            MisfirePolicy::FireAll => {
+                let window = chrono::Duration::from_std(self.catchup_window).unwrap_or_default();
+                let from = last_done.max(now - window);
+                let mut times = Vec::new();
+                let mut cursor = from;
+                while let Some(t) = self.next_scheduled(cursor) {
+                    if t > now {
+                        break;
+                    }
+                    times.push(t);
+                    if times.len() > MAX_CATCHUP_FIRES {
+                        times.remove(0);
+                    }
+                    cursor = t;
+                }
+                times
+            }
+        }
+    }
+}
+
+/// Offset in `[0, max)` for the fire of `job_id` at `scheduled`, derived from
+/// its run id so that every replica computes the same one.
+pub fn jitter_offset(job_id: &str, scheduled: DateTime<Utc>, max: Duration) -> Duration {
+    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+    if max_ms == 0 {
+        return Duration::ZERO;
+    }
+    let run_id = RunId::for_fire(job_id, scheduled);
+    let uuid = uuid::Uuid::parse_str(run_id.as_str()).unwrap_or_default();
+    let bytes = uuid.as_bytes();
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[8..16]);
+    Duration::from_millis(u64::from_be_bytes(word) % max_ms)
+}
+
+#[cfg(test)]
+mod tests;
