@@ -583,7 +583,9 @@ fn parse_instant(
             problems.push(FieldError::new(
                 field,
                 "invalid_instant",
-                format!("expected an RFC 3339 instant such as 2030-01-01T09:00:00Z, got {text:?}: {e}"),
+                format!(
+                    "expected an RFC 3339 instant such as 2030-01-01T09:00:00Z, got {text:?}: {e}"
+                ),
             ));
             None
         }

@@ -6,6 +6,10 @@
 /// KV bucket holding job definitions; key = job id. The source of truth.
 pub const JOBS_BUCKET: &str = "jetcron_jobs";
 
+/// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
+/// and replica heartbeats.
+pub const TICKER_BUCKET: &str = "jetcron_ticker";
+
 /// Stream of due events (ticker → executors).
 pub const DUE_STREAM: &str = "JETCRON_DUE";
 /// Subjects captured by [`DUE_STREAM`].

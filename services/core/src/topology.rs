@@ -56,6 +56,27 @@ pub async fn ensure_jobs_bucket(
     .with_context(|| format!("create KV bucket {}", subjects::JOBS_BUCKET))
 }
 
+/// The tickers' coordination bucket: one key per shard (owner, lease,
+/// watermark) and one per live replica. History 1: only the latest matters.
+pub async fn ensure_ticker_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<kv::Store> {
+    if let Ok(store) = js.get_key_value(subjects::TICKER_BUCKET).await {
+        return Ok(store);
+    }
+    js.create_key_value(kv::Config {
+        bucket: subjects::TICKER_BUCKET.to_string(),
+        description: "jetcron ticker shard leases and fired-up-to watermarks".into(),
+        history: 1,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create KV bucket {}", subjects::TICKER_BUCKET))
+}
+
 /// The due events stream: a work queue, each due event consumed once per pool.
 pub async fn ensure_due_stream(
     js: &jetstream::Context,

@@ -121,6 +121,7 @@ async fn spawn_ticker(
     let client = connect(common, "ticker", shutdown).await?;
     let config = jetcron_ticker::TickerConfig {
         topology: topology(common),
+        ..Default::default()
     };
     services.spawn(jetcron_ticker::run(
         config,

@@ -106,7 +106,10 @@ async fn two_tickers_fire_each_time_once() {
     // A second ticker replica on the same bucket and stream.
     let shutdown = tokio_util::sync::CancellationToken::new();
     let second = tokio::spawn(jetcron_ticker::run(
-        jetcron_ticker::TickerConfig::default(),
+        jetcron_ticker::TickerConfig {
+            leases: jetcron_testkit::fast_leases(),
+            ..Default::default()
+        },
         stack.nats.client().await,
         Arc::new(jetcron_core::clock::SystemClock),
         shutdown.clone(),

@@ -14,6 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{wait_until, ClickHouseServer, NatsServer};
 
+/// Lease timing for tests: failover within about 2 seconds.
+pub fn fast_leases() -> jetcron_ticker::ownership::LeaseOptions {
+    jetcron_ticker::ownership::LeaseOptions {
+        ttl: Duration::from_millis(1500),
+        renew_every: Duration::from_millis(250),
+    }
+}
+
 /// Which services a [`Stack`] runs and how.
 #[derive(Debug, Clone)]
 pub struct StackOptions {
@@ -105,7 +113,9 @@ impl Stack {
         }
         if options.ticker {
             let config = jetcron_ticker::TickerConfig {
+                leases: fast_leases(),
                 topology: topology.clone(),
+                ..Default::default()
             };
             services.spawn(jetcron_ticker::run(
                 config,

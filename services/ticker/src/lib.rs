@@ -2,41 +2,99 @@
 //! publishes one due event per (job, scheduled time) on `jetcron.due.<pool>.<job>`
 //! in stream `JETCRON_DUE`.
 //!
-//! Shape: one task owns a [`plan::FirePlan`] (pure), fed by a KV watch
-//! ([`watch`]) and drained by the clock; [`publish`] stores each due event with
-//! `Nats-Msg-Id` = run id, so a second ticker replica (or a retry after a lost
-//! ack) deciding the same fire is dropped by JetStream's duplicate window. A fire
-//! is advanced past only after JetStream acknowledged it, so NATS being away
-//! delays fires but loses none while the ticker lives.
+//! Shape: jobs are split into [`shards::SHARDS`] shards; [`ownership`] leases
+//! each shard to one replica through the `jetcron_ticker` bucket, and the owner
+//! keeps a pure [`plan::FirePlan`] per shard, fed by the KV watch ([`watch`])
+//! and drained by the clock. [`publish`] stores due events in pipelined batches
+//! with `Nats-Msg-Id` = run id. A fire is advanced past only after JetStream
+//! acknowledged it, and each shard's watermark (every fire up to it is stored)
+//! is written with every lease renewal: a replica taking a shard over resumes
+//! from it, firing late times after a failover and applying the job's misfire
+//! policy after an outage. `docs/architecture.md` has the full argument for
+//! "exactly once".
 //!
-//! Owns: nothing exclusively; creates `jetcron_jobs` and `JETCRON_DUE` if missing.
+//! Owns: the `jetcron_ticker` bucket; creates `jetcron_jobs` and `JETCRON_DUE`
+//! if missing.
 
+pub mod ownership;
 pub mod plan;
 pub mod publish;
+pub mod shards;
 pub mod watch;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
+use jetcron_core::job::ValidJob;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
 use crate::plan::FirePlan;
+use crate::shards::shard_of;
 use crate::watch::JobChange;
 
 /// Ticker settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TickerConfig {
+    /// This replica's name in the lease records (unique per process).
+    pub replica_id: String,
+    pub leases: LeaseOptions,
+    /// Fires at most this late after a failover or restart are all emitted;
+    /// older missed fires follow the job's misfire policy.
+    pub late_threshold: Duration,
+    /// Most due events published per pipelined batch.
+    pub batch_size: usize,
     pub topology: TopologyOptions,
 }
 
+impl Default for TickerConfig {
+    fn default() -> Self {
+        Self {
+            replica_id: default_replica_id(),
+            leases: LeaseOptions::default(),
+            late_threshold: Duration::from_secs(60),
+            batch_size: 1024,
+            topology: TopologyOptions::default(),
+        }
+    }
+}
+
+/// `<hostname>-<pid>-<random>`: unique per process start.
+pub fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "ticker".into());
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &random[..8])
+}
+
 /// Longest the loop sleeps without looking at the clock again.
-const MAX_IDLE: Duration = Duration::from_millis(500);
-/// Pause before retrying a failed publish.
+const MAX_IDLE: Duration = Duration::from_millis(250);
+/// Pause before retrying after a failed publish.
 const PUBLISH_RETRY: Duration = Duration::from_millis(250);
+
+/// Every valid job this replica knows, whether or not it owns its shard.
+struct BookEntry {
+    job: ValidJob,
+    revision: u64,
+    defined_at: DateTime<Utc>,
+}
 
 /// Run the ticker until `shutdown` is cancelled.
 pub async fn run(
@@ -48,62 +106,199 @@ pub async fn run(
     let js = async_nats::jetstream::new(client);
     let jobs = topology::ensure_jobs_bucket(&js, &config.topology).await?;
     topology::ensure_due_stream(&js, &config.topology).await?;
-    let (changes_tx, mut changes) = tokio::sync::mpsc::channel(1024);
-    let watcher = tokio::spawn(watch::watch_jobs(jobs, changes_tx, shutdown.clone()));
-    let mut plan = FirePlan::default();
-    info!("ticker started");
+    let ticker_bucket = topology::ensure_ticker_bucket(&js, &config.topology).await?;
+
+    let watch_stop = CancellationToken::new();
+    let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
+    let watcher = tokio::spawn(watch::watch_jobs(jobs, job_tx, watch_stop.clone()));
+
+    let leases = Leases::default();
+    let ownership_stop = CancellationToken::new();
+    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+    let (own_tx, mut ownership_changes) = tokio::sync::mpsc::channel(64);
+    let ownership = Ownership::new(
+        ticker_bucket,
+        config.replica_id.clone(),
+        config.leases,
+        leases.clone(),
+        own_tx,
+    );
+    let owner_task = tokio::spawn(ownership.run(ready_rx, ownership_stop.clone()));
+
+    let late_threshold = chrono::Duration::from_std(config.late_threshold).unwrap_or_default();
+    let mut book: HashMap<String, BookEntry> = HashMap::new();
+    let mut plans: HashMap<u32, FirePlan> = HashMap::new();
+    info!(replica_id = %config.replica_id, "ticker started");
 
     loop {
+        // Apply what arrived without waiting.
+        while let Ok(change) = ownership_changes.try_recv() {
+            on_ownership(change, &book, &mut plans, clock.now(), late_threshold);
+        }
+        while let Ok(change) = job_changes.try_recv() {
+            on_job(change, &mut book, &mut plans, &ready_tx, clock.now());
+        }
+
         let now = clock.now();
-        if let Some(fire) = plan.peek_due(now) {
-            match publish::publish_due(&js, &fire).await {
-                Ok(()) => plan.fired(&fire),
-                Err(e) => {
-                    warn!(job_id = %fire.job.spec.id, error = %format!("{e:#}"), "due event not stored, retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(PUBLISH_RETRY) => {}
+        let fires = due_fires(&plans, &leases, now, config.batch_size);
+        if !fires.is_empty() {
+            let stored = publish::publish_batch(&js, &fires).await;
+            let failed = stored.iter().filter(|ok| !**ok).count();
+            for (fire, ok) in fires.iter().zip(stored) {
+                if ok {
+                    if let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) {
+                        plan.fired(fire);
                     }
                 }
             }
-            // Keep applying job changes even while a burst of fires drains.
-            while let Ok(change) = changes.try_recv() {
-                apply(&mut plan, change, clock.now());
+            record_watermarks(&plans, &leases, clock.now());
+            if failed > 0 {
+                warn!(failed, "due events not stored, retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(PUBLISH_RETRY) => {}
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
             }
             continue;
         }
-        let idle = plan
-            .next_due_at()
+        record_watermarks(&plans, &leases, now);
+        let idle = plans
+            .values()
+            .filter_map(FirePlan::next_fire_at)
+            .min()
             .and_then(|at| (at - now).to_std().ok())
             .map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            change = changes.recv() => match change {
-                Some(change) => apply(&mut plan, change, clock.now()),
+            change = ownership_changes.recv() => {
+                if let Some(change) = change {
+                    on_ownership(change, &book, &mut plans, clock.now(), late_threshold);
+                }
+            }
+            change = job_changes.recv() => match change {
+                Some(change) => on_job(change, &mut book, &mut plans, &ready_tx, clock.now()),
                 None => break,
             },
             _ = tokio::time::sleep(idle) => {}
         }
     }
-    shutdown.cancel();
+    // Final watermarks, then release the shards so a standby resumes at once.
+    record_watermarks(&plans, &leases, clock.now());
+    ownership_stop.cancel();
+    watch_stop.cancel();
+    owner_task
+        .await
+        .context("join ownership")?
+        .context("ownership")?;
     watcher
         .await
         .context("join job watcher")?
         .context("job watcher")?;
-    info!(jobs = plan.len(), "ticker stopped");
+    info!(jobs = book.len(), "ticker stopped");
     Ok(())
 }
 
-fn apply(plan: &mut FirePlan, change: JobChange, now: chrono::DateTime<chrono::Utc>) {
+fn on_ownership(
+    change: OwnershipChange,
+    book: &HashMap<String, BookEntry>,
+    plans: &mut HashMap<u32, FirePlan>,
+    now: DateTime<Utc>,
+    late_threshold: chrono::Duration,
+) {
     match change {
-        JobChange::Put { job, revision } => {
-            info!(job_id = %job.spec.id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job scheduled");
-            plan.upsert(*job, revision, now);
+        OwnershipChange::Acquired { shard, done } => {
+            let mut plan = FirePlan::default();
+            for entry in book.values().filter(|e| shard_of(&e.job.spec.id) == shard) {
+                plan.recover(
+                    entry.job.clone(),
+                    entry.revision,
+                    entry.defined_at,
+                    done,
+                    now,
+                    late_threshold,
+                );
+            }
+            info!(
+                shard,
+                jobs = plan.len(),
+                catch_up = plan.pending_fires().saturating_sub(plan.len()),
+                "shard scheduling"
+            );
+            plans.insert(shard, plan);
+        }
+        OwnershipChange::Lost { shard } => {
+            plans.remove(&shard);
+        }
+    }
+}
+
+fn on_job(
+    change: JobChange,
+    book: &mut HashMap<String, BookEntry>,
+    plans: &mut HashMap<u32, FirePlan>,
+    ready: &tokio::sync::watch::Sender<bool>,
+    now: DateTime<Utc>,
+) {
+    match change {
+        JobChange::Put {
+            job,
+            revision,
+            defined_at,
+        } => {
+            let id = job.spec.id.clone();
+            if book.get(&id).is_some_and(|e| e.revision >= revision) {
+                return;
+            }
+            debug!(job_id = %id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job definition seen");
+            if let Some(plan) = plans.get_mut(&shard_of(&id)) {
+                plan.upsert((*job).clone(), revision, now);
+            }
+            book.insert(
+                id,
+                BookEntry {
+                    job: *job,
+                    revision,
+                    defined_at,
+                },
+            );
         }
         JobChange::Removed { job_id } => {
-            if plan.remove(&job_id) {
-                info!(job_id = %job_id, "job unscheduled");
+            book.remove(&job_id);
+            if let Some(plan) = plans.get_mut(&shard_of(&job_id)) {
+                if plan.remove(&job_id) {
+                    info!(job_id = %job_id, "job unscheduled");
+                }
             }
         }
+        JobChange::Synced => {
+            info!(jobs = book.len(), "job bucket loaded");
+            let _ = ready.send(true);
+        }
+    }
+}
+
+/// The earliest due fires of the shards this replica may publish for.
+fn due_fires(
+    plans: &HashMap<u32, FirePlan>,
+    leases: &Leases,
+    now: DateTime<Utc>,
+    limit: usize,
+) -> Vec<plan::Fire> {
+    let mut fires: Vec<plan::Fire> = plans
+        .iter()
+        .filter(|(shard, _)| leases.is_valid(**shard))
+        .flat_map(|(_, plan)| plan.due(now, limit))
+        .collect();
+    fires.sort_by_key(|f| (f.fire_at, f.scheduled_at));
+    fires.truncate(limit);
+    fires
+}
+
+fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {
+    for (shard, plan) in plans {
+        leases.set_watermark(*shard, plan.watermark(now));
     }
 }

@@ -1,13 +1,16 @@
-//! The fire plan: which job fires next, and when. Pure and synchronous.
+//! The fire plan of one shard: which job fires next, and when. Pure and synchronous.
 //!
 //! The ticker feeds it definitions as the KV watch delivers them and asks it
 //! for due fires; publishing happens outside. A fire is only advanced past once
 //! its due event is stored ([`FirePlan::fired`]), so a failed publish is retried
-//! rather than lost.
+//! rather than lost. [`FirePlan::watermark`] is the instant up to which every
+//! scheduled time of the shard has been stored: the durable checkpoint a new
+//! owner resumes from.
 
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
+use jetcron_core::fire_times::MAX_CATCHUP_FIRES;
 use jetcron_core::job::ValidJob;
 
 /// A job as the plan holds it.
@@ -15,8 +18,10 @@ use jetcron_core::job::ValidJob;
 pub struct PlannedJob {
     pub job: ValidJob,
     pub revision: u64,
-    /// The next scheduled time, `None` when the schedule is exhausted.
-    pub next: Option<DateTime<Utc>>,
+    /// Latest scheduled time queued for the job (its regular next fire).
+    pub last_planned: Option<DateTime<Utc>>,
+    /// Since when the job is paused (to apply its misfire policy on resume).
+    pub paused_since: Option<DateTime<Utc>>,
 }
 
 /// One fire to emit.
@@ -25,13 +30,18 @@ pub struct Fire {
     pub job: ValidJob,
     pub revision: u64,
     pub scheduled_at: DateTime<Utc>,
+    /// When it is published (scheduled time plus jitter).
+    pub fire_at: DateTime<Utc>,
 }
 
-/// Every scheduled job and the queue of their next fire times.
+/// Every job of a shard and the queue of their pending fires.
 #[derive(Debug, Default)]
 pub struct FirePlan {
     jobs: HashMap<String, PlannedJob>,
-    queue: BTreeSet<(DateTime<Utc>, String)>,
+    /// (publish instant, scheduled time, job id) of every pending fire.
+    queue: BTreeSet<(DateTime<Utc>, DateTime<Utc>, String)>,
+    /// (scheduled time, job id) of the same fires, for the watermark.
+    pending: BTreeSet<(DateTime<Utc>, String)>,
 }
 
 impl FirePlan {
@@ -47,31 +57,115 @@ impl FirePlan {
         self.jobs.get(job_id)
     }
 
-    /// Add or replace a definition seen at KV `revision`. A revision already
-    /// held is ignored (a re-delivered watch entry must not move the schedule);
-    /// a new one is scheduled from `now`. Paused jobs are held but not queued.
+    /// Pending fires (catch-ups and regular next fires).
+    pub fn pending_fires(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn enqueue(&mut self, job_id: &str, job: &ValidJob, scheduled: DateTime<Utc>) {
+        self.queue
+            .insert((job.fire_instant(scheduled), scheduled, job_id.to_string()));
+        self.pending.insert((scheduled, job_id.to_string()));
+    }
+
+    fn dequeue_all(&mut self, job_id: &str) {
+        self.queue.retain(|(_, _, id)| id != job_id);
+        self.pending.retain(|(_, id)| id != job_id);
+    }
+
+    /// Add or replace a definition seen at KV `revision`, live (not on recovery).
+    /// A revision already held is ignored (a re-delivered watch entry must not
+    /// move the schedule); a new one is scheduled from `now`. A job resumed
+    /// from a pause gets the fires its misfire policy asks for.
     pub fn upsert(&mut self, job: ValidJob, revision: u64, now: DateTime<Utc>) {
         let id = job.spec.id.clone();
+        let mut paused_since = None;
         if let Some(existing) = self.jobs.get(&id) {
             if existing.revision >= revision {
                 return;
             }
+            paused_since = existing.paused_since;
         }
         self.remove(&id);
-        let next = if job.spec.paused {
-            None
-        } else {
-            job.schedule.next_fire(now, job.timezone)
-        };
-        if let Some(at) = next {
-            self.queue.insert((at, id.clone()));
+        if job.spec.paused {
+            let since = paused_since.unwrap_or(now);
+            self.jobs.insert(
+                id,
+                PlannedJob {
+                    job,
+                    revision,
+                    last_planned: None,
+                    paused_since: Some(since),
+                },
+            );
+            return;
         }
+        let catch_up = paused_since
+            .map(|since| job.missed(since, now))
+            .unwrap_or_default();
+        self.plan(id, job, revision, catch_up, now);
+    }
+
+    /// Add a definition when taking over a shard whose fires are stored up to
+    /// `done`. Fires in `(done, now]` are late: all of them fire when the gap
+    /// is within `late_threshold` (a failover), else the misfire policy decides
+    /// (nobody was ticking). `defined_at` is when this revision was written: a
+    /// job defined after `done` has nothing to catch up before it.
+    pub fn recover(
+        &mut self,
+        job: ValidJob,
+        revision: u64,
+        defined_at: DateTime<Utc>,
+        done: DateTime<Utc>,
+        now: DateTime<Utc>,
+        late_threshold: chrono::Duration,
+    ) {
+        let id = job.spec.id.clone();
+        self.remove(&id);
+        if job.spec.paused {
+            self.jobs.insert(
+                id,
+                PlannedJob {
+                    job,
+                    revision,
+                    last_planned: None,
+                    paused_since: Some(done.max(defined_at)),
+                },
+            );
+            return;
+        }
+        let from = done.max(defined_at);
+        let catch_up = if now - from <= late_threshold {
+            every_time_between(&job, from, now)
+        } else {
+            job.missed(from, now)
+        };
+        self.plan(id, job, revision, catch_up, now);
+    }
+
+    fn plan(
+        &mut self,
+        id: String,
+        job: ValidJob,
+        revision: u64,
+        catch_up: Vec<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
+        for t in &catch_up {
+            self.enqueue(&id, &job, *t);
+        }
+        let next = job.next_scheduled(now);
+        if let Some(t) = next {
+            self.enqueue(&id, &job, t);
+        }
+        let last_planned = next.or(catch_up.last().copied());
         self.jobs.insert(
             id,
             PlannedJob {
                 job,
                 revision,
-                next,
+                last_planned,
+                paused_since: None,
             },
         );
     }
@@ -79,154 +173,94 @@ impl FirePlan {
     /// Forget a job (deleted, purged, or replaced by an invalid value).
     pub fn remove(&mut self, job_id: &str) -> bool {
         match self.jobs.remove(job_id) {
-            Some(planned) => {
-                if let Some(at) = planned.next {
-                    self.queue.remove(&(at, job_id.to_string()));
-                }
+            Some(_) => {
+                self.dequeue_all(job_id);
                 true
             }
             None => false,
         }
     }
 
-    /// The earliest scheduled time in the plan.
-    pub fn next_due_at(&self) -> Option<DateTime<Utc>> {
-        self.queue.first().map(|(at, _)| *at)
+    /// When the next pending fire is published.
+    pub fn next_fire_at(&self) -> Option<DateTime<Utc>> {
+        self.queue.first().map(|(at, _, _)| *at)
     }
 
-    /// The earliest fire whose time is `<= now`, without removing it.
-    pub fn peek_due(&self, now: DateTime<Utc>) -> Option<Fire> {
-        let (at, id) = self.queue.first()?;
-        if *at > now {
-            return None;
-        }
-        let planned = self.jobs.get(id)?;
-        Some(Fire {
-            job: planned.job.clone(),
-            revision: planned.revision,
-            scheduled_at: *at,
-        })
+    /// Up to `limit` fires whose publish instant is `<= now`, earliest first,
+    /// without removing them.
+    pub fn due(&self, now: DateTime<Utc>, limit: usize) -> Vec<Fire> {
+        self.queue
+            .iter()
+            .take_while(|(at, _, _)| *at <= now)
+            .take(limit)
+            .filter_map(|(at, scheduled, id)| {
+                let planned = self.jobs.get(id)?;
+                Some(Fire {
+                    job: planned.job.clone(),
+                    revision: planned.revision,
+                    scheduled_at: *scheduled,
+                    fire_at: *at,
+                })
+            })
+            .collect()
     }
 
-    /// Record that the due event of `fire` is stored: move the job to its next
-    /// time after the fired one. No-op if the job changed meanwhile.
+    /// Record that the due event of `fire` is stored: drop it from the queue
+    /// and, if it was the job's regular fire, plan the next one. No-op if the
+    /// job changed meanwhile.
     pub fn fired(&mut self, fire: &Fire) {
         let id = &fire.job.spec.id;
         let Some(planned) = self.jobs.get_mut(id) else {
             return;
         };
-        if planned.revision != fire.revision || planned.next != Some(fire.scheduled_at) {
+        if planned.revision != fire.revision {
             return;
         }
-        self.queue.remove(&(fire.scheduled_at, id.clone()));
-        planned.next = planned
-            .job
-            .schedule
-            .next_fire(fire.scheduled_at, planned.job.timezone);
-        if let Some(at) = planned.next {
-            self.queue.insert((at, id.clone()));
+        let key = (fire.fire_at, fire.scheduled_at, id.clone());
+        if !self.queue.remove(&key) {
+            return;
+        }
+        self.pending.remove(&(fire.scheduled_at, id.clone()));
+        if planned.last_planned == Some(fire.scheduled_at) {
+            let next = planned.job.next_scheduled(fire.scheduled_at);
+            planned.last_planned = next;
+            if let Some(t) = next {
+                let job = planned.job.clone();
+                self.enqueue(id, &job, t);
+            }
         }
     }
+
+    /// Every scheduled time of this shard up to the returned instant is stored
+    /// (or was never due): `now`, or just before the oldest pending fire.
+    pub fn watermark(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        match self.pending.first() {
+            Some((oldest, _)) if *oldest <= now => *oldest - chrono::Duration::milliseconds(1),
+            _ => now,
+        }
+    }
+}
+
+/// Every scheduled time of `job` in `(from, to]`, at most [`MAX_CATCHUP_FIRES`] (the latest).
+fn every_time_between(
+    job: &ValidJob,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let mut times = Vec::new();
+    let mut cursor = from;
+    while let Some(t) = job.next_scheduled(cursor) {
+        if t > to {
+            break;
+        }
+        times.push(t);
+        if times.len() > MAX_CATCHUP_FIRES {
+            times.remove(0);
+        }
+        cursor = t;
+    }
+    times
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-    use jetcron_core::job::parse_job;
-
-    fn job(id: &str, schedule: &str) -> ValidJob {
-        let json = format!(
-            r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}}}"#
-        );
-        parse_job(json.as_bytes(), None).expect("valid job")
-    }
-
-    fn t(s: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000 + s, 0)
-            .single()
-            .expect("instant")
-    }
-
-    fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
-        let mut out = Vec::new();
-        while let Some(fire) = plan.peek_due(now) {
-            out.push((
-                fire.job.spec.id.clone(),
-                fire.scheduled_at.timestamp() - 1_800_000_000,
-            ));
-            plan.fired(&fire);
-        }
-        out
-    }
-
-    #[test]
-    fn fires_every_due_time_in_order() {
-        let mut plan = FirePlan::default();
-        plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
-        plan.upsert(job("b", "*/3 * * * * *"), 2, t(0));
-        assert_eq!(plan.next_due_at(), Some(t(2)));
-        assert_eq!(
-            drain(&mut plan, t(6)),
-            [
-                ("a".into(), 2),
-                ("b".into(), 3),
-                ("a".into(), 4),
-                ("a".into(), 6),
-                ("b".into(), 6)
-            ]
-        );
-    }
-
-    #[test]
-    fn a_fire_not_recorded_stays_due() {
-        let mut plan = FirePlan::default();
-        plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
-        let fire = plan.peek_due(t(2)).expect("due");
-        // publish failed: nothing recorded, the same fire is offered again
-        let again = plan.peek_due(t(3)).expect("still due");
-        assert_eq!(fire.scheduled_at, again.scheduled_at);
-    }
-
-    #[test]
-    fn redelivered_revision_does_not_move_the_schedule() {
-        let mut plan = FirePlan::default();
-        plan.upsert(job("a", "*/2 * * * * *"), 5, t(0));
-        plan.upsert(job("a", "*/2 * * * * *"), 5, t(3));
-        assert_eq!(plan.next_due_at(), Some(t(2)));
-        plan.upsert(job("a", "*/10 * * * * *"), 6, t(3));
-        assert_eq!(plan.next_due_at(), Some(t(10)));
-    }
-
-    #[test]
-    fn edits_during_a_publish_win() {
-        let mut plan = FirePlan::default();
-        plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
-        let fire = plan.peek_due(t(2)).expect("due");
-        plan.upsert(job("a", "*/5 * * * * *"), 2, t(2));
-        plan.fired(&fire);
-        assert_eq!(plan.next_due_at(), Some(t(5)));
-    }
-
-    #[test]
-    fn removed_and_paused_jobs_do_not_fire() {
-        let mut plan = FirePlan::default();
-        plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
-        assert!(plan.remove("a"));
-        assert!(plan.peek_due(t(10)).is_none());
-        let mut paused = job("p", "*/2 * * * * *");
-        paused.spec.paused = true;
-        plan.upsert(paused, 2, t(0));
-        assert_eq!(plan.len(), 1);
-        assert!(plan.peek_due(t(10)).is_none());
-    }
-
-    #[test]
-    fn one_shot_fires_once() {
-        let mut plan = FirePlan::default();
-        let at = jetcron_core::time_format::rfc3339_millis(t(4));
-        plan.upsert(job("once", &format!("@at {at}")), 1, t(0));
-        assert_eq!(drain(&mut plan, t(100)), [("once".into(), 4)]);
-        assert!(plan.next_due_at().is_none());
-    }
-}
+mod tests;

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
+use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use jetcron_core::job::{parse_job, ValidJob};
 use tokio::sync::mpsc;
@@ -18,8 +19,17 @@ use tracing::{debug, warn};
 /// What the ticker learns from the bucket.
 #[derive(Debug)]
 pub enum JobChange {
-    Put { job: Box<ValidJob>, revision: u64 },
-    Removed { job_id: String },
+    /// A valid definition at `revision`, written at `defined_at` (server time).
+    Put {
+        job: Box<ValidJob>,
+        revision: u64,
+        defined_at: DateTime<Utc>,
+    },
+    Removed {
+        job_id: String,
+    },
+    /// Every value present when the watch opened has been delivered.
+    Synced,
 }
 
 /// Follow the bucket until `shutdown`, sending changes to `changes`.
@@ -28,7 +38,15 @@ pub async fn watch_jobs(
     changes: mpsc::Sender<JobChange>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let mut synced = false;
     loop {
+        // An empty bucket delivers nothing: it is loaded as soon as we know that.
+        if !synced && bucket_is_empty(&jobs).await {
+            synced = true;
+            if changes.send(JobChange::Synced).await.is_err() {
+                return Ok(());
+            }
+        }
         let mut entries = match jobs.watch_with_history(">").await {
             Ok(entries) => entries,
             Err(e) => {
@@ -55,9 +73,16 @@ pub async fn watch_jobs(
                     break;
                 }
             };
+            let caught_up = entry.seen_current;
             let change = to_change(entry);
             if changes.send(change).await.is_err() {
                 return Ok(());
+            }
+            if caught_up && !synced {
+                synced = true;
+                if changes.send(JobChange::Synced).await.is_err() {
+                    return Ok(());
+                }
             }
         }
         tokio::select! {
@@ -77,6 +102,7 @@ fn to_change(entry: kv::Entry) -> JobChange {
             Ok(job) => JobChange::Put {
                 job: Box::new(job),
                 revision: entry.revision,
+                defined_at: entry.created,
             },
             Err(problems) => {
                 let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -89,5 +115,13 @@ fn to_change(entry: kv::Entry) -> JobChange {
                 JobChange::Removed { job_id: entry.key }
             }
         },
+    }
+}
+
+async fn bucket_is_empty(jobs: &kv::Store) -> bool {
+    let mut stream = jobs.stream.clone();
+    match stream.info().await {
+        Ok(info) => info.state.messages == 0,
+        Err(_) => false,
     }
 }

@@ -2,14 +2,14 @@ use super::*;
 use crate::job::parse_job;
 
 fn job(extra: &str) -> ValidJob {
-    let json = format!(
-        r#"{{"id":"j","target":{{"type":"shell","command":"true"}},{extra}}}"#
-    );
+    let json = format!(r#"{{"id":"j","target":{{"type":"shell","command":"true"}},{extra}}}"#);
     parse_job(json.as_bytes(), None).expect("valid job")
 }
 
 fn utc(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).expect("instant").with_timezone(&Utc)
+    DateTime::parse_from_rfc3339(s)
+        .expect("instant")
+        .with_timezone(&Utc)
 }
 
 fn fires(job: &ValidJob, from: &str, n: usize) -> Vec<String> {
@@ -85,7 +85,10 @@ fn bounds_are_inclusive() {
             "2026-01-01T12:00:00+00:00",
         ]
     );
-    assert_eq!(j.previous_scheduled(utc("2027-01-01T00:00:00Z")), Some(utc("2026-01-01T12:00:00Z")));
+    assert_eq!(
+        j.previous_scheduled(utc("2027-01-01T00:00:00Z")),
+        Some(utc("2026-01-01T12:00:00Z"))
+    );
     assert_eq!(j.previous_scheduled(utc("2026-01-01T09:00:00Z")), None);
 }
 
@@ -97,7 +100,13 @@ fn jitter_is_deterministic_and_bounded() {
     assert_eq!(a, j.fire_instant(t));
     assert!(a >= t && a < t + chrono::Duration::seconds(10));
     let offsets: std::collections::BTreeSet<_> = (0..50)
-        .map(|s| jitter_offset("j", t + chrono::Duration::seconds(s), Duration::from_secs(10)))
+        .map(|s| {
+            jitter_offset(
+                "j",
+                t + chrono::Duration::seconds(s),
+                Duration::from_secs(10),
+            )
+        })
         .collect();
     assert!(offsets.len() > 10, "offsets should spread: {offsets:?}");
     assert_eq!(job(r#""schedule":"* * * * * *""#).fire_instant(t), t);
@@ -114,7 +123,11 @@ fn misfire_policies() {
     let all = job(r#""schedule":"@hourly","misfire":"fire_all","catchup_window":"3h""#);
     assert_eq!(
         all.missed(last, now),
-        [utc("2026-01-01T03:00:00Z"), utc("2026-01-01T04:00:00Z"), utc("2026-01-01T05:00:00Z")]
+        [
+            utc("2026-01-01T03:00:00Z"),
+            utc("2026-01-01T04:00:00Z"),
+            utc("2026-01-01T05:00:00Z")
+        ]
     );
     // Nothing missed: nothing fired.
     assert!(once.missed(utc("2026-01-01T05:00:00Z"), now).is_empty());

@@ -1,0 +1,404 @@
+//! Shard ownership: leases in the `jetcron_ticker` bucket, so each shard has
+//! one publishing ticker and standbys take over when it dies.
+//!
+//! Every `renew_every` a replica (1) writes its heartbeat `replica.<id>`,
+//! (2) reads every shard record, (3) renews the shards it owns by a
+//! compare-and-swap that also stores the shard's current watermark, (4) counts
+//! live replicas (heartbeats that changed within `ttl`) to get its fair share
+//! `ceil(SHARDS / live)`, releases shards above it and acquires free or stale
+//! ones below it. A record is stale when its revision has not changed for
+//! `ttl` as seen by this replica's own monotonic clock (no cross-host clock
+//! comparison), or when its server timestamp is older than `3 × ttl`.
+//!
+//! An owner publishes for a shard only while its last successful renewal is
+//! younger than `ttl / 2` ([`Leases::is_valid`]): it stops before any standby
+//! can consider the lease expired. Overlap that remains (a paused process, a
+//! slow network) is covered by `Nats-Msg-Id` dedup on the due stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv::{self, UpdateErrorKind};
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt as _;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::shards::{replica_key, shard_key, ShardRecord, SHARDS};
+
+/// Lease timing.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseOptions {
+    /// A shard whose record did not change for this long is taken over.
+    pub ttl: Duration,
+    /// How often leases are renewed and watermarks written.
+    pub renew_every: Duration,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(5),
+            renew_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the ticker loop learns from ownership.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OwnershipChange {
+    /// This replica now owns `shard`; its fires are stored up to `done`.
+    Acquired { shard: u32, done: DateTime<Utc> },
+    /// This replica no longer owns `shard`.
+    Lost { shard: u32 },
+}
+
+#[derive(Debug, Default)]
+struct LeaseTable {
+    valid_until: HashMap<u32, Instant>,
+    watermarks: HashMap<u32, DateTime<Utc>>,
+}
+
+/// Shared between the ticker loop (reads validity, writes watermarks) and the
+/// ownership task (writes validity, reads watermarks).
+#[derive(Debug, Clone, Default)]
+pub struct Leases {
+    table: Arc<Mutex<LeaseTable>>,
+}
+
+impl Leases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this replica may publish fires of `shard` now.
+    pub fn is_valid(&self, shard: u32) -> bool {
+        self.lock()
+            .valid_until
+            .get(&shard)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// Record that every fire of `shard` scheduled up to `done` is stored.
+    pub fn set_watermark(&self, shard: u32, done: DateTime<Utc>) {
+        self.lock().watermarks.insert(shard, done);
+    }
+
+    fn watermark(&self, shard: u32) -> Option<DateTime<Utc>> {
+        self.lock().watermarks.get(&shard).copied()
+    }
+
+    fn grant(&self, shard: u32, until: Instant) {
+        self.lock().valid_until.insert(shard, until);
+    }
+
+    fn revoke(&self, shard: u32) {
+        let mut table = self.lock();
+        table.valid_until.remove(&shard);
+        table.watermarks.remove(&shard);
+    }
+}
+
+struct Owned {
+    revision: u64,
+}
+
+struct Seen {
+    revision: u64,
+    since: Instant,
+}
+
+/// The ownership task of one replica.
+pub struct Ownership {
+    bucket: kv::Store,
+    replica_id: String,
+    options: LeaseOptions,
+    leases: Leases,
+    changes: mpsc::Sender<OwnershipChange>,
+    owned: HashMap<u32, Owned>,
+    shards_seen: HashMap<u32, Seen>,
+    replicas_seen: HashMap<String, Seen>,
+}
+
+impl Ownership {
+    pub fn new(
+        bucket: kv::Store,
+        replica_id: String,
+        options: LeaseOptions,
+        leases: Leases,
+        changes: mpsc::Sender<OwnershipChange>,
+    ) -> Self {
+        Self {
+            bucket,
+            replica_id,
+            options,
+            leases,
+            changes,
+            owned: HashMap::new(),
+            shards_seen: HashMap::new(),
+            replicas_seen: HashMap::new(),
+        }
+    }
+
+    /// Run until `shutdown`; acquire nothing until `ready` is true (the job
+    /// bucket is loaded, so recovery sees every job). Releases everything on exit.
+    pub async fn run(
+        mut self,
+        mut ready: watch::Receiver<bool>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut ticks = tokio::time::interval(self.options.renew_every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticks.tick() => {}
+                _ = ready.changed() => {}
+            }
+            let is_ready = *ready.borrow();
+            if let Err(e) = self.round(is_ready).await {
+                warn!(error = %format!("{e:#}"), "ticker ownership round failed");
+            }
+        }
+        self.release_all().await;
+        let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
+        Ok(())
+    }
+
+    async fn round(&mut self, ready: bool) -> anyhow::Result<()> {
+        let now = Instant::now();
+        self.bucket
+            .put(
+                replica_key(&self.replica_id),
+                jetcron_core::time_format::rfc3339_millis(Utc::now()).into(),
+            )
+            .await?;
+        let live = self.count_live_replicas(now).await?;
+        let mut records = HashMap::new();
+        for shard in 0..SHARDS {
+            let entry = self.bucket.entry(shard_key(shard)).await?;
+            if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
+                let seen = self.shards_seen.entry(shard).or_insert(Seen {
+                    revision: entry.revision,
+                    since: now,
+                });
+                if seen.revision != entry.revision {
+                    *seen = Seen {
+                        revision: entry.revision,
+                        since: now,
+                    };
+                }
+                records.insert(shard, entry);
+            }
+        }
+        self.renew(&records).await;
+        let share = SHARDS.div_ceil(live.max(1)) as usize;
+        self.release_above(share).await;
+        if ready {
+            self.acquire_up_to(share, &records, now).await;
+        }
+        Ok(())
+    }
+
+    async fn count_live_replicas(&mut self, now: Instant) -> anyhow::Result<u32> {
+        let keys: Vec<String> = self.bucket.keys().await?.try_collect().await?;
+        let mut live = 0;
+        for key in keys.iter().filter(|k| k.starts_with("replica.")) {
+            let Some(entry) = self.bucket.entry(key.as_str()).await? else {
+                continue;
+            };
+            let seen = self.replicas_seen.entry(key.clone()).or_insert(Seen {
+                revision: entry.revision,
+                since: now,
+            });
+            if seen.revision != entry.revision {
+                *seen = Seen {
+                    revision: entry.revision,
+                    since: now,
+                };
+            }
+            if now.duration_since(seen.since) <= self.options.ttl {
+                live += 1;
+            }
+        }
+        Ok(live.max(1))
+    }
+
+    fn record_bytes(&self, owner: &str, done: DateTime<Utc>) -> bytes::Bytes {
+        let record = ShardRecord {
+            owner: owner.to_string(),
+            done,
+        };
+        serde_json::to_vec(&record).unwrap_or_default().into()
+    }
+
+    async fn renew(&mut self, records: &HashMap<u32, kv::Entry>) {
+        let shards: Vec<u32> = self.owned.keys().copied().collect();
+        for shard in shards {
+            let Some(owned) = self.owned.get(&shard) else {
+                continue;
+            };
+            let current = records.get(&shard);
+            let stolen = current.is_none_or(|entry| entry.revision != owned.revision);
+            if stolen {
+                self.lose(shard, "record changed under us").await;
+                continue;
+            }
+            let previous_done = current
+                .and_then(|e| serde_json::from_slice::<ShardRecord>(&e.value).ok())
+                .map(|r| r.done);
+            let Some(done) = self.leases.watermark(shard).or(previous_done) else {
+                continue;
+            };
+            let started = Instant::now();
+            let value = self.record_bytes(&self.replica_id, done);
+            match self
+                .bucket
+                .update(shard_key(shard), value, owned.revision)
+                .await
+            {
+                Ok(revision) => {
+                    self.owned.insert(shard, Owned { revision });
+                    self.leases.grant(shard, started + self.options.ttl / 2);
+                }
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                    self.lose(shard, "lease taken by another replica").await;
+                }
+                Err(e) => warn!(shard, error = %e, "cannot renew shard lease"),
+            }
+        }
+    }
+
+    async fn release_above(&mut self, share: usize) {
+        while self.owned.len() > share {
+            let Some(shard) = self.owned.keys().copied().max() else {
+                break;
+            };
+            let Some(owned) = self.owned.remove(&shard) else {
+                break;
+            };
+            let done = self.leases.watermark(shard);
+            self.leases.revoke(shard);
+            let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
+            if let Some(done) = done {
+                let value = self.record_bytes("", done);
+                if let Err(e) = self
+                    .bucket
+                    .update(shard_key(shard), value, owned.revision)
+                    .await
+                {
+                    warn!(shard, error = %e, "cannot release shard (it will expire)");
+                }
+            }
+            info!(shard, share, "shard released to rebalance");
+        }
+    }
+
+    async fn acquire_up_to(
+        &mut self,
+        share: usize,
+        records: &HashMap<u32, kv::Entry>,
+        now: Instant,
+    ) {
+        for shard in 0..SHARDS {
+            if self.owned.len() >= share {
+                return;
+            }
+            if self.owned.contains_key(&shard) {
+                continue;
+            }
+            let started = Instant::now();
+            let acquired = match records.get(&shard) {
+                None => {
+                    let done = Utc::now();
+                    let value = self.record_bytes(&self.replica_id, done);
+                    self.bucket
+                        .create(shard_key(shard), value)
+                        .await
+                        .ok()
+                        .map(|revision| (revision, done))
+                }
+                Some(entry) => {
+                    let Ok(record) = serde_json::from_slice::<ShardRecord>(&entry.value) else {
+                        warn!(shard, "unreadable shard record, overwriting from now");
+                        let done = Utc::now();
+                        let value = self.record_bytes(&self.replica_id, done);
+                        let revision = self
+                            .bucket
+                            .update(shard_key(shard), value, entry.revision)
+                            .await
+                            .ok();
+                        if let Some(revision) = revision {
+                            self.take(shard, revision, done, started).await;
+                        }
+                        continue;
+                    };
+                    let unchanged_for = self
+                        .shards_seen
+                        .get(&shard)
+                        .map_or(Duration::ZERO, |s| now.duration_since(s.since));
+                    let server_age = (Utc::now() - entry.created).to_std().unwrap_or_default();
+                    let free = record.owner.is_empty();
+                    let stale =
+                        unchanged_for > self.options.ttl || server_age > self.options.ttl * 3;
+                    if !free && !stale {
+                        continue;
+                    }
+                    let value = self.record_bytes(&self.replica_id, record.done);
+                    self.bucket
+                        .update(shard_key(shard), value, entry.revision)
+                        .await
+                        .ok()
+                        .map(|revision| (revision, record.done))
+                }
+            };
+            if let Some((revision, done)) = acquired {
+                self.take(shard, revision, done, started).await;
+            }
+        }
+    }
+
+    async fn take(&mut self, shard: u32, revision: u64, done: DateTime<Utc>, started: Instant) {
+        self.owned.insert(shard, Owned { revision });
+        self.leases.set_watermark(shard, done);
+        self.leases.grant(shard, started + self.options.ttl / 2);
+        info!(shard, done = %jetcron_core::time_format::rfc3339_millis(done), "shard acquired");
+        let _ = self
+            .changes
+            .send(OwnershipChange::Acquired { shard, done })
+            .await;
+    }
+
+    async fn lose(&mut self, shard: u32, why: &str) {
+        self.owned.remove(&shard);
+        self.leases.revoke(shard);
+        warn!(shard, why, "shard lost");
+        let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
+    }
+
+    async fn release_all(&mut self) {
+        let shards: Vec<u32> = self.owned.keys().copied().collect();
+        for shard in shards {
+            let Some(owned) = self.owned.remove(&shard) else {
+                continue;
+            };
+            let done = self.leases.watermark(shard);
+            self.leases.revoke(shard);
+            if let Some(done) = done {
+                let value = self.record_bytes("", done);
+                match self
+                    .bucket
+                    .update(shard_key(shard), value, owned.revision)
+                    .await
+                {
+                    Ok(_) => debug!(shard, "shard released on shutdown"),
+                    Err(e) => {
+                        warn!(shard, error = %e, "cannot release shard on shutdown (it will expire)")
+                    }
+                }
+            }
+        }
+    }
+}

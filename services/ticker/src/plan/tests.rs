@@ -1,0 +1,204 @@
+use super::*;
+use chrono::TimeZone;
+use jetcron_core::job::parse_job;
+
+fn job_with(id: &str, schedule: &str, extra: &str) -> ValidJob {
+    let json = format!(
+        r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}{extra}}}"#
+    );
+    parse_job(json.as_bytes(), None).expect("valid job")
+}
+
+fn job(id: &str, schedule: &str) -> ValidJob {
+    job_with(id, schedule, "")
+}
+
+fn t(s: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + s, 0)
+        .single()
+        .expect("instant")
+}
+
+fn secs(at: DateTime<Utc>) -> i64 {
+    at.timestamp() - 1_800_000_000
+}
+
+fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    loop {
+        let due = plan.due(now, 1);
+        let Some(fire) = due.first() else { break };
+        out.push((fire.job.spec.id.clone(), secs(fire.scheduled_at)));
+        plan.fired(fire);
+    }
+    out
+}
+
+#[test]
+fn fires_every_due_time_in_order() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    plan.upsert(job("b", "*/3 * * * * *"), 2, t(0));
+    assert_eq!(plan.next_fire_at(), Some(t(2)));
+    assert_eq!(
+        drain(&mut plan, t(6)),
+        [
+            ("a".into(), 2),
+            ("b".into(), 3),
+            ("a".into(), 4),
+            ("a".into(), 6),
+            ("b".into(), 6)
+        ]
+    );
+}
+
+#[test]
+fn a_fire_not_recorded_stays_due_and_holds_the_watermark() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    assert_eq!(plan.watermark(t(1)), t(1));
+    let fire = plan.due(t(2), 10).remove(0);
+    // publish failed: nothing recorded, the same fire is offered again
+    let again = plan.due(t(3), 10).remove(0);
+    assert_eq!(fire.scheduled_at, again.scheduled_at);
+    assert!(plan.watermark(t(3)) < t(2));
+    plan.fired(&fire);
+    assert_eq!(plan.watermark(t(3)), t(3));
+}
+
+#[test]
+fn redelivered_revision_does_not_move_the_schedule() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 5, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 5, t(3));
+    assert_eq!(plan.next_fire_at(), Some(t(2)));
+    plan.upsert(job("a", "*/10 * * * * *"), 6, t(3));
+    assert_eq!(plan.next_fire_at(), Some(t(10)));
+}
+
+#[test]
+fn edits_during_a_publish_win() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    let fire = plan.due(t(2), 1).remove(0);
+    plan.upsert(job("a", "*/5 * * * * *"), 2, t(2));
+    plan.fired(&fire);
+    assert_eq!(plan.next_fire_at(), Some(t(5)));
+}
+
+#[test]
+fn removed_and_paused_jobs_do_not_fire() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    assert!(plan.remove("a"));
+    assert!(plan.due(t(10), 10).is_empty());
+    plan.upsert(job_with("p", "*/2 * * * * *", r#","paused":true"#), 2, t(0));
+    assert_eq!(plan.len(), 1);
+    assert!(plan.due(t(10), 10).is_empty());
+}
+
+#[test]
+fn resuming_applies_the_misfire_policy() {
+    for (policy, expected) in [
+        ("skip", vec![("a".to_string(), 100)]),
+        ("fire_once", vec![("a".into(), 99), ("a".into(), 100)]),
+        (
+            "fire_all",
+            (80..=100).map(|s| ("a".to_string(), s)).collect::<Vec<_>>(),
+        ),
+    ] {
+        let mut plan = FirePlan::default();
+        let extra = format!(r#","misfire":"{policy}","catchup_window":"20s""#);
+        plan.upsert(
+            job_with(
+                "a",
+                "* * * * * *",
+                &format!(r#",\"paused\":true{extra}"#).replace('\\', ""),
+            ),
+            1,
+            t(0),
+        );
+        plan.upsert(
+            job_with("a", "* * * * * *", &extra),
+            2,
+            t(99) + chrono::Duration::milliseconds(500),
+        );
+        assert_eq!(drain(&mut plan, t(100)), expected, "policy {policy}");
+    }
+}
+
+#[test]
+fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage() {
+    let threshold = chrono::Duration::seconds(60);
+    // Failover: done 10s ago → every time fires, even with misfire=skip.
+    let mut plan = FirePlan::default();
+    plan.recover(
+        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+        1,
+        t(-1000),
+        t(0),
+        t(10),
+        threshold,
+    );
+    assert_eq!(drain(&mut plan, t(10)), [("a".into(), 5), ("a".into(), 10)]);
+    // Outage: done 1000s ago → the policy decides.
+    let mut plan = FirePlan::default();
+    plan.recover(
+        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+        1,
+        t(-1000),
+        t(0),
+        t(1000),
+        threshold,
+    );
+    assert!(drain(&mut plan, t(1000)).is_empty());
+    assert_eq!(plan.next_fire_at(), Some(t(1005)));
+    let mut plan = FirePlan::default();
+    plan.recover(
+        job("a", "*/5 * * * * *"),
+        1,
+        t(-1000),
+        t(0),
+        t(1001),
+        threshold,
+    );
+    assert_eq!(drain(&mut plan, t(1001)), [("a".into(), 1000)]);
+    // A job defined during the outage catches up only from its definition.
+    let mut plan = FirePlan::default();
+    plan.recover(
+        job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
+        1,
+        t(990),
+        t(0),
+        t(1000),
+        threshold,
+    );
+    assert_eq!(
+        drain(&mut plan, t(1000)),
+        [("a".into(), 995), ("a".into(), 1000)]
+    );
+}
+
+#[test]
+fn jitter_delays_publish_but_not_the_scheduled_time() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job_with("j", "0 0 * * * *", r#","jitter":"30m""#), 1, t(0));
+    let planned = plan.get("j").expect("planned").last_planned.expect("next");
+    let fire_at = plan.next_fire_at().expect("queued");
+    assert!(fire_at >= planned && fire_at < planned + chrono::Duration::minutes(30));
+    // The watermark waits for the scheduled time, not the jittered one.
+    let between = planned + chrono::Duration::milliseconds(1);
+    if fire_at > between {
+        assert!(plan.watermark(between) < planned);
+        assert!(plan.due(between, 1).is_empty());
+    }
+}
+
+#[test]
+fn one_shot_fires_once() {
+    let mut plan = FirePlan::default();
+    let at = jetcron_core::time_format::rfc3339_millis(t(4));
+    plan.upsert(job("once", &format!("@at {at}")), 1, t(0));
+    assert_eq!(drain(&mut plan, t(100)), [("once".into(), 4)]);
+    assert!(plan.next_fire_at().is_none());
+}
