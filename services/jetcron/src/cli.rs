@@ -25,7 +25,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch the job bucket and publish due events.
-    Ticker,
+    Ticker(TickerArgs),
     /// Pull due events and run their targets.
     Executor(ExecutorArgs),
     /// Copy run events into ClickHouse.
@@ -79,6 +79,23 @@ pub struct CommonArgs {
 }
 
 #[derive(Debug, Args, Clone)]
+pub struct TickerArgs {
+    /// Name of this replica in shard leases (default: <hostname>-<pid>-<random>).
+    #[arg(long, env = "JETCRON_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// A shard lease not renewed for this long is taken over by another replica.
+    #[arg(long, env = "JETCRON_LEASE_TTL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub lease_ttl: Duration,
+    /// How often leases are renewed and watermarks checkpointed.
+    #[arg(long, env = "JETCRON_LEASE_RENEW", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub lease_renew: Duration,
+    /// Fires at most this late after a failover or restart are all emitted;
+    /// older ones follow each job's misfire policy.
+    #[arg(long, env = "JETCRON_LATE_THRESHOLD", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub late_threshold: Duration,
+}
+
+#[derive(Debug, Args, Clone)]
 pub struct ExecutorArgs {
     /// Allow `shell` targets (off by default: they run commands on this host).
     #[arg(long, env = "JETCRON_ENABLE_SHELL")]
@@ -119,6 +136,8 @@ pub struct GatewayArgs {
 
 #[derive(Debug, Args)]
 pub struct AllArgs {
+    #[command(flatten)]
+    pub ticker: TickerArgs,
     #[command(flatten)]
     pub executor: ExecutorArgs,
     #[command(flatten)]

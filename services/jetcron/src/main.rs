@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs};
+use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs, TickerArgs};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -43,7 +43,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tokio::spawn(wait_for_signals(shutdown.clone()));
     let mut services = JoinSet::new();
     match cli.command {
-        Command::Ticker => spawn_ticker(&mut services, &common, &shutdown).await?,
+        Command::Ticker(args) => spawn_ticker(&mut services, &common, args, &shutdown).await?,
         Command::Executor(args) => spawn_executor(&mut services, &common, args, &shutdown).await?,
         Command::Projector(args) => {
             spawn_projector(&mut services, &common, args, &shutdown).await?
@@ -53,7 +53,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             spawn_gateway(&mut services, &common, args.gateway, &shutdown).await?;
             spawn_projector(&mut services, &common, args.projector, &shutdown).await?;
             spawn_executor(&mut services, &common, args.executor, &shutdown).await?;
-            spawn_ticker(&mut services, &common, &shutdown).await?;
+            spawn_ticker(&mut services, &common, args.ticker, &shutdown).await?;
         }
         Command::Req(_) => unreachable!("handled above"),
     }
@@ -116,13 +116,24 @@ type Services = JoinSet<anyhow::Result<()>>;
 async fn spawn_ticker(
     services: &mut Services,
     common: &CommonArgs,
+    args: TickerArgs,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let client = connect(common, "ticker", shutdown).await?;
-    let config = jetcron_ticker::TickerConfig {
+    let mut config = jetcron_ticker::TickerConfig {
+        leases: jetcron_ticker::ownership::LeaseOptions {
+            ttl: args.lease_ttl,
+            renew_every: args.lease_renew,
+        },
+        late_threshold: args.late_threshold,
         topology: topology(common),
         ..Default::default()
     };
+    if let Some(id) = args.replica_id {
+        jetcron_core::job::validate_id(&id)
+            .map_err(|e| anyhow::anyhow!("--replica-id: {}", e.message))?;
+        config.replica_id = id;
+    }
     services.spawn(jetcron_ticker::run(
         config,
         client,

@@ -20,6 +20,7 @@ pub mod ownership;
 pub mod plan;
 pub mod publish;
 pub mod shards;
+pub mod verify;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -105,7 +106,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(client);
     let jobs = topology::ensure_jobs_bucket(&js, &config.topology).await?;
-    topology::ensure_due_stream(&js, &config.topology).await?;
+    let due_stream = topology::ensure_due_stream(&js, &config.topology).await?;
+    topology::ensure_runs_stream(&js, &config.topology).await?;
     let ticker_bucket = topology::ensure_ticker_bucket(&js, &config.topology).await?;
 
     let watch_stop = CancellationToken::new();
@@ -125,7 +127,18 @@ pub async fn run(
     );
     let owner_task = tokio::spawn(ownership.run(ready_rx, ownership_stop.clone()));
 
-    let late_threshold = chrono::Duration::from_std(config.late_threshold).unwrap_or_default();
+    let recovery = Recovery {
+        late_threshold: chrono::Duration::from_std(config.late_threshold).unwrap_or_default(),
+        // Beyond this age a republished fire may outlive JetStream's dedup
+        // memory (the window of the stream as it exists, with a margin).
+        dedup_horizon: {
+            let window =
+                chrono::Duration::from_std(due_stream.cached_info().config.duplicate_window)
+                    .unwrap_or_default();
+            window - (window / 2).min(chrono::Duration::seconds(30))
+        },
+        emitted: verify::EmittedFires::open(&js).await?,
+    };
     let mut book: HashMap<String, BookEntry> = HashMap::new();
     let mut plans: HashMap<u32, FirePlan> = HashMap::new();
     info!(replica_id = %config.replica_id, "ticker started");
@@ -133,7 +146,7 @@ pub async fn run(
     loop {
         // Apply what arrived without waiting.
         while let Ok(change) = ownership_changes.try_recv() {
-            on_ownership(change, &book, &mut plans, clock.now(), late_threshold);
+            on_ownership(change, &book, &mut plans, &recovery, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {
             on_job(change, &mut book, &mut plans, &ready_tx, clock.now());
@@ -175,7 +188,7 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    on_ownership(change, &book, &mut plans, clock.now(), late_threshold);
+                    on_ownership(change, &book, &mut plans, &recovery, clock.now()).await;
                 }
             }
             change = job_changes.recv() => match change {
@@ -201,15 +214,26 @@ pub async fn run(
     Ok(())
 }
 
-fn on_ownership(
+/// How a taken-over shard resumes.
+struct Recovery {
+    late_threshold: chrono::Duration,
+    dedup_horizon: chrono::Duration,
+    emitted: verify::EmittedFires,
+}
+
+async fn on_ownership(
     change: OwnershipChange,
     book: &HashMap<String, BookEntry>,
     plans: &mut HashMap<u32, FirePlan>,
+    recovery: &Recovery,
     now: DateTime<Utc>,
-    late_threshold: chrono::Duration,
 ) {
     match change {
-        OwnershipChange::Acquired { shard, done } => {
+        OwnershipChange::Acquired {
+            shard,
+            done,
+            emitted_before,
+        } => {
             let mut plan = FirePlan::default();
             for entry in book.values().filter(|e| shard_of(&e.job.spec.id) == shard) {
                 plan.recover(
@@ -218,13 +242,33 @@ fn on_ownership(
                     entry.defined_at,
                     done,
                     now,
-                    late_threshold,
+                    recovery.late_threshold,
                 );
+            }
+            let mut verified = 0;
+            if now - done > recovery.dedup_horizon {
+                // The previous owner may have published fires in
+                // (done, emitted_before] that dedup no longer remembers.
+                let ids: Vec<String> = plan.job_ids().cloned().collect();
+                for id in ids {
+                    if plan.catch_up_between(&id, done, emitted_before).is_empty() {
+                        continue;
+                    }
+                    verified += 1;
+                    if let Some(last) = recovery
+                        .emitted
+                        .last_emitted(jetcron_core::subjects::DEFAULT_POOL, &id)
+                        .await
+                    {
+                        plan.drop_emitted(&id, last);
+                    }
+                }
             }
             info!(
                 shard,
                 jobs = plan.len(),
-                catch_up = plan.pending_fires().saturating_sub(plan.len()),
+                pending = plan.pending_fires(),
+                verified,
                 "shard scheduling"
             );
             plans.insert(shard, plan);

@@ -49,8 +49,13 @@ impl Default for LeaseOptions {
 /// What the ticker loop learns from ownership.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OwnershipChange {
-    /// This replica now owns `shard`; its fires are stored up to `done`.
-    Acquired { shard: u32, done: DateTime<Utc> },
+    /// This replica now owns `shard`; its fires are stored up to `done`, and
+    /// the previous owner emitted nothing scheduled after `emitted_before`.
+    Acquired {
+        shard: u32,
+        done: DateTime<Utc>,
+        emitted_before: DateTime<Utc>,
+    },
     /// This replica no longer owns `shard`.
     Lost { shard: u32 },
 }
@@ -230,6 +235,7 @@ impl Ownership {
         let record = ShardRecord {
             owner: owner.to_string(),
             done,
+            written_at: Some(Utc::now()),
         };
         serde_json::to_vec(&record).unwrap_or_default().into()
     }
@@ -318,7 +324,7 @@ impl Ownership {
                         .create(shard_key(shard), value)
                         .await
                         .ok()
-                        .map(|revision| (revision, done))
+                        .map(|revision| (revision, done, done))
                 }
                 Some(entry) => {
                     let Ok(record) = serde_json::from_slice::<ShardRecord>(&entry.value) else {
@@ -331,7 +337,7 @@ impl Ownership {
                             .await
                             .ok();
                         if let Some(revision) = revision {
-                            self.take(shard, revision, done, started).await;
+                            self.take(shard, revision, done, done, started).await;
                         }
                         continue;
                     };
@@ -347,27 +353,41 @@ impl Ownership {
                         continue;
                     }
                     let value = self.record_bytes(&self.replica_id, record.done);
+                    let ttl = chrono::Duration::from_std(self.options.ttl).unwrap_or_default();
+                    let emitted_before = record.written_at.unwrap_or(entry.created) + ttl;
                     self.bucket
                         .update(shard_key(shard), value, entry.revision)
                         .await
                         .ok()
-                        .map(|revision| (revision, record.done))
+                        .map(|revision| (revision, record.done, emitted_before))
                 }
             };
-            if let Some((revision, done)) = acquired {
-                self.take(shard, revision, done, started).await;
+            if let Some((revision, done, emitted_before)) = acquired {
+                self.take(shard, revision, done, emitted_before, started)
+                    .await;
             }
         }
     }
 
-    async fn take(&mut self, shard: u32, revision: u64, done: DateTime<Utc>, started: Instant) {
+    async fn take(
+        &mut self,
+        shard: u32,
+        revision: u64,
+        done: DateTime<Utc>,
+        emitted_before: DateTime<Utc>,
+        started: Instant,
+    ) {
         self.owned.insert(shard, Owned { revision });
         self.leases.set_watermark(shard, done);
         self.leases.grant(shard, started + self.options.ttl / 2);
         info!(shard, done = %jetcron_core::time_format::rfc3339_millis(done), "shard acquired");
         let _ = self
             .changes
-            .send(OwnershipChange::Acquired { shard, done })
+            .send(OwnershipChange::Acquired {
+                shard,
+                done,
+                emitted_before,
+            })
             .await;
     }
 

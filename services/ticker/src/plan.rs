@@ -170,6 +170,32 @@ impl FirePlan {
         );
     }
 
+    /// Catch-up fires of `job_id` scheduled in `(after, up_to]`, oldest first.
+    pub fn catch_up_between(
+        &self,
+        job_id: &str,
+        after: DateTime<Utc>,
+        up_to: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        self.pending
+            .iter()
+            .filter(|(t, id)| id == job_id && *t > after && *t <= up_to)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// Ids of the jobs held.
+    pub fn job_ids(&self) -> impl Iterator<Item = &String> {
+        self.jobs.keys()
+    }
+
+    /// Drop pending fires of `job_id` scheduled at or before `through`: they
+    /// were emitted already (only catch-ups can be that old).
+    pub fn drop_emitted(&mut self, job_id: &str, through: DateTime<Utc>) {
+        self.queue.retain(|(_, t, id)| id != job_id || *t > through);
+        self.pending.retain(|(t, id)| id != job_id || *t > through);
+    }
+
     /// Forget a job (deleted, purged, or replaced by an invalid value).
     pub fn remove(&mut self, job_id: &str) -> bool {
         match self.jobs.remove(job_id) {

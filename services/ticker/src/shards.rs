@@ -43,6 +43,14 @@ pub struct ShardRecord {
     /// Every fire scheduled at or before this instant is stored.
     #[serde(with = "jetcron_core::time_format::millis")]
     pub done: DateTime<Utc>,
+    /// Writer's clock when the record was written: the owner published
+    /// nothing scheduled later than this plus the lease TTL.
+    #[serde(
+        default,
+        with = "jetcron_core::time_format::millis_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub written_at: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,283 @@
+//! The replicated ticker, as separate `jetcron ticker` processes on a real
+//! nats-server: exactly one stored due event per (job, scheduled time) through
+//! kill -9, restarts beyond the duplicate window, and full outages under each
+//! misfire policy. Every test reads back the whole `JETCRON_DUE` stream (no
+//! executor consumes it) and asserts the exact set.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use chrono::{DateTime, Utc};
+use jetcron_core::events::DueEvent;
+use jetcron_core::subjects;
+use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_testkit::NatsServer;
+
+/// One `jetcron ticker` process; killed on drop.
+struct TickerProcess {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl TickerProcess {
+    fn start(nats: &NatsServer, name: &str, late_threshold: &str) -> Self {
+        let log =
+            std::env::temp_dir().join(format!("jetcron-ticker-{}-{name}.log", std::process::id()));
+        let file = std::fs::File::create(&log).expect("ticker log");
+        let child = Command::new(env!("CARGO_BIN_EXE_jetcron"))
+            .args(["ticker", "--lease-ttl", "1500ms", "--lease-renew", "250ms"])
+            .args(["--late-threshold", late_threshold, "--replica-id", name])
+            .env("JETCRON_NATS_URL", nats.url())
+            .env("RUST_LOG", "info,async_nats=warn")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start jetcron ticker");
+        Self {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn kill_9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reap");
+        }
+    }
+
+    fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+            let status = child.wait().expect("reap");
+            assert!(
+                status.success(),
+                "ticker exited with {status}: {}",
+                self.log_text()
+            );
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for TickerProcess {
+    fn drop(&mut self) {
+        self.kill_9();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+async fn setup(nats: &NatsServer, duplicate_window: Duration) -> jetstream::Context {
+    let js = jetstream::new(nats.client().await);
+    let options = TopologyOptions {
+        due_duplicate_window: duplicate_window,
+        ..TopologyOptions::default()
+    };
+    topology::ensure_jobs_bucket(&js, &options)
+        .await
+        .expect("bucket");
+    topology::ensure_due_stream(&js, &options)
+        .await
+        .expect("due stream");
+    topology::ensure_runs_stream(&js, &options)
+        .await
+        .expect("runs stream");
+    js
+}
+
+async fn put_job(js: &jetstream::Context, id: &str, schedule: &str, extra: &str) {
+    let kv = js
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .expect("bucket");
+    let value = format!(
+        r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"svc.{id}"}}{extra}}}"#
+    );
+    kv.put(id, value.into()).await.expect("put job");
+}
+
+/// Every stored due event: (job id → scheduled times in store order), and the store time of each.
+async fn stored_due_events(
+    js: &jetstream::Context,
+) -> BTreeMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+    let mut stream = js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream");
+    let state = stream.info().await.expect("info").state.clone();
+    let mut by_job: BTreeMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>> = BTreeMap::new();
+    if state.messages == 0 {
+        return by_job;
+    }
+    for seq in state.first_sequence..=state.last_sequence {
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        let event: DueEvent = serde_json::from_slice(&message.payload).expect("due event");
+        by_job
+            .entry(event.job_id)
+            .or_default()
+            .push((event.scheduled_at, message.time));
+    }
+    by_job
+}
+
+/// Assert no (job, scheduled time) was stored twice and, per job, times step
+/// by exactly `step` seconds with no gap: nothing lost, nothing doubled.
+fn assert_exactly_once_and_contiguous(
+    events: &BTreeMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>>,
+    step: i64,
+) {
+    for (job, fires) in events {
+        let times: Vec<DateTime<Utc>> = fires.iter().map(|(t, _)| *t).collect();
+        let distinct: BTreeSet<_> = times.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            times.len(),
+            "{job}: a fire was stored twice: {times:?}"
+        );
+        let sorted: Vec<_> = distinct.into_iter().collect();
+        for pair in sorted.windows(2) {
+            assert_eq!(
+                (pair[1] - pair[0]).num_seconds(),
+                step,
+                "{job}: fires missing between {} and {}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_a_replica_loses_and_duplicates_nothing() {
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    let jobs: Vec<String> = (0..48).map(|i| format!("busy-{i}")).collect();
+    for id in &jobs {
+        put_job(&js, id, "* * * * * *", "").await;
+    }
+    let mut replicas: Vec<TickerProcess> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|name| TickerProcess::start(&nats, name, "60s"))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let killed_at = Utc::now();
+    replicas[0].kill_9();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    replicas[1].terminate();
+    replicas[2].terminate();
+    let stopped_at = Utc::now();
+
+    let events = stored_due_events(&js).await;
+    assert_eq!(
+        events.len(),
+        jobs.len(),
+        "every job fired: {:?}",
+        events.keys()
+    );
+    assert_exactly_once_and_contiguous(&events, 1);
+    for (job, fires) in &events {
+        let last = fires.iter().map(|(t, _)| *t).max().expect("fires");
+        let first = fires.iter().map(|(t, _)| *t).min().expect("fires");
+        assert!(first < killed_at, "{job} fired before the kill");
+        assert!(
+            last > stopped_at - chrono::Duration::seconds(3),
+            "{job} stopped firing after the kill (last {last}, stopped {stopped_at})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_after_longer_than_the_duplicate_window_repeats_nothing() {
+    let nats = NatsServer::start();
+    // A 2 s duplicate window: the restart below comes long after it.
+    let js = setup(&nats, Duration::from_secs(2)).await;
+    for i in 0..24 {
+        put_job(&js, &format!("steady-{i}"), "* * * * * *", "").await;
+    }
+    let mut first = TickerProcess::start(&nats, "solo-a", "60s");
+    tokio::time::sleep(Duration::from_millis(3_700)).await;
+    first.kill_9();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut second = TickerProcess::start(&nats, "solo-b", "60s");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    second.terminate();
+
+    let events = stored_due_events(&js).await;
+    assert_eq!(events.len(), 24);
+    // Late fires of the outage (under the 60 s threshold) are all emitted,
+    // and none of the fires the killed process stored is emitted again.
+    assert_exactly_once_and_contiguous(&events, 1);
+    assert!(second.log_text().is_empty() || !second.log_text().contains("panicked"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn full_outage_follows_each_misfire_policy() {
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    // Three jobs in one shard, so one recovery decides all three at the same instant.
+    let shard = jetcron_ticker::shards::shard_of("policy-0");
+    let mut ids = (0..)
+        .map(|i| format!("policy-{i}"))
+        .filter(|id| jetcron_ticker::shards::shard_of(id) == shard);
+    let (skip, once, all) = (
+        ids.next().expect("id"),
+        ids.next().expect("id"),
+        ids.next().expect("id"),
+    );
+    put_job(&js, &skip, "*/2 * * * * *", r#","misfire":"skip""#).await;
+    put_job(&js, &once, "*/2 * * * * *", r#","misfire":"fire_once""#).await;
+    put_job(&js, &all, "*/2 * * * * *", r#","misfire":"fire_all""#).await;
+
+    let mut first = TickerProcess::start(&nats, "outage-a", "2s");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    first.terminate();
+    let before = stored_due_events(&js).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mut second = TickerProcess::start(&nats, "outage-b", "2s");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    second.terminate();
+    let after = stored_due_events(&js).await;
+
+    let times = |job: &str| -> Vec<DateTime<Utc>> {
+        let mut t: Vec<_> = after[job].iter().map(|(t, _)| *t).collect();
+        t.sort();
+        t
+    };
+    let new_fires = |job: &str| after[job].len() - before.get(job).map_or(0, Vec::len);
+    // fire_all: every missed time, so no gap at all.
+    let mut only_all = BTreeMap::new();
+    only_all.insert(all.clone(), after[&all].clone());
+    assert_exactly_once_and_contiguous(&only_all, 2);
+    // skip: a gap of several missed times.
+    let skip_times = times(&skip);
+    assert!(
+        skip_times
+            .windows(2)
+            .any(|p| (p[1] - p[0]).num_seconds() >= 6),
+        "{skip_times:?}"
+    );
+    // fire_once: exactly one catch-up more than skip, in the same recovery.
+    assert_eq!(
+        new_fires(&once),
+        new_fires(&skip) + 1,
+        "once {:?} skip {skip_times:?}",
+        times(&once)
+    );
+    for job in [&skip, &once, &all] {
+        let distinct: BTreeSet<_> = times(job).into_iter().collect();
+        assert_eq!(
+            distinct.len(),
+            after[job.as_str()].len(),
+            "{job} stored a fire twice"
+        );
+    }
+}
