@@ -236,6 +236,7 @@ impl Ownership {
             owner: owner.to_string(),
             done,
             written_at: Some(Utc::now()),
+            lease_ttl_ms: u64::try_from(self.options.ttl.as_millis()).ok(),
         };
         serde_json::to_vec(&record).unwrap_or_default().into()
     }
@@ -353,7 +354,15 @@ impl Ownership {
                         continue;
                     }
                     let value = self.record_bytes(&self.replica_id, record.done);
-                    let ttl = chrono::Duration::from_std(self.options.ttl).unwrap_or_default();
+                    // The previous owner's TTL bounds how long it published after
+                    // this record; fall back to ours for records without it.
+                    let ttl = record
+                        .lease_ttl_ms
+                        .and_then(|ms| i64::try_from(ms).ok())
+                        .map(chrono::Duration::milliseconds)
+                        .unwrap_or_else(|| {
+                            chrono::Duration::from_std(self.options.ttl).unwrap_or_default()
+                        });
                     let emitted_before = record.written_at.unwrap_or(entry.created) + ttl;
                     self.bucket
                         .update(shard_key(shard), value, entry.revision)

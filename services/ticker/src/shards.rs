@@ -51,6 +51,10 @@ pub struct ShardRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub written_at: Option<DateTime<Utc>>,
+    /// The writer's lease TTL in milliseconds: it publishes nothing more than
+    /// half of it after its last renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
 }
 
 #[cfg(test)]
