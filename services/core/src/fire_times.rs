@@ -123,6 +123,31 @@ impl ValidJob {
     }
 }
 
+impl ValidJob {
+    /// Scheduled times in `[from, to]`, oldest first; `Err(limit)` when there
+    /// are more than `limit` of them.
+    pub fn scheduled_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<DateTime<Utc>>, usize> {
+        let mut times = Vec::new();
+        let mut cursor = from - chrono::Duration::milliseconds(1);
+        while let Some(t) = self.next_scheduled(cursor) {
+            if t > to {
+                break;
+            }
+            if times.len() == limit {
+                return Err(limit);
+            }
+            times.push(t);
+            cursor = t;
+        }
+        Ok(times)
+    }
+}
+
 /// Offset in `[0, max)` for the fire of `job_id` at `scheduled`, derived from
 /// its run id so that every replica computes the same one.
 pub fn jitter_offset(job_id: &str, scheduled: DateTime<Utc>, max: Duration) -> Duration {

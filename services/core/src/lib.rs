@@ -13,14 +13,16 @@
 //!   the NATS service and the HTTP gateway.
 //! - [`clock`]: time as a dependency, so tests can control it.
 //!
-//! Two modules do I/O on purpose, because every service needs them and they must
-//! agree: [`topology`] creates the NATS streams and bucket idempotently, and
+//! Three modules do I/O on purpose, because several services need them and they
+//! must agree: [`topology`] creates the NATS streams and buckets idempotently,
+//! [`due`] publishes a due event with its dedup header (ticker and gateway), and
 //! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`. [`telemetry`]
 //! sets up `tracing` the same way for every process.
 
 pub mod api;
 pub mod clickhouse_schema;
 pub mod clock;
+pub mod due;
 pub mod events;
 pub mod fire_times;
 pub mod job;

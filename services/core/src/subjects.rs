@@ -26,6 +26,10 @@ pub const API_SERVICE: &str = "jetcron";
 pub const API_JOBS_GROUP: &str = "jetcron.api.jobs";
 /// `jetcron.api.jobs.put`: create or replace a job.
 pub const API_JOBS_PUT: &str = "jetcron.api.jobs.put";
+/// `jetcron.api.jobs.trigger`: run a job now.
+pub const API_JOBS_TRIGGER: &str = "jetcron.api.jobs.trigger";
+/// `jetcron.api.jobs.backfill`: run a job's scheduled times of a past range.
+pub const API_JOBS_BACKFILL: &str = "jetcron.api.jobs.backfill";
 
 /// Durable consumer of executors serving the default pool.
 pub const EXECUTOR_CONSUMER: &str = "executor-default";

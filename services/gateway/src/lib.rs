@@ -2,7 +2,8 @@
 //!
 //! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
 //!   `jetcron.api.jobs.put` validates a definition and stores it in
-//!   `jetcron_jobs`. Several gateways share the service's queue group.
+//!   `jetcron_jobs`; `trigger` and `backfill` ([`manual_runs`]) publish due
+//!   events by hand. Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
 //!   bucket (the source of truth), runs from ClickHouse ([`run_history`]).
 //!
@@ -11,6 +12,7 @@
 
 pub mod http;
 pub mod job_store;
+pub mod manual_runs;
 pub mod nats_api;
 pub mod run_history;
 
@@ -33,6 +35,7 @@ pub struct GatewayConfig {
 /// What request handlers share.
 pub struct GatewayState {
     pub nats: async_nats::Client,
+    pub js: async_nats::jetstream::Context,
     pub jobs: job_store::JobStore,
     pub runs: run_history::RunHistory,
 }
@@ -47,17 +50,15 @@ pub async fn run(
     let js = async_nats::jetstream::new(client.clone());
     let bucket = topology::ensure_jobs_bucket(&js, &config.topology).await?;
     let clickhouse = config.clickhouse.client();
+    topology::ensure_due_stream(&js, &config.topology).await?;
     let state = Arc::new(GatewayState {
         nats: client.clone(),
+        js: js.clone(),
         jobs: job_store::JobStore::new(bucket),
         runs: run_history::RunHistory::new(clickhouse.clone()),
     });
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
-    let api = tokio::spawn(nats_api::serve(
-        client,
-        state.jobs.clone(),
-        shutdown.clone(),
-    ));
+    let api = tokio::spawn(nats_api::serve(client, state.clone(), shutdown.clone()));
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
     let shutdown_http = shutdown.clone();

@@ -1,25 +1,38 @@
 //! The `jetcron` NATS micro service (`nats micro ls` finds it).
 //!
-//! Endpoint `jetcron.api.jobs.put`: body = a job definition; reply =
-//! `{"ok":true,"job":{...},"revision":N}` or `{"ok":false,"error":{...}}`
-//! with `Nats-Service-Error` / `Nats-Service-Error-Code` set. A request without
-//! a reply subject (`nats pub`) is applied all the same; a refused one is
-//! logged.
+//! Endpoints, all request/reply with JSON bodies:
+//! - `jetcron.api.jobs.put`: a job definition → `{"ok":true,"job":{...},"revision":N}`;
+//! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
+//! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`.
+//!
+//! Failures answer `{"ok":false,"error":{...}}` with `Nats-Service-Error` /
+//! `Nats-Service-Error-Code` set. A request without a reply subject
+//! (`nats pub`) is applied all the same; a refused one is logged.
 
-use async_nats::service::{ServiceExt as _, NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
+use std::sync::Arc;
+
+use async_nats::service::{Request, ServiceExt as _, NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
 use jetcron_core::api::ApiError;
 use jetcron_core::subjects;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::job_store::JobStore;
+use crate::{manual_runs, GatewayState};
+
+#[derive(Debug, Clone, Copy)]
+enum Endpoint {
+    Put,
+    Trigger,
+    Backfill,
+}
 
 /// Serve the API until `shutdown`.
 pub async fn serve(
     client: async_nats::Client,
-    jobs: JobStore,
+    state: Arc<GatewayState>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let service = client
@@ -29,50 +42,32 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("start NATS service {}: {e}", subjects::API_SERVICE))?;
     let group = service.group(subjects::API_JOBS_GROUP);
-    let mut put = group
-        .endpoint("put")
-        .await
-        .map_err(|e| anyhow::anyhow!("add endpoint {}: {e}", subjects::API_JOBS_PUT))?;
-    info!(subject = subjects::API_JOBS_PUT, "NATS API serving");
+    let mut endpoints = Vec::new();
+    for (name, endpoint) in [
+        ("put", Endpoint::Put),
+        ("trigger", Endpoint::Trigger),
+        ("backfill", Endpoint::Backfill),
+    ] {
+        let stream = group.endpoint(name).await.map_err(|e| {
+            anyhow::anyhow!("add endpoint {}.{name}: {e}", subjects::API_JOBS_GROUP)
+        })?;
+        endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
+    }
+    let mut requests = futures::stream::select_all(endpoints);
+    info!(prefix = subjects::API_JOBS_GROUP, "NATS API serving");
     loop {
-        let request = tokio::select! {
+        let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            request = put.next() => match request {
-                Some(r) => r,
+            next = requests.next() => match next {
+                Some(next) => next,
                 None => break,
             },
         };
-        let reply = match jobs.put(&request.message.payload).await {
-            Ok((job, revision)) => {
-                info!(job_id = %job.id, revision, "job stored");
-                Ok(serde_json::json!({ "ok": true, "job": job, "revision": revision }))
-            }
-            Err(error) => {
-                warn!(error = %error, reply = request.message.reply.is_some(), "job put refused");
-                Err(error)
-            }
-        };
-        if request.message.reply.is_none() {
-            continue;
+        let reply = handle(&state, endpoint, &request.message.payload).await;
+        if let Err(error) = &reply {
+            warn!(?endpoint, error = %error, reply = request.message.reply.is_some(), "API request refused");
         }
-        let (body, headers) = match reply {
-            Ok(body) => (body, HeaderMap::new()),
-            Err(error) => {
-                let mut headers = HeaderMap::new();
-                headers.insert(NATS_SERVICE_ERROR, error.message.as_str());
-                headers.insert(
-                    NATS_SERVICE_ERROR_CODE,
-                    error.code.http_status().to_string().as_str(),
-                );
-                (error.to_reply(), headers)
-            }
-        };
-        if let Err(e) = request
-            .respond_with_headers(Ok(body.to_string().into()), headers)
-            .await
-        {
-            warn!(error = %e, "cannot send API reply");
-        }
+        respond(&request, reply).await;
     }
     if let Err(e) = service.stop().await {
         warn!(error = %e, "cannot stop NATS service cleanly");
@@ -80,8 +75,42 @@ pub async fn serve(
     Ok(())
 }
 
-/// Used by tests and docs: the error a reply carries, if any.
-pub fn reply_error(body: &[u8]) -> Option<ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    serde_json::from_value(value.get("error")?.clone()).ok()
+async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {
+    match endpoint {
+        Endpoint::Put => {
+            let (job, revision) = state.jobs.put(body).await?;
+            info!(job_id = %job.id, revision, "job stored");
+            Ok(json!({ "ok": true, "job": job, "revision": revision }))
+        }
+        Endpoint::Trigger => {
+            let reply = manual_runs::trigger(state, body).await?;
+            info!(job_id = %reply["job_id"], run_id = %reply["run_id"], "manual run triggered");
+            Ok(reply)
+        }
+        Endpoint::Backfill => manual_runs::backfill(state, body).await,
+    }
+}
+
+async fn respond(request: &Request, reply: Result<Value, ApiError>) {
+    if request.message.reply.is_none() {
+        return;
+    }
+    let (body, headers) = match reply {
+        Ok(body) => (body, HeaderMap::new()),
+        Err(error) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(NATS_SERVICE_ERROR, error.message.as_str());
+            headers.insert(
+                NATS_SERVICE_ERROR_CODE,
+                error.code.http_status().to_string().as_str(),
+            );
+            (error.to_reply(), headers)
+        }
+    };
+    if let Err(e) = request
+        .respond_with_headers(Ok(body.to_string().into()), headers)
+        .await
+    {
+        warn!(error = %e, "cannot send API reply");
+    }
 }

@@ -64,6 +64,26 @@ impl RunHistory {
         Ok(runs)
     }
 
+    /// Which of `run_ids` (of `job_id`) have at least one event recorded.
+    pub async fn existing_run_ids(
+        &self,
+        job_id: &str,
+        run_ids: &[String],
+    ) -> anyhow::Result<std::collections::HashSet<String>> {
+        if run_ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let found = self
+            .client
+            .query("SELECT DISTINCT run_id FROM jetcron.run_events WHERE job_id = ? AND has(?, run_id)")
+            .bind(job_id)
+            .bind(run_ids)
+            .fetch_all::<String>()
+            .await
+            .with_context(|| format!("look up existing runs of {job_id}"))?;
+        Ok(found.into_iter().collect())
+    }
+
     /// One run with its ordered events.
     pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunSummary>> {
         let sql = format!("SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events WHERE run_id = ?");

@@ -115,6 +115,13 @@ async fn the_service_is_discoverable_with_nats_micro() {
         .iter()
         .map(|e| e["subject"].as_str().expect("subject"))
         .collect();
-    assert_eq!(subjects, ["jetcron.api.jobs.put"]);
+    assert_eq!(
+        subjects,
+        [
+            "jetcron.api.jobs.put",
+            "jetcron.api.jobs.trigger",
+            "jetcron.api.jobs.backfill"
+        ]
+    );
     stack.stop().await;
 }

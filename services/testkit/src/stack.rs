@@ -174,9 +174,15 @@ impl Stack {
     /// `nats req jetcron.api.jobs.put <body>`: the reply as JSON and its
     /// `Nats-Service-Error-Code` header, if any.
     pub async fn api_put(&self, body: &str) -> (Value, Option<String>) {
+        self.api(subjects::API_JOBS_PUT, body).await
+    }
+
+    /// `nats req <subject> <body>`: the reply as JSON and its
+    /// `Nats-Service-Error-Code` header, if any.
+    pub async fn api(&self, subject: &str, body: &str) -> (Value, Option<String>) {
         let reply = self
             .client
-            .request(subjects::API_JOBS_PUT, body.to_string().into())
+            .request(subject.to_string(), body.to_string().into())
             .await
             .expect("API request");
         let code = reply

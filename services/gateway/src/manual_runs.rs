@@ -1,0 +1,182 @@
+//! Runs asked for by hand: `trigger` (run now) and `backfill` (run the
+//! scheduled times of a past range).
+//!
+//! A triggered run gets its own run id (never equal to a scheduled fire's) and
+//! is marked `manual`. A backfilled time gets the *same* run id as the
+//! scheduled fire of that time and is marked `backfill`: JetStream's dedup drops
+//! it if the fire was emitted within the duplicate window, and times with a run
+//! already recorded in ClickHouse are skipped, so a backfill never repeats a
+//! fire that happened.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::due::publish_due_event;
+use jetcron_core::events::{DueEvent, RunId, Trigger};
+use jetcron_core::job::{validate_id, FieldError, ValidJob};
+use jetcron_core::subjects;
+use jetcron_core::time_format::rfc3339_millis;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::GatewayState;
+
+/// Most scheduled times one backfill may emit.
+pub const MAX_BACKFILL_FIRES: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerRequest {
+    id: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackfillRequest {
+    id: String,
+    from: String,
+    to: String,
+}
+
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError {
+            field: (path != ".").then_some(path),
+            ..ApiError::new(ErrorCode::InvalidRequest, e.inner().to_string())
+        }
+    })
+}
+
+async fn load_valid_job(state: &GatewayState, id: &str) -> Result<(ValidJob, u64), ApiError> {
+    validate_id(id).map_err(|p| ApiError::invalid_job(vec![p]))?;
+    let (stored, valid) = state
+        .jobs
+        .get(id)
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?
+        .ok_or_else(|| ApiError {
+            field: Some("id".into()),
+            ..ApiError::new(ErrorCode::NotFound, format!("no job {id:?}"))
+        })?;
+    let job = valid.ok_or_else(|| ApiError::invalid_job(stored.problems.clone()))?;
+    Ok((job, stored.revision))
+}
+
+fn due_event(
+    job: &ValidJob,
+    revision: u64,
+    run_id: RunId,
+    at: DateTime<Utc>,
+    trigger: Trigger,
+) -> DueEvent {
+    DueEvent {
+        run_id,
+        job_id: job.spec.id.clone(),
+        scheduled_at: at,
+        trigger,
+        pool: subjects::DEFAULT_POOL.to_string(),
+        job_revision: revision,
+        job: job.spec.clone(),
+    }
+}
+
+fn unavailable(e: anyhow::Error) -> ApiError {
+    ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))
+}
+
+/// `jetcron.api.jobs.trigger` `{"id"}`: one manual run now.
+pub async fn trigger(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
+    let request: TriggerRequest = parse_body(body)?;
+    let (job, revision) = load_valid_job(state, &request.id).await?;
+    let now = Utc::now();
+    let run_id = RunId::for_manual(&job.spec.id, now);
+    let event = due_event(&job, revision, run_id.clone(), now, Trigger::Manual);
+    publish_due_event(&state.js, &event)
+        .await
+        .map_err(unavailable)?;
+    Ok(
+        json!({ "ok": true, "job_id": job.spec.id, "run_id": run_id, "scheduled_at": rfc3339_millis(now) }),
+    )
+}
+
+fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            ApiError::invalid_job(vec![FieldError::new(
+                field,
+                "invalid_instant",
+                format!(
+                    "expected an RFC 3339 instant such as 2026-01-01T00:00:00Z, got {text:?}: {e}"
+                ),
+            )])
+        })
+        .map_err(|e| ApiError {
+            code: ErrorCode::InvalidRequest,
+            ..e
+        })
+}
+
+fn bad_range(field: &str, message: String) -> ApiError {
+    ApiError {
+        field: Some(field.into()),
+        ..ApiError::new(ErrorCode::InvalidRequest, format!("{field}: {message}"))
+    }
+}
+
+/// `jetcron.api.jobs.backfill` `{"id","from","to"}`: every scheduled time of
+/// the job in `[from, to]` not already run, marked `backfill`.
+pub async fn backfill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
+    let request: BackfillRequest = parse_body(body)?;
+    let from = instant("from", &request.from)?;
+    let to = instant("to", &request.to)?;
+    if to < from {
+        return Err(bad_range("to", "must not be earlier than from".into()));
+    }
+    if to > Utc::now() {
+        return Err(bad_range(
+            "to",
+            "must not be in the future (future times fire on schedule)".into(),
+        ));
+    }
+    let (job, revision) = load_valid_job(state, &request.id).await?;
+    let times = job
+        .scheduled_between(from, to, MAX_BACKFILL_FIRES)
+        .map_err(|limit| {
+            bad_range(
+                "to",
+                format!("the range holds more than {limit} scheduled times; split it"),
+            )
+        })?;
+    let run_ids: Vec<String> = times
+        .iter()
+        .map(|t| RunId::for_fire(&job.spec.id, *t).0)
+        .collect();
+    // Times whose run exists already (however long ago) are not repeated.
+    let existing: HashSet<String> = state
+        .runs
+        .existing_run_ids(&job.spec.id, &run_ids)
+        .await
+        .map_err(unavailable)?;
+    let mut emitted = Vec::new();
+    let mut skipped = Vec::new();
+    for (t, run_id) in times.iter().zip(run_ids) {
+        if existing.contains(&run_id) {
+            skipped.push(rfc3339_millis(*t));
+            continue;
+        }
+        let event = due_event(&job, revision, RunId(run_id), *t, Trigger::Backfill);
+        let duplicate = publish_due_event(&state.js, &event)
+            .await
+            .map_err(unavailable)?;
+        if duplicate {
+            skipped.push(rfc3339_millis(*t));
+        } else {
+            emitted.push(rfc3339_millis(*t));
+        }
+    }
+    Ok(json!({ "ok": true, "job_id": job.spec.id, "emitted": emitted, "skipped": skipped }))
+}
