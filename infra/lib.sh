@@ -57,17 +57,17 @@ start_bg() {
   echo $! >"$RUN_DIR/$name.pid"
 }
 
-# Stop the process in pid file NAME: SIGTERM, wait up to 10 s, then SIGKILL.
+# Stop the process in pid file NAME: SIGTERM, wait up to WAIT seconds (default 10), then SIGKILL.
 stop_pid() {
-  local name="$1" pidfile="$RUN_DIR/$1.pid" pid
+  local name="$1" pidfile="$RUN_DIR/$1.pid" wait_s="${2:-10}" pid
   [ -f "$pidfile" ] || return 0
   pid="$(cat "$pidfile")"
   if kill -0 "$pid" 2>/dev/null; then
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 1 $((wait_s * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     if kill -0 "$pid" 2>/dev/null; then
-      log "$name did not stop in 10s, killing it"
+      log "$name did not stop in ${wait_s}s, killing it"
       kill -KILL "$pid" 2>/dev/null || true
     fi
   fi

@@ -6,4 +6,7 @@ source "$(dirname "$0")/lib.sh"
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(jetcron clickhouse nats)
-for name in "${names[@]}"; do stop_pid "$name"; done
+for name in "${names[@]}"; do
+  # jetcron finishes running attempts for up to its shutdown grace (30 s by default).
+  if [ "$name" = jetcron ]; then stop_pid "$name" 45; else stop_pid "$name"; fi
+done

@@ -23,7 +23,7 @@ export JETCRON_CLICKHOUSE_URL="http://127.0.0.1:${JETCRON_CLICKHOUSE_HTTP_PORT:-
 export JETCRON_HTTP_ADDR="$http_addr"
 if is_running jetcron; then
   log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new build"
-  stop_pid jetcron
+  stop_pid jetcron 45
 fi
 log "starting jetcron all (log: $LOG_DIR/jetcron.log)"
 start_bg jetcron "$LOG_DIR/jetcron.log" "$bin" all

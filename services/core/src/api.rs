@@ -99,6 +99,12 @@ impl ApiError {
     }
 }
 
+/// `text` made safe for a NATS header value: CR and LF become spaces
+/// (async-nats refuses them, and user text can contain them).
+pub fn header_safe(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)
@@ -131,5 +137,6 @@ mod tests {
             "schedule: expected 5, 6 or 7 fields, got 4; target.url: scheme must be http or https"
         );
         assert_eq!(ErrorCode::InvalidJob.http_status(), 400);
+        assert_eq!(header_safe("a\r\nb"), "a  b");
     }
 }

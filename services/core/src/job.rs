@@ -236,7 +236,11 @@ pub fn parse_job(bytes: &[u8], key: Option<&str>) -> Result<ValidJob, Vec<FieldE
                 return vec![precise];
             }
         }
-        let field = if path == "." { String::new() } else { path };
+        let field = if path == "." || path == "?" {
+            String::new()
+        } else {
+            path
+        };
         vec![FieldError::new(
             field,
             "invalid_json",
@@ -512,6 +516,17 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
                 }
             }
             validate_headers("target.headers", &t.headers, problems);
+            for (name, value) in &t.headers {
+                let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                    && http::HeaderValue::from_str(value).is_ok();
+                if !ok {
+                    problems.push(FieldError::new(
+                        format!("target.headers.{}", name.escape_debug()),
+                        "invalid_header",
+                        "not a valid HTTP header: names are tokens (letters, digits, !#$%&'*+-.^_`|~), values visible ASCII, space or tab",
+                    ));
+                }
+            }
         }
         Target::Shell(t) => {
             if t.command.trim().is_empty() {
@@ -541,14 +556,14 @@ fn validate_headers(
         let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
         if !name_ok {
             problems.push(FieldError::new(
-                format!("{field}.{name}"),
+                format!("{field}.{}", name.escape_debug()),
                 "invalid_header",
                 "header names must be visible ASCII without ':'",
             ));
         }
         if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
             problems.push(FieldError::new(
-                format!("{field}.{name}"),
+                format!("{field}.{}", name.escape_debug()),
                 "invalid_header",
                 "header values must not contain CR, LF or NUL",
             ));

@@ -39,7 +39,8 @@ pub fn init(format: LogFormat) {
                 fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(true),
+                    .with_current_span(true)
+                    .with_writer(std::io::stderr),
             )
             .try_init(),
     };

@@ -35,10 +35,42 @@ pub async fn handle(ctx: &ExecutorContext, message: Message) {
             return;
         }
     };
+    if let Err(why) = check_due_event(&due, &message.subject) {
+        warn!(subject = %message.subject, why, "malformed due event, terminating it");
+        ack(&message, AckKind::Term).await;
+        return;
+    }
     let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, attempt);
     run_attempt(ctx, message, due, attempt)
         .instrument(span)
         .await;
+}
+
+/// A due event can come from anyone allowed to publish on `jetcron.due.>`:
+/// check what the executor relies on before running anything.
+fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
+    let canonical = uuid::Uuid::parse_str(due.run_id.as_str())
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| format!("run_id {:?} is not a UUID", due.run_id.as_str()))?;
+    if canonical != due.run_id.as_str() {
+        return Err(format!(
+            "run_id {:?} is not in lowercase hyphenated form",
+            due.run_id.as_str()
+        ));
+    }
+    job::validate_id(&due.job_id).map_err(|e| format!("job_id: {}", e.message))?;
+    job::validate_id(&due.pool).map_err(|e| format!("pool: {}", e.message))?;
+    if due.job.id != due.job_id {
+        return Err(format!(
+            "job.id {:?} differs from job_id {:?}",
+            due.job.id, due.job_id
+        ));
+    }
+    let expected = jetcron_core::subjects::due_subject(&due.pool, &due.job_id);
+    if subject != expected {
+        return Err(format!("published on {subject:?}, expected {expected:?}"));
+    }
+    Ok(())
 }
 
 async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, attempt: u32) {
@@ -59,6 +91,16 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         }
     };
     let max_attempts = job.max_attempts;
+    if attempt > max_attempts {
+        // Deliveries beyond the limit happen when an earlier attempt's outcome
+        // could not be recorded (or its executor died): never run again.
+        let outcome = Outcome::failed(format!(
+            "delivery {attempt} exceeds max_attempts {max_attempts}: an earlier attempt's outcome was lost"
+        ));
+        let event = publisher.outcome(RunEventKind::Failed, Utc::now(), &outcome, max_attempts);
+        finish(&publisher, &message, event, AckKind::Term).await;
+        return;
+    }
     let started_at = Utc::now();
     if let Err(e) = publisher
         .publish(&publisher.started(started_at, max_attempts))

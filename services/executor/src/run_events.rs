@@ -21,7 +21,49 @@ pub struct RunEventPublisher {
     due: DueEvent,
     attempt: u32,
     executor_id: String,
+    /// Largest message the server takes, less room for headers.
+    max_payload: usize,
     pub started_at: Option<DateTime<Utc>>,
+}
+
+/// Largest error text kept in a run event.
+const MAX_ERROR_BYTES: usize = 4096;
+
+/// The event's JSON, with output (then error) cut until it fits `limit`:
+/// JSON escaping can make output several times larger than its bytes.
+fn fit_to_payload(event: &RunEvent, limit: usize) -> anyhow::Result<Vec<u8>> {
+    let mut event = event.clone();
+    if let Some(error) = &mut event.error {
+        truncate_on_char(error, MAX_ERROR_BYTES);
+    }
+    loop {
+        let payload = serde_json::to_vec(&event).context("encode run event")?;
+        if payload.len() <= limit {
+            return Ok(payload);
+        }
+        match &mut event.output {
+            Some(output) if !output.is_empty() => {
+                let half = output.len() / 2;
+                truncate_on_char(output, half);
+                event.output_truncated = true;
+            }
+            _ => anyhow::bail!(
+                "run event {} is {} bytes even without output, over the {limit} byte limit",
+                event.event_id,
+                payload.len()
+            ),
+        }
+    }
+}
+
+fn truncate_on_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
 }
 
 impl RunEventPublisher {
@@ -31,6 +73,12 @@ impl RunEventPublisher {
             due: due.clone(),
             attempt,
             executor_id: ctx.config.executor_id.clone(),
+            max_payload: ctx
+                .nats
+                .server_info()
+                .max_payload
+                .saturating_sub(4096)
+                .max(16 * 1024),
             started_at: None,
         }
     }
@@ -92,9 +140,7 @@ impl RunEventPublisher {
 
     /// Store `event` in `JETCRON_RUNS`, retrying a few times.
     pub async fn publish(&self, event: &RunEvent) -> anyhow::Result<()> {
-        let payload: bytes::Bytes = serde_json::to_vec(event)
-            .context("encode run event")?
-            .into();
+        let payload: bytes::Bytes = fit_to_payload(event, self.max_payload)?.into();
         let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
         let mut last_error = None;
         for attempt in 0..5u32 {
@@ -119,5 +165,45 @@ impl RunEventPublisher {
         Err(last_error
             .unwrap_or_else(|| anyhow::anyhow!("no attempt made"))
             .context(format!("publish run event {}", event.event_id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jetcron_core::events::{RunEventKind, RunId, Trigger};
+
+    #[test]
+    fn oversized_output_is_cut_to_fit() {
+        let run_id = RunId("r".into());
+        let event = RunEvent {
+            event_id: RunEvent::event_id_for(&run_id, 1, RunEventKind::Succeeded),
+            run_id,
+            job_id: "j".into(),
+            kind: RunEventKind::Succeeded,
+            trigger: Trigger::Schedule,
+            scheduled_at: Utc::now(),
+            attempt: 1,
+            max_attempts: 1,
+            executor_id: "e".into(),
+            target_type: "shell".into(),
+            pool: "default".into(),
+            at: Utc::now(),
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+            status_code: None,
+            exit_code: Some(0),
+            // Control bytes escape to 6 bytes each in JSON.
+            output: Some("\u{1}".repeat(100_000)),
+            output_truncated: false,
+            error: Some("e".repeat(10_000)),
+            retry_at: None,
+        };
+        let payload = fit_to_payload(&event, 64 * 1024).expect("fits");
+        assert!(payload.len() <= 64 * 1024);
+        let back: RunEvent = serde_json::from_slice(&payload).expect("json");
+        assert!(back.output_truncated);
+        assert_eq!(back.error.expect("error").len(), MAX_ERROR_BYTES);
     }
 }

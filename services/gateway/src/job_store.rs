@@ -54,13 +54,38 @@ impl JobStore {
     }
 
     /// Validate and store a definition; returns it and its new revision.
+    /// The bytes are stored as sent (re-encoding could change numbers or
+    /// grow past the size limit), so the ticker reads exactly what was checked.
     pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64), ApiError> {
-        let job = parse_job(body, None).map_err(ApiError::invalid_job)?;
-        let canonical = serde_json::to_vec(&job.spec)
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("encode job: {e}")))?;
+        let job = parse_job(body, None).map_err(|problems| {
+            // Not JSON at all is a malformed request; anything else names a field.
+            let not_json = problems.len() == 1
+                && problems[0].field.is_empty()
+                && problems[0].code != "too_large";
+            let mut error = ApiError::invalid_job(problems);
+            if not_json {
+                error.code = ErrorCode::InvalidRequest;
+            }
+            error
+        })?;
+        if job.next_scheduled(chrono::Utc::now()).is_none() {
+            return Err(ApiError::invalid_job(vec![FieldError::new(
+                "schedule",
+                "never_fires",
+                format!(
+                    "{:?} has no fire time after now{}",
+                    job.spec.schedule,
+                    if job.end_at.is_some() {
+                        " (check end_at)"
+                    } else {
+                        ""
+                    }
+                ),
+            )]));
+        }
         let revision = self
             .bucket
-            .put(subjects::job_key(&job.spec.id), canonical.into())
+            .put(subjects::job_key(&job.spec.id), body.to_vec().into())
             .await
             .map_err(|e| {
                 ApiError::new(
@@ -83,7 +108,9 @@ impl JobStore {
             .map(StoredJob::from_entry))
     }
 
-    /// Every current definition, ordered by id.
+    /// Every current definition, ordered by id. A key that cannot be read
+    /// (e.g. written with a raw publish under a name no job can have) is
+    /// listed as invalid instead of failing the whole list.
     pub async fn list(&self) -> anyhow::Result<Vec<StoredJob>> {
         let mut keys: Vec<String> = match self.bucket.keys().await {
             Ok(keys) => keys.try_collect().await.context("list job keys")?,
@@ -92,8 +119,17 @@ impl JobStore {
         keys.sort();
         let mut jobs = Vec::with_capacity(keys.len());
         for key in keys {
-            if let Some((stored, _)) = self.get(&key).await? {
-                jobs.push(stored);
+            match self.get(&key).await {
+                Ok(Some((stored, _))) => jobs.push(stored),
+                Ok(None) => {}
+                Err(e) => jobs.push(StoredJob {
+                    id: key,
+                    revision: 0,
+                    updated_at: String::new(),
+                    job: None,
+                    valid: false,
+                    problems: vec![FieldError::new("id", "unreadable", format!("{e:#}"))],
+                }),
             }
         }
         Ok(jobs)

@@ -58,7 +58,25 @@ pub async fn run(
         runs: run_history::RunHistory::new(clickhouse.clone()),
     });
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
-    let api = tokio::spawn(nats_api::serve(client, state.clone(), shutdown.clone()));
+    // The API ending on its own (a bug, a panic) must not leave a process that
+    // looks healthy but answers nothing: it stops the whole gateway.
+    let api = {
+        let shutdown = shutdown.clone();
+        let task = tokio::spawn(nats_api::serve(client, state.clone(), shutdown.clone()));
+        tokio::spawn(async move {
+            let result = task.await;
+            if !shutdown.is_cancelled() {
+                tracing::error!("NATS API stopped unexpectedly, stopping the gateway");
+                shutdown.cancel();
+                return match result {
+                    Ok(Ok(())) => Err(anyhow::anyhow!("NATS API stopped unexpectedly")),
+                    Ok(Err(e)) => Err(e.context("NATS API failed")),
+                    Err(e) => Err(anyhow::anyhow!("NATS API task panicked: {e}")),
+                };
+            }
+            result.context("join NATS API")?
+        })
+    };
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
     let shutdown_http = shutdown.clone();
@@ -67,7 +85,7 @@ pub async fn run(
         .await
         .context("serve HTTP")?;
     shutdown.cancel();
-    api.await.context("join NATS API")??;
+    api.await.context("join NATS API watcher")??;
     schema.abort();
     info!("gateway stopped");
     Ok(())

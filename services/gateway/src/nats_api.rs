@@ -14,7 +14,7 @@ use std::sync::Arc;
 use async_nats::service::{Request, ServiceExt as _, NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
-use jetcron_core::api::ApiError;
+use jetcron_core::api::{header_safe, ApiError};
 use jetcron_core::subjects;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -99,7 +99,7 @@ async fn respond(request: &Request, reply: Result<Value, ApiError>) {
         Ok(body) => (body, HeaderMap::new()),
         Err(error) => {
             let mut headers = HeaderMap::new();
-            headers.insert(NATS_SERVICE_ERROR, error.message.as_str());
+            headers.insert(NATS_SERVICE_ERROR, header_safe(&error.message).as_str());
             headers.insert(
                 NATS_SERVICE_ERROR_CODE,
                 error.code.http_status().to_string().as_str(),

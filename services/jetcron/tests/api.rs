@@ -47,7 +47,27 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
     }
     let (reply, code) = stack.api_put("not json at all").await;
     assert_eq!(code.as_deref(), Some("400"));
-    assert_eq!(reply["error"]["code"], "invalid_job");
+    assert_eq!(reply["error"]["code"], "invalid_request");
+    // A header name with CR/LF must not break the reply (or the service).
+    let (reply, code) = stack
+        .api_put("{\"id\":\"x\",\"schedule\":\"@daily\",\"target\":{\"type\":\"nats\",\"subject\":\"a\"},\"a\\r\\nb\":1}")
+        .await;
+    assert_eq!(code.as_deref(), Some("400"), "{reply}");
+    let (reply, code) = stack
+        .api_put(r#"{"id":"y","schedule":"@daily","target":{"type":"http","url":"http://h/","headers":{"a\nb":"v","ok":"a\u0001"}}}"#)
+        .await;
+    assert_eq!(code.as_deref(), Some("400"), "{reply}");
+    // Schedules with no future fire are refused at the door.
+    let (reply, code) = stack
+        .api_put(r#"{"id":"past","schedule":"@at 2001-01-01T00:00:00Z","target":{"type":"nats","subject":"a"}}"#)
+        .await;
+    assert_eq!(code.as_deref(), Some("400"), "{reply}");
+    assert_eq!(reply["error"]["problems"][0]["code"], "never_fires");
+    let (_, code) = stack
+        .api_put(r#"{"id":"ok","schedule":"@daily","target":{"type":"nats","subject":"a"}}"#)
+        .await;
+    assert_eq!(code, None, "the service still answers");
+    stack.jobs_bucket().await.purge("ok").await.expect("purge");
     let keys = stack.jobs_bucket().await.keys().await.expect("keys");
     let keys: Vec<String> = futures::TryStreamExt::try_collect(keys)
         .await
@@ -109,18 +129,19 @@ async fn the_service_is_discoverable_with_nats_micro() {
         .expect("service info");
     let info: serde_json::Value = serde_json::from_slice(&reply.payload).expect("json");
     assert_eq!(info["name"], "jetcron");
-    let subjects: Vec<&str> = info["endpoints"]
+    let mut subjects: Vec<&str> = info["endpoints"]
         .as_array()
         .expect("endpoints")
         .iter()
         .map(|e| e["subject"].as_str().expect("subject"))
         .collect();
+    subjects.sort();
     assert_eq!(
         subjects,
         [
+            "jetcron.api.jobs.backfill",
             "jetcron.api.jobs.put",
-            "jetcron.api.jobs.trigger",
-            "jetcron.api.jobs.backfill"
+            "jetcron.api.jobs.trigger"
         ]
     );
     stack.stop().await;

@@ -86,6 +86,14 @@ impl FirePlan {
             }
             paused_since = existing.paused_since;
         }
+        // Fires already due under the old revision still happen (an edit at
+        // the fire time must not drop the fire); they carry the same run ids.
+        let carried: Vec<DateTime<Utc>> = self
+            .pending
+            .iter()
+            .filter(|(t, pending_id)| *pending_id == id && *t <= now)
+            .map(|(t, _)| *t)
+            .collect();
         self.remove(&id);
         if job.spec.paused {
             let since = paused_since.unwrap_or(now);
@@ -100,9 +108,12 @@ impl FirePlan {
             );
             return;
         }
-        let catch_up = paused_since
+        let mut catch_up = paused_since
             .map(|since| job.missed(since, now))
             .unwrap_or_default();
+        catch_up.extend(carried);
+        catch_up.sort();
+        catch_up.dedup();
         self.plan(id, job, revision, catch_up, now);
     }
 
@@ -232,22 +243,19 @@ impl FirePlan {
     }
 
     /// Record that the due event of `fire` is stored: drop it from the queue
-    /// and, if it was the job's regular fire, plan the next one. No-op if the
-    /// job changed meanwhile.
+    /// and, if it was the job's regular fire, plan the next one (only when the
+    /// job did not change meanwhile: an edit planned its own next fire).
     pub fn fired(&mut self, fire: &Fire) {
         let id = &fire.job.spec.id;
         let Some(planned) = self.jobs.get_mut(id) else {
             return;
         };
-        if planned.revision != fire.revision {
-            return;
-        }
         let key = (fire.fire_at, fire.scheduled_at, id.clone());
         if !self.queue.remove(&key) {
             return;
         }
         self.pending.remove(&(fire.scheduled_at, id.clone()));
-        if planned.last_planned == Some(fire.scheduled_at) {
+        if planned.revision == fire.revision && planned.last_planned == Some(fire.scheduled_at) {
             let next = planned.job.next_scheduled(fire.scheduled_at);
             planned.last_planned = next;
             if let Some(t) = next {

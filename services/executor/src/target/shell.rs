@@ -9,6 +9,7 @@ use std::io::Read as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use jetcron_core::job::ShellTarget;
 
@@ -22,6 +23,15 @@ pub struct ShellOptions {
     /// Working directory of commands; the executor's own when `None`.
     pub workdir: Option<PathBuf>,
 }
+
+/// Variables a command inherits from the executor; everything else is cleared.
+const INHERITED_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ",
+];
+
+/// How long output is still read after the shell exited (a detached child
+/// that keeps the pipe open must not hold the attempt).
+const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Kills the process group when dropped (on timeout or cancellation).
 struct GroupGuard {
@@ -65,7 +75,15 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(stderr)
-        .process_group(0);
+        .process_group(0)
+        // Only an allowlist of the executor's environment: its own settings
+        // (credentials included) must not leak into job output.
+        .env_clear();
+    for name in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
     for (name, value) in ctx.pairs() {
         command.env(name.to_ascii_uppercase().replace('-', "_"), value);
     }
@@ -83,11 +101,19 @@ pub async fn run(
     let guard = GroupGuard {
         pgid: child.id().and_then(|id| i32::try_from(id).ok()),
     };
-    let reading = tokio::task::spawn_blocking(move || read_capped(reader, output_limit));
+    let captured = Arc::new(Mutex::new(Captured::default()));
+    let sink = captured.clone();
+    let reading = tokio::task::spawn_blocking(move || read_capped(reader, output_limit, &sink));
     let status = child.wait().await;
     // The shell exited: its descendants still hold the pipe open, stop them too.
     drop(guard);
-    let (bytes, truncated) = reading.await.unwrap_or_default();
+    // A child that left the group (setsid) may keep the pipe open: take what
+    // was read so far after a short drain instead of waiting for it.
+    let _ = tokio::time::timeout(OUTPUT_DRAIN, reading).await;
+    let (bytes, truncated) = {
+        let captured = captured.lock().unwrap_or_else(|e| e.into_inner());
+        (captured.bytes.clone(), captured.truncated)
+    };
     let (output, cut) = cap_output(&bytes, output_limit);
     let status = match status {
         Ok(status) => status,
@@ -107,22 +133,27 @@ pub async fn run(
     }
 }
 
-/// Read up to `limit` bytes, then drain the rest so the writer never blocks.
-fn read_capped(mut reader: std::io::PipeReader, limit: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
+/// Output read so far, shared with the reading thread.
+#[derive(Debug, Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+/// Read up to `limit` bytes into `sink`, then drain the rest so the writer never blocks.
+fn read_capped(mut reader: std::io::PipeReader, limit: usize, sink: &Mutex<Captured>) {
     let mut chunk = [0u8; 8192];
     loop {
         match reader.read(&mut chunk) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let room = (limit + 1).saturating_sub(kept.len());
-                kept.extend_from_slice(&chunk[..n.min(room)]);
-                if n > room || kept.len() > limit {
-                    truncated = true;
+                let mut captured = sink.lock().unwrap_or_else(|e| e.into_inner());
+                let room = (limit + 1).saturating_sub(captured.bytes.len());
+                captured.bytes.extend_from_slice(&chunk[..n.min(room)]);
+                if n > room || captured.bytes.len() > limit {
+                    captured.truncated = true;
                 }
             }
         }
     }
-    (kept, truncated)
 }

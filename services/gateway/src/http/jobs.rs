@@ -23,8 +23,9 @@ pub async fn list(State(state): State<Arc<GatewayState>>) -> Result<Json<Value>,
 
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, HttpError> {
+    let Path(id) = id.map_err(super::bad_path)?;
     validate_id(&id).map_err(|p| ApiError::invalid_job(vec![p]))?;
     let (stored, valid) = state
         .jobs

@@ -26,6 +26,7 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/v1/jobs/{id}/runs", get(runs::of_job))
         .route("/v1/runs/{run_id}", get(runs::get_one))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
@@ -54,4 +55,17 @@ pub fn unavailable(e: anyhow::Error) -> HttpError {
 
 async fn not_found() -> HttpError {
     HttpError(ApiError::new(ErrorCode::NotFound, "no such route"))
+}
+
+async fn method_not_allowed() -> Response {
+    let error = ApiError::new(
+        ErrorCode::InvalidRequest,
+        "method not allowed: this release serves GET only; write through the NATS API",
+    );
+    (StatusCode::METHOD_NOT_ALLOWED, Json(error.to_reply())).into_response()
+}
+
+/// A path segment axum could not decode (e.g. `%ff`), as a JSON 400.
+pub fn bad_path(e: axum::extract::rejection::PathRejection) -> HttpError {
+    HttpError(ApiError::new(ErrorCode::InvalidRequest, e.body_text()))
 }

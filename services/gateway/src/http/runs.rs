@@ -24,9 +24,10 @@ pub struct RunsQuery {
 
 pub async fn of_job(
     State(state): State<Arc<GatewayState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, HttpError> {
+    let Path(id) = id.map_err(super::bad_path)?;
     validate_id(&id).map_err(|p| ApiError::invalid_job(vec![p]))?;
     let Query(query) =
         query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
@@ -50,17 +51,22 @@ pub async fn of_job(
 
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
-    Path(run_id): Path<String>,
+    run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, HttpError> {
-    if uuid::Uuid::parse_str(&run_id).is_err() {
-        return Err(HttpError(ApiError {
-            field: Some("run_id".into()),
-            ..ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("run id {run_id:?} is not a UUID"),
-            )
-        }));
-    }
+    let Path(run_id) = run_id.map_err(super::bad_path)?;
+    // Run ids are stored lowercase and hyphenated; accept any UUID spelling.
+    let run_id = match uuid::Uuid::parse_str(&run_id) {
+        Ok(id) => id.hyphenated().to_string(),
+        Err(_) => {
+            return Err(HttpError(ApiError {
+                field: Some("run_id".into()),
+                ..ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("run id {run_id:?} is not a UUID"),
+                )
+            }))
+        }
+    };
     let run = state
         .runs
         .run(&run_id)

@@ -73,17 +73,33 @@ fn redelivered_revision_does_not_move_the_schedule() {
     plan.upsert(job("a", "*/2 * * * * *"), 5, t(3));
     assert_eq!(plan.next_fire_at(), Some(t(2)));
     plan.upsert(job("a", "*/10 * * * * *"), 6, t(3));
+    // The fire due at 2 (not yet published) still happens, then the new schedule.
+    assert_eq!(drain(&mut plan, t(3)), [("a".into(), 2)]);
     assert_eq!(plan.next_fire_at(), Some(t(10)));
 }
 
 #[test]
-fn edits_during_a_publish_win() {
+fn edits_during_a_publish_keep_the_due_fire_and_plan_the_new_schedule() {
     let mut plan = FirePlan::default();
     plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
     let fire = plan.due(t(2), 1).remove(0);
     plan.upsert(job("a", "*/5 * * * * *"), 2, t(2));
     plan.fired(&fire);
     assert_eq!(plan.next_fire_at(), Some(t(5)));
+}
+
+#[test]
+fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    // Due at 2, not yet published (a burst is draining), edited at 2.02.
+    let edited_at = t(2) + chrono::Duration::milliseconds(20);
+    plan.upsert(
+        job_with("a", "*/2 * * * * *", r#","description":"x""#),
+        2,
+        edited_at,
+    );
+    assert_eq!(drain(&mut plan, t(4)), [("a".into(), 2), ("a".into(), 4)]);
 }
 
 #[test]
