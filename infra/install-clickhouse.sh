@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install Debian's clickhouse-server and clickhouse-client unless present.
+# Install Debian's clickhouse-server and clickhouse-client (apt) unless
+# /usr/sbin/clickhouse-server exists. Prints the server binary's path on stdout.
 # The system service is not used: start-clickhouse.sh runs a private server.
+# Reads: JETCRON_HOME (via lib.sh; nothing else).
 set -euo pipefail
-# shellcheck source=infra/lib.sh
+# shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-if [ ! -x /usr/sbin/clickhouse-server ] && ! command -v clickhouse-server >/dev/null 2>&1; then
-  apt_install clickhouse-server clickhouse-client
-fi
-command -v clickhouse-server || echo /usr/sbin/clickhouse-server
+bin=/usr/sbin/clickhouse-server
+[ -x "$bin" ] || apt_install clickhouse-server clickhouse-client
+[ -x "$bin" ] || die "$bin still missing after apt-get install"
+echo "$bin"

@@ -9,15 +9,15 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use async_nats::HeaderMap;
 
-use crate::events::DueEvent;
+use crate::events::{DueEvent, DueEventRef};
 use crate::subjects;
 
 /// Send `event` without waiting for JetStream's ack (await the returned future).
 pub async fn send_due_event(
     js: &jetstream::Context,
-    event: &DueEvent,
+    event: DueEventRef<'_>,
 ) -> anyhow::Result<PublishAckFuture> {
-    let payload = serde_json::to_vec(event).context("encode due event")?;
+    let payload = serde_json::to_vec(&event).context("encode due event")?;
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", event.run_id.as_str());
     js.publish_with_headers(
@@ -32,7 +32,7 @@ pub async fn send_due_event(
 /// Publish `event` and wait until it is stored; `true` when JetStream dropped
 /// it as a duplicate of an earlier publish of the same run.
 pub async fn publish_due_event(js: &jetstream::Context, event: &DueEvent) -> anyhow::Result<bool> {
-    let ack = send_due_event(js, event)
+    let ack = send_due_event(js, event.as_ref())
         .await?
         .await
         .context("await due event ack")?;

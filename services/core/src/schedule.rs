@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -25,8 +26,10 @@ pub const MIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// A parsed schedule.
 #[derive(Debug, Clone)]
 pub enum Schedule {
-    /// A cron line (already normalized from macros).
-    Cron(Box<Cron>),
+    /// A cron line (already normalized from macros). Shared: a parsed line
+    /// holds several KiB (croner keeps a byte per possible value, years
+    /// included), so holders of many jobs intern equal lines.
+    Cron(Arc<Cron>),
     /// A fixed period in milliseconds, fire instants at every multiple since the epoch.
     Every { period_ms: i64 },
     /// A single instant.
@@ -202,7 +205,7 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
     if cron.find_next_occurrence(&probe, false).is_err() {
         return Err(ScheduleError(format!("cron line {line:?} never fires")));
     }
-    Ok(Schedule::Cron(Box::new(cron)))
+    Ok(Schedule::Cron(Arc::new(cron)))
 }
 
 trait FloorToSecond {

@@ -60,7 +60,7 @@ impl Default for TickerConfig {
             replica_id: default_replica_id(),
             leases: LeaseOptions::default(),
             late_threshold: Duration::from_secs(60),
-            batch_size: 1024,
+            batch_size: MAX_BATCH,
             topology: TopologyOptions::default(),
         }
     }
@@ -85,6 +85,10 @@ pub fn default_replica_id() -> String {
     format!("{host}-{}-{}", std::process::id(), &random[..8])
 }
 
+/// Largest publish batch: async-nats lets at most 5000 acks be outstanding on
+/// one JetStream context, and a batch holds all of its acks before awaiting.
+pub const MAX_BATCH: usize = 4096;
+
 /// Longest the loop sleeps without looking at the clock again.
 const MAX_IDLE: Duration = Duration::from_millis(250);
 /// Pause before retrying after a failed publish.
@@ -92,7 +96,7 @@ const PUBLISH_RETRY: Duration = Duration::from_millis(250);
 
 /// Every valid job this replica knows, whether or not it owns its shard.
 struct BookEntry {
-    job: ValidJob,
+    job: Arc<ValidJob>,
     revision: u64,
     defined_at: DateTime<Utc>,
 }
@@ -153,7 +157,7 @@ pub async fn run(
         }
 
         let now = clock.now();
-        let fires = due_fires(&plans, &leases, now, config.batch_size);
+        let fires = due_fires(&plans, &leases, now, config.batch_size.clamp(1, MAX_BATCH));
         if !fires.is_empty() {
             let stored = publish::publish_batch(&js, &fires).await;
             let failed = stored.iter().filter(|ok| !**ok).count();
@@ -237,7 +241,7 @@ async fn on_ownership(
             let mut plan = FirePlan::default();
             for entry in book.values().filter(|e| shard_of(&e.job.spec.id) == shard) {
                 plan.recover(
-                    entry.job.clone(),
+                    Arc::clone(&entry.job),
                     entry.revision,
                     entry.defined_at,
                     done,
@@ -297,13 +301,14 @@ fn on_job(
                 return;
             }
             debug!(job_id = %id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job definition seen");
+            let job: Arc<ValidJob> = Arc::from(job);
             if let Some(plan) = plans.get_mut(&shard_of(&id)) {
-                plan.upsert((*job).clone(), revision, now);
+                plan.upsert(Arc::clone(&job), revision, now);
             }
             book.insert(
                 id,
                 BookEntry {
-                    job: *job,
+                    job,
                     revision,
                     defined_at,
                 },
@@ -331,10 +336,13 @@ fn due_fires(
     now: DateTime<Utc>,
     limit: usize,
 ) -> Vec<plan::Fire> {
+    // Each shard contributes its earliest share, so one iteration stays
+    // bounded however many fires are due at once.
+    let per_shard = limit / plans.len().max(1) + 1;
     let mut fires: Vec<plan::Fire> = plans
         .iter()
         .filter(|(shard, _)| leases.is_valid(**shard))
-        .flat_map(|(_, plan)| plan.due(now, limit))
+        .flat_map(|(_, plan)| plan.due(now, per_shard))
         .collect();
     fires.sort_by_key(|f| (f.fire_at, f.scheduled_at));
     fires.truncate(limit);

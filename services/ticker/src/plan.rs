@@ -8,6 +8,7 @@
 //! owner resumes from.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use jetcron_core::fire_times::MAX_CATCHUP_FIRES;
@@ -16,7 +17,8 @@ use jetcron_core::job::ValidJob;
 /// A job as the plan holds it.
 #[derive(Debug, Clone)]
 pub struct PlannedJob {
-    pub job: ValidJob,
+    /// Shared with the ticker's book of all jobs and with in-flight fires.
+    pub job: Arc<ValidJob>,
     pub revision: u64,
     /// Latest scheduled time queued for the job (its regular next fire).
     pub last_planned: Option<DateTime<Utc>>,
@@ -27,7 +29,7 @@ pub struct PlannedJob {
 /// One fire to emit.
 #[derive(Debug, Clone)]
 pub struct Fire {
-    pub job: ValidJob,
+    pub job: Arc<ValidJob>,
     pub revision: u64,
     pub scheduled_at: DateTime<Utc>,
     /// When it is published (scheduled time plus jitter).
@@ -77,7 +79,8 @@ impl FirePlan {
     /// A revision already held is ignored (a re-delivered watch entry must not
     /// move the schedule); a new one is scheduled from `now`. A job resumed
     /// from a pause gets the fires its misfire policy asks for.
-    pub fn upsert(&mut self, job: ValidJob, revision: u64, now: DateTime<Utc>) {
+    pub fn upsert(&mut self, job: impl Into<Arc<ValidJob>>, revision: u64, now: DateTime<Utc>) {
+        let job = job.into();
         let id = job.spec.id.clone();
         let mut paused_since = None;
         if let Some(existing) = self.jobs.get(&id) {
@@ -124,13 +127,14 @@ impl FirePlan {
     /// job defined after `done` has nothing to catch up before it.
     pub fn recover(
         &mut self,
-        job: ValidJob,
+        job: impl Into<Arc<ValidJob>>,
         revision: u64,
         defined_at: DateTime<Utc>,
         done: DateTime<Utc>,
         now: DateTime<Utc>,
         late_threshold: chrono::Duration,
     ) {
+        let job = job.into();
         let id = job.spec.id.clone();
         self.remove(&id);
         if job.spec.paused {
@@ -157,7 +161,7 @@ impl FirePlan {
     fn plan(
         &mut self,
         id: String,
-        job: ValidJob,
+        job: Arc<ValidJob>,
         revision: u64,
         catch_up: Vec<DateTime<Utc>>,
         now: DateTime<Utc>,
@@ -233,7 +237,7 @@ impl FirePlan {
             .filter_map(|(at, scheduled, id)| {
                 let planned = self.jobs.get(id)?;
                 Some(Fire {
-                    job: planned.job.clone(),
+                    job: Arc::clone(&planned.job),
                     revision: planned.revision,
                     scheduled_at: *scheduled,
                     fire_at: *at,
@@ -259,7 +263,7 @@ impl FirePlan {
             let next = planned.job.next_scheduled(fire.scheduled_at);
             planned.last_planned = next;
             if let Some(t) = next {
-                let job = planned.job.clone();
+                let job = Arc::clone(&planned.job);
                 self.enqueue(id, &job, t);
             }
         }

@@ -6,7 +6,7 @@
 
 use async_nats::jetstream;
 use jetcron_core::due;
-use jetcron_core::events::{DueEvent, RunId, Trigger};
+use jetcron_core::events::{DueEvent, DueEventRef, RunId, Trigger};
 use jetcron_core::subjects;
 use tracing::debug;
 
@@ -31,7 +31,17 @@ pub fn due_event(fire: &Fire) -> DueEvent {
 pub async fn publish_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<bool> {
     let mut pending = Vec::with_capacity(fires.len());
     for fire in fires {
-        pending.push(due::send_due_event(js, &due_event(fire)).await.ok());
+        let run_id = RunId::for_fire(&fire.job.spec.id, fire.scheduled_at);
+        let event = DueEventRef {
+            run_id: &run_id,
+            job_id: &fire.job.spec.id,
+            scheduled_at: fire.scheduled_at,
+            trigger: Trigger::Schedule,
+            pool: subjects::DEFAULT_POOL,
+            job_revision: fire.revision,
+            job: &fire.job.spec,
+        };
+        pending.push(due::send_due_event(js, event).await.ok());
     }
     let mut stored = Vec::with_capacity(fires.len());
     for ack in pending {

@@ -11,7 +11,10 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use jetcron_core::job::{parse_job, ValidJob};
+use std::collections::HashMap;
+
+use jetcron_core::job::{parse_job_with, ValidJob};
+use jetcron_core::schedule::{Schedule, ScheduleError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -39,6 +42,7 @@ pub async fn watch_jobs(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut synced = false;
+    let mut schedules = ScheduleCache::default();
     loop {
         // An empty bucket delivers nothing: it is loaded as soon as we know that.
         if !synced && bucket_is_empty(&jobs).await {
@@ -74,7 +78,7 @@ pub async fn watch_jobs(
                 }
             };
             let caught_up = entry.seen_current;
-            let change = to_change(entry);
+            let change = to_change(entry, &mut schedules);
             if changes.send(change).await.is_err() {
                 return Ok(());
             }
@@ -92,13 +96,34 @@ pub async fn watch_jobs(
     }
 }
 
-fn to_change(entry: kv::Entry) -> JobChange {
+/// Parsed schedules by line, so that jobs with the same line share one parse
+/// (a cron line costs several KiB once parsed, and parsing dominates a cold
+/// start with a million jobs). Grows with the distinct lines this process saw.
+#[derive(Default)]
+struct ScheduleCache {
+    by_line: HashMap<String, Schedule>,
+}
+
+impl ScheduleCache {
+    fn parse(&mut self, line: &str) -> Result<Schedule, ScheduleError> {
+        if let Some(shared) = self.by_line.get(line) {
+            return Ok(shared.clone());
+        }
+        let parsed = Schedule::parse(line)?;
+        self.by_line.insert(line.to_string(), parsed.clone());
+        Ok(parsed)
+    }
+}
+
+fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> JobChange {
     match entry.operation {
         Operation::Delete | Operation::Purge => {
             debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
             JobChange::Removed { job_id: entry.key }
         }
-        Operation::Put => match parse_job(&entry.value, Some(&entry.key)) {
+        Operation::Put => match parse_job_with(&entry.value, Some(&entry.key), &mut |line| {
+            schedules.parse(line)
+        }) {
             Ok(job) => JobChange::Put {
                 job: Box::new(job),
                 revision: entry.revision,

@@ -1,0 +1,372 @@
+//! Ticker benchmarks against a real nats-server (started here on a free port).
+//!
+//! Scenarios (each prints a markdown table; `docs/benchmarks.md` keeps the
+//! command and the output):
+//! - `throughput`: raw JetStream publishes/s (same stream settings, same
+//!   payload size, same `Nats-Msg-Id` header, same pipelined batches) against
+//!   fires/s sustained by one ticker with N jobs all due every second, in one run.
+//! - `cold-start`: N jobs in the bucket (one canary due every second), time
+//!   from ticker start to the canary's first due event, and resident memory
+//!   per job.
+//! - `lag`: N jobs due every second for a while, with R ticker replicas: fire
+//!   lag (server store time minus scheduled time) p50/p99/max, and publish
+//!   amplification (messages sent on `jetcron.due.>` per stored due event).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, stream};
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+use futures::StreamExt as _;
+use jetcron_core::clock::SystemClock;
+use jetcron_core::events::DueEvent;
+use jetcron_core::subjects;
+use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(about = "jetcron ticker benchmarks on a real nats-server")]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Raw JetStream publishes/s vs ticker fires/s, same server, same run.
+    Throughput {
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 15)]
+        seconds: u64,
+    },
+    /// Ticker start to scheduling with many jobs, and memory per job.
+    ColdStart {
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: usize,
+    },
+    /// Fire lag and publish amplification with R replicas.
+    Lag {
+        #[arg(long, default_value_t = 10_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
+}
+
+const BATCH: usize = 1024;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let nats = NatsServer::start();
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
+    let options = TopologyOptions::default();
+    topology::ensure_jobs_bucket(&js, &options).await?;
+    topology::ensure_due_stream(&js, &options).await?;
+    topology::ensure_runs_stream(&js, &options).await?;
+    match cli.scenario {
+        Scenario::Throughput { jobs, seconds } => throughput(&nats, &js, jobs, seconds).await,
+        Scenario::ColdStart { jobs } => cold_start(&nats, &js, jobs).await,
+        Scenario::Lag {
+            jobs,
+            replicas,
+            seconds,
+        } => lag(&nats, &js, jobs, replicas, seconds).await,
+    }
+}
+
+/// Store `count` job definitions in the bucket with pipelined publishes.
+async fn load_jobs(
+    js: &jetstream::Context,
+    count: usize,
+    schedule: &str,
+    id: impl Fn(usize) -> String,
+) -> anyhow::Result<()> {
+    let mut pending = Vec::with_capacity(BATCH * 4);
+    for i in 0..count {
+        let key = id(i);
+        let value = format!(
+            r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"bench.svc"}}}}"#
+        );
+        let subject = format!("$KV.{}.{key}", subjects::JOBS_BUCKET);
+        pending.push(js.publish(subject, value.into()).await?);
+        if pending.len() >= BATCH * 4 {
+            for ack in pending.drain(..) {
+                ack.await.context("job put ack")?;
+            }
+        }
+    }
+    for ack in pending {
+        ack.await.context("job put ack")?;
+    }
+    Ok(())
+}
+
+/// A due event as the ticker would publish it, for a realistic payload size.
+fn sample_due_payload() -> Vec<u8> {
+    let job = jetcron_core::job::parse_job(
+        br#"{"id":"bench-000001","schedule":"* * * * * *","target":{"type":"nats","subject":"bench.svc"}}"#,
+        None,
+    )
+    .expect("sample job");
+    let now = Utc::now();
+    let event = DueEvent {
+        run_id: jetcron_core::RunId::for_fire("bench-000001", now),
+        job_id: "bench-000001".into(),
+        scheduled_at: now,
+        trigger: jetcron_core::Trigger::Schedule,
+        pool: subjects::DEFAULT_POOL.into(),
+        job_revision: 1,
+        job: job.spec,
+    };
+    serde_json::to_vec(&event).expect("encode")
+}
+
+async fn due_count(js: &jetstream::Context) -> anyhow::Result<u64> {
+    let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
+    Ok(stream.info().await?.state.messages)
+}
+
+fn start_ticker(
+    client: async_nats::Client,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(jetcron_ticker::run(
+        jetcron_ticker::TickerConfig::default(),
+        client,
+        Arc::new(SystemClock),
+        stop.clone(),
+    ))
+}
+
+async fn throughput(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    jobs: usize,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    // 1. Raw JetStream: a stream with the due stream's settings.
+    let raw = js
+        .create_stream(stream::Config {
+            name: "BENCH_RAW".into(),
+            subjects: vec!["bench.raw.>".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(600),
+            ..Default::default()
+        })
+        .await?;
+    let payload = bytes::Bytes::from(sample_due_payload());
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut sent: u64 = 0;
+    // The same batch size the ticker uses.
+    let batch = jetcron_ticker::MAX_BATCH;
+    while Instant::now() < deadline {
+        let mut acks = Vec::with_capacity(batch);
+        for _ in 0..batch {
+            let mut headers = async_nats::HeaderMap::new();
+            let id = format!("raw-{sent}");
+            headers.insert("Nats-Msg-Id", id.as_str());
+            acks.push(
+                js.publish_with_headers(
+                    format!("bench.raw.job{}", sent % 100_000),
+                    headers,
+                    payload.clone(),
+                )
+                .await?,
+            );
+            sent += 1;
+        }
+        for ack in acks {
+            ack.await?;
+        }
+    }
+    let raw_rate = sent as f64 / started.elapsed().as_secs_f64();
+    drop(raw);
+    js.delete_stream("BENCH_RAW").await?;
+
+    // 2. The ticker with `jobs` jobs all due every second.
+    load_jobs(js, jobs, "* * * * * *", |i| format!("bench-{i:06}")).await?;
+    let stop = CancellationToken::new();
+    let ticker = start_ticker(nats.client().await, &stop);
+    // Warm up until fires flow, then measure a steady window.
+    while due_count(js).await? < jobs as u64 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = due_count(js).await?;
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = due_count(js).await?;
+    let fire_rate = (after - before) as f64 / started.elapsed().as_secs_f64();
+    stop.cancel();
+    ticker.await??;
+
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| payload bytes per due event | {} |", payload.len());
+    println!(
+        "| raw JetStream publishes/s (pipelined batches of {}, Nats-Msg-Id) | {raw_rate:.0} |",
+        jetcron_ticker::MAX_BATCH
+    );
+    println!("| jobs due every second | {jobs} |");
+    println!("| ticker fires/s (stored due events) | {fire_rate:.0} |");
+    println!(
+        "| ratio fires/s ÷ raw publishes/s | {:.2} |",
+        fire_rate / raw_rate
+    );
+    Ok(())
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+async fn cold_start(nats: &NatsServer, js: &jetstream::Context, jobs: usize) -> anyhow::Result<()> {
+    let load_started = Instant::now();
+    load_jobs(js, jobs, "0 0 0 * * *", |i| format!("cold-{i:07}")).await?;
+    load_jobs(js, 1, "* * * * * *", |_| "canary".to_string()).await?;
+    let load_time = load_started.elapsed();
+    let mut canary = nats
+        .client()
+        .await
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
+        .await?;
+    let rss_before = rss_bytes();
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let ticker = start_ticker(nats.client().await, &stop);
+    canary.next().await.context("canary never fired")?;
+    let to_scheduling = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_after = rss_bytes();
+    stop.cancel();
+    ticker.await??;
+    let per_job = rss_after.saturating_sub(rss_before) as f64 / jobs as f64;
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| jobs in the bucket | {} |", jobs + 1);
+    println!(
+        "| time to load them (pipelined KV puts) | {:.1} s |",
+        load_time.as_secs_f64()
+    );
+    println!(
+        "| ticker start → first due event of the canary | {:.1} s |",
+        to_scheduling.as_secs_f64()
+    );
+    println!(
+        "| ticker resident memory | {:.0} MiB |",
+        rss_after.saturating_sub(rss_before) as f64 / 1048576.0
+    );
+    println!("| resident memory per job | {per_job:.0} bytes |");
+    Ok(())
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+async fn lag(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    jobs: usize,
+    replicas: usize,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    load_jobs(js, jobs, "* * * * * *", |i| format!("lag-{i:06}")).await?;
+    // Count every message sent on the due subjects, duplicates included.
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut tap = nats.client().await.subscribe("jetcron.due.>").await?;
+    let counter = sent.clone();
+    tokio::spawn(async move {
+        while tap.next().await.is_some() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let stop = CancellationToken::new();
+    let mut tickers = Vec::new();
+    for _ in 0..replicas {
+        tickers.push(start_ticker(nats.client().await, &stop));
+    }
+    let started_at = Utc::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.cancel();
+    for ticker in tickers {
+        ticker.await??;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = sent.load(Ordering::Relaxed);
+
+    // Read every stored due event back (a work-queue stream only takes
+    // explicit-ack consumers; acking empties it, which is fine at the end).
+    let stream = js.get_stream(subjects::DUE_STREAM).await?;
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("bench-reader".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            max_ack_pending: -1,
+            ..Default::default()
+        })
+        .await?;
+    let stored = due_count(js).await?;
+    let mut messages = consumer.messages().await?;
+    // Skip the first seconds: replicas start, load the bucket and share shards.
+    let warm = started_at + chrono::Duration::seconds(5);
+    let mut lags = Vec::new();
+    let mut read = 0u64;
+    while read < stored {
+        let Some(message) = messages.next().await else {
+            break;
+        };
+        let message = message?;
+        read += 1;
+        let published: DateTime<Utc> = message
+            .info()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .published;
+        let event: DueEvent = serde_json::from_slice(&message.payload)?;
+        let _ = message.ack().await;
+        if event.scheduled_at >= warm {
+            lags.push((published - event.scheduled_at).num_milliseconds());
+        }
+    }
+    lags.sort_unstable();
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| ticker replicas | {replicas} |");
+    println!("| jobs due every second | {jobs} |");
+    println!("| due events stored | {stored} |");
+    println!("| messages sent on jetcron.due.> | {sent} |");
+    println!(
+        "| publish amplification (sent ÷ stored) | {:.3} |",
+        sent as f64 / stored.max(1) as f64
+    );
+    println!("| fires measured (after 5 s warm-up) | {} |", lags.len());
+    println!("| fire lag p50 | {} ms |", percentile(&lags, 50.0));
+    println!("| fire lag p99 | {} ms |", percentile(&lags, 99.0));
+    println!(
+        "| fire lag max | {} ms |",
+        lags.last().copied().unwrap_or(0)
+    );
+    Ok(())
+}
