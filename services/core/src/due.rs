@@ -21,7 +21,7 @@ pub async fn send_due_event(
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", event.run_id.as_str());
     js.publish_with_headers(
-        subjects::due_subject(&event.pool, &event.job_id),
+        subjects::due_subject(event.pool, event.job_id),
         headers,
         payload.into(),
     )
