@@ -463,3 +463,28 @@ async fn replicas_resume_after_nats_restarts_without_loss_or_duplicates() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_rejoining_after_the_duplicate_window_repeats_nothing() {
+    let nats = NatsServer::start();
+    // A 2 s duplicate window: the rejoin (and the rebalance it causes) comes after it.
+    let js = setup(&nats, Duration::from_secs(2)).await;
+    for i in 0..32 {
+        put_job(&js, &format!("rejoin-{i}"), "* * * * * *", "").await;
+    }
+    let mut replicas: Vec<TickerProcess> = ["j0", "j1", "j2"]
+        .iter()
+        .map(|name| TickerProcess::start(&nats, name, "60s"))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    replicas[0].kill_9();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    replicas[0] = TickerProcess::start(&nats, "j0-again", "60s");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for replica in &mut replicas {
+        replica.terminate();
+    }
+    let events = stored_due_events(&js).await;
+    assert_eq!(events.len(), 32);
+    assert_exactly_once_and_contiguous(&events, 1);
+}
