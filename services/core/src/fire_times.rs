@@ -104,22 +104,31 @@ impl ValidJob {
                 .collect(),
             MisfirePolicy::FireAll => {
                 let window = chrono::Duration::from_std(self.catchup_window).unwrap_or_default();
-                let from = last_done.max(now - window);
-                let mut times = Vec::new();
-                let mut cursor = from;
-                while let Some(t) = self.next_scheduled(cursor) {
-                    if t > now {
-                        break;
-                    }
-                    times.push(t);
-                    if times.len() > MAX_CATCHUP_FIRES {
-                        times.remove(0);
-                    }
-                    cursor = t;
-                }
-                times
+                self.latest_scheduled_in(last_done.max(now - window), now)
             }
         }
+    }
+
+    /// Scheduled times in `(after, up_to]`, oldest first, at most
+    /// [`MAX_CATCHUP_FIRES`] (the latest ones).
+    pub fn latest_scheduled_in(
+        &self,
+        after: DateTime<Utc>,
+        up_to: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        let mut times = std::collections::VecDeque::new();
+        let mut cursor = after;
+        while let Some(t) = self.next_scheduled(cursor) {
+            if t > up_to {
+                break;
+            }
+            times.push_back(t);
+            if times.len() > MAX_CATCHUP_FIRES {
+                times.pop_front();
+            }
+            cursor = t;
+        }
+        times.into()
     }
 }
 

@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use jetcron_core::fire_times::MAX_CATCHUP_FIRES;
 use jetcron_core::job::ValidJob;
 
 /// A job as the plan holds it.
@@ -99,16 +98,7 @@ impl FirePlan {
             .collect();
         self.remove(&id);
         if job.spec.paused {
-            let since = paused_since.unwrap_or(now);
-            self.jobs.insert(
-                id,
-                PlannedJob {
-                    job,
-                    revision,
-                    last_planned: None,
-                    paused_since: Some(since),
-                },
-            );
+            self.hold_paused(id, job, revision, paused_since.unwrap_or(now));
             return;
         }
         let mut catch_up = paused_since
@@ -138,24 +128,29 @@ impl FirePlan {
         let id = job.spec.id.clone();
         self.remove(&id);
         if job.spec.paused {
-            self.jobs.insert(
-                id,
-                PlannedJob {
-                    job,
-                    revision,
-                    last_planned: None,
-                    paused_since: Some(done.max(defined_at)),
-                },
-            );
+            self.hold_paused(id, job, revision, done.max(defined_at));
             return;
         }
         let from = done.max(defined_at);
         let catch_up = if now - from <= late_threshold {
-            every_time_between(&job, from, now)
+            job.latest_scheduled_in(from, now)
         } else {
             job.missed(from, now)
         };
         self.plan(id, job, revision, catch_up, now);
+    }
+
+    /// Keep a paused job (no fires), remembering since when it is paused.
+    fn hold_paused(&mut self, id: String, job: Arc<ValidJob>, revision: u64, since: DateTime<Utc>) {
+        self.jobs.insert(
+            id,
+            PlannedJob {
+                job,
+                revision,
+                last_planned: None,
+                paused_since: Some(since),
+            },
+        );
     }
 
     fn plan(
@@ -277,27 +272,6 @@ impl FirePlan {
             _ => now,
         }
     }
-}
-
-/// Every scheduled time of `job` in `(from, to]`, at most [`MAX_CATCHUP_FIRES`] (the latest).
-fn every_time_between(
-    job: &ValidJob,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Vec<DateTime<Utc>> {
-    let mut times = Vec::new();
-    let mut cursor = from;
-    while let Some(t) = job.next_scheduled(cursor) {
-        if t > to {
-            break;
-        }
-        times.push(t);
-        if times.len() > MAX_CATCHUP_FIRES {
-            times.remove(0);
-        }
-        cursor = t;
-    }
-    times
 }
 
 #[cfg(test)]
