@@ -160,28 +160,37 @@ async fn raw_publish_rate(js: &jetstream::Context, seconds: u64) -> anyhow::Resu
     })
     .await?;
     let payload = bytes::Bytes::from(sample_due_payload());
-    let batch = jetcron_ticker::MAX_BATCH;
+    // The ticker's publishing pattern: batches of MAX_BATCH / PIPELINE, the
+    // next one sent while the previous one's acks are awaited.
+    let batch = jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut sent: u64 = 0;
-    while Instant::now() < deadline {
-        let mut acks = Vec::with_capacity(batch);
-        for _ in 0..batch {
-            let mut headers = async_nats::HeaderMap::new();
-            let id = format!("raw-{sent}");
-            headers.insert("Nats-Msg-Id", id.as_str());
-            acks.push(
-                js.publish_with_headers(
-                    format!("bench.raw.job{}", sent % 100_000),
-                    headers,
-                    payload.clone(),
-                )
-                .await?,
-            );
-            sent += 1;
+    let mut in_flight = std::collections::VecDeque::new();
+    while Instant::now() < deadline || !in_flight.is_empty() {
+        if in_flight.len() < jetcron_ticker::PIPELINE && Instant::now() < deadline {
+            let mut acks = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let mut headers = async_nats::HeaderMap::new();
+                let id = format!("raw-{sent}");
+                headers.insert("Nats-Msg-Id", id.as_str());
+                acks.push(
+                    js.publish_with_headers(
+                        format!("bench.raw.job{}", sent % 100_000),
+                        headers,
+                        payload.clone(),
+                    )
+                    .await?,
+                );
+                sent += 1;
+            }
+            in_flight.push_back(acks);
+            continue;
         }
-        for ack in acks {
-            ack.await?;
+        if let Some(acks) = in_flight.pop_front() {
+            for ack in acks {
+                ack.await?;
+            }
         }
     }
     let rate = sent as f64 / started.elapsed().as_secs_f64();
@@ -223,8 +232,9 @@ async fn throughput(
         sample_due_payload().len()
     );
     println!(
-        "| raw JetStream publishes/s before / after (batches of {}, Nats-Msg-Id) | {raw_before:.0} / {raw_after:.0} |",
-        jetcron_ticker::MAX_BATCH
+        "| raw JetStream publishes/s before / after ({} batches of {} in flight, Nats-Msg-Id) | {raw_before:.0} / {raw_after:.0} |",
+        jetcron_ticker::PIPELINE,
+        jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE
     );
     println!("| jobs due every second | {jobs} |");
     println!("| ticker fires/s (stored due events, {seconds} s window) | {fire_rate:.0} |");

@@ -49,7 +49,7 @@ pub struct TickerConfig {
     /// Fires at most this late after a failover or restart are all emitted;
     /// older missed fires follow the job's misfire policy.
     pub late_threshold: Duration,
-    /// Most due events published per pipelined batch.
+    /// Most due events per batch (capped at `MAX_BATCH / PIPELINE`).
     pub batch_size: usize,
     pub topology: TopologyOptions,
 }
@@ -85,9 +85,12 @@ pub fn default_replica_id() -> String {
     format!("{host}-{}-{}", std::process::id(), &random[..8])
 }
 
-/// Largest publish batch: async-nats lets at most 5000 acks be outstanding on
-/// one JetStream context, and a batch holds all of its acks before awaiting.
+/// Most due events sent and not yet acknowledged: async-nats lets at most
+/// 5000 acks be outstanding on one JetStream context.
 pub const MAX_BATCH: usize = 4096;
+
+/// Batches in flight at once (each `MAX_BATCH / PIPELINE` fires at most).
+pub const PIPELINE: usize = 2;
 
 /// Longest the loop sleeps without looking at the clock again.
 const MAX_IDLE: Duration = Duration::from_millis(250);
@@ -145,6 +148,7 @@ pub async fn run(
     };
     let mut book: HashMap<String, BookEntry> = HashMap::new();
     let mut plans: HashMap<u32, FirePlan> = HashMap::new();
+    let mut in_flight = std::collections::VecDeque::new();
     info!(replica_id = %config.replica_id, "ticker started");
 
     loop {
@@ -157,17 +161,19 @@ pub async fn run(
         }
 
         let now = clock.now();
-        let fires = due_fires(&plans, &leases, now, config.batch_size.clamp(1, MAX_BATCH));
-        if !fires.is_empty() {
-            let stored = publish::publish_batch(&js, &fires).await;
-            let failed = stored.iter().filter(|ok| !**ok).count();
-            for (fire, ok) in fires.iter().zip(stored) {
-                if ok {
-                    if let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) {
-                        plan.fired(fire);
-                    }
-                }
+        // Keep the server fed: send the next batch while the previous one's
+        // acks are on their way (at most PIPELINE batches in flight).
+        if in_flight.len() < PIPELINE {
+            let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
+            let fires = take_due_fires(&mut plans, &leases, now, batch);
+            if !fires.is_empty() {
+                let acks = publish::send_batch(&js, &fires).await;
+                in_flight.push_back((fires, acks));
+                continue;
             }
+        }
+        if let Some((fires, acks)) = in_flight.pop_front() {
+            let failed = settle(&mut plans, &fires, publish::collect_acks(acks).await);
             record_watermarks(&plans, &leases, clock.now());
             if failed > 0 {
                 warn!(failed, "due events not stored, retrying");
@@ -202,7 +208,11 @@ pub async fn run(
             _ = tokio::time::sleep(idle) => {}
         }
     }
-    // Final watermarks, then release the shards so a standby resumes at once.
+    // Settle what is in flight, record final watermarks, then release the
+    // shards so a standby resumes at once.
+    while let Some((fires, acks)) = in_flight.pop_front() {
+        settle(&mut plans, &fires, publish::collect_acks(acks).await);
+    }
     record_watermarks(&plans, &leases, clock.now());
     ownership_stop.cancel();
     watch_stop.cancel();
@@ -329,24 +339,40 @@ fn on_job(
     }
 }
 
-/// The earliest due fires of the shards this replica may publish for.
-fn due_fires(
-    plans: &HashMap<u32, FirePlan>,
+/// Take the earliest due fires of the shards this replica may publish for;
+/// each shard contributes its share, so one batch stays bounded however many
+/// fires are due at once (at most `limit` plus one per shard).
+fn take_due_fires(
+    plans: &mut HashMap<u32, FirePlan>,
     leases: &Leases,
     now: DateTime<Utc>,
     limit: usize,
 ) -> Vec<plan::Fire> {
-    // Each shard contributes its earliest share, so one iteration stays
-    // bounded however many fires are due at once.
     let per_shard = limit / plans.len().max(1) + 1;
     let mut fires: Vec<plan::Fire> = plans
-        .iter()
+        .iter_mut()
         .filter(|(shard, _)| leases.is_valid(**shard))
-        .flat_map(|(_, plan)| plan.due(now, per_shard))
+        .flat_map(|(_, plan)| plan.take_due(now, per_shard))
         .collect();
     fires.sort_by_key(|f| (f.fire_at, f.scheduled_at));
-    fires.truncate(limit);
     fires
+}
+
+/// Apply a batch's acks to the plans; returns how many were not stored.
+fn settle(plans: &mut HashMap<u32, FirePlan>, fires: &[plan::Fire], stored: Vec<bool>) -> usize {
+    let mut failed = 0;
+    for (fire, ok) in fires.iter().zip(stored) {
+        let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) else {
+            continue;
+        };
+        if ok {
+            plan.fired(fire);
+        } else {
+            failed += 1;
+            plan.unfired(fire);
+        }
+    }
+    failed
 }
 
 fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {

@@ -41,7 +41,9 @@ pub struct FirePlan {
     jobs: HashMap<String, PlannedJob>,
     /// (publish instant, scheduled time, job id) of every pending fire.
     queue: BTreeSet<(DateTime<Utc>, DateTime<Utc>, String)>,
-    /// (scheduled time, job id) of the same fires, for the watermark.
+    /// Fires taken for publishing whose ack has not come back yet.
+    in_flight: BTreeSet<(DateTime<Utc>, DateTime<Utc>, String)>,
+    /// (scheduled time, job id) of every queued or in-flight fire, for the watermark.
     pending: BTreeSet<(DateTime<Utc>, String)>,
 }
 
@@ -58,9 +60,9 @@ impl FirePlan {
         self.jobs.get(job_id)
     }
 
-    /// Pending fires (catch-ups and regular next fires).
+    /// Pending fires (catch-ups and regular next fires, queued or in flight).
     pub fn pending_fires(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.in_flight.len()
     }
 
     fn enqueue(&mut self, job_id: &str, job: &ValidJob, scheduled: DateTime<Utc>) {
@@ -71,6 +73,7 @@ impl FirePlan {
 
     fn dequeue_all(&mut self, job_id: &str) {
         self.queue.retain(|(_, _, id)| id != job_id);
+        self.in_flight.retain(|(_, _, id)| id != job_id);
         self.pending.retain(|(_, id)| id != job_id);
     }
 
@@ -203,6 +206,8 @@ impl FirePlan {
     /// were emitted already (only catch-ups can be that old).
     pub fn drop_emitted(&mut self, job_id: &str, through: DateTime<Utc>) {
         self.queue.retain(|(_, t, id)| id != job_id || *t > through);
+        self.in_flight
+            .retain(|(_, t, id)| id != job_id || *t > through);
         self.pending.retain(|(t, id)| id != job_id || *t > through);
     }
 
@@ -241,6 +246,26 @@ impl FirePlan {
             .collect()
     }
 
+    /// Like [`FirePlan::due`], but the fires move to in-flight: they are not
+    /// offered again until [`FirePlan::fired`] or [`FirePlan::unfired`].
+    pub fn take_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Fire> {
+        let fires = self.due(now, limit);
+        for fire in &fires {
+            let key = (fire.fire_at, fire.scheduled_at, fire.job.spec.id.clone());
+            self.queue.remove(&key);
+            self.in_flight.insert(key);
+        }
+        fires
+    }
+
+    /// A taken fire was not stored: offer it again.
+    pub fn unfired(&mut self, fire: &Fire) {
+        let key = (fire.fire_at, fire.scheduled_at, fire.job.spec.id.clone());
+        if self.in_flight.remove(&key) {
+            self.queue.insert(key);
+        }
+    }
+
     /// Record that the due event of `fire` is stored: drop it from the queue
     /// and, if it was the job's regular fire, plan the next one (only when the
     /// job did not change meanwhile: an edit planned its own next fire).
@@ -250,7 +275,9 @@ impl FirePlan {
             return;
         };
         let key = (fire.fire_at, fire.scheduled_at, id.clone());
-        if !self.queue.remove(&key) {
+        let was_queued = self.queue.remove(&key);
+        let was_in_flight = self.in_flight.remove(&key);
+        if !was_queued && !was_in_flight {
             return;
         }
         self.pending.remove(&(fire.scheduled_at, id.clone()));

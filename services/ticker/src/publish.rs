@@ -4,7 +4,7 @@
 //! time): any publisher of the same fire (a retry, another replica) produces the
 //! same id and JetStream keeps only the first within the duplicate window.
 
-use async_nats::jetstream;
+use async_nats::jetstream::{self, context::PublishAckFuture};
 use jetcron_core::due;
 use jetcron_core::events::{DueEvent, DueEventRef, RunId, Trigger};
 use jetcron_core::subjects;
@@ -25,10 +25,9 @@ pub fn due_event(fire: &Fire) -> DueEvent {
     }
 }
 
-/// Publish every fire without waiting, then collect the acks: one round trip
-/// for the batch instead of one per fire. `true` where the event is stored
-/// (or was already, as a duplicate).
-pub async fn publish_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<bool> {
+/// Send every fire without waiting for acks (await them with [`collect_acks`]).
+/// `None` where the send itself failed.
+pub async fn send_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<Option<PublishAckFuture>> {
     let mut pending = Vec::with_capacity(fires.len());
     for fire in fires {
         let run_id = RunId::for_fire(&fire.job.spec.id, fire.scheduled_at);
@@ -43,15 +42,19 @@ pub async fn publish_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<bool>
         };
         pending.push(due::send_due_event(js, event).await.ok());
     }
-    let mut stored = Vec::with_capacity(fires.len());
+    pending
+}
+
+/// Await the acks of a sent batch: `true` where the event is stored (or was
+/// already, as a duplicate).
+pub async fn collect_acks(pending: Vec<Option<PublishAckFuture>>) -> Vec<bool> {
+    let mut stored = Vec::with_capacity(pending.len());
     for ack in pending {
         stored.push(match ack {
             Some(ack) => ack.await.is_ok(),
             None => false,
         });
     }
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        debug!(fires = fires.len(), "due batch published");
-    }
+    debug!(fires = stored.len(), "due batch acknowledged");
     stored
 }

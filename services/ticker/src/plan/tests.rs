@@ -211,6 +211,30 @@ fn jitter_delays_publish_but_not_the_scheduled_time() {
 }
 
 #[test]
+fn taken_fires_are_not_offered_twice_and_failures_come_back() {
+    let mut plan = FirePlan::default();
+    plan.upsert(job("a", "* * * * * *"), 1, t(0));
+    plan.upsert(job("b", "* * * * * *"), 1, t(0));
+    let first = plan.take_due(t(1), 10);
+    assert_eq!(first.len(), 2);
+    assert!(
+        plan.take_due(t(1), 10).is_empty(),
+        "in-flight fires are not offered again"
+    );
+    assert!(
+        plan.watermark(t(1)) < t(1),
+        "in-flight fires hold the watermark"
+    );
+    plan.fired(&first[0]);
+    plan.unfired(&first[1]);
+    let again = plan.take_due(t(1), 10);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].job.spec.id, first[1].job.spec.id);
+    plan.fired(&again[0]);
+    assert_eq!(plan.watermark(t(1)), t(1));
+}
+
+#[test]
 fn one_shot_fires_once() {
     let mut plan = FirePlan::default();
     let at = jetcron_core::time_format::rfc3339_millis(t(4));
