@@ -153,12 +153,7 @@ fn from_millis(ms: i64) -> DateTime<Utc> {
 impl RunEventRow {
     /// Back to the event; `None` for a row whose kind or trigger this build does not know.
     pub fn into_event(self) -> Option<RunEvent> {
-        let trigger = match self.trigger.as_str() {
-            "schedule" => Trigger::Schedule,
-            "manual" => Trigger::Manual,
-            "backfill" => Trigger::Backfill,
-            _ => return None,
-        };
+        let trigger = Trigger::parse(&self.trigger)?;
         Some(RunEvent {
             event_id: self.event_id,
             run_id: RunId(self.run_id),

@@ -66,12 +66,18 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    pub const ALL: [Trigger; 3] = [Trigger::Schedule, Trigger::Manual, Trigger::Backfill];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Backfill => "backfill",
         }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == text)
     }
 }
 

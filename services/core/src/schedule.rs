@@ -72,7 +72,7 @@ impl Schedule {
             Schedule::Cron(cron) => {
                 // croner works at whole seconds: search from the second `after`
                 // falls in; non-inclusive, so the result is strictly later.
-                let floor = after.with_timezone(&tz).with_nanosecond_floor();
+                let floor = floor_to_second(after.with_timezone(&tz));
                 let next = cron.find_next_occurrence(&floor, false).ok()?;
                 Some(next.with_timezone(&Utc))
             }
@@ -92,7 +92,7 @@ impl Schedule {
     pub fn previous_fire(&self, at: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
         match self {
             Schedule::Cron(cron) => {
-                let floor = at.with_timezone(&tz).with_nanosecond_floor();
+                let floor = floor_to_second(at.with_timezone(&tz));
                 let prev = cron.find_previous_occurrence(&floor, true).ok()?;
                 Some(prev.with_timezone(&Utc))
             }
@@ -208,15 +208,10 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
     Ok(Schedule::Cron(Arc::new(cron)))
 }
 
-trait FloorToSecond {
-    fn with_nanosecond_floor(self) -> Self;
-}
-
-impl<T: TimeZone> FloorToSecond for DateTime<T> {
-    fn with_nanosecond_floor(self) -> Self {
-        use chrono::Timelike;
-        self.with_nanosecond(0).unwrap_or(self)
-    }
+/// `t` without its sub-second part (croner searches whole seconds).
+fn floor_to_second<T: TimeZone>(t: DateTime<T>) -> DateTime<T> {
+    use chrono::Timelike;
+    t.with_nanosecond(0).unwrap_or(t)
 }
 
 #[cfg(test)]

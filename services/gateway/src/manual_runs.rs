@@ -106,17 +106,17 @@ fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| {
-            ApiError::invalid_job(vec![FieldError::new(
+            let problem = FieldError::new(
                 field,
                 "invalid_instant",
                 format!(
                     "expected an RFC 3339 instant such as 2026-01-01T00:00:00Z, got {text:?}: {e}"
                 ),
-            )])
-        })
-        .map_err(|e| ApiError {
-            code: ErrorCode::InvalidRequest,
-            ..e
+            );
+            ApiError {
+                code: ErrorCode::InvalidRequest,
+                ..ApiError::invalid_job(vec![problem])
+            }
         })
 }
 

@@ -8,13 +8,7 @@ use jetcron_testkit::{wait_until, Stack, StackOptions};
 
 #[tokio::test]
 async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored() {
-    let stack = Stack::start(StackOptions {
-        ticker: false,
-        executor: false,
-        projector: false,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::api_only()).await;
     let cases = [
         (
             r#"{"id":"x","schedule":"* * * *","target":{"type":"nats","subject":"a.b"}}"#,
@@ -78,13 +72,7 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
 
 #[tokio::test]
 async fn fire_and_forget_publish_applies_a_valid_definition() {
-    let stack = Stack::start(StackOptions {
-        ticker: false,
-        executor: false,
-        projector: false,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::api_only()).await;
     stack
         .client
         .publish(
@@ -115,13 +103,7 @@ async fn fire_and_forget_publish_applies_a_valid_definition() {
 
 #[tokio::test]
 async fn the_service_is_discoverable_with_nats_micro() {
-    let stack = Stack::start(StackOptions {
-        ticker: false,
-        executor: false,
-        projector: false,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::api_only()).await;
     let reply = stack
         .client
         .request("$SRV.INFO.jetcron", "".into())

@@ -6,21 +6,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use jetcron_core::subjects;
-use jetcron_testkit::{Stack, StackOptions};
-
-fn instant(v: &serde_json::Value) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(v.as_str().expect("instant"))
-        .expect("rfc3339")
-        .with_timezone(&Utc)
-}
+use jetcron_testkit::{instant, Stack, StackOptions};
 
 #[tokio::test]
 async fn trigger_runs_a_job_now_marked_manual() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let (_, code) = stack
         .api_put(r#"{"id":"yearly","schedule":"@yearly","target":{"type":"shell","command":"echo by hand"}}"#)
         .await;
@@ -55,11 +45,7 @@ async fn trigger_runs_a_job_now_marked_manual() {
 
 #[tokio::test]
 async fn backfill_fills_past_times_once_and_skips_fires_that_happened() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let (_, code) = stack
         .api_put(r#"{"id":"every2","schedule":"*/2 * * * * *","target":{"type":"shell","command":"true"}}"#)
         .await;

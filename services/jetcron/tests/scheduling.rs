@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 use jetcron_core::events::{DueEvent, RunId, Trigger};
 use jetcron_core::job::parse_job;
 use jetcron_core::{subjects, time_format};
-use jetcron_testkit::{Stack, StackOptions};
+use jetcron_testkit::{instant, Stack, StackOptions};
 
 /// Record every due event published (as core NATS sees them) on `jetcron.due.>`.
 async fn record_due_events(stack: &Stack) -> Arc<Mutex<Vec<DueEvent>>> {
@@ -32,12 +32,6 @@ async fn record_due_events(stack: &Stack) -> Arc<Mutex<Vec<DueEvent>>> {
     });
     stack.client.flush().await.expect("flush");
     seen
-}
-
-fn instant(v: &serde_json::Value) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(v.as_str().expect("instant"))
-        .expect("rfc3339")
-        .with_timezone(&Utc)
 }
 
 #[tokio::test]
@@ -98,11 +92,7 @@ async fn the_same_due_event_published_twice_runs_once() {
 
 #[tokio::test]
 async fn two_tickers_fire_each_time_once() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     // A second ticker replica on the same bucket and stream.
     let shutdown = tokio_util::sync::CancellationToken::new();
     let second = tokio::spawn(jetcron_ticker::run(
@@ -149,11 +139,7 @@ async fn two_tickers_fire_each_time_once() {
 
 #[tokio::test]
 async fn deleting_the_key_stops_the_job_within_a_second() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let due = record_due_events(&stack).await;
     let (_, code) = stack
         .api_put(r#"{"id":"doomed","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
@@ -190,11 +176,7 @@ async fn deleting_the_key_stops_the_job_within_a_second() {
 
 #[tokio::test]
 async fn invalid_definitions_in_the_bucket_are_not_scheduled() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let due = record_due_events(&stack).await;
     let bad: [(&str, &[u8]); 6] = [
         ("garbage", b"this is not json"),

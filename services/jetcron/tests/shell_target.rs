@@ -7,11 +7,7 @@ use jetcron_testkit::{Stack, StackOptions};
 
 #[tokio::test]
 async fn shell_job_runs_with_its_context() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let (reply, code) = stack
         .api_put(r#"{"id":"greet","schedule":"* * * * * *","target":{"type":"shell","command":"echo run $JETCRON_RUN_ID of $JETCRON_JOB_ID attempt $JETCRON_ATTEMPT; echo oops >&2"}}"#)
         .await;
@@ -31,11 +27,7 @@ async fn shell_job_runs_with_its_context() {
 
 #[tokio::test]
 async fn failing_shell_job_retries_then_fails_with_its_exit_code() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let at = (chrono::Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
     let job = format!(
         r#"{{"id":"flaky","schedule":"@at {at}","retry":{{"backoff":"100ms"}},"target":{{"type":"shell","command":"echo attempt $JETCRON_ATTEMPT; exit 3"}}}}"#
@@ -55,11 +47,7 @@ async fn failing_shell_job_retries_then_fails_with_its_exit_code() {
 
 #[tokio::test]
 async fn shell_output_is_capped_and_timeouts_kill() {
-    let stack = Stack::start(StackOptions {
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
+    let stack = Stack::start(StackOptions::with_shell()).await;
     let at = (chrono::Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
     let big = format!(
         r#"{{"id":"chatty","schedule":"@at {at}","target":{{"type":"shell","command":"head -c 200000 /dev/zero | tr '\\0' x"}}}}"#

@@ -44,6 +44,33 @@ impl Default for StackOptions {
     }
 }
 
+impl StackOptions {
+    /// Every service, with shell targets enabled on the executor.
+    pub fn with_shell() -> Self {
+        Self {
+            enable_shell: true,
+            ..Self::default()
+        }
+    }
+
+    /// Only the gateway (the API and HTTP), for tests of requests and replies.
+    pub fn api_only() -> Self {
+        Self {
+            ticker: false,
+            executor: false,
+            projector: false,
+            ..Self::default()
+        }
+    }
+}
+
+/// An RFC 3339 instant from a JSON answer (panics on anything else: tests only).
+pub fn instant(value: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(value.as_str().expect("instant is a string"))
+        .expect("RFC 3339 instant")
+        .with_timezone(&chrono::Utc)
+}
+
 /// nats-server + clickhouse-server + the jetcron services.
 pub struct Stack {
     pub nats: NatsServer,

@@ -16,6 +16,7 @@
 //! Owns: the `jetcron_ticker` bucket; creates `jetcron_jobs` and `JETCRON_DUE`
 //! if missing.
 
+pub mod book;
 pub mod ownership;
 pub mod plan;
 pub mod publish;
@@ -35,6 +36,7 @@ use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::book::{Book, BookEntry};
 use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::shards::shard_of;
@@ -97,13 +99,6 @@ const MAX_IDLE: Duration = Duration::from_millis(250);
 /// Pause before retrying after a failed publish.
 const PUBLISH_RETRY: Duration = Duration::from_millis(250);
 
-/// Every valid job this replica knows, whether or not it owns its shard.
-struct BookEntry {
-    job: Arc<ValidJob>,
-    revision: u64,
-    defined_at: DateTime<Utc>,
-}
-
 /// Run the ticker until `shutdown` is cancelled.
 pub async fn run(
     config: TickerConfig,
@@ -146,7 +141,7 @@ pub async fn run(
         },
         emitted: verify::EmittedFires::open(&js).await?,
     };
-    let mut book: HashMap<String, BookEntry> = HashMap::new();
+    let mut book = Book::default();
     let mut plans: HashMap<u32, FirePlan> = HashMap::new();
     let mut in_flight = std::collections::VecDeque::new();
     info!(replica_id = %config.replica_id, "ticker started");
@@ -237,7 +232,7 @@ struct Recovery {
 
 async fn on_ownership(
     change: OwnershipChange,
-    book: &HashMap<String, BookEntry>,
+    book: &Book,
     plans: &mut HashMap<u32, FirePlan>,
     recovery: &Recovery,
     now: DateTime<Utc>,
@@ -249,7 +244,7 @@ async fn on_ownership(
             emitted_before,
         } => {
             let mut plan = FirePlan::default();
-            for entry in book.values().filter(|e| shard_of(&e.job.spec.id) == shard) {
+            for entry in book.shard(shard) {
                 plan.recover(
                     Arc::clone(&entry.job),
                     entry.revision,
@@ -295,7 +290,7 @@ async fn on_ownership(
 
 fn on_job(
     change: JobChange,
-    book: &mut HashMap<String, BookEntry>,
+    book: &mut Book,
     plans: &mut HashMap<u32, FirePlan>,
     ready: &tokio::sync::watch::Sender<bool>,
     now: DateTime<Utc>,

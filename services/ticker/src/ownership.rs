@@ -115,6 +115,29 @@ struct Seen {
     since: Instant,
 }
 
+impl Seen {
+    /// Record that `key` is at `revision` now; returns since when it has been
+    /// at that revision (as seen by this replica's monotonic clock).
+    fn observe<K: std::hash::Hash + Eq>(
+        seen: &mut HashMap<K, Seen>,
+        key: K,
+        revision: u64,
+        now: Instant,
+    ) -> Instant {
+        let entry = seen.entry(key).or_insert(Seen {
+            revision,
+            since: now,
+        });
+        if entry.revision != revision {
+            *entry = Seen {
+                revision,
+                since: now,
+            };
+        }
+        entry.since
+    }
+}
+
 /// The ownership task of one replica.
 pub struct Ownership {
     bucket: kv::Store,
@@ -185,16 +208,7 @@ impl Ownership {
         for shard in 0..SHARDS {
             let entry = self.bucket.entry(shard_key(shard)).await?;
             if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
-                let seen = self.shards_seen.entry(shard).or_insert(Seen {
-                    revision: entry.revision,
-                    since: now,
-                });
-                if seen.revision != entry.revision {
-                    *seen = Seen {
-                        revision: entry.revision,
-                        since: now,
-                    };
-                }
+                Seen::observe(&mut self.shards_seen, shard, entry.revision, now);
                 records.insert(shard, entry);
             }
         }
@@ -214,17 +228,8 @@ impl Ownership {
             let Some(entry) = self.bucket.entry(key.as_str()).await? else {
                 continue;
             };
-            let seen = self.replicas_seen.entry(key.clone()).or_insert(Seen {
-                revision: entry.revision,
-                since: now,
-            });
-            if seen.revision != entry.revision {
-                *seen = Seen {
-                    revision: entry.revision,
-                    since: now,
-                };
-            }
-            if now.duration_since(seen.since) <= self.options.ttl {
+            let since = Seen::observe(&mut self.replicas_seen, key.clone(), entry.revision, now);
+            if now.duration_since(since) <= self.options.ttl {
                 live += 1;
             }
         }
@@ -283,23 +288,31 @@ impl Ownership {
             let Some(shard) = self.owned.keys().copied().max() else {
                 break;
             };
-            let Some(owned) = self.owned.remove(&shard) else {
-                break;
-            };
-            let done = self.leases.watermark(shard);
-            self.leases.revoke(shard);
+            self.release(shard).await;
             let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
-            if let Some(done) = done {
-                let value = self.record_bytes("", done);
-                if let Err(e) = self
-                    .bucket
-                    .update(shard_key(shard), value, owned.revision)
-                    .await
-                {
-                    warn!(shard, error = %e, "cannot release shard (it will expire)");
-                }
-            }
             info!(shard, share, "shard released to rebalance");
+        }
+    }
+
+    /// Give `shard` up: stop publishing for it, then write its final
+    /// watermark with no owner so another replica takes it at once.
+    async fn release(&mut self, shard: u32) {
+        let Some(owned) = self.owned.remove(&shard) else {
+            return;
+        };
+        let done = self.leases.watermark(shard);
+        self.leases.revoke(shard);
+        let Some(done) = done else {
+            return;
+        };
+        let value = self.record_bytes("", done);
+        match self
+            .bucket
+            .update(shard_key(shard), value, owned.revision)
+            .await
+        {
+            Ok(_) => debug!(shard, "shard released"),
+            Err(e) => warn!(shard, error = %e, "cannot release shard (it will expire)"),
         }
     }
 
@@ -410,24 +423,7 @@ impl Ownership {
     async fn release_all(&mut self) {
         let shards: Vec<u32> = self.owned.keys().copied().collect();
         for shard in shards {
-            let Some(owned) = self.owned.remove(&shard) else {
-                continue;
-            };
-            let done = self.leases.watermark(shard);
-            self.leases.revoke(shard);
-            if let Some(done) = done {
-                let value = self.record_bytes("", done);
-                match self
-                    .bucket
-                    .update(shard_key(shard), value, owned.revision)
-                    .await
-                {
-                    Ok(_) => debug!(shard, "shard released on shutdown"),
-                    Err(e) => {
-                        warn!(shard, error = %e, "cannot release shard on shutdown (it will expire)")
-                    }
-                }
-            }
+            self.release(shard).await;
         }
     }
 }

@@ -6,24 +6,11 @@
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use jetcron_core::due;
-use jetcron_core::events::{DueEvent, DueEventRef, RunId, Trigger};
+use jetcron_core::events::{DueEventRef, RunId, Trigger};
 use jetcron_core::subjects;
 use tracing::debug;
 
 use crate::plan::Fire;
-
-/// Build the due event of a scheduled fire.
-pub fn due_event(fire: &Fire) -> DueEvent {
-    DueEvent {
-        run_id: RunId::for_fire(&fire.job.spec.id, fire.scheduled_at),
-        job_id: fire.job.spec.id.clone(),
-        scheduled_at: fire.scheduled_at,
-        trigger: Trigger::Schedule,
-        pool: subjects::DEFAULT_POOL.to_string(),
-        job_revision: fire.revision,
-        job: fire.job.spec.clone(),
-    }
-}
 
 /// Send every fire without waiting for acks (await them with [`collect_acks`]).
 /// `None` where the send itself failed.
