@@ -221,3 +221,63 @@ async fn ack(message: &Message, kind: AckKind) {
         warn!(error = %e, "cannot settle due message");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use jetcron_core::events::{RunId, Trigger};
+
+    fn due() -> DueEvent {
+        let job = job::parse_job(
+            br#"{"id":"j1","schedule":"@daily","target":{"type":"shell","command":"true"}}"#,
+            None,
+        )
+        .expect("job");
+        let at = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("t");
+        DueEvent {
+            run_id: RunId::for_fire("j1", at),
+            job_id: "j1".into(),
+            scheduled_at: at,
+            trigger: Trigger::Schedule,
+            pool: "default".into(),
+            job_revision: 1,
+            job: job.spec,
+        }
+    }
+
+    const SUBJECT: &str = "jetcron.due.default.j1";
+
+    #[test]
+    fn well_formed_due_events_pass() {
+        assert_eq!(check_due_event(&due(), SUBJECT), Ok(()));
+    }
+
+    #[test]
+    fn malformed_due_events_are_refused() {
+        let mut bad_run_id = due();
+        bad_run_id.run_id = RunId("r\r\nX: 1".into());
+        let mut uppercase_run_id = due();
+        uppercase_run_id.run_id = RunId(due().run_id.as_str().to_uppercase());
+        let mut bad_job_id = due();
+        bad_job_id.job_id = "evil x".into();
+        let mut mismatched = due();
+        mismatched.job.id = "other".into();
+        let mut bad_pool = due();
+        bad_pool.pool = "a.b".into();
+        for (event, subject, needle) in [
+            (bad_run_id, SUBJECT, "not a UUID"),
+            (uppercase_run_id, SUBJECT, "lowercase"),
+            (bad_job_id, SUBJECT, "job_id"),
+            (mismatched, SUBJECT, "differs from job_id"),
+            (bad_pool, SUBJECT, "pool"),
+            (due(), "jetcron.due.default.other", "expected"),
+        ] {
+            let why = check_due_event(&event, subject).expect_err(needle);
+            assert!(why.contains(needle), "{why}");
+        }
+    }
+}

@@ -232,7 +232,6 @@ async fn restart_after_longer_than_the_duplicate_window_repeats_nothing() {
     // Late fires of the outage (under the 60 s threshold) are all emitted,
     // and none of the fires the killed process stored is emitted again.
     assert_exactly_once_and_contiguous(&events, 1);
-    assert!(second.log_text().is_empty() || !second.log_text().contains("panicked"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
