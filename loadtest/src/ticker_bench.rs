@@ -126,6 +126,7 @@ fn sample_due_payload() -> Vec<u8> {
         pool: subjects::DEFAULT_POOL.into(),
         job_revision: 1,
         job: job.spec,
+        shard: None,
     };
     serde_json::to_vec(&event).expect("encode")
 }

@@ -26,7 +26,10 @@ CREATE TABLE IF NOT EXISTS jetcron.run_events
     exit_code        Nullable(Int32),
     output           Nullable(String),
     output_truncated UInt8,
-    error            Nullable(String)
+    error            Nullable(String),
+    outcome          Nullable(String),
+    shard            Nullable(UInt32),
+    shards           Nullable(UInt32)
 )
 ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(toDateTime(intDiv(scheduled_ms, 1000)))

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::events::{RunEvent, RunEventKind, RunId, Trigger};
+use crate::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
 
 /// The DDL files, in the order they apply.
 pub const MIGRATIONS: &[(&str, &str)] = &[
@@ -111,12 +111,15 @@ pub struct RunEventRow {
     pub output: Option<String>,
     pub output_truncated: u8,
     pub error: Option<String>,
+    pub outcome: Option<String>,
+    pub shard: Option<u32>,
+    pub shards: Option<u32>,
 }
 
 /// Column list of [`RunEventRow`], for `SELECT`s that read it back.
 pub const RUN_EVENT_COLUMNS: &str = "event_id, run_id, job_id, kind, trigger, target_type, pool, \
     attempt, max_attempts, executor_id, scheduled_ms, at_ms, started_ms, finished_ms, duration_ms, \
-    retry_at_ms, status_code, exit_code, output, output_truncated, error";
+    retry_at_ms, status_code, exit_code, output, output_truncated, error, outcome, shard, shards";
 
 impl From<&RunEvent> for RunEventRow {
     fn from(e: &RunEvent) -> Self {
@@ -142,6 +145,9 @@ impl From<&RunEvent> for RunEventRow {
             output: e.output.clone(),
             output_truncated: u8::from(e.output_truncated),
             error: e.error.clone(),
+            outcome: e.outcome.map(|o| o.as_str().to_string()),
+            shard: e.shard,
+            shards: e.shards,
         }
     }
 }
@@ -176,6 +182,9 @@ impl RunEventRow {
             output_truncated: self.output_truncated != 0,
             error: self.error,
             retry_at: self.retry_at_ms.map(from_millis),
+            outcome: self.outcome.as_deref().and_then(AttemptOutcome::parse),
+            shard: self.shard,
+            shards: self.shards,
         })
     }
 }

@@ -19,7 +19,10 @@ pub async fn send_due_event(
 ) -> anyhow::Result<PublishAckFuture> {
     let payload = serde_json::to_vec(&event).context("encode due event")?;
     let mut headers = HeaderMap::new();
-    headers.insert("Nats-Msg-Id", event.run_id.as_str());
+    headers.insert(
+        "Nats-Msg-Id",
+        crate::events::due_msg_id(event.run_id, event.shard).as_str(),
+    );
     js.publish_with_headers(
         subjects::due_subject(event.pool, event.job_id),
         headers,

@@ -94,6 +94,25 @@ pub struct DueEvent {
     pub job_revision: u64,
     /// The definition itself.
     pub job: JobSpec,
+    /// Which part of a sharded run this is (0-based). Absent on the fire
+    /// itself: the executor that receives it splits it into `job.shards` parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+}
+
+impl DueEvent {
+    /// `Nats-Msg-Id` of this event: the run id, and the shard index for a part.
+    pub fn msg_id(&self) -> String {
+        due_msg_id(&self.run_id, self.shard)
+    }
+}
+
+/// `Nats-Msg-Id` of a due event: `<run_id>` or `<run_id>/<shard>`.
+pub fn due_msg_id(run_id: &RunId, shard: Option<u32>) -> String {
+    match shard {
+        None => run_id.0.clone(),
+        Some(k) => format!("{run_id}/{k}"),
+    }
 }
 
 /// A [`DueEvent`] borrowed from its parts: the ticker publishes tens of
@@ -109,6 +128,8 @@ pub struct DueEventRef<'a> {
     pub pool: &'a str,
     pub job_revision: u64,
     pub job: &'a JobSpec,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 impl DueEvent {
@@ -121,6 +142,7 @@ impl DueEvent {
             pool: &self.pool,
             job_revision: self.job_revision,
             job: &self.job,
+            shard: self.shard,
         }
     }
 }
@@ -129,22 +151,39 @@ impl DueEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEventKind {
-    /// An attempt began on an executor.
+    /// An attempt began on an executor: the run is `running`.
     Started,
-    /// The attempt failed and another one is scheduled after a delay.
+    /// The attempt failed (or timed out, or was interrupted) and another one
+    /// is scheduled after a delay; `outcome` says how it ended.
     Retrying,
     /// The run ended well.
     Succeeded,
-    /// The run ended badly: the last attempt failed.
+    /// The last attempt failed.
     Failed,
+    /// The last attempt ran past the job's timeout.
+    TimedOut,
+    /// Someone (or a `replace` fire) killed the run; it is not retried.
+    Killed,
+    /// The fire was declined (`concurrency: forbid` while the previous run
+    /// was going); nothing ran.
+    Skipped,
+    /// The failure notification was delivered.
+    Notified,
+    /// The failure notification could not be delivered after every try.
+    NotifyFailed,
 }
 
 impl RunEventKind {
-    pub const ALL: [RunEventKind; 4] = [
+    pub const ALL: [RunEventKind; 9] = [
         RunEventKind::Started,
         RunEventKind::Retrying,
         RunEventKind::Succeeded,
         RunEventKind::Failed,
+        RunEventKind::TimedOut,
+        RunEventKind::Killed,
+        RunEventKind::Skipped,
+        RunEventKind::Notified,
+        RunEventKind::NotifyFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -153,6 +192,11 @@ impl RunEventKind {
             RunEventKind::Retrying => "retrying",
             RunEventKind::Succeeded => "succeeded",
             RunEventKind::Failed => "failed",
+            RunEventKind::TimedOut => "timed_out",
+            RunEventKind::Killed => "killed",
+            RunEventKind::Skipped => "skipped",
+            RunEventKind::Notified => "notified",
+            RunEventKind::NotifyFailed => "notify_failed",
         }
     }
 
@@ -160,24 +204,75 @@ impl RunEventKind {
         Self::ALL.into_iter().find(|k| k.as_str() == text)
     }
 
-    /// Order of events within one attempt: `started` first, then its outcome.
+    /// Order of events within one attempt: `started` first, then its outcome,
+    /// then what the notifier said.
     pub fn rank_in_attempt(self) -> u8 {
         match self {
             RunEventKind::Started => 0,
+            RunEventKind::Notified | RunEventKind::NotifyFailed => 2,
             _ => 1,
         }
     }
 
-    /// Whether the run is over after this event.
+    /// Whether the run (or its shard) is over after this event.
     pub fn is_terminal(self) -> bool {
-        matches!(self, RunEventKind::Succeeded | RunEventKind::Failed)
+        matches!(
+            self,
+            RunEventKind::Succeeded
+                | RunEventKind::Failed
+                | RunEventKind::TimedOut
+                | RunEventKind::Killed
+                | RunEventKind::Skipped
+        )
+    }
+
+    /// Whether the event is about the notification rather than the run's state.
+    pub fn is_notification(self) -> bool {
+        matches!(self, RunEventKind::Notified | RunEventKind::NotifyFailed)
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Killed,
+    /// The executor shut down before the attempt finished and handed it back.
+    Interrupted,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::TimedOut => "timed_out",
+            AttemptOutcome::Killed => "killed",
+            AttemptOutcome::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            AttemptOutcome::Succeeded,
+            AttemptOutcome::Failed,
+            AttemptOutcome::TimedOut,
+            AttemptOutcome::Killed,
+            AttemptOutcome::Interrupted,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == text)
     }
 }
 
 /// One step of a run, as published on `jetcron.runs.<job>.<kind>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunEvent {
-    /// `<run_id>:<attempt>:<kind>`, unique per step; the dedup key end to end.
+    /// `<run_id>:<attempt>:<kind>` (`<run_id>/<shard>:<attempt>:<kind>` for a
+    /// shard), unique per step; the dedup key end to end.
     pub event_id: String,
     pub run_id: RunId,
     pub job_id: String,
@@ -229,12 +324,27 @@ pub struct RunEvent {
         skip_serializing_if = "Option::is_none"
     )]
     pub retry_at: Option<DateTime<Utc>>,
+    /// How the attempt ended (on outcome events; on `retrying` it tells a
+    /// failure from a timeout or an interruption).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<AttemptOutcome>,
+    /// Shard index (0-based) of a sharded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// Number of shards of a sharded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
 }
 
 impl RunEvent {
-    /// The event id of step `kind` of `attempt` of `run_id`.
-    pub fn event_id_for(run_id: &RunId, attempt: u32, kind: RunEventKind) -> String {
-        format!("{run_id}:{attempt}:{}", kind.as_str())
+    /// The event id of step `kind` of `attempt` of `run_id` (of its `shard`).
+    pub fn event_id_for(
+        run_id: &RunId,
+        shard: Option<u32>,
+        attempt: u32,
+        kind: RunEventKind,
+    ) -> String {
+        format!("{}:{attempt}:{}", due_msg_id(run_id, shard), kind.as_str())
     }
 }
 
@@ -279,6 +389,7 @@ mod tests {
             pool: "default".into(),
             job_revision: 7,
             job: job.spec,
+            shard: Some(2),
         };
         assert_eq!(
             serde_json::to_string(&owned).expect("owned"),

@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
+use crate::backoff::{self, Backoff};
 use crate::schedule::{parse_timezone, Schedule, ScheduleError};
+use crate::subjects::DEFAULT_POOL;
 
 /// Largest accepted definition, in bytes of JSON.
 pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
@@ -21,12 +23,14 @@ pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
 pub const MAX_ID_LEN: usize = 128;
 /// Attempts when the job does not say.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-/// Delay before the second attempt when the job does not say; doubles each attempt.
-pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest delay between attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Attempt timeout when the job does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest timeout, and longest delay between attempts.
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+/// Most shards per fire.
+pub const MAX_SHARDS: u32 = 64;
+/// Most environment variables of a shell target.
+pub const MAX_ENV_VARS: usize = 64;
 
 /// A job definition as users write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +72,53 @@ pub struct JobSpec {
     /// Per-attempt timeout, e.g. `"30s"`; 1s to 24h, default 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Executor pool that runs the job (same characters as an id); default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Parallel parts of every run, 1 to 64, default 1: each part runs on any
+    /// executor of the pool and is told its index; the run succeeds when all do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// What a fire does while the previous run of the job is still going.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencyPolicy>,
+    /// Where to report a run that ended badly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<NotifyPolicy>,
+}
+
+/// Overlap of runs of one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrencyPolicy {
+    /// Runs may overlap.
+    #[default]
+    Allow,
+    /// A fire that finds the previous run still going is recorded as `skipped`.
+    Forbid,
+    /// A fire that finds the previous run still going kills it and starts.
+    Replace,
+}
+
+impl ConcurrencyPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConcurrencyPolicy::Allow => "allow",
+            ConcurrencyPolicy::Forbid => "forbid",
+            ConcurrencyPolicy::Replace => "replace",
+        }
+    }
+}
+
+/// Notification of a run that failed, timed out or was killed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyPolicy {
+    /// `http` or `https` URL that receives a JSON summary by POST.
+    pub webhook: String,
+    /// Extra request headers (an authorization token, say).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// Recovery of missed fire times.
@@ -124,6 +175,13 @@ pub struct HttpTarget {
 #[serde(deny_unknown_fields)]
 pub struct ShellTarget {
     pub command: String,
+    /// Absolute working directory; the executor's `--shell-workdir` (or its
+    /// own) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// Extra environment variables (names `[A-Za-z_][A-Za-z0-9_]*`, not `JETCRON_*`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,9 +190,19 @@ pub struct RetryPolicy {
     /// Attempts in all, including the first; 1 to 100, default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
-    /// Delay before the second attempt, doubled for each later one (capped at 5m); default 1s.
+    /// Delay before the second attempt; 100ms to 24h, default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<String>,
+    /// Factor applied to the delay for each later attempt; 1 to 10, default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<f64>,
+    /// Longest delay; from `backoff` to 24h, default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<String>,
+    /// Fraction of each delay taken off at random (deterministic per run and
+    /// attempt); 0 to 1, default 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
 }
 
 impl Target {
@@ -189,7 +257,10 @@ pub struct ValidJob {
     pub timezone: Tz,
     pub timeout: Duration,
     pub max_attempts: u32,
-    pub backoff: Duration,
+    pub backoff: Backoff,
+    pub pool: String,
+    pub shards: u32,
+    pub concurrency: ConcurrencyPolicy,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub jitter: Duration,
@@ -198,13 +269,9 @@ pub struct ValidJob {
 }
 
 impl ValidJob {
-    /// Delay before attempt `next_attempt` (2, 3, ...): backoff doubled per
-    /// earlier retry, capped at [`MAX_BACKOFF`].
-    pub fn retry_delay(&self, next_attempt: u32) -> Duration {
-        let doublings = next_attempt.saturating_sub(2).min(20);
-        self.backoff
-            .saturating_mul(1u32 << doublings)
-            .min(MAX_BACKOFF)
+    /// Delay before attempt `next_attempt` (2, 3, ...) of the run (or shard) named `seed`.
+    pub fn retry_delay(&self, next_attempt: u32, seed: &str) -> Duration {
+        self.backoff.delay(next_attempt, seed)
     }
 }
 
@@ -355,20 +422,15 @@ pub fn validate_with(
     };
     let timeout = match &spec.timeout {
         None => Some(DEFAULT_TIMEOUT),
-        Some(text) => parse_bounded_duration(
-            "timeout",
-            text,
-            Duration::from_secs(1),
-            Duration::from_secs(86_400),
-        )
-        .map_err(|p| problems.push(p))
-        .ok(),
+        Some(text) => parse_bounded_duration("timeout", text, Duration::from_secs(1), MAX_DURATION)
+            .map_err(|p| problems.push(p))
+            .ok(),
     };
-    let retry = spec.retry.clone().unwrap_or(RetryPolicy {
-        max_attempts: None,
-        backoff: None,
-    });
-    let max_attempts = retry.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    let max_attempts = spec
+        .retry
+        .as_ref()
+        .and_then(|r| r.max_attempts)
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if !(1..=100).contains(&max_attempts) {
         problems.push(FieldError::new(
             "retry.max_attempts",
@@ -376,17 +438,27 @@ pub fn validate_with(
             format!("must be between 1 and 100, got {max_attempts}"),
         ));
     }
-    let backoff = match &retry.backoff {
-        None => Some(DEFAULT_BACKOFF),
-        Some(text) => parse_bounded_duration(
-            "retry.backoff",
-            text,
-            Duration::from_millis(100),
-            MAX_BACKOFF,
-        )
-        .map_err(|p| problems.push(p))
-        .ok(),
+    let backoff = validate_backoff(spec.retry.as_ref(), &mut problems);
+    let pool = match &spec.pool {
+        None => Some(DEFAULT_POOL.to_string()),
+        Some(pool) => validate_token("pool", pool)
+            .map_err(|p| problems.push(p))
+            .ok()
+            .map(|()| pool.clone()),
     };
+    let shards = spec.shards.unwrap_or(1);
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        problems.push(FieldError::new(
+            "shards",
+            "out_of_range",
+            format!("must be between 1 and {MAX_SHARDS}, got {shards}"),
+        ));
+    }
+    if let Some(notify) = &spec.notify {
+        validate_http_url("notify.webhook", &notify.webhook, &mut problems);
+        validate_headers("notify.headers", &notify.headers, &mut problems);
+        validate_http_headers("notify.headers", &notify.headers, &mut problems);
+    }
     let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
     let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
     if let (Some(Some(start)), Some(Some(end))) = (start_at, end_at) {
@@ -429,32 +501,25 @@ pub fn validate_with(
         return Err(problems);
     }
     match (
-        schedule,
-        timezone,
-        timeout,
-        backoff,
-        start_at,
-        end_at,
-        jitter,
-        catchup_window,
+        (schedule, timezone, timeout, backoff),
+        (start_at, end_at, jitter, catchup_window),
+        pool,
     ) {
         (
-            Some(schedule),
-            Some(timezone),
-            Some(timeout),
-            Some(backoff),
-            Some(start_at),
-            Some(end_at),
-            Some(jitter),
-            Some(catchup_window),
+            (Some(schedule), Some(timezone), Some(timeout), Some(backoff)),
+            (Some(start_at), Some(end_at), Some(jitter), Some(catchup_window)),
+            Some(pool),
         ) => Ok(ValidJob {
             misfire: spec.misfire.unwrap_or_default(),
+            concurrency: spec.concurrency.unwrap_or_default(),
             spec,
             schedule,
             timezone,
             timeout,
             max_attempts,
             backoff,
+            pool,
+            shards,
             start_at,
             end_at,
             jitter,
@@ -466,12 +531,17 @@ pub fn validate_with(
 
 /// Check a job id against the documented character set and length.
 pub fn validate_id(id: &str) -> Result<(), FieldError> {
+    validate_token("id", id)
+}
+
+/// Check a name that becomes a subject token and a KV key (job id, pool).
+pub fn validate_token(field: &str, id: &str) -> Result<(), FieldError> {
     if id.is_empty() {
-        return Err(FieldError::new("id", "required", "must not be empty"));
+        return Err(FieldError::new(field, "required", "must not be empty"));
     }
     if id.len() > MAX_ID_LEN {
         return Err(FieldError::new(
-            "id",
+            field,
             "too_long",
             format!("must be at most {MAX_ID_LEN} characters, got {}", id.len()),
         ));
@@ -483,7 +553,7 @@ pub fn validate_id(id: &str) -> Result<(), FieldError> {
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !first_ok || !rest_ok {
         return Err(FieldError::new(
-            "id",
+            field,
             "invalid_id",
             format!(
                 "{id:?} must start with a letter or digit and contain only letters, digits, '-' and '_'"
@@ -509,19 +579,7 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
             validate_headers("target.headers", &t.headers, problems);
         }
         Target::Http(t) => {
-            match url::Url::parse(&t.url) {
-                Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                Ok(u) => problems.push(FieldError::new(
-                    "target.url",
-                    "invalid_url",
-                    format!("scheme must be http or https, got {:?}", u.scheme()),
-                )),
-                Err(e) => problems.push(FieldError::new(
-                    "target.url",
-                    "invalid_url",
-                    format!("{:?} is not a URL: {e}", t.url),
-                )),
-            }
+            validate_http_url("target.url", &t.url, problems);
             if let Some(m) = &t.method {
                 const METHODS: [&str; 7] =
                     ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
@@ -534,17 +592,7 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
                 }
             }
             validate_headers("target.headers", &t.headers, problems);
-            for (name, value) in &t.headers {
-                let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
-                    && http::HeaderValue::from_str(value).is_ok();
-                if !ok {
-                    problems.push(FieldError::new(
-                        format!("target.headers.{}", name.escape_debug()),
-                        "invalid_header",
-                        "not a valid HTTP header: names are tokens (letters, digits, !#$%&'*+-.^_`|~), values visible ASCII, space or tab",
-                    ));
-                }
-            }
+            validate_http_headers("target.headers", &t.headers, problems);
         }
         Target::Shell(t) => {
             if t.command.trim().is_empty() {
@@ -561,8 +609,150 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
                     "must not contain NUL bytes",
                 ));
             }
+            validate_shell_options(t, problems);
         }
     }
+}
+
+fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
+    if let Some(dir) = &t.working_dir {
+        if !dir.starts_with('/') || dir.contains('\0') || dir.len() > 4096 {
+            problems.push(FieldError::new(
+                "target.working_dir",
+                "invalid_path",
+                format!(
+                    "must be an absolute path without NUL bytes, at most 4096 bytes, got {dir:?}"
+                ),
+            ));
+        }
+    }
+    if t.env.len() > MAX_ENV_VARS {
+        problems.push(FieldError::new(
+            "target.env",
+            "too_many",
+            format!("at most {MAX_ENV_VARS} variables, got {}", t.env.len()),
+        ));
+    }
+    for (name, value) in &t.env {
+        let field = format!("target.env.{}", name.escape_debug());
+        let name_ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok {
+            problems.push(FieldError::new(
+                field.clone(),
+                "invalid_env",
+                "names must match [A-Za-z_][A-Za-z0-9_]*",
+            ));
+        } else if name.to_ascii_uppercase().starts_with("JETCRON_") {
+            problems.push(FieldError::new(
+                field.clone(),
+                "reserved_env",
+                "JETCRON_* variables are set by the executor (run context)",
+            ));
+        }
+        if value.contains('\0') {
+            problems.push(FieldError::new(
+                field,
+                "invalid_env",
+                "values must not contain NUL bytes",
+            ));
+        }
+    }
+}
+
+fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
+    match url::Url::parse(text) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+        Ok(u) => problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("scheme must be http or https, got {:?}", u.scheme()),
+        )),
+        Err(e) => problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("{text:?} is not a URL: {e}"),
+        )),
+    }
+}
+
+fn validate_http_headers(
+    field: &str,
+    headers: &BTreeMap<String, String>,
+    problems: &mut Vec<FieldError>,
+) {
+    for (name, value) in headers {
+        let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && http::HeaderValue::from_str(value).is_ok();
+        if !ok {
+            problems.push(FieldError::new(
+                format!("{field}.{}", name.escape_debug()),
+                "invalid_header",
+                "not a valid HTTP header: names are tokens (letters, digits, !#$%&'*+-.^_`|~), values visible ASCII, space or tab",
+            ));
+        }
+    }
+}
+
+/// `retry.backoff`, `retry.multiplier`, `retry.max_backoff`, `retry.jitter`.
+fn validate_backoff(
+    retry: Option<&RetryPolicy>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Backoff> {
+    let Some(retry) = retry else {
+        return Some(Backoff::default());
+    };
+    let before = problems.len();
+    let initial = match &retry.backoff {
+        None => backoff::DEFAULT_INITIAL,
+        Some(text) => parse_bounded_duration(
+            "retry.backoff",
+            text,
+            Duration::from_millis(100),
+            MAX_DURATION,
+        )
+        .map_err(|p| problems.push(p))
+        .unwrap_or(backoff::DEFAULT_INITIAL),
+    };
+    let max = match &retry.max_backoff {
+        None => backoff::DEFAULT_MAX.max(initial),
+        Some(text) => parse_bounded_duration("retry.max_backoff", text, initial, MAX_DURATION)
+            .map_err(|mut p| {
+                if p.code == "out_of_range" {
+                    p.message = format!(
+                        "must be between retry.backoff ({}) and 24h, got {text:?}",
+                        humantime::format_duration(initial)
+                    );
+                }
+                problems.push(p)
+            })
+            .unwrap_or(backoff::DEFAULT_MAX),
+    };
+    let multiplier = retry.multiplier.unwrap_or(backoff::DEFAULT_MULTIPLIER);
+    if !(1.0..=10.0).contains(&multiplier) {
+        problems.push(FieldError::new(
+            "retry.multiplier",
+            "out_of_range",
+            format!("must be between 1 and 10, got {multiplier}"),
+        ));
+    }
+    let jitter = retry.jitter.unwrap_or(backoff::DEFAULT_JITTER);
+    if !(0.0..=1.0).contains(&jitter) {
+        problems.push(FieldError::new(
+            "retry.jitter",
+            "out_of_range",
+            format!("must be between 0 and 1, got {jitter}"),
+        ));
+    }
+    (problems.len() == before).then_some(Backoff {
+        initial,
+        multiplier,
+        max,
+        jitter,
+    })
 }
 
 fn validate_headers(
@@ -715,7 +905,7 @@ mod tests {
         );
         assert!(errs[0].message.contains("unknown field"), "{:?}", errs);
         let errs = problems(
-            r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true","cwd":"/"}}"#,
+            r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true","workdir":"/"}}"#,
         );
         assert!(errs[0].message.contains("unknown field"), "{:?}", errs);
         let errs = problems("{\"id\":\"x\"} trailing");
@@ -741,15 +931,55 @@ mod tests {
     }
 
     #[test]
-    fn retry_delay_doubles_and_caps() {
+    fn retry_fields_shape_the_delays() {
         let job = parse_job(
-            br#"{"id":"r","schedule":"@daily","target":{"type":"shell","command":"true"},"retry":{"max_attempts":5,"backoff":"2s"}}"#,
+            br#"{"id":"r","schedule":"@daily","target":{"type":"shell","command":"true"},
+                "retry":{"max_attempts":5,"backoff":"2s","multiplier":3,"max_backoff":"10s","jitter":0}}"#,
             None,
         )
         .expect("valid");
-        assert_eq!(job.retry_delay(2), Duration::from_secs(2));
-        assert_eq!(job.retry_delay(3), Duration::from_secs(4));
-        assert_eq!(job.retry_delay(4), Duration::from_secs(8));
-        assert_eq!(job.retry_delay(40), MAX_BACKOFF);
+        let delays: Vec<u64> = (2..=5).map(|a| job.retry_delay(a, "r").as_secs()).collect();
+        assert_eq!(delays, [2, 6, 10, 10]);
+        let default = parse_job(
+            br#"{"id":"r","schedule":"@daily","target":{"type":"shell","command":"true"}}"#,
+            None,
+        )
+        .expect("valid");
+        assert_eq!(default.backoff, Backoff::default());
+    }
+
+    #[test]
+    fn lifecycle_fields_are_checked() {
+        let errs = problems(
+            r#"{"id":"x","schedule":"@daily","pool":"gpu.a","shards":0,
+                "retry":{"backoff":"10s","max_backoff":"5s","multiplier":0.5,"jitter":2},
+                "notify":{"webhook":"mailto:ops@example.com"},
+                "target":{"type":"shell","command":"true","working_dir":"tmp","env":{"JETCRON_RUN_ID":"x","1A":"y"}}}"#,
+        );
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "retry.max_backoff",
+                "retry.multiplier",
+                "retry.jitter",
+                "pool",
+                "shards",
+                "notify.webhook",
+                "target.working_dir",
+                "target.env.1A",
+                "target.env.JETCRON_RUN_ID",
+            ],
+            "{errs:#?}"
+        );
+        let job = parse_job(
+            br#"{"id":"x","schedule":"@daily","pool":"gpu","shards":3,"concurrency":"forbid",
+                "notify":{"webhook":"https://hooks.example.com/x"},
+                "target":{"type":"shell","command":"true","working_dir":"/tmp","env":{"MODE":"fast"}}}"#,
+            None,
+        )
+        .expect("valid");
+        assert_eq!((job.pool.as_str(), job.shards), ("gpu", 3));
+        assert_eq!(job.concurrency, ConcurrencyPolicy::Forbid);
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! Layout:
 //! - [`job`]: the job definition (`JobSpec`), its targets and its validation.
+//! - [`backoff`]: the delay between attempts (exponential, capped, jittered).
 //! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
 //! - [`events`]: the due event (ticker → executor) and the run event
@@ -14,14 +15,16 @@
 //! - [`clock`]: time as a dependency, so tests can control it.
 //!
 //! Three modules do I/O on purpose, because several services need them and they
-//! must agree: [`topology`] creates the NATS streams and buckets idempotently,
+//! must agree: [`control`] records and broadcasts kill requests, [`topology`] creates the NATS streams and buckets idempotently,
 //! [`due`] publishes a due event with its dedup header (ticker and gateway), and
 //! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`. [`telemetry`]
 //! sets up `tracing` the same way for every process.
 
 pub mod api;
+pub mod backoff;
 pub mod clickhouse_schema;
 pub mod clock;
+pub mod control;
 pub mod due;
 pub mod events;
 pub mod fire_times;

@@ -30,14 +30,68 @@ pub const API_JOBS_PUT: &str = "jetcron.api.jobs.put";
 pub const API_JOBS_TRIGGER: &str = "jetcron.api.jobs.trigger";
 /// `jetcron.api.jobs.backfill`: run a job's scheduled times of a past range.
 pub const API_JOBS_BACKFILL: &str = "jetcron.api.jobs.backfill";
+/// Subject prefix of the run endpoints.
+pub const API_RUNS_GROUP: &str = "jetcron.api.runs";
+/// `jetcron.api.runs.kill`: stop a run wherever it is.
+pub const API_RUNS_KILL: &str = "jetcron.api.runs.kill";
 
-/// Durable consumer of executors serving the default pool.
-pub const EXECUTOR_CONSUMER: &str = "executor-default";
 /// Durable consumer of the projector.
 pub const PROJECTOR_CONSUMER: &str = "projector";
 
-/// Pool every job runs in until pools arrive.
+/// Pool of jobs that name none.
 pub const DEFAULT_POOL: &str = "default";
+
+/// KV bucket of runs in progress: overlap claims (`claim.<job>[.<shard>]`)
+/// and kill requests (`kill.<run_id>`).
+pub const RUNNING_BUCKET: &str = "jetcron_running";
+
+/// Stream of failure notifications waiting to be delivered (executors → webhooks).
+pub const NOTIFY_STREAM: &str = "JETCRON_NOTIFY";
+/// Subjects captured by [`NOTIFY_STREAM`].
+pub const NOTIFY_SUBJECTS: &str = "jetcron.notify.>";
+/// Durable consumer of the executors delivering notifications.
+pub const NOTIFIER_CONSUMER: &str = "notifier";
+
+/// Core-NATS subjects on which executors hear kill requests.
+pub const KILL_CONTROL_FILTER: &str = "jetcron.control.kill.*";
+
+/// Durable consumer of the executors serving `pool`.
+pub fn executor_consumer(pool: &str) -> String {
+    format!("executor-{pool}")
+}
+
+/// Subject a notification of a run of `job_id` waits on.
+pub fn notify_subject(job_id: &str) -> String {
+    format!("jetcron.notify.{job_id}")
+}
+
+/// Subject telling every executor to stop `run_id` (request/reply: running
+/// executors answer).
+pub fn kill_control_subject(run_id: &str) -> String {
+    format!("jetcron.control.kill.{run_id}")
+}
+
+/// Subject an asynchronous target publishes its result to; it lies inside
+/// `JETCRON_RUNS`, so completions are stored with the run's events.
+pub fn run_complete_subject(run_id: &str) -> String {
+    format!("jetcron.runs.{run_id}.complete")
+}
+
+/// Last token of [`run_complete_subject`].
+pub const RUN_COMPLETE_TOKEN: &str = "complete";
+
+/// KV key of the overlap claim of `job_id` (of one shard of it).
+pub fn claim_key(job_id: &str, shard: Option<u32>) -> String {
+    match shard {
+        None => format!("claim.{job_id}"),
+        Some(k) => format!("claim.{job_id}.{k}"),
+    }
+}
+
+/// KV key of the kill request of `run_id`.
+pub fn kill_key(run_id: &str) -> String {
+    format!("kill.{run_id}")
+}
 
 /// ClickHouse database holding run history.
 pub const CLICKHOUSE_DATABASE: &str = "jetcron";

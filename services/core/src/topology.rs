@@ -23,6 +23,8 @@ pub struct TopologyOptions {
     pub runs_max_age: Duration,
     /// Revisions kept per job in `jetcron_jobs` (the audit log).
     pub jobs_history: i64,
+    /// How long a kill request (and a claim nobody refreshes) stays in `jetcron_running`.
+    pub running_max_age: Duration,
 }
 
 impl Default for TopologyOptions {
@@ -32,6 +34,7 @@ impl Default for TopologyOptions {
             due_duplicate_window: Duration::from_secs(10 * 60),
             runs_max_age: Duration::from_secs(7 * 24 * 3600),
             jobs_history: 64,
+            running_max_age: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -114,4 +117,48 @@ pub async fn ensure_runs_stream(
     })
     .await
     .with_context(|| format!("create stream {}", subjects::RUNS_STREAM))
+}
+
+/// Runs in progress: overlap claims and kill requests. Claims carry their own
+/// expiry (refreshed while the run goes on); the bucket's age limit only
+/// sweeps what nobody will read again.
+pub async fn ensure_running_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<kv::Store> {
+    if let Ok(store) = js.get_key_value(subjects::RUNNING_BUCKET).await {
+        return Ok(store);
+    }
+    js.create_key_value(kv::Config {
+        bucket: subjects::RUNNING_BUCKET.to_string(),
+        description: "jetcron runs in progress: overlap claims and kill requests".into(),
+        history: 1,
+        max_age: options.running_max_age,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create KV bucket {}", subjects::RUNNING_BUCKET))
+}
+
+/// Failure notifications waiting for delivery: a work queue, so a webhook
+/// that is down gets JetStream's redelivery with backoff like a due event.
+pub async fn ensure_notify_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<stream::Stream> {
+    js.get_or_create_stream(stream::Config {
+        name: subjects::NOTIFY_STREAM.to_string(),
+        description: Some("jetcron failure notifications waiting for delivery".into()),
+        subjects: vec![subjects::NOTIFY_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: options.due_duplicate_window,
+        max_age: options.runs_max_age,
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create stream {}", subjects::NOTIFY_STREAM))
 }

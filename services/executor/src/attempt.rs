@@ -1,22 +1,28 @@
-//! One delivery of a due event: one attempt of its run.
+//! One delivery of a due event: one attempt of its run (or of one shard).
 //!
-//! Steps: decode → publish `started` → run the target under the job's timeout
-//! (keeping the message alive with in-progress acks) → publish the outcome →
-//! ack (success), nak with the backoff delay (a retry: JetStream redelivers
-//! it), or term (last attempt). The attempt number is JetStream's delivery
-//! count, so an attempt lost with a crashed executor still counts.
+//! Steps: decode and check → split a sharded fire into its parts → refuse
+//! deliveries beyond `max_attempts` → register (so kills reach us) and honour
+//! an earlier kill request → take the overlap claim (`forbid` / `replace`) →
+//! publish `started` → run the target under the job's timeout, keeping the
+//! message (and claim) alive → publish the outcome → ack (success), nak with
+//! the backoff delay (a retry: JetStream redelivers it), or term (the end).
+//! The attempt number is JetStream's delivery count, so an attempt lost with a
+//! crashed executor still counts.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::Utc;
-use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
-use jetcron_core::job::{self, Target, ValidJob};
+use jetcron_core::control;
+use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
+use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use tracing::{info, warn, Instrument as _};
 
+use crate::claims::{self, ClaimHandle, Overlap};
 use crate::run_events::RunEventPublisher;
+use crate::running::Registration;
 use crate::target::{self, Outcome, RunContext};
-use crate::ExecutorContext;
+use crate::{fanout, notify, ExecutorContext};
 
 /// Handle one due-event message to the end (ack, nak or term).
 pub async fn handle(ctx: &ExecutorContext, message: Message) {
@@ -40,7 +46,7 @@ pub async fn handle(ctx: &ExecutorContext, message: Message) {
         ack(&message, AckKind::Term).await;
         return;
     }
-    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, attempt);
+    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt);
     run_attempt(ctx, message, due, attempt)
         .instrument(span)
         .await;
@@ -74,33 +80,116 @@ fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
 }
 
 async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, attempt: u32) {
-    let publisher = RunEventPublisher::new(ctx, &due, attempt);
+    let mut publisher = RunEventPublisher::new(ctx, &due, attempt);
     let job = match job::validate(due.job.clone()) {
         Ok(job) => job,
         Err(problems) => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            let outcome = Outcome::failed(format!("invalid job in due event: {}", text.join("; ")));
-            let event = publisher.outcome(
+            let event = publisher.declined(
                 RunEventKind::Failed,
                 Utc::now(),
-                &outcome,
+                format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
-            finish(&publisher, &message, event, AckKind::Term).await;
+            finish(ctx, &publisher, &message, event, AckKind::Term, None).await;
             return;
         }
     };
+    if job.shards > 1 && due.shard.is_none() {
+        match fanout::split(ctx, &due, job.shards).await {
+            Ok(()) => {
+                info!(shards = job.shards, "fire split into shards");
+                ack(&message, AckKind::Ack).await;
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot split fire into shards, handing it back");
+                ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            }
+        }
+        return;
+    }
     let max_attempts = job.max_attempts;
+    let refuse =
+        |why: String| publisher.declined(RunEventKind::Failed, Utc::now(), why, max_attempts);
+    if let Some(index) = due.shard {
+        if index >= job.shards {
+            let event = refuse(format!(
+                "shard {index} is out of range for {} shards",
+                job.shards
+            ));
+            finish(ctx, &publisher, &message, event, AckKind::Term, None).await;
+            return;
+        }
+    }
     if attempt > max_attempts {
         // Deliveries beyond the limit happen when an earlier attempt's outcome
         // could not be recorded (or its executor died): never run again.
-        let outcome = Outcome::failed(format!(
+        let event = refuse(format!(
             "delivery {attempt} exceeds max_attempts {max_attempts}: an earlier attempt's outcome was lost"
         ));
-        let event = publisher.outcome(RunEventKind::Failed, Utc::now(), &outcome, max_attempts);
-        finish(&publisher, &message, event, AckKind::Term).await;
+        finish(
+            ctx,
+            &publisher,
+            &message,
+            event,
+            AckKind::Term,
+            job.spec.notify.as_ref(),
+        )
+        .await;
         return;
     }
+    // Register before looking for a kill request: a kill sent in between
+    // reaches either the marker check or the registration.
+    let registration = ctx.attempts.register(due.run_id.as_str());
+    match control::kill_requested(&ctx.running, due.run_id.as_str()).await {
+        Ok(None) => {}
+        Ok(Some(marker)) => {
+            info!(reason = %marker.reason, "run was killed before this attempt, not running it");
+            let event = publisher.declined(
+                RunEventKind::Killed,
+                Utc::now(),
+                format!("killed: {}", marker.reason),
+                max_attempts,
+            );
+            finish(
+                ctx,
+                &publisher,
+                &message,
+                event,
+                AckKind::Term,
+                job.spec.notify.as_ref(),
+            )
+            .await;
+            return;
+        }
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
+            ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            return;
+        }
+    }
+    let mut claim = match job.concurrency {
+        ConcurrencyPolicy::Allow => None,
+        policy => match claims::claim_for_run(ctx, &job, &due, attempt, policy).await {
+            Ok(Overlap::Claimed(handle)) => Some(handle),
+            Ok(Overlap::Declined(holder)) => {
+                info!(holder = %holder, "previous run still going, skipping this fire");
+                let event = publisher.declined(
+                    RunEventKind::Skipped,
+                    Utc::now(),
+                    format!("run {holder} of this job is still going (concurrency: forbid)"),
+                    max_attempts,
+                );
+                finish(ctx, &publisher, &message, event, AckKind::Ack, None).await;
+                return;
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
+                ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                return;
+            }
+        },
+    };
     let started_at = Utc::now();
     if let Err(e) = publisher
         .publish(&publisher.started(started_at, max_attempts))
@@ -111,104 +200,206 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         return;
     }
     info!(target_type = job.spec.target.kind(), "attempt started");
-    let outcome = with_progress_acks(
-        &message,
-        ctx.config.progress_interval,
-        run_target(ctx, &job, &due, attempt),
-    )
-    .await;
-    let finished_at = Utc::now();
-    let mut publisher = publisher;
-    publisher.started_at = Some(started_at);
-    if outcome.success {
-        info!("attempt succeeded");
-        let event = publisher.outcome(RunEventKind::Succeeded, finished_at, &outcome, max_attempts);
-        finish(&publisher, &message, event, AckKind::Ack).await;
-    } else if attempt < max_attempts {
-        let delay = job.retry_delay(attempt + 1);
-        warn!(
-            error = outcome.error.as_deref().unwrap_or(""),
-            delay_ms = delay.as_millis() as u64,
-            "attempt failed, will retry"
-        );
-        let mut event =
-            publisher.outcome(RunEventKind::Retrying, finished_at, &outcome, max_attempts);
-        event.retry_at = chrono::Duration::from_std(delay)
-            .ok()
-            .map(|d| finished_at + d);
-        finish(&publisher, &message, event, AckKind::Nak(Some(delay))).await;
-    } else {
-        warn!(
-            error = outcome.error.as_deref().unwrap_or(""),
-            "last attempt failed"
-        );
-        let event = publisher.outcome(RunEventKind::Failed, finished_at, &outcome, max_attempts);
-        finish(&publisher, &message, event, AckKind::Term).await;
-    }
-}
-
-async fn run_target(
-    ctx: &ExecutorContext,
-    job: &ValidJob,
-    due: &DueEvent,
-    attempt: u32,
-) -> Outcome {
     let run = RunContext {
         run_id: due.run_id.clone(),
         job_id: due.job_id.clone(),
         scheduled_at: due.scheduled_at,
         attempt,
+        shard: due.shard.map(|index| (index, job.shards)),
     };
-    let limit = ctx.config.output_limit;
-    let work = async {
-        match &job.spec.target {
-            Target::Nats(t) => target::nats::run(&ctx.nats, t, &run, limit).await,
-            Target::Http(t) => target::http::run(&ctx.http, t, &run, limit).await,
-            Target::Shell(t) => target::shell::run(&ctx.config.shell, t, &run, limit).await,
-        }
-    };
-    match tokio::time::timeout(job.timeout, work).await {
-        Ok(outcome) => outcome,
-        Err(_) => Outcome::failed(format!(
-            "timed out after {}",
-            humantime::format_duration(job.timeout)
-        )),
-    }
+    let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
+    drop(registration);
+    publisher.started_at = Some(started_at);
+    settle(
+        ctx, &publisher, &message, &job, &due, attempt, ending, claim,
+    )
+    .await;
 }
 
-/// Drive `work` while telling JetStream every `interval` that the message is
-/// still being worked on, so a long run is not redelivered after `ack_wait`.
-async fn with_progress_acks<F: std::future::Future<Output = Outcome>>(
+/// How an attempt that started came to an end.
+enum Ending {
+    Done(Outcome),
+    TimedOut,
+    Killed(String),
+    Interrupted,
+}
+
+/// Run the target until it ends, times out, is killed or the executor shuts
+/// down, telling JetStream (and the claim) every `progress_interval` that the
+/// attempt is alive, so a long run is not redelivered after `ack_wait`.
+async fn supervise(
+    ctx: &ExecutorContext,
     message: &Message,
-    interval: Duration,
-    work: F,
-) -> Outcome {
+    job: &ValidJob,
+    run: &RunContext,
+    registration: &Registration,
+    mut claim: Option<&mut ClaimHandle>,
+) -> Ending {
+    let work = tokio::time::timeout(job.timeout, target::run(ctx, &job.spec.target, run));
     tokio::pin!(work);
-    let mut ticks = tokio::time::interval(interval);
+    let mut ticks = tokio::time::interval(ctx.config.progress_interval);
     ticks.tick().await;
     loop {
         tokio::select! {
-            outcome = &mut work => return outcome,
-            _ = ticks.tick() => ack(message, AckKind::Progress).await,
+            biased;
+            _ = registration.killed.cancelled() => return Ending::Killed(registration.reason()),
+            _ = ctx.interrupt.cancelled() => return Ending::Interrupted,
+            result = &mut work => return match result {
+                Ok(outcome) => Ending::Done(outcome),
+                Err(_) => Ending::TimedOut,
+            },
+            _ = ticks.tick() => {
+                ack(message, AckKind::Progress).await;
+                if let Some(claim) = claim.as_deref_mut() {
+                    claim.extend(Utc::now() + claims::claim_ttl(ctx.config.progress_interval)).await;
+                }
+            }
         }
     }
 }
 
-/// Publish the outcome event, then settle the message. If the event cannot be
-/// stored, the message is handed back so the run is not silently lost.
+/// Record how the attempt ended and settle its message.
+#[allow(clippy::too_many_arguments)]
+async fn settle(
+    ctx: &ExecutorContext,
+    publisher: &RunEventPublisher,
+    message: &Message,
+    job: &ValidJob,
+    due: &DueEvent,
+    attempt: u32,
+    ending: Ending,
+    claim: Option<ClaimHandle>,
+) {
+    let finished_at = Utc::now();
+    let max_attempts = job.max_attempts;
+    let notify = job.spec.notify.as_ref();
+    let (ended, outcome) = match ending {
+        Ending::Done(outcome) if outcome.success => {
+            info!("attempt succeeded");
+            let event = publisher.outcome(
+                RunEventKind::Succeeded,
+                AttemptOutcome::Succeeded,
+                finished_at,
+                &outcome,
+                max_attempts,
+            );
+            finish(ctx, publisher, message, event, AckKind::Ack, None).await;
+            release(claim).await;
+            return;
+        }
+        Ending::Killed(reason) => {
+            info!(reason, "attempt killed");
+            let outcome = Outcome::failed(format!("killed: {reason}"));
+            let event = publisher.outcome(
+                RunEventKind::Killed,
+                AttemptOutcome::Killed,
+                finished_at,
+                &outcome,
+                max_attempts,
+            );
+            finish(ctx, publisher, message, event, AckKind::Term, notify).await;
+            release(claim).await;
+            return;
+        }
+        Ending::Interrupted => {
+            warn!("executor shutting down, handing the attempt back");
+            let outcome = Outcome::failed("executor shut down before the attempt finished");
+            let event = publisher.outcome(
+                RunEventKind::Retrying,
+                AttemptOutcome::Interrupted,
+                finished_at,
+                &outcome,
+                max_attempts,
+            );
+            finish(ctx, publisher, message, event, AckKind::Nak(None), None).await;
+            return;
+        }
+        Ending::TimedOut => (
+            AttemptOutcome::TimedOut,
+            Outcome::failed(format!(
+                "timed out after {}",
+                humantime::format_duration(job.timeout)
+            )),
+        ),
+        Ending::Done(outcome) => (AttemptOutcome::Failed, outcome),
+    };
+    let error = outcome.error.as_deref().unwrap_or("");
+    if attempt < max_attempts {
+        let delay = job.retry_delay(attempt + 1, &due.msg_id());
+        warn!(
+            error,
+            outcome = ended.as_str(),
+            delay_ms = delay.as_millis() as u64,
+            "attempt failed, will retry"
+        );
+        let mut event = publisher.outcome(
+            RunEventKind::Retrying,
+            ended,
+            finished_at,
+            &outcome,
+            max_attempts,
+        );
+        let retry_at = chrono::Duration::from_std(delay)
+            .ok()
+            .map(|d| finished_at + d);
+        event.retry_at = retry_at;
+        finish(
+            ctx,
+            publisher,
+            message,
+            event,
+            AckKind::Nak(Some(delay)),
+            None,
+        )
+        .await;
+        if let (Some(mut claim), Some(retry_at)) = (claim, retry_at) {
+            // Hold the claim through the wait: the run is not over.
+            claim
+                .extend(retry_at + claims::claim_ttl(ctx.config.progress_interval))
+                .await;
+        }
+    } else {
+        warn!(error, outcome = ended.as_str(), "last attempt failed");
+        let kind = match ended {
+            AttemptOutcome::TimedOut => RunEventKind::TimedOut,
+            _ => RunEventKind::Failed,
+        };
+        let event = publisher.outcome(kind, ended, finished_at, &outcome, max_attempts);
+        finish(ctx, publisher, message, event, AckKind::Term, notify).await;
+        release(claim).await;
+    }
+}
+
+async fn release(claim: Option<ClaimHandle>) {
+    if let Some(claim) = claim {
+        claim.release().await;
+    }
+}
+
+/// Publish the outcome event (and queue the failure notification), then
+/// settle the message. If the event cannot be stored, the message is handed
+/// back so the run is not silently lost.
 async fn finish(
+    ctx: &ExecutorContext,
     publisher: &RunEventPublisher,
     message: &Message,
     event: RunEvent,
     settle: AckKind,
+    notify: Option<&job::NotifyPolicy>,
 ) {
-    match publisher.publish(&event).await {
-        Ok(()) => ack(message, settle).await,
-        Err(e) => {
-            warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
+    if let Err(e) = publisher.publish(&event).await {
+        warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
+        ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        return;
+    }
+    if let Some(notify) = notify {
+        if let Err(e) = notify::enqueue(&ctx.js, notify, &event).await {
+            warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
             ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            return;
         }
     }
+    ack(message, settle).await;
 }
 
 async fn ack(message: &Message, kind: AckKind) {
@@ -246,6 +437,7 @@ mod tests {
             pool: "default".into(),
             job_revision: 1,
             job: job.spec,
+            shard: None,
         }
     }
 

@@ -8,19 +8,33 @@
 //! In-flight work is bounded by a semaphore; shutdown stops pulling and lets
 //! in-flight attempts finish within a grace period.
 //!
+//! Each executor serves the pools it is started with (durable consumer
+//! `executor-<pool>` on `jetcron.due.<pool>.>`), hears kill requests on
+//! `jetcron.control.kill.*`, takes overlap claims in `jetcron_running`, and
+//! delivers failure notifications from `JETCRON_NOTIFY`.
+//!
 //! Layout: [`attempt`] handles one delivery, [`target`] runs the three target
-//! types, [`run_events`] publishes run events.
+//! types (and waits for asynchronous completions), [`run_events`] publishes
+//! run events, [`claims`] implements `concurrency: forbid | replace`,
+//! [`running`] registers attempts so kills reach them, [`fanout`] splits a
+//! sharded fire, [`notify`] delivers failure notifications.
 
 pub mod attempt;
+pub mod claims;
+pub mod fanout;
+pub mod notify;
 pub mod run_events;
+pub mod running;
 pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::kv;
 use async_nats::jetstream::{self, consumer::pull};
 use futures::StreamExt as _;
+use jetcron_core::job;
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio::sync::Semaphore;
@@ -29,6 +43,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use target::shell::ShellOptions;
+
+use running::RunningAttempts;
 
 /// Executor settings.
 #[derive(Debug, Clone)]
@@ -44,8 +60,14 @@ pub struct ExecutorConfig {
     pub ack_wait: Duration,
     /// How often a running attempt tells JetStream it is still alive.
     pub progress_interval: Duration,
-    /// How long shutdown waits for in-flight attempts.
+    /// How long shutdown waits for in-flight attempts before handing them back.
     pub shutdown_grace: Duration,
+    /// Pools served (one durable consumer each).
+    pub pools: Vec<String>,
+    /// Delay before the second try of a failed notification, doubled per try.
+    pub notify_backoff: Duration,
+    /// Tries of a notification before it is recorded as `notify_failed`.
+    pub notify_max_attempts: u32,
     pub topology: TopologyOptions,
 }
 
@@ -62,6 +84,9 @@ impl Default for ExecutorConfig {
             ack_wait: Duration::from_secs(30),
             progress_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
+            pools: vec![subjects::DEFAULT_POOL.to_string()],
+            notify_backoff: Duration::from_secs(1),
+            notify_max_attempts: 5,
             topology: TopologyOptions::default(),
         }
     }
@@ -81,6 +106,13 @@ pub struct ExecutorContext {
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
     pub http: reqwest::Client,
+    /// `jetcron_running`: overlap claims and kill requests.
+    pub running: kv::Store,
+    /// Attempts in progress here, for kill requests.
+    pub attempts: Arc<RunningAttempts>,
+    /// Cancelled when the grace period of a shutdown is over: attempts still
+    /// running hand their message back.
+    pub interrupt: CancellationToken,
 }
 
 /// Run the executor until `shutdown` is cancelled.
@@ -92,22 +124,21 @@ pub async fn run(
     let js = jetstream::new(client.clone());
     let stream = topology::ensure_due_stream(&js, &config.topology).await?;
     topology::ensure_runs_stream(&js, &config.topology).await?;
-    let consumer = stream
-        .get_or_create_consumer(
-            subjects::EXECUTOR_CONSUMER,
-            pull::Config {
-                durable_name: Some(subjects::EXECUTOR_CONSUMER.to_string()),
-                description: Some("jetcron executors of pool default".into()),
-                filter_subject: subjects::due_pool_filter(subjects::DEFAULT_POOL),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                max_deliver: -1,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
-        .await
-        .context("create consumer executor-default")?;
+    topology::ensure_notify_stream(&js, &config.topology).await?;
+    let running = topology::ensure_running_bucket(&js, &config.topology).await?;
+    let mut pools = config.pools.clone();
+    pools.sort();
+    pools.dedup();
+    anyhow::ensure!(
+        !pools.is_empty(),
+        "an executor must serve at least one pool"
+    );
+    let mut consumers = Vec::new();
+    for pool in &pools {
+        job::validate_token("pool", pool)
+            .map_err(|e| anyhow::anyhow!("pool {pool:?}: {}", e.message))?;
+        consumers.push((pool.clone(), pool_consumer(&stream, pool, &config).await?));
+    }
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -116,43 +147,160 @@ pub async fn run(
     let grace = config.shutdown_grace;
     let ctx = Arc::new(ExecutorContext {
         config,
-        nats: client,
+        nats: client.clone(),
         js,
         http,
+        running,
+        attempts: Arc::new(RunningAttempts::default()),
+        interrupt: CancellationToken::new(),
     });
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let tasks = TaskTracker::new();
-    info!(executor_id = %ctx.config.executor_id, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
+    let helpers = TaskTracker::new();
+    let helpers_stop = CancellationToken::new();
+    helpers.spawn(log_exit(
+        "kill listener",
+        running::listen_for_kills(
+            client,
+            ctx.attempts.clone(),
+            ctx.config.executor_id.clone(),
+            helpers_stop.clone(),
+        ),
+    ));
+    helpers.spawn(log_exit(
+        "notifier",
+        notify::deliver(ctx.clone(), shutdown.clone()),
+    ));
+    info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
+    let pullers = TaskTracker::new();
+    for (pool, consumer) in consumers {
+        pullers.spawn(pull_loop(
+            ctx.clone(),
+            pool,
+            consumer,
+            permits.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        ));
+    }
+    pullers.close();
+    pullers.wait().await;
 
-    'pull: while !shutdown.is_cancelled() {
-        let mut messages = match consumer
-            .stream()
-            .max_messages_per_batch(max_in_flight)
-            .heartbeat(Duration::from_secs(5))
-            .expires(Duration::from_secs(30))
-            .messages()
+    tasks.close();
+    info!(in_flight = tasks.len(), "executor stopping");
+    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+        warn!(
+            in_flight = tasks.len(),
+            "grace period over, handing unfinished attempts back"
+        );
+        ctx.interrupt.cancel();
+        if tokio::time::timeout(Duration::from_secs(10), tasks.wait())
             .await
+            .is_err()
         {
+            warn!(
+                in_flight = tasks.len(),
+                "attempts did not hand back in time; JetStream redelivers them after ack_wait"
+            );
+        }
+    }
+    helpers_stop.cancel();
+    helpers.close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), helpers.wait()).await;
+    info!("executor stopped");
+    Ok(())
+}
+
+async fn log_exit(name: &'static str, task: impl std::future::Future<Output = anyhow::Result<()>>) {
+    if let Err(e) = task.await {
+        warn!(error = %format!("{e:#}"), "{name} stopped");
+    }
+}
+
+/// The durable consumer of one pool.
+async fn pool_consumer(
+    stream: &jetstream::stream::Stream,
+    pool: &str,
+    config: &ExecutorConfig,
+) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+    let name = subjects::executor_consumer(pool);
+    stream
+        .get_or_create_consumer(
+            &name,
+            pull::Config {
+                durable_name: Some(name.clone()),
+                description: Some(format!("jetcron executors of pool {pool}")),
+                filter_subject: subjects::due_pool_filter(pool),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: config.ack_wait,
+                max_deliver: -1,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| format!("create consumer {name}"))
+}
+
+/// Pull due events of one pool and start an attempt for each, within the
+/// executor's in-flight limit, until `shutdown`.
+///
+/// A batch asks for exactly as many messages as there are free permits, so a
+/// pulled message never waits in a buffer (where its `ack_wait` would run out
+/// and JetStream would hand it to another executor).
+async fn pull_loop(
+    ctx: Arc<ExecutorContext>,
+    pool: String,
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+    permits: Arc<Semaphore>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let max_batch = ctx.config.max_in_flight.max(1);
+    while !shutdown.is_cancelled() {
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let mut reserved = vec![first];
+        while reserved.len() < max_batch {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => reserved.push(p),
+                Err(_) => break,
+            }
+        }
+        let batch = consumer
+            .batch()
+            .max_messages(reserved.len())
+            .expires(Duration::from_secs(5))
+            .messages()
+            .await;
+        let mut messages = match batch {
             Ok(messages) => messages,
             Err(e) => {
-                warn!(error = %e, "cannot pull due events, retrying");
+                warn!(pool, error = %e, "cannot pull due events, retrying");
+                drop(reserved);
                 tokio::select! {
-                    _ = shutdown.cancelled() => break 'pull,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'pull,
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 }
             }
         };
         loop {
-            let permit = tokio::select! {
-                _ = shutdown.cancelled() => break 'pull,
-                permit = permits.clone().acquire_owned() => permit.context("executor semaphore closed")?,
-            };
             let next = tokio::select! {
-                _ = shutdown.cancelled() => break 'pull,
+                _ = shutdown.cancelled() => None,
                 next = messages.next() => next,
             };
             match next {
                 Some(Ok(message)) => {
+                    let Some(permit) = reserved.pop() else {
+                        // More than asked for: hand it straight back.
+                        let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+                        continue;
+                    };
                     let ctx = ctx.clone();
                     tasks.spawn(async move {
                         attempt::handle(&ctx, message).await;
@@ -160,23 +308,12 @@ pub async fn run(
                     });
                 }
                 Some(Err(e)) => {
-                    warn!(error = %e, "pulling due events failed, reopening");
+                    warn!(pool, error = %e, "pulling due events failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                     break;
                 }
                 None => break,
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-
-    tasks.close();
-    info!(in_flight = tasks.len(), "executor stopping");
-    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
-        warn!(
-            in_flight = tasks.len(),
-            "grace period over, unfinished attempts will be redelivered"
-        );
-    }
-    info!("executor stopped");
-    Ok(())
 }

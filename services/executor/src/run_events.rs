@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
-use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
+use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::subjects;
 
 use crate::target::Outcome;
@@ -73,19 +73,14 @@ impl RunEventPublisher {
             due: due.clone(),
             attempt,
             executor_id: ctx.config.executor_id.clone(),
-            max_payload: ctx
-                .nats
-                .server_info()
-                .max_payload
-                .saturating_sub(4096)
-                .max(16 * 1024),
+            max_payload: max_event_payload(&ctx.nats),
             started_at: None,
         }
     }
 
     fn base(&self, kind: RunEventKind, at: DateTime<Utc>, max_attempts: u32) -> RunEvent {
         RunEvent {
-            event_id: RunEvent::event_id_for(&self.due.run_id, self.attempt, kind),
+            event_id: RunEvent::event_id_for(&self.due.run_id, self.due.shard, self.attempt, kind),
             run_id: self.due.run_id.clone(),
             job_id: self.due.job_id.clone(),
             kind,
@@ -106,6 +101,9 @@ impl RunEventPublisher {
             output_truncated: false,
             error: None,
             retry_at: None,
+            outcome: None,
+            shard: self.due.shard,
+            shards: self.due.shard.map(|_| self.due.job.shards.unwrap_or(1)),
         }
     }
 
@@ -116,15 +114,32 @@ impl RunEventPublisher {
         event
     }
 
-    /// An outcome event (`succeeded`, `retrying`, `failed`).
+    /// An event without an attempt behind it (`skipped`, `killed` before
+    /// starting, `failed` for an unusable due event).
+    pub fn declined(
+        &self,
+        kind: RunEventKind,
+        at: DateTime<Utc>,
+        error: String,
+        max_attempts: u32,
+    ) -> RunEvent {
+        let mut event = self.base(kind, at, max_attempts);
+        event.finished_at = Some(at);
+        event.error = Some(error);
+        event
+    }
+
+    /// An outcome event (`succeeded`, `retrying`, `failed`, `timed_out`, `killed`).
     pub fn outcome(
         &self,
         kind: RunEventKind,
+        ended: AttemptOutcome,
         finished_at: DateTime<Utc>,
         outcome: &Outcome,
         max_attempts: u32,
     ) -> RunEvent {
         let mut event = self.base(kind, finished_at, max_attempts);
+        event.outcome = Some(ended);
         event.started_at = self.started_at;
         event.finished_at = Some(finished_at);
         event.duration_ms = self
@@ -140,32 +155,50 @@ impl RunEventPublisher {
 
     /// Store `event` in `JETCRON_RUNS`, retrying a few times.
     pub async fn publish(&self, event: &RunEvent) -> anyhow::Result<()> {
-        let payload: bytes::Bytes = fit_to_payload(event, self.max_payload)?.into();
-        let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
-        let mut last_error = None;
-        for attempt in 0..5u32 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-            }
-            let mut headers = HeaderMap::new();
-            headers.insert("Nats-Msg-Id", event.event_id.as_str());
-            let stored = async {
-                self.js
-                    .publish_with_headers(subject.clone(), headers, payload.clone())
-                    .await?
-                    .await
-                    .map_err(anyhow::Error::from)
-            }
-            .await;
-            match stored {
-                Ok(_) => return Ok(()),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error
-            .unwrap_or_else(|| anyhow::anyhow!("no attempt made"))
-            .context(format!("publish run event {}", event.event_id)))
+        publish_run_event(&self.js, self.max_payload, event).await
     }
+}
+
+/// Largest run event payload for `client`'s server, less room for headers.
+pub fn max_event_payload(client: &async_nats::Client) -> usize {
+    client
+        .server_info()
+        .max_payload
+        .saturating_sub(4096)
+        .max(16 * 1024)
+}
+
+/// Store `event` in `JETCRON_RUNS` (`Nats-Msg-Id` = its event id), retrying a
+/// few times; output is cut to fit `max_payload`.
+pub async fn publish_run_event(
+    js: &async_nats::jetstream::Context,
+    max_payload: usize,
+    event: &RunEvent,
+) -> anyhow::Result<()> {
+    let payload: bytes::Bytes = fit_to_payload(event, max_payload)?.into();
+    let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
+    let mut last_error = None;
+    for attempt in 0..5u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", event.event_id.as_str());
+        let stored = async {
+            js.publish_with_headers(subject.clone(), headers, payload.clone())
+                .await?
+                .await
+                .map_err(anyhow::Error::from)
+        }
+        .await;
+        match stored {
+            Ok(_) => return Ok(()),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| anyhow::anyhow!("no attempt made"))
+        .context(format!("publish run event {}", event.event_id)))
 }
 
 #[cfg(test)]
@@ -177,7 +210,7 @@ mod tests {
     fn oversized_output_is_cut_to_fit() {
         let run_id = RunId("r".into());
         let event = RunEvent {
-            event_id: RunEvent::event_id_for(&run_id, 1, RunEventKind::Succeeded),
+            event_id: RunEvent::event_id_for(&run_id, None, 1, RunEventKind::Succeeded),
             run_id,
             job_id: "j".into(),
             kind: RunEventKind::Succeeded,
@@ -199,6 +232,9 @@ mod tests {
             output_truncated: false,
             error: Some("e".repeat(10_000)),
             retry_at: None,
+            outcome: None,
+            shard: None,
+            shards: None,
         };
         let payload = fit_to_payload(&event, 64 * 1024).expect("fits");
         assert!(payload.len() <= 64 * 1024);

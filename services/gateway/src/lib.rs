@@ -3,9 +3,12 @@
 //! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
 //!   `jetcron.api.jobs.put` validates a definition and stores it in
 //!   `jetcron_jobs`; `trigger` and `backfill` ([`manual_runs`]) publish due
-//!   events by hand. Several gateways share the service's queue group.
+//!   events by hand; `jetcron.api.runs.kill` stops a run ([`run_control`]).
+//!   Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
-//!   bucket (the source of truth), runs from ClickHouse ([`run_history`]).
+//!   bucket (the source of truth), runs from ClickHouse ([`run_history`]),
+//!   pool queues from `JETCRON_DUE` ([`pools`]); it also takes kills and the
+//!   completion reports of asynchronous targets.
 //!
 //! The gateway starts even while ClickHouse is away (`/readyz` says so), and
 //! applies the ClickHouse DDL once it can.
@@ -14,6 +17,8 @@ pub mod http;
 pub mod job_store;
 pub mod manual_runs;
 pub mod nats_api;
+pub mod pools;
+pub mod run_control;
 pub mod run_history;
 
 use std::sync::Arc;
@@ -38,6 +43,8 @@ pub struct GatewayState {
     pub js: async_nats::jetstream::Context,
     pub jobs: job_store::JobStore,
     pub runs: run_history::RunHistory,
+    /// `jetcron_running`: kill requests.
+    pub running: async_nats::jetstream::kv::Store,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -51,7 +58,10 @@ pub async fn run(
     let bucket = topology::ensure_jobs_bucket(&js, &config.topology).await?;
     let clickhouse = config.clickhouse.client();
     topology::ensure_due_stream(&js, &config.topology).await?;
+    topology::ensure_runs_stream(&js, &config.topology).await?;
+    let running = topology::ensure_running_bucket(&js, &config.topology).await?;
     let state = Arc::new(GatewayState {
+        running,
         nats: client.clone(),
         js: js.clone(),
         jobs: job_store::JobStore::new(bucket),

@@ -15,7 +15,6 @@ use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::due::publish_due_event;
 use jetcron_core::events::{DueEvent, RunId, Trigger};
 use jetcron_core::job::{validate_id, FieldError, ValidJob};
-use jetcron_core::subjects;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -39,7 +38,7 @@ struct BackfillRequest {
     to: String,
 }
 
-fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -77,9 +76,10 @@ fn due_event(
         job_id: job.spec.id.clone(),
         scheduled_at: at,
         trigger,
-        pool: subjects::DEFAULT_POOL.to_string(),
+        pool: job.pool.clone(),
         job_revision: revision,
         job: job.spec.clone(),
+        shard: None,
     }
 }
 

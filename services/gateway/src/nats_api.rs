@@ -3,7 +3,8 @@
 //! Endpoints, all request/reply with JSON bodies:
 //! - `jetcron.api.jobs.put`: a job definition → `{"ok":true,"job":{...},"revision":N}`;
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
-//! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`.
+//! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
+//! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`.
 //!
 //! Failures answer `{"ok":false,"error":{...}}` with `Nats-Service-Error` /
 //! `Nats-Service-Error-Code` set. A request without a reply subject
@@ -20,13 +21,14 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{manual_runs, GatewayState};
+use crate::{manual_runs, run_control, GatewayState};
 
 #[derive(Debug, Clone, Copy)]
 enum Endpoint {
     Put,
     Trigger,
     Backfill,
+    Kill,
 }
 
 /// Serve the API until `shutdown`.
@@ -41,20 +43,22 @@ pub async fn serve(
         .start(subjects::API_SERVICE, env!("CARGO_PKG_VERSION"))
         .await
         .map_err(|e| anyhow::anyhow!("start NATS service {}: {e}", subjects::API_SERVICE))?;
-    let group = service.group(subjects::API_JOBS_GROUP);
     let mut endpoints = Vec::new();
-    for (name, endpoint) in [
-        ("put", Endpoint::Put),
-        ("trigger", Endpoint::Trigger),
-        ("backfill", Endpoint::Backfill),
+    for (prefix, name, endpoint) in [
+        (subjects::API_JOBS_GROUP, "put", Endpoint::Put),
+        (subjects::API_JOBS_GROUP, "trigger", Endpoint::Trigger),
+        (subjects::API_JOBS_GROUP, "backfill", Endpoint::Backfill),
+        (subjects::API_RUNS_GROUP, "kill", Endpoint::Kill),
     ] {
-        let stream = group.endpoint(name).await.map_err(|e| {
-            anyhow::anyhow!("add endpoint {}.{name}: {e}", subjects::API_JOBS_GROUP)
-        })?;
+        let stream = service
+            .group(prefix)
+            .endpoint(name)
+            .await
+            .map_err(|e| anyhow::anyhow!("add endpoint {prefix}.{name}: {e}"))?;
         endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
     }
     let mut requests = futures::stream::select_all(endpoints);
-    info!(prefix = subjects::API_JOBS_GROUP, "NATS API serving");
+    info!("NATS API serving on jetcron.api.jobs.* and jetcron.api.runs.*");
     loop {
         let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -88,6 +92,7 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             Ok(reply)
         }
         Endpoint::Backfill => manual_runs::backfill(state, body).await,
+        Endpoint::Kill => run_control::kill(state, body).await,
     }
 }
 

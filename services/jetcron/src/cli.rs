@@ -112,9 +112,24 @@ pub struct ExecutorArgs {
     /// Name recorded in run events (default: <hostname>-<pid>).
     #[arg(long, env = "JETCRON_EXECUTOR_ID")]
     pub executor_id: Option<String>,
-    /// How long shutdown waits for running attempts.
+    /// How long shutdown waits for running attempts before handing them back.
     #[arg(long, env = "JETCRON_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// Pools served, comma-separated or repeated (default: `default`).
+    #[arg(
+        long = "pool",
+        env = "JETCRON_POOLS",
+        value_delimiter = ',',
+        default_value = "default"
+    )]
+    pub pools: Vec<String>,
+    /// How long a silent executor keeps a due event before JetStream hands it
+    /// to another (applies when the pool's consumer is created).
+    #[arg(long, env = "JETCRON_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ack_wait: Duration,
+    /// How often a running attempt tells JetStream (and its overlap claim) it is alive.
+    #[arg(long, env = "JETCRON_PROGRESS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub progress_interval: Duration,
 }
 
 #[derive(Debug, Args, Clone)]

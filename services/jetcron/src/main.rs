@@ -158,9 +158,18 @@ async fn spawn_executor(
             workdir: args.shell_workdir,
         },
         shutdown_grace: args.shutdown_grace,
+        pools: args.pools,
+        ack_wait: args.ack_wait,
+        progress_interval: args.progress_interval,
         topology: topology(common),
         ..Default::default()
     };
+    anyhow::ensure!(
+        config.progress_interval < config.ack_wait,
+        "--progress-interval ({}) must be shorter than --ack-wait ({})",
+        humantime::format_duration(config.progress_interval),
+        humantime::format_duration(config.ack_wait)
+    );
     if let Some(id) = args.executor_id {
         config.executor_id = id;
     }

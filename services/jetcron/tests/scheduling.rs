@@ -56,6 +56,7 @@ async fn the_same_due_event_published_twice_runs_once() {
         pool: subjects::DEFAULT_POOL.into(),
         job_revision: 1,
         job: job.spec,
+        shard: None,
     };
     let payload = serde_json::to_vec(&event).expect("encode");
     let mut duplicates = Vec::new();

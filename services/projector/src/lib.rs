@@ -103,6 +103,19 @@ pub async fn run(
                     break;
                 }
             };
+            if message
+                .subject
+                .rsplit('.')
+                .next()
+                .is_some_and(|last| last == subjects::RUN_COMPLETE_TOKEN)
+            {
+                // A completion report of an asynchronous target: the executor
+                // records its result as the attempt's outcome event.
+                if let Err(e) = message.ack().await {
+                    warn!(error = %e, "cannot ack completion report");
+                }
+                continue;
+            }
             match serde_json::from_slice::<RunEvent>(&message.payload) {
                 Ok(event) => {
                     rows.push(RunEventRow::from(&event));

@@ -264,11 +264,10 @@ async fn on_ownership(
                         continue;
                     }
                     verified += 1;
-                    if let Some(last) = recovery
-                        .emitted
-                        .last_emitted(jetcron_core::subjects::DEFAULT_POOL, &id)
-                        .await
-                    {
+                    let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
+                        continue;
+                    };
+                    if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
                         plan.drop_emitted(&id, last);
                     }
                 }

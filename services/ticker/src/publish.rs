@@ -7,7 +7,6 @@
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use jetcron_core::due;
 use jetcron_core::events::{DueEventRef, RunId, Trigger};
-use jetcron_core::subjects;
 use tracing::debug;
 
 use crate::plan::Fire;
@@ -23,9 +22,10 @@ pub async fn send_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<Option<P
             job_id: &fire.job.spec.id,
             scheduled_at: fire.scheduled_at,
             trigger: Trigger::Schedule,
-            pool: subjects::DEFAULT_POOL,
+            pool: &fire.job.pool,
             job_revision: fire.revision,
             job: &fire.job.spec,
+            shard: None,
         };
         pending.push(due::send_due_event(js, event).await.ok());
     }

@@ -1,5 +1,7 @@
 //! `http` targets: one request; success is a 2xx status. The response body is
-//! read only up to the output limit.
+//! read only up to the output limit. `202 Accepted` means the service took the
+//! work and will report the result (to `jetcron.runs.<run_id>.complete`, or by
+//! `POST /v1/runs/<run_id>/complete` on the gateway).
 
 use jetcron_core::job::HttpTarget;
 
@@ -62,6 +64,7 @@ pub async fn run(
     let (output, cut) = cap_output(&body, output_limit);
     Outcome {
         success: status.is_success(),
+        accepted: status == reqwest::StatusCode::ACCEPTED,
         status_code: Some(i32::from(status.as_u16())),
         output: Some(output),
         output_truncated: cut || truncated_while_reading,

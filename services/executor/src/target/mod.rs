@@ -1,18 +1,26 @@
 //! Running a target: one module per target type, one [`Outcome`] shape.
 //!
 //! Each runner gets the run's [`RunContext`] and returns whether the attempt
-//! succeeded plus what it said (status, exit code, output, error). Timeouts are
-//! applied around the runner by the caller: dropping the future aborts an HTTP
-//! request or abandons a NATS request, and the shell runner kills its process
-//! group when dropped.
+//! succeeded plus what it said (status, exit code, output, error). Timeouts and
+//! kills are applied around the runner by the caller: dropping the future
+//! aborts an HTTP request or abandons a NATS request, and the shell runner
+//! kills its process group when dropped.
+//!
+//! A `nats` or `http` target may answer "accepted" and report later on
+//! `jetcron.runs.<run_id>.complete` ([`completion`]); [`run`] then waits for
+//! that report, still under the caller's timeout.
 
+pub mod completion;
 pub mod http;
 pub mod nats;
 pub mod shell;
 
 use chrono::{DateTime, Utc};
 use jetcron_core::events::RunId;
+use jetcron_core::job::Target;
 use jetcron_core::time_format::rfc3339_millis;
+
+use crate::ExecutorContext;
 
 /// What a target is told about the run it serves.
 #[derive(Debug, Clone)]
@@ -21,27 +29,53 @@ pub struct RunContext {
     pub job_id: String,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: u32,
+    /// (index, count) of a sharded run.
+    pub shard: Option<(u32, u32)>,
 }
 
 impl RunContext {
     /// Header / environment pairs describing the run.
-    pub fn pairs(&self) -> [(&'static str, String); 4] {
-        [
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = vec![
             ("Jetcron-Run-Id", self.run_id.to_string()),
             ("Jetcron-Job-Id", self.job_id.clone()),
             ("Jetcron-Scheduled-At", rfc3339_millis(self.scheduled_at)),
             ("Jetcron-Attempt", self.attempt.to_string()),
-        ]
+        ];
+        if let Some((index, count)) = self.shard {
+            pairs.push(("Jetcron-Shard", index.to_string()));
+            pairs.push(("Jetcron-Shards", count.to_string()));
+        }
+        pairs
     }
 
     /// JSON body sent to targets that were given none.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "run_id": self.run_id,
             "job_id": self.job_id,
             "scheduled_at": rfc3339_millis(self.scheduled_at),
             "attempt": self.attempt,
-        })
+        });
+        if let Some((index, count)) = self.shard {
+            body["shard"] = index.into();
+            body["shards"] = count.into();
+        }
+        body
+    }
+}
+
+/// Run `target` once; for an asynchronous target, until it reports completion.
+pub async fn run(ctx: &ExecutorContext, target: &Target, run: &RunContext) -> Outcome {
+    let limit = ctx.config.output_limit;
+    match target {
+        Target::Shell(t) => shell::run(&ctx.config.shell, t, run, limit).await,
+        Target::Nats(t) => {
+            completion::run_async_aware(ctx, run, nats::run(&ctx.nats, t, run, limit)).await
+        }
+        Target::Http(t) => {
+            completion::run_async_aware(ctx, run, http::run(&ctx.http, t, run, limit)).await
+        }
     }
 }
 
@@ -49,6 +83,8 @@ impl RunContext {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
     pub success: bool,
+    /// The target took the work and will report its result later.
+    pub accepted: bool,
     pub status_code: Option<i32>,
     pub exit_code: Option<i32>,
     pub output: Option<String>,

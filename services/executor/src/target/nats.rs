@@ -1,11 +1,16 @@
 //! `nats` targets: a request to a subject; success is a reply without a
 //! `Nats-Service-Error-Code` header (the NATS micro-services error convention).
+//! A reply with the header `Jetcron-Status: accepted` means the service took
+//! the work and will publish the result to `jetcron.runs.<run_id>.complete`.
 
 use async_nats::service::{NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
 use async_nats::{HeaderMap, RequestErrorKind};
 use jetcron_core::job::NatsTarget;
 
 use super::{cap_output, Outcome, RunContext};
+
+/// Reply header of a service that completes asynchronously (value `accepted`).
+pub const ACCEPTED_HEADER: &str = "Jetcron-Status";
 
 pub async fn run(
     client: &async_nats::Client,
@@ -52,8 +57,15 @@ pub async fn run(
             .unwrap_or_default();
         Some(format!("service error {code}: {text}"))
     });
+    let accepted = service_error.is_none()
+        && reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(ACCEPTED_HEADER))
+            .is_some_and(|v| v.as_str().eq_ignore_ascii_case("accepted"));
     Outcome {
         success: service_error.is_none(),
+        accepted,
         output: Some(output),
         output_truncated,
         error: service_error,

@@ -84,17 +84,36 @@ pub async fn run(
             command.env(name, value);
         }
     }
+    for (name, value) in &target.env {
+        command.env(name, value);
+    }
+    // The run context last: JETCRON_* cannot be overridden by the job.
     for (name, value) in ctx.pairs() {
         command.env(name.to_ascii_uppercase().replace('-', "_"), value);
     }
-    if let Some(dir) = &options.workdir {
+    if let Some(dir) = target
+        .working_dir
+        .as_deref()
+        .map(PathBuf::from)
+        .or_else(|| options.workdir.clone())
+    {
         command.current_dir(dir);
     }
     let mut tokio_command = tokio::process::Command::from(command);
     tokio_command.kill_on_drop(true);
     let mut child = match tokio_command.spawn() {
         Ok(child) => child,
-        Err(e) => return Outcome::failed(format!("cannot start /bin/sh: {e}")),
+        Err(e) => {
+            let dir = target
+                .working_dir
+                .as_deref()
+                .map(PathBuf::from)
+                .or_else(|| options.workdir.clone());
+            return Outcome::failed(match dir {
+                Some(dir) => format!("cannot start /bin/sh in {}: {e}", dir.display()),
+                None => format!("cannot start /bin/sh: {e}"),
+            });
+        }
     };
     // The pipe's write ends now live only in the child (and its descendants).
     drop(tokio_command);

@@ -1,7 +1,9 @@
-//! The HTTP API (axum). Reads only in this release; writes go through the
-//! NATS service. Every failure is an [`ApiError`] rendered with the status of
-//! the shared error table.
+//! The HTTP API (axum). Reads, plus the run controls (kill, completion
+//! reports); job writes go through the NATS service in this release. Every
+//! failure is an [`ApiError`] rendered with the status of the shared error
+//! table.
 
+mod control;
 mod health;
 mod jobs;
 mod runs;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use jetcron_core::api::{ApiError, ErrorCode};
 
@@ -25,6 +27,10 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/v1/jobs/{id}", get(jobs::get_one))
         .route("/v1/jobs/{id}/runs", get(runs::of_job))
         .route("/v1/runs/{run_id}", get(runs::get_one))
+        .route("/v1/runs/{run_id}/kill", post(control::kill))
+        .route("/v1/runs/{run_id}/complete", post(control::complete))
+        .route("/v1/pools", get(control::pools))
+        .route("/metrics", get(control::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -60,7 +66,7 @@ async fn not_found() -> HttpError {
 async fn method_not_allowed() -> Response {
     let error = ApiError::new(
         ErrorCode::InvalidRequest,
-        "method not allowed: this release serves GET only; write through the NATS API",
+        "method not allowed: job writes go through the NATS API (jetcron.api.jobs.*) in this release",
     );
     (StatusCode::METHOD_NOT_ALLOWED, Json(error.to_reply())).into_response()
 }

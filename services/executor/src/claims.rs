@@ -1,0 +1,210 @@
+//! Overlap claims: which run of a job holds it, for `concurrency: forbid` and
+//! `replace`, shared by every executor through `jetcron_running`.
+//!
+//! A claim is the KV entry `claim.<job>[.<shard>]` = {run id, executor,
+//! expiry}. It is taken with compare-and-swap on the entry's revision, so two
+//! executors that receive two fires at once cannot both win. The holder
+//! refreshes the expiry while it runs (with its in-progress acks) and deletes
+//! the claim when the run ends; a crashed executor's claim simply expires.
+//! The claim belongs to the run, not the attempt: a retry of the same run
+//! takes it back, and it is held through the wait between attempts.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Operation};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// The value of a claim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    pub run_id: String,
+    pub executor_id: String,
+    pub attempt: u32,
+    pub expires_at_ms: i64,
+}
+
+/// Result of trying to take a claim.
+pub enum Acquired {
+    Held(ClaimHandle),
+    /// Another live run holds it.
+    Busy(Claim),
+}
+
+/// A claim this attempt holds.
+pub struct ClaimHandle {
+    store: kv::Store,
+    key: String,
+    revision: u64,
+    claim: Claim,
+}
+
+/// How many compare-and-swap races one acquisition tolerates.
+const MAX_RACES: usize = 32;
+
+/// Take `key` for `claim.run_id`, unless another run holds it and has not
+/// expired. A claim of `take_over_from` counts as free (a `replace` fire that
+/// killed that run).
+pub async fn acquire(
+    store: &kv::Store,
+    key: &str,
+    claim: Claim,
+    take_over_from: Option<&str>,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Acquired> {
+    let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
+    for _ in 0..MAX_RACES {
+        let entry = store
+            .entry(key)
+            .await
+            .with_context(|| format!("read claim {key}"))?;
+        let written = match entry {
+            Some(entry) if entry.operation == Operation::Put => {
+                if let Ok(holder) = serde_json::from_slice::<Claim>(&entry.value) {
+                    let ours = holder.run_id == claim.run_id;
+                    let released = take_over_from == Some(holder.run_id.as_str());
+                    let expired = holder.expires_at_ms <= now.timestamp_millis();
+                    if !ours && !released && !expired {
+                        return Ok(Acquired::Busy(holder));
+                    }
+                }
+                store.update(key, value.clone(), entry.revision).await.ok()
+            }
+            _ => store.create(key, value.clone()).await.ok(),
+        };
+        if let Some(revision) = written {
+            return Ok(Acquired::Held(ClaimHandle {
+                store: store.clone(),
+                key: key.to_string(),
+                revision,
+                claim,
+            }));
+        }
+    }
+    anyhow::bail!("claim {key}: lost {MAX_RACES} compare-and-swap races in a row")
+}
+
+impl ClaimHandle {
+    pub fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    /// Move the expiry to `now + ttl`. `false` when the claim is no longer
+    /// ours (a `replace` fire took it over).
+    pub async fn extend(&mut self, until: DateTime<Utc>) -> bool {
+        self.claim.expires_at_ms = until.timestamp_millis();
+        let value = match serde_json::to_vec(&self.claim) {
+            Ok(v) => v,
+            Err(_) => return false,
+        };
+        match self
+            .store
+            .update(&self.key, value.into(), self.revision)
+            .await
+        {
+            Ok(revision) => {
+                self.revision = revision;
+                true
+            }
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "claim no longer ours");
+                false
+            }
+        }
+    }
+
+    /// Give the claim up (if it is still ours).
+    pub async fn release(self) {
+        if let Err(e) = self
+            .store
+            .delete_expect_revision(&self.key, Some(self.revision))
+            .await
+        {
+            warn!(key = %self.key, error = %e, "claim not released (taken over or gone)");
+        }
+    }
+}
+
+/// Expiry of a claim refreshed every `refresh`: three missed refreshes.
+pub fn claim_ttl(refresh: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(refresh * 3).unwrap_or(chrono::Duration::seconds(30))
+}
+
+/// What the overlap policy decided for an attempt.
+pub enum Overlap {
+    /// The attempt holds the job's claim and may run.
+    Claimed(ClaimHandle),
+    /// `forbid`: the run with this id is still going; this fire is skipped.
+    Declined(String),
+}
+
+/// How long a `replace` fire waits for the run it killed to let go.
+const REPLACE_WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// Take the claim of `due`'s job (shard) under `policy` (`forbid` or `replace`).
+pub async fn claim_for_run(
+    ctx: &crate::ExecutorContext,
+    job: &jetcron_core::job::ValidJob,
+    due: &jetcron_core::events::DueEvent,
+    attempt: u32,
+    policy: jetcron_core::job::ConcurrencyPolicy,
+) -> anyhow::Result<Overlap> {
+    use jetcron_core::job::ConcurrencyPolicy;
+    let ttl = claim_ttl(ctx.config.progress_interval);
+    let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
+    let ours = due.run_id.as_str();
+    let started = tokio::time::Instant::now();
+    // Longest wait for a killed run to release: its claim expires by then.
+    let give_up = ttl.to_std().unwrap_or(Duration::from_secs(30)) + Duration::from_secs(5);
+    let mut killed: Option<String> = None;
+    let mut take_over_from: Option<String> = None;
+    loop {
+        let claim = Claim {
+            run_id: ours.to_string(),
+            executor_id: ctx.config.executor_id.clone(),
+            attempt,
+            expires_at_ms: (Utc::now() + ttl).timestamp_millis(),
+        };
+        let holder = match acquire(
+            &ctx.running,
+            &key,
+            claim,
+            take_over_from.as_deref(),
+            Utc::now(),
+        )
+        .await?
+        {
+            Acquired::Held(handle) => return Ok(Overlap::Claimed(handle)),
+            Acquired::Busy(holder) => holder,
+        };
+        if policy == ConcurrencyPolicy::Forbid {
+            return Ok(Overlap::Declined(holder.run_id));
+        }
+        if killed.as_deref() != Some(holder.run_id.as_str()) {
+            let reason = format!("replaced by run {ours} (concurrency: replace)");
+            let stopped = jetcron_core::control::kill_run(
+                &ctx.nats,
+                &ctx.running,
+                &holder.run_id,
+                &reason,
+                Duration::from_millis(500),
+            )
+            .await?;
+            tracing::info!(holder = %holder.run_id, executors = stopped.len(), "killed the previous run to replace it");
+            if stopped.is_empty() {
+                // Nobody is running it (it waits for a retry, or its executor
+                // died): the kill marker stops it later; take the claim now.
+                take_over_from = Some(holder.run_id.clone());
+            }
+            killed = Some(holder.run_id);
+            continue;
+        }
+        if started.elapsed() > give_up {
+            take_over_from = Some(holder.run_id);
+            continue;
+        }
+        tokio::time::sleep(REPLACE_WAIT_POLL).await;
+    }
+}

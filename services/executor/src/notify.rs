@@ -1,0 +1,228 @@
+//! Failure notifications: after a run ends badly (failed, timed out, killed),
+//! its job's `notify.webhook` receives a JSON summary by POST.
+//!
+//! The executor that recorded the ending does not call the webhook itself: it
+//! stores a notification in the `JETCRON_NOTIFY` work queue (`Nats-Msg-Id` =
+//! `<run_id>:notify`, so one per run even when several shards fail) before it
+//! settles the due event. Any executor delivers it from the durable consumer
+//! `notifier`, and a webhook that fails gets JetStream redelivery with backoff.
+//! Delivery ends in a `notified` or `notify_failed` run event: a notification
+//! is never dropped silently.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
+use async_nats::HeaderMap;
+use chrono::Utc;
+use futures::StreamExt as _;
+use jetcron_core::events::{RunEvent, RunEventKind};
+use jetcron_core::job::NotifyPolicy;
+use jetcron_core::subjects;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::run_events::{max_event_payload, publish_run_event};
+use crate::ExecutorContext;
+
+/// What waits in `JETCRON_NOTIFY`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Notification {
+    pub notify: NotifyPolicy,
+    /// The event that ended the run.
+    pub run: RunEvent,
+}
+
+/// The body POSTed to the webhook.
+#[derive(Debug, Serialize)]
+struct WebhookBody<'a> {
+    /// `failed`, `timed_out` or `killed`.
+    status: &'static str,
+    run: &'a RunEvent,
+}
+
+/// Store a notification of the run that `ending` ended.
+pub async fn enqueue(
+    js: &jetstream::Context,
+    notify: &NotifyPolicy,
+    ending: &RunEvent,
+) -> anyhow::Result<()> {
+    let mut run = ending.clone();
+    // Keep the notification small: the webhook gets the error, not the output.
+    run.output = None;
+    let body = serde_json::to_vec(&Notification {
+        notify: notify.clone(),
+        run,
+    })?;
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", format!("{}:notify", ending.run_id).as_str());
+    js.publish_with_headers(
+        subjects::notify_subject(&ending.job_id),
+        headers,
+        body.into(),
+    )
+    .await
+    .context("publish notification")?
+    .await
+    .context("store notification")?;
+    Ok(())
+}
+
+/// Deliver notifications until `shutdown`.
+pub async fn deliver(ctx: Arc<ExecutorContext>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let stream = ctx
+        .js
+        .get_stream(subjects::NOTIFY_STREAM)
+        .await
+        .context("open stream JETCRON_NOTIFY")?;
+    let consumer = stream
+        .get_or_create_consumer(
+            subjects::NOTIFIER_CONSUMER,
+            pull::Config {
+                durable_name: Some(subjects::NOTIFIER_CONSUMER.to_string()),
+                description: Some("jetcron executors delivering failure notifications".into()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(60),
+                max_deliver: -1,
+                ..Default::default()
+            },
+        )
+        .await
+        .context("create consumer notifier")?;
+    while !shutdown.is_cancelled() {
+        let mut messages = match consumer
+            .stream()
+            .max_messages_per_batch(16)
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "cannot pull notifications, retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                next = messages.next() => next,
+            };
+            match next {
+                Some(Ok(message)) => handle(&ctx, message).await,
+                Some(Err(e)) => {
+                    warn!(error = %e, "pulling notifications failed, reopening");
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn handle(ctx: &ExecutorContext, message: Message) {
+    let delivery = message
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    let notification: Notification = match serde_json::from_slice(&message.payload) {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(error = %e, "undecodable notification, terminating it");
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let run = &notification.run;
+    let result = post(ctx, &notification).await;
+    let max = ctx.config.notify_max_attempts.max(1);
+    let (kind, text, settle) = match result {
+        Ok(status) => {
+            info!(run_id = %run.run_id, delivery, status, "notification delivered");
+            (
+                RunEventKind::Notified,
+                format!("delivered on try {delivery} (HTTP {status})"),
+                AckKind::Ack,
+            )
+        }
+        Err(why) if delivery < max => {
+            let delay = ctx
+                .config
+                .notify_backoff
+                .saturating_mul(1 << (delivery.saturating_sub(1)).min(10))
+                .min(Duration::from_secs(300));
+            warn!(run_id = %run.run_id, delivery, why, delay_ms = delay.as_millis() as u64, "notification failed, will retry");
+            let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+            return;
+        }
+        Err(why) => {
+            warn!(run_id = %run.run_id, delivery, why, "notification failed for good");
+            (
+                RunEventKind::NotifyFailed,
+                format!("not delivered after {delivery} tries: {why}"),
+                AckKind::Term,
+            )
+        }
+    };
+    let mut event = run.clone();
+    event.kind = kind;
+    event.event_id = RunEvent::event_id_for(&run.run_id, run.shard, run.attempt, kind);
+    event.at = Utc::now();
+    event.executor_id = ctx.config.executor_id.clone();
+    event.output = (kind == RunEventKind::Notified).then(|| text.clone());
+    event.error = (kind == RunEventKind::NotifyFailed).then_some(text);
+    event.outcome = None;
+    event.retry_at = None;
+    match publish_run_event(&ctx.js, max_event_payload(&ctx.nats), &event).await {
+        Ok(()) => {
+            if let Err(e) = message.double_ack_with(settle).await {
+                warn!(error = %e, "cannot settle notification");
+            }
+        }
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot record notification result, handing it back");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
+        }
+    }
+}
+
+/// POST the summary; the HTTP status on success, the reason otherwise.
+async fn post(ctx: &ExecutorContext, notification: &Notification) -> Result<u16, String> {
+    let body = WebhookBody {
+        status: notification.run.kind.as_str(),
+        run: &notification.run,
+    };
+    let mut request = ctx
+        .http
+        .post(&notification.notify.webhook)
+        .timeout(Duration::from_secs(10))
+        .json(&body);
+    for (name, value) in &notification.notify.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let response = request.send().await.map_err(|e| {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(status.as_u16())
+    } else {
+        Err(format!("HTTP status {status}"))
+    }
+}

@@ -1,0 +1,177 @@
+//! The attempts this executor is running, by run id, so a kill request can
+//! reach them.
+//!
+//! Every attempt registers itself for its lifetime; the kill listener
+//! (`jetcron.control.kill.*`, core NATS) cancels the registered attempts of
+//! the named run and answers with how many it stopped. The durable half of a
+//! kill (the marker in `jetcron_running`) is checked when an attempt starts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt as _;
+use jetcron_core::control::{KillMarker, KillReply};
+use jetcron_core::subjects;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Attempts in progress on this executor.
+#[derive(Debug, Default)]
+pub struct RunningAttempts {
+    next_id: Mutex<u64>,
+    by_run: Mutex<HashMap<String, Vec<Entry>>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    kill: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+}
+
+/// One attempt's place in [`RunningAttempts`]; removed when dropped.
+pub struct Registration {
+    attempts: Arc<RunningAttempts>,
+    run_id: String,
+    id: u64,
+    /// Cancelled when the run is killed.
+    pub killed: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+}
+
+impl Registration {
+    /// Why the run was killed.
+    pub fn reason(&self) -> String {
+        self.reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "killed".into())
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut by_run = self.attempts.lock_runs();
+        if let Some(entries) = by_run.get_mut(&self.run_id) {
+            entries.retain(|e| e.id != self.id);
+            if entries.is_empty() {
+                by_run.remove(&self.run_id);
+            }
+        }
+    }
+}
+
+impl RunningAttempts {
+    fn lock_runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Entry>>> {
+        self.by_run.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Register an attempt of `run_id`.
+    pub fn register(self: &Arc<Self>, run_id: &str) -> Registration {
+        let id = {
+            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            *next += 1;
+            *next
+        };
+        let killed = CancellationToken::new();
+        let reason = Arc::new(Mutex::new(None));
+        self.lock_runs()
+            .entry(run_id.to_string())
+            .or_default()
+            .push(Entry {
+                id,
+                kill: killed.clone(),
+                reason: reason.clone(),
+            });
+        Registration {
+            attempts: self.clone(),
+            run_id: run_id.to_string(),
+            id,
+            killed,
+            reason,
+        }
+    }
+
+    /// Kill every attempt of `run_id` running here; how many there were.
+    pub fn kill(&self, run_id: &str, reason: &str) -> u32 {
+        let by_run = self.lock_runs();
+        let Some(entries) = by_run.get(run_id) else {
+            return 0;
+        };
+        for entry in entries {
+            *entry.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            entry.kill.cancel();
+        }
+        u32::try_from(entries.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Number of attempts in progress.
+    pub fn len(&self) -> usize {
+        self.lock_runs().values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Answer kill requests until `shutdown`.
+pub async fn listen_for_kills(
+    client: async_nats::Client,
+    attempts: Arc<RunningAttempts>,
+    executor_id: String,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut requests = client.subscribe(subjects::KILL_CONTROL_FILTER).await?;
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            message = requests.next() => match message {
+                Some(m) => m,
+                None => anyhow::bail!("kill subscription closed"),
+            },
+        };
+        let Some(run_id) = message.subject.rsplit('.').next() else {
+            continue;
+        };
+        let reason = serde_json::from_slice::<KillMarker>(&message.payload)
+            .map(|m| m.reason)
+            .unwrap_or_else(|_| "killed".into());
+        let stopped = attempts.kill(run_id, &reason);
+        if stopped == 0 {
+            continue;
+        }
+        info!(run_id, stopped, reason, "kill request: attempts stopped");
+        if let Some(reply) = message.reply {
+            let answer = KillReply {
+                executor_id: executor_id.clone(),
+                attempts: stopped,
+            };
+            let body = serde_json::to_vec(&answer).unwrap_or_default();
+            if let Err(e) = client.publish(reply, body.into()).await {
+                warn!(error = %e, "cannot answer kill request");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kills_reach_registered_attempts_only_while_registered() {
+        let attempts = Arc::new(RunningAttempts::default());
+        let a = attempts.register("r1");
+        let b = attempts.register("r1");
+        let other = attempts.register("r2");
+        assert_eq!(attempts.kill("r1", "operator"), 2);
+        assert!(a.killed.is_cancelled() && b.killed.is_cancelled());
+        assert!(!other.killed.is_cancelled());
+        assert_eq!(a.reason(), "operator");
+        drop((a, b));
+        assert_eq!(attempts.kill("r1", "again"), 0);
+        assert_eq!(attempts.len(), 1);
+    }
+}

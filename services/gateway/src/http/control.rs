@@ -1,0 +1,65 @@
+//! `POST /v1/runs/{run_id}/kill`, `POST /v1/runs/{run_id}/complete`,
+//! `GET /v1/pools` and `GET /metrics` (pool gauges).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use jetcron_core::api::{ApiError, ErrorCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{unavailable, HttpError};
+use crate::{pools, run_control, GatewayState};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KillBody {
+    reason: Option<String>,
+}
+
+pub async fn kill(
+    State(state): State<Arc<GatewayState>>,
+    run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    body: Bytes,
+) -> Result<Json<Value>, HttpError> {
+    let Path(run_id) = run_id.map_err(super::bad_path)?;
+    let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
+        KillBody::default()
+    } else {
+        crate::manual_runs::parse_body(&body)?
+    };
+    Ok(Json(
+        run_control::kill_run(&state, &run_id, request.reason.as_deref()).await?,
+    ))
+}
+
+pub async fn complete(
+    State(state): State<Arc<GatewayState>>,
+    run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), HttpError> {
+    let Path(run_id) = run_id.map_err(super::bad_path)?;
+    let reply = run_control::complete(&state, &run_id, &body).await?;
+    Ok((StatusCode::ACCEPTED, Json(reply)))
+}
+
+pub async fn pools(State(state): State<Arc<GatewayState>>) -> Result<Json<Value>, HttpError> {
+    let pools = pools::pools(&state).await.map_err(unavailable)?;
+    Ok(Json(json!({ "pools": pools })))
+}
+
+pub async fn metrics(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<impl IntoResponse, HttpError> {
+    let pools = pools::pools(&state)
+        .await
+        .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        pools::render_metrics(&pools),
+    ))
+}

@@ -1,0 +1,95 @@
+//! Steering runs in progress: kill (`jetcron.api.runs.kill`,
+//! `POST /v1/runs/{run_id}/kill`) and the completion report of an
+//! asynchronous target (`POST /v1/runs/{run_id}/complete`, the HTTP twin of
+//! publishing to `jetcron.runs.<run_id>.complete`).
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::control::{self, Completion, KillRequest};
+use jetcron_core::subjects;
+use serde_json::{json, Value};
+
+use crate::manual_runs::parse_body;
+use crate::GatewayState;
+
+/// How long a kill waits for running executors to answer.
+const KILL_REPLY_WAIT: Duration = Duration::from_millis(500);
+
+fn check_run_id(run_id: &str) -> Result<(), ApiError> {
+    if control::is_run_id(run_id) {
+        return Ok(());
+    }
+    Err(ApiError {
+        field: Some("run_id".into()),
+        ..ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{:?} is not a run id (a lowercase hyphenated UUID)",
+                run_id.chars().take(64).collect::<String>()
+            ),
+        )
+    })
+}
+
+/// `jetcron.api.runs.kill` `{"run_id","reason"?}`.
+pub async fn kill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
+    let request: KillRequest = parse_body(body)?;
+    kill_run(state, &request.run_id, request.reason.as_deref()).await
+}
+
+/// Record the kill and stop the attempts running now.
+pub async fn kill_run(
+    state: &GatewayState,
+    run_id: &str,
+    reason: Option<&str>,
+) -> Result<Value, ApiError> {
+    check_run_id(run_id)?;
+    let reason = reason.unwrap_or("killed by request");
+    if reason.len() > control::MAX_REASON_BYTES {
+        return Err(ApiError {
+            field: Some("reason".into()),
+            ..ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("must be at most {} bytes", control::MAX_REASON_BYTES),
+            )
+        });
+    }
+    let stopped = control::kill_run(&state.nats, &state.running, run_id, reason, KILL_REPLY_WAIT)
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?;
+    tracing::info!(run_id, executors = stopped.len(), "run killed");
+    Ok(json!({
+        "ok": true,
+        "run_id": run_id,
+        // Executors that stopped a running attempt; empty when none was
+        // running (a queued or retrying run is killed when it next starts).
+        "stopped": stopped,
+    }))
+}
+
+/// Store a completion report of `run_id` where waiting executors hear it.
+pub async fn complete(state: &GatewayState, run_id: &str, body: &[u8]) -> Result<Value, ApiError> {
+    check_run_id(run_id)?;
+    let report = Completion::parse(body).map_err(|why| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("completion report: {why}"),
+        )
+    })?;
+    let payload = serde_json::to_vec(&report)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    state
+        .js
+        .publish_with_headers(
+            subjects::run_complete_subject(run_id),
+            HeaderMap::new(),
+            payload.into(),
+        )
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("publish completion: {e}")))?
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("store completion: {e}")))?;
+    Ok(json!({ "ok": true, "run_id": run_id }))
+}
