@@ -15,10 +15,11 @@ use chrono::Utc;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
+use crate::events::{RunEvent, RunEventKind};
 use crate::subjects;
 
 /// Body of `jetcron.api.runs.kill`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillRequest {
     pub run_id: String,
@@ -109,7 +110,7 @@ pub async fn kill_requested(
 }
 
 /// What an asynchronous target reports on `jetcron.runs.<run_id>.complete`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Completion {
     pub status: CompletionStatus,
@@ -126,7 +127,7 @@ pub struct Completion {
     pub shard: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CompletionStatus {
     Succeeded,
@@ -151,6 +152,15 @@ impl Completion {
     pub fn matches(&self, attempt: u32, shard: Option<u32>) -> bool {
         self.attempt.is_none_or(|a| a == attempt) && self.shard == shard
     }
+}
+
+/// The JSON body POSTed to a job's `notify.webhook` when a run ends badly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FailureNotice {
+    /// `failed`, `timed_out` or `killed`.
+    pub status: RunEventKind,
+    /// The event that ended the run (without output).
+    pub run: RunEvent,
 }
 
 #[cfg(test)]

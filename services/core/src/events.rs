@@ -22,7 +22,9 @@ use crate::time_format::{self, rfc3339_millis};
 
 /// Stable identity of one run: derived from (job id, scheduled time), so every
 /// replica that decides the same fire names it the same.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct RunId(pub String);
 
@@ -54,7 +56,7 @@ impl fmt::Display for RunId {
 }
 
 /// Why a run exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// The schedule said so.
@@ -82,10 +84,11 @@ impl Trigger {
 }
 
 /// "Job X is due for scheduled time T."
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DueEvent {
     pub run_id: RunId,
     pub job_id: String,
+    #[schemars(with = "String")]
     #[serde(with = "time_format::millis")]
     pub scheduled_at: DateTime<Utc>,
     pub trigger: Trigger,
@@ -148,7 +151,19 @@ impl DueEvent {
 }
 
 /// One step of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEventKind {
     /// An attempt began on an executor: the run is `running`.
@@ -233,7 +248,7 @@ impl RunEventKind {
 }
 
 /// How one attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptOutcome {
     Succeeded,
@@ -269,7 +284,7 @@ impl AttemptOutcome {
 }
 
 /// One step of a run, as published on `jetcron.runs.<job>.<kind>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunEvent {
     /// `<run_id>:<attempt>:<kind>` (`<run_id>/<shard>:<attempt>:<kind>` for a
     /// shard), unique per step; the dedup key end to end.
@@ -278,6 +293,7 @@ pub struct RunEvent {
     pub job_id: String,
     pub kind: RunEventKind,
     pub trigger: Trigger,
+    #[schemars(with = "String")]
     #[serde(with = "time_format::millis")]
     pub scheduled_at: DateTime<Utc>,
     /// 1 for the first attempt.
@@ -287,15 +303,18 @@ pub struct RunEvent {
     pub target_type: String,
     pub pool: String,
     /// When this event happened.
+    #[schemars(with = "String")]
     #[serde(with = "time_format::millis")]
     pub at: DateTime<Utc>,
     /// When the attempt started (on outcome events).
+    #[schemars(with = "Option<String>")]
     #[serde(
         default,
         with = "time_format::millis_opt",
         skip_serializing_if = "Option::is_none"
     )]
     pub started_at: Option<DateTime<Utc>>,
+    #[schemars(with = "Option<String>")]
     #[serde(
         default,
         with = "time_format::millis_opt",
@@ -318,6 +337,7 @@ pub struct RunEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// When the next attempt is due (on `retrying`).
+    #[schemars(with = "Option<String>")]
     #[serde(
         default,
         with = "time_format::millis_opt",

@@ -33,7 +33,7 @@ pub const MAX_SHARDS: u32 = 64;
 pub const MAX_ENV_VARS: usize = 64;
 
 /// A job definition as users write it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// Job id: `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`, safe as a KV key and a subject token.
@@ -88,7 +88,9 @@ pub struct JobSpec {
 }
 
 /// Overlap of runs of one job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ConcurrencyPolicy {
     /// Runs may overlap.
@@ -111,7 +113,7 @@ impl ConcurrencyPolicy {
 }
 
 /// Notification of a run that failed, timed out or was killed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyPolicy {
     /// `http` or `https` URL that receives a JSON summary by POST.
@@ -122,7 +124,9 @@ pub struct NotifyPolicy {
 }
 
 /// Recovery of missed fire times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
     /// Fire nothing that was missed; continue with the next time.
@@ -135,7 +139,7 @@ pub enum MisfirePolicy {
 }
 
 /// What runs when the job fires.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Target {
     /// A NATS request; success is a reply without a service error header.
@@ -146,7 +150,7 @@ pub enum Target {
     Shell(ShellTarget),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsTarget {
     pub subject: String,
@@ -158,7 +162,7 @@ pub struct NatsTarget {
     pub headers: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpTarget {
     pub url: String,
@@ -171,7 +175,7 @@ pub struct HttpTarget {
     pub body: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellTarget {
     pub command: String,
@@ -184,7 +188,7 @@ pub struct ShellTarget {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts in all, including the first; 1 to 100, default 3.

@@ -13,6 +13,7 @@
 //! - [`api`]: the request/reply envelope and the one table of error codes shared by
 //!   the NATS service and the HTTP gateway.
 //! - [`clock`]: time as a dependency, so tests can control it.
+//! - [`wire_schemas`]: the JSON Schemas in `schemas/`, generated from these types.
 //!
 //! Three modules do I/O on purpose, because several services need them and they
 //! must agree: [`control`] records and broadcasts kill requests, [`topology`] creates the NATS streams and buckets idempotently,
@@ -35,6 +36,7 @@ pub mod subjects;
 pub mod telemetry;
 pub mod time_format;
 pub mod topology;
+pub mod wire_schemas;
 
 pub use events::{DueEvent, RunEvent, RunEventKind, RunId, Trigger};
 pub use job::{JobSpec, Target};

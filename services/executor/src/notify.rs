@@ -17,6 +17,7 @@ use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
 use async_nats::HeaderMap;
 use chrono::Utc;
 use futures::StreamExt as _;
+use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::job::NotifyPolicy;
 use jetcron_core::subjects;
@@ -33,14 +34,6 @@ pub struct Notification {
     pub notify: NotifyPolicy,
     /// The event that ended the run.
     pub run: RunEvent,
-}
-
-/// The body POSTed to the webhook.
-#[derive(Debug, Serialize)]
-struct WebhookBody<'a> {
-    /// `failed`, `timed_out` or `killed`.
-    status: &'static str,
-    run: &'a RunEvent,
 }
 
 /// Store a notification of the run that `ending` ended.
@@ -197,9 +190,9 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
 
 /// POST the summary; the HTTP status on success, the reason otherwise.
 async fn post(ctx: &ExecutorContext, notification: &Notification) -> Result<u16, String> {
-    let body = WebhookBody {
-        status: notification.run.kind.as_str(),
-        run: &notification.run,
+    let body = FailureNotice {
+        status: notification.run.kind,
+        run: notification.run.clone(),
     };
     let mut request = ctx
         .http

@@ -123,7 +123,8 @@ async fn the_service_is_discoverable_with_nats_micro() {
         [
             "jetcron.api.jobs.backfill",
             "jetcron.api.jobs.put",
-            "jetcron.api.jobs.trigger"
+            "jetcron.api.jobs.trigger",
+            "jetcron.api.runs.kill"
         ]
     );
     stack.stop().await;

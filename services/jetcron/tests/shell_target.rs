@@ -63,7 +63,7 @@ async fn shell_output_is_capped_and_timeouts_kill() {
     assert_eq!(runs[0]["output"].as_str().expect("output").len(), 64 * 1024);
     assert_eq!(runs[0]["output_truncated"], true);
     let runs = stack
-        .wait_for_runs("slow", "failed", 1, Duration::from_secs(20))
+        .wait_for_runs("slow", "timed_out", 1, Duration::from_secs(20))
         .await;
     assert_eq!(runs[0]["error"], "timed out after 1s");
     assert!(runs[0]["duration_ms"].as_i64().expect("duration") < 5_000);

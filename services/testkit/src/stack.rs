@@ -30,6 +30,8 @@ pub struct StackOptions {
     pub enable_shell: bool,
     pub projector: bool,
     pub gateway: bool,
+    /// Pools the executor serves.
+    pub pools: Vec<String>,
 }
 
 impl Default for StackOptions {
@@ -40,7 +42,23 @@ impl Default for StackOptions {
             enable_shell: false,
             projector: true,
             gateway: true,
+            pools: vec![subjects::DEFAULT_POOL.to_string()],
         }
+    }
+}
+
+/// Executor settings of tests: shell as asked, quick progress acks and grace.
+pub fn test_executor_config(id: &str, enable_shell: bool) -> jetcron_executor::ExecutorConfig {
+    jetcron_executor::ExecutorConfig {
+        executor_id: id.into(),
+        shell: jetcron_executor::ShellOptions {
+            enabled: enable_shell,
+            workdir: None,
+        },
+        ack_wait: Duration::from_secs(5),
+        progress_interval: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(5),
+        ..Default::default()
     }
 }
 
@@ -123,15 +141,8 @@ impl Stack {
             ));
         }
         if options.executor {
-            let config = jetcron_executor::ExecutorConfig {
-                executor_id: "test-executor".into(),
-                shell: jetcron_executor::ShellOptions {
-                    enabled: options.enable_shell,
-                    workdir: None,
-                },
-                shutdown_grace: Duration::from_secs(5),
-                ..Default::default()
-            };
+            let mut config = test_executor_config("test-executor", options.enable_shell);
+            config.pools = options.pools.clone();
             services.spawn(jetcron_executor::run(
                 config,
                 nats.client().await,
@@ -188,6 +199,82 @@ impl Stack {
             .await;
         }
         stack
+    }
+
+    /// Start one more executor in this process; it stops with the stack or
+    /// when the returned token is cancelled.
+    pub async fn spawn_executor(
+        &mut self,
+        config: jetcron_executor::ExecutorConfig,
+    ) -> CancellationToken {
+        let stop = self.shutdown.child_token();
+        self.services.spawn(jetcron_executor::run(
+            config,
+            self.nats.client().await,
+            stop.clone(),
+        ));
+        stop
+    }
+
+    /// `curl -X POST <gateway><path> -d <body>`: status and JSON body.
+    pub async fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.http_base))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST to the gateway");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `curl <gateway>/v1/runs/<run_id>`: the run with its events and attempts.
+    pub async fn run(&self, run_id: &str) -> Option<Value> {
+        let (status, body) = self.get(&format!("/v1/runs/{run_id}")).await;
+        (status == 200).then_some(body)
+    }
+
+    /// Wait until run `run_id` is in `status`.
+    pub async fn wait_for_run_status(
+        &self,
+        run_id: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> Value {
+        wait_until(&format!("run {run_id} {status}"), timeout, || async {
+            self.run(run_id).await.filter(|r| r["status"] == status)
+        })
+        .await
+    }
+
+    /// Every run event stored in `JETCRON_RUNS` for `job_id`, in stream order.
+    pub async fn run_events(&self, job_id: &str) -> Vec<jetcron_core::RunEvent> {
+        use futures::StreamExt as _;
+        let stream = self
+            .js
+            .get_stream(subjects::RUNS_STREAM)
+            .await
+            .expect("runs stream");
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subjects::run_event_subject(job_id, "*"),
+                ..Default::default()
+            })
+            .await
+            .expect("ordered consumer");
+        let pending = consumer.cached_info().num_pending;
+        let mut messages = consumer.messages().await.expect("messages");
+        let mut events = Vec::new();
+        for _ in 0..pending {
+            let Ok(Some(Ok(message))) =
+                tokio::time::timeout(Duration::from_secs(5), messages.next()).await
+            else {
+                break;
+            };
+            events.push(serde_json::from_slice(&message.payload).expect("run event"));
+        }
+        events
     }
 
     /// Stop every service in order and fail the test if one of them failed.
