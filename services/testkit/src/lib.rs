@@ -13,12 +13,12 @@
 
 mod clickhouse_server;
 mod nats_server;
-mod stack;
+pub mod stack;
 mod wait;
 
 pub use clickhouse_server::ClickHouseServer;
 pub use nats_server::NatsServer;
-pub use stack::{fast_leases, instant, Stack, StackOptions};
+pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions};
 pub use wait::wait_until;
 
 /// A port that was free a moment ago on 127.0.0.1.

@@ -231,8 +231,8 @@ impl Stack {
 
     /// `curl <gateway>/v1/runs/<run_id>`: the run with its events and attempts.
     pub async fn run(&self, run_id: &str) -> Option<Value> {
-        let (status, body) = self.get(&format!("/v1/runs/{run_id}")).await;
-        (status == 200).then_some(body)
+        let (status, mut body) = self.get(&format!("/v1/runs/{run_id}")).await;
+        (status == 200).then(|| body["run"].take())
     }
 
     /// Wait until run `run_id` is in `status`.
