@@ -28,7 +28,7 @@ pub struct Claim {
 
 /// Result of trying to take a claim.
 pub enum Acquired {
-    Held(ClaimHandle),
+    Held(Box<ClaimHandle>),
     /// Another live run holds it.
     Busy(Claim),
 }
@@ -75,12 +75,12 @@ pub async fn acquire(
             _ => store.create(key, value.clone()).await.ok(),
         };
         if let Some(revision) = written {
-            return Ok(Acquired::Held(ClaimHandle {
+            return Ok(Acquired::Held(Box::new(ClaimHandle {
                 store: store.clone(),
                 key: key.to_string(),
                 revision,
                 claim,
-            }));
+            })));
         }
     }
     anyhow::bail!("claim {key}: lost {MAX_RACES} compare-and-swap races in a row")
@@ -135,7 +135,7 @@ pub fn claim_ttl(refresh: Duration) -> chrono::Duration {
 /// What the overlap policy decided for an attempt.
 pub enum Overlap {
     /// The attempt holds the job's claim and may run.
-    Claimed(ClaimHandle),
+    Claimed(Box<ClaimHandle>),
     /// `forbid`: the run with this id is still going; this fire is skipped.
     Declined(String),
 }

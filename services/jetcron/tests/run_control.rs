@@ -1,0 +1,569 @@
+//! Steering runs: kill (over NATS and HTTP, running or still queued), the
+//! overlap policies across two executors, pools nobody serves yet, sharded
+//! runs, and targets that complete asynchronously.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use futures::StreamExt as _;
+use jetcron_core::events::{RunEvent, RunEventKind};
+use jetcron_testkit::{instant, test_executor_config, wait_until, Stack, StackOptions};
+use serde_json::Value;
+
+async fn put(stack: &Stack, job: &str) {
+    let (reply, code) = stack.api_put(job).await;
+    assert_eq!(code, None, "{reply}");
+}
+
+async fn trigger(stack: &Stack, id: &str) -> String {
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{id}"}}"#))
+        .await;
+    assert_eq!(code, None, "{reply}");
+    reply["run_id"].as_str().expect("run_id").to_string()
+}
+
+async fn wait_for_event(stack: &Stack, job_id: &str, run_id: &str, kind: RunEventKind) -> RunEvent {
+    wait_until(
+        &format!("{kind:?} of {run_id}"),
+        Duration::from_secs(20),
+        || async {
+            stack
+                .run_events(job_id)
+                .await
+                .into_iter()
+                .find(|e| e.run_id.as_str() == run_id && e.kind == kind)
+        },
+    )
+    .await
+}
+
+/// Whether process `pid` still runs (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn a_killed_run_stops_its_whole_process_group_and_is_not_retried() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    let dir = std::env::temp_dir().join(format!("jetcron-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    put(
+        &stack,
+        &format!(
+            r#"{{"id":"doomed","schedule":"@daily","timeout":"5m","retry":{{"max_attempts":3,"backoff":"100ms"}},
+                "target":{{"type":"shell","working_dir":"{}","command":"sleep 300 & echo $! > child; echo $$ > shell; wait"}}}}"#,
+            dir.display()
+        ),
+    )
+    .await;
+    let run_id = trigger(&stack, "doomed").await;
+    wait_for_event(&stack, "doomed", &run_id, RunEventKind::Started).await;
+    let pids: Vec<i32> = wait_until("pid files", Duration::from_secs(10), || async {
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+        };
+        Some(vec![read("shell")?, read("child")?])
+    })
+    .await;
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    // Refusals first: they change nothing.
+    let (reply, code) = stack
+        .api("jetcron.api.runs.kill", r#"{"run_id":"not-a-run"}"#)
+        .await;
+    assert_eq!(code.as_deref(), Some("400"));
+    assert_eq!(reply["error"]["field"], "run_id");
+    let (_, code) = stack
+        .api(
+            "jetcron.api.runs.kill",
+            &format!(r#"{{"run_id":"{run_id}","force":true}}"#),
+        )
+        .await;
+    assert_eq!(code.as_deref(), Some("400"));
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    let (reply, code) = stack
+        .api(
+            "jetcron.api.runs.kill",
+            &format!(r#"{{"run_id":"{run_id}","reason":"operator said so"}}"#),
+        )
+        .await;
+    assert_eq!(code, None, "{reply}");
+    assert_eq!(reply["stopped"][0]["executor_id"], "test-executor");
+    assert_eq!(reply["stopped"][0]["attempts"], 1);
+    let run = stack
+        .wait_for_run_status(&run_id, "killed", Duration::from_secs(10))
+        .await;
+    assert_eq!(run["error"], "killed: operator said so");
+    wait_until("process group gone", Duration::from_secs(5), || async {
+        pids.iter().all(|p| !alive(*p)).then_some(())
+    })
+    .await;
+    // No retry after a kill.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let run = stack.run(&run_id).await.expect("run");
+    assert_eq!(
+        (run["status"].as_str(), run["attempt"].as_u64()),
+        (Some("killed"), Some(1))
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_pool_nobody_serves_waits_visibly_and_its_runs_can_be_killed_before_they_start() {
+    let mut stack = Stack::start(StackOptions::with_shell()).await;
+    put(
+        &stack,
+        r#"{"id":"render","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo rendered"}}"#,
+    )
+    .await;
+    put(
+        &stack,
+        r#"{"id":"render-later","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo should not run"}}"#,
+    )
+    .await;
+    let waiting = trigger(&stack, "render").await;
+    let cancelled = trigger(&stack, "render-later").await;
+    let (status, pools) = stack.get("/v1/pools").await;
+    assert_eq!(status, 200);
+    let gpu = pools["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .find(|p| p["pool"] == "gpu")
+        .cloned()
+        .expect("gpu pool listed");
+    assert_eq!(gpu["pending"], 2);
+    assert_eq!(gpu["consumer"], false);
+    assert_eq!(gpu["waiting_pulls"], 0);
+    let metrics = stack
+        .http
+        .get(format!("{}/metrics", stack.http_base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("jetcron_pool_pending_due_events{pool=\"gpu\"} 2"),
+        "{metrics}"
+    );
+    // The default pool's executor never touched them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(stack.run_events("render").await.is_empty());
+
+    let (status, reply) = stack
+        .post(
+            &format!("/v1/runs/{cancelled}/kill"),
+            r#"{"reason":"not needed any more"}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["stopped"], serde_json::json!([]));
+    let (status, reply) = stack.post("/v1/runs/xyz/kill", "").await;
+    assert_eq!(
+        (status, reply["error"]["field"].as_str()),
+        (400, Some("run_id"))
+    );
+
+    let mut config = test_executor_config("gpu-executor", true);
+    config.pools = vec!["gpu".into()];
+    stack.spawn_executor(config).await;
+    let run = stack
+        .wait_for_run_status(&waiting, "succeeded", Duration::from_secs(20))
+        .await;
+    assert_eq!(run["executor_id"], "gpu-executor");
+    assert_eq!(run["pool"], "gpu");
+    let run = stack
+        .wait_for_run_status(&cancelled, "killed", Duration::from_secs(20))
+        .await;
+    assert_eq!(run["error"], "killed: not needed any more");
+    assert_eq!(run["first_started_at"], Value::Null, "it never started");
+    stack.stop().await;
+}
+
+/// Start and end of every run of `job_id` that ran, and the skipped ones.
+async fn runs_by_status(stack: &Stack, job_id: &str) -> (Vec<(i64, i64, String)>, Vec<RunEvent>) {
+    let events = stack.run_events(job_id).await;
+    let mut ran = Vec::new();
+    for started in events.iter().filter(|e| e.kind == RunEventKind::Started) {
+        let end = events
+            .iter()
+            .find(|e| e.run_id == started.run_id && e.kind.is_terminal())
+            .map(|e| e.at.timestamp_millis())
+            .unwrap_or(i64::MAX);
+        ran.push((started.at.timestamp_millis(), end, started.run_id.0.clone()));
+    }
+    ran.sort();
+    let skipped = events
+        .into_iter()
+        .filter(|e| e.kind == RunEventKind::Skipped)
+        .collect();
+    (ran, skipped)
+}
+
+async fn two_executor_stack() -> Stack {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    for id in ["exec-a", "exec-b"] {
+        stack.spawn_executor(test_executor_config(id, true)).await;
+    }
+    stack
+}
+
+#[tokio::test]
+async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors() {
+    let stack = two_executor_stack().await;
+    put(
+        &stack,
+        r#"{"id":"nightly-etl","schedule":"* * * * * *","concurrency":"forbid","misfire":"skip",
+            "target":{"type":"shell","command":"sleep 2.5"}}"#,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stack.kv_delete("nightly-etl").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (ran, skipped) = runs_by_status(&stack, "nightly-etl").await;
+    assert!(ran.len() >= 2, "{ran:?}");
+    assert!(skipped.len() >= 3, "{} skipped", skipped.len());
+    for pair in ran.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "runs overlap: {pair:?}");
+    }
+    let executors: BTreeSet<String> = stack
+        .run_events("nightly-etl")
+        .await
+        .into_iter()
+        .map(|e| e.executor_id)
+        .collect();
+    assert_eq!(
+        executors.len(),
+        2,
+        "both executors took fires: {executors:?}"
+    );
+    for s in &skipped {
+        let error = s.error.as_deref().expect("why");
+        assert!(
+            error.ends_with("is still going (concurrency: forbid)"),
+            "{error}"
+        );
+        assert!(
+            !ran.iter().any(|r| r.2 == s.run_id.0),
+            "a skipped run also ran"
+        );
+    }
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executors() {
+    let stack = two_executor_stack().await;
+    put(
+        &stack,
+        r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
+            "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    stack.kv_delete("refresh-cache").await;
+    let (ran, _) = runs_by_status(&stack, "refresh-cache").await;
+    assert!(ran.len() >= 3, "{ran:?}");
+    let last = ran.last().expect("runs").2.clone();
+    let events = stack.run_events("refresh-cache").await;
+    for pair in ran.windows(2) {
+        // The earlier run ended (killed) before the later one started.
+        assert!(pair[1].0 >= pair[0].1, "runs overlap: {pair:?}");
+        let killed = events
+            .iter()
+            .find(|e| e.run_id.0 == pair[0].2 && e.kind == RunEventKind::Killed)
+            .expect("earlier run killed");
+        assert_eq!(
+            killed.error.as_deref(),
+            Some(
+                format!(
+                    "killed: replaced by run {} (concurrency: replace)",
+                    pair[1].2
+                )
+                .as_str()
+            )
+        );
+    }
+    let (reply, code) = stack
+        .api(
+            "jetcron.api.runs.kill",
+            &format!(r#"{{"run_id":"{last}"}}"#),
+        )
+        .await;
+    assert_eq!(code, None, "{reply}");
+    stack
+        .wait_for_run_status(&last, "killed", Duration::from_secs(10))
+        .await;
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_sharded_run_fans_out_and_succeeds_only_when_every_shard_does() {
+    let stack = two_executor_stack().await;
+    put(
+        &stack,
+        r#"{"id":"reindex","schedule":"@daily","shards":3,
+            "target":{"type":"shell","command":"sleep 1; echo shard $JETCRON_SHARD of $JETCRON_SHARDS"}}"#,
+    )
+    .await;
+    put(
+        &stack,
+        r#"{"id":"reindex-bad","schedule":"@daily","shards":3,"retry":{"max_attempts":1},
+            "target":{"type":"shell","command":"test $JETCRON_SHARD != 1"}}"#,
+    )
+    .await;
+    let good = trigger(&stack, "reindex").await;
+    let bad = trigger(&stack, "reindex-bad").await;
+    let run = stack
+        .wait_for_run_status(&good, "succeeded", Duration::from_secs(20))
+        .await;
+    assert_eq!(run["shards"], 3);
+    let states: Vec<(u64, String)> = run["shard_states"]
+        .as_array()
+        .expect("shard states")
+        .iter()
+        .map(|s| {
+            (
+                s["shard"].as_u64().expect("shard"),
+                s["status"].as_str().expect("status").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (0, "succeeded".into()),
+            (1, "succeeded".into()),
+            (2, "succeeded".into())
+        ]
+    );
+    let outputs: BTreeSet<String> = stack
+        .run_events("reindex")
+        .await
+        .into_iter()
+        .filter(|e| e.kind == RunEventKind::Succeeded)
+        .map(|e| e.output.expect("output"))
+        .collect();
+    assert_eq!(
+        outputs,
+        ["shard 0 of 3\n", "shard 1 of 3\n", "shard 2 of 3\n"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+    // Shards ran in parallel: every shard started before any finished.
+    let events = stack.run_events("reindex").await;
+    let last_start = events
+        .iter()
+        .filter(|e| e.kind == RunEventKind::Started)
+        .map(|e| e.at)
+        .max();
+    let first_end = events
+        .iter()
+        .filter(|e| e.kind == RunEventKind::Succeeded)
+        .map(|e| e.at)
+        .min();
+    assert!(last_start < first_end, "shards ran one after another");
+
+    let run = stack
+        .wait_for_run_status(&bad, "failed", Duration::from_secs(20))
+        .await;
+    let failed: Vec<&Value> = run["shard_states"]
+        .as_array()
+        .expect("shard states")
+        .iter()
+        .filter(|s| s["status"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["shard"], 1);
+    stack.stop().await;
+}
+
+/// A NATS service that accepts work and reports back later.
+async fn start_async_service(stack: &Stack, subject: &str) -> Arc<Mutex<Vec<String>>> {
+    let run_ids = Arc::new(Mutex::new(Vec::new()));
+    let seen = run_ids.clone();
+    let client = stack.client.clone();
+    let mut requests = client
+        .subscribe(subject.to_string())
+        .await
+        .expect("subscribe");
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let run_id = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Jetcron-Run-Id"))
+                .map(|v| v.as_str().to_string())
+                .unwrap_or_default();
+            seen.lock().expect("lock").push(run_id);
+            let mut headers = HeaderMap::new();
+            headers.insert("Jetcron-Status", "accepted");
+            if let Some(reply) = request.reply {
+                let _ = client
+                    .publish_with_headers(reply, headers, "queued".into())
+                    .await;
+            }
+        }
+    });
+    run_ids
+}
+
+#[tokio::test]
+async fn an_accepted_nats_request_completes_when_the_service_reports() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let run_ids = start_async_service(&stack, "svc.export").await;
+    put(
+        &stack,
+        r#"{"id":"export","schedule":"@daily","timeout":"30s","target":{"type":"nats","subject":"svc.export"}}"#,
+    )
+    .await;
+    put(
+        &stack,
+        r#"{"id":"export-stuck","schedule":"@daily","timeout":"2s","retry":{"max_attempts":1},
+            "target":{"type":"nats","subject":"svc.export"}}"#,
+    )
+    .await;
+    let run_id = trigger(&stack, "export").await;
+    let stuck = trigger(&stack, "export-stuck").await;
+    wait_until("request received", Duration::from_secs(10), || async {
+        run_ids
+            .lock()
+            .expect("lock")
+            .contains(&run_id)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(stack.run(&run_id).await.expect("run")["status"], "running");
+    // A malformed report and one for another attempt are ignored.
+    let subject = format!("jetcron.runs.{run_id}.complete");
+    for ignored in [r#"{"status":"sure"}"#, r#"{"status":"failed","attempt":7}"#] {
+        stack
+            .js
+            .publish(subject.clone(), ignored.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+    }
+    stack
+        .js
+        .publish(
+            subject,
+            r#"{"status":"succeeded","output":"42 rows"}"#.into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let run = stack
+        .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(10))
+        .await;
+    assert_eq!(run["output"], "42 rows");
+    assert_eq!(run["attempt"], 1);
+    // The timeout still applies while waiting for a report.
+    let run = stack
+        .wait_for_run_status(&stuck, "timed_out", Duration::from_secs(10))
+        .await;
+    assert_eq!(run["error"], "timed out after 2s");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn an_accepted_http_request_completes_through_the_gateway_callback() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let run_ids = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = run_ids.clone();
+    let app = Router::new().route(
+        "/jobs",
+        post(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let run_id = headers
+                    .get("jetcron-run-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.lock().expect("lock").push(run_id);
+                (StatusCode::ACCEPTED, "will call back")
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    put(
+        &stack,
+        &format!(
+            r#"{{"id":"render-report","schedule":"@daily","retry":{{"max_attempts":1}},
+                "target":{{"type":"http","method":"POST","url":"{base}/jobs"}}}}"#
+        ),
+    )
+    .await;
+    let run_id = trigger(&stack, "render-report").await;
+    wait_until("request received", Duration::from_secs(10), || async {
+        run_ids
+            .lock()
+            .expect("lock")
+            .contains(&run_id)
+            .then_some(())
+    })
+    .await;
+    let (status, reply) = stack
+        .post(
+            &format!("/v1/runs/{run_id}/complete"),
+            r#"{"status":"done"}"#,
+        )
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("completion report: status:"),
+        "{message}"
+    );
+    let (status, _) = stack
+        .post("/v1/runs/nope/complete", r#"{"status":"failed"}"#)
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(stack.run(&run_id).await.expect("run")["status"], "running");
+    let (status, reply) = stack
+        .post(
+            &format!("/v1/runs/{run_id}/complete"),
+            r#"{"status":"failed","error":"upstream said no"}"#,
+        )
+        .await;
+    assert_eq!(status, 202, "{reply}");
+    let run = stack
+        .wait_for_run_status(&run_id, "failed", Duration::from_secs(10))
+        .await;
+    assert_eq!(run["error"], "upstream said no");
+    assert_eq!(run["status_code"], 202);
+    assert!(instant(&run["finished_at"]) >= instant(&run["started_at"]));
+    stack.stop().await;
+}
