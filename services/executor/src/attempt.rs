@@ -160,6 +160,11 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
                 job.spec.notify.as_ref(),
             )
             .await;
+            if job.concurrency != ConcurrencyPolicy::Allow {
+                // A run killed while it waited for a retry still held the claim.
+                let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
+                claims::release_if_held_by(&ctx.running, &key, due.run_id.as_str()).await;
+            }
             return;
         }
         Err(e) => {

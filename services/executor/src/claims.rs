@@ -127,6 +127,24 @@ impl ClaimHandle {
     }
 }
 
+/// Delete the claim at `key` if `run_id` holds it (a run that ends without
+/// an attempt of its own, e.g. killed while it waited for a retry).
+pub async fn release_if_held_by(store: &kv::Store, key: &str, run_id: &str) {
+    let Ok(Some(entry)) = store.entry(key).await else {
+        return;
+    };
+    let held = entry.operation == Operation::Put
+        && serde_json::from_slice::<Claim>(&entry.value).is_ok_and(|c| c.run_id == run_id);
+    if held {
+        if let Err(e) = store
+            .delete_expect_revision(key, Some(entry.revision))
+            .await
+        {
+            warn!(key, error = %e, "claim not released (taken over or gone)");
+        }
+    }
+}
+
 /// Expiry of a claim refreshed every `refresh`: three missed refreshes.
 pub fn claim_ttl(refresh: Duration) -> chrono::Duration {
     chrono::Duration::from_std(refresh * 3).unwrap_or(chrono::Duration::seconds(30))
