@@ -173,11 +173,15 @@ pub async fn run(
     ));
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();
+    // Each pool's batch reserves at most its share of the free slots, so an
+    // idle pool's open pull request never holds the slots another pool needs.
+    let share = (max_in_flight / consumers.len()).max(1);
     for (pool, consumer) in consumers {
         pullers.spawn(pull_loop(
             ctx.clone(),
             pool,
             consumer,
+            share,
             permits.clone(),
             tasks.clone(),
             shutdown.clone(),
@@ -245,18 +249,18 @@ async fn pool_consumer(
 /// Pull due events of one pool and start an attempt for each, within the
 /// executor's in-flight limit, until `shutdown`.
 ///
-/// A batch asks for exactly as many messages as there are free permits, so a
-/// pulled message never waits in a buffer (where its `ack_wait` would run out
-/// and JetStream would hand it to another executor).
+/// A batch asks for exactly as many messages as it holds free permits (at
+/// most `max_batch`), so a pulled message never waits in a buffer (where its
+/// `ack_wait` would run out and JetStream would hand it to another executor).
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pool: String,
     consumer: jetstream::consumer::Consumer<pull::Config>,
+    max_batch: usize,
     permits: Arc<Semaphore>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let max_batch = ctx.config.max_in_flight.max(1);
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,

@@ -49,18 +49,33 @@ pub async fn enqueue(
         notify: notify.clone(),
         run,
     })?;
-    let mut headers = HeaderMap::new();
-    headers.insert("Nats-Msg-Id", format!("{}:notify", ending.run_id).as_str());
-    js.publish_with_headers(
-        subjects::notify_subject(&ending.job_id),
-        headers,
-        body.into(),
-    )
-    .await
-    .context("publish notification")?
-    .await
-    .context("store notification")?;
-    Ok(())
+    let body = bytes::Bytes::from(body);
+    let msg_id = format!("{}:notify", ending.run_id);
+    let mut last_error = None;
+    for attempt in 0..5u64 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", msg_id.as_str());
+        let stored = async {
+            js.publish_with_headers(
+                subjects::notify_subject(&ending.job_id),
+                headers,
+                body.clone(),
+            )
+            .await
+            .context("publish notification")?
+            .await
+            .context("store notification")
+        }
+        .await;
+        match stored {
+            Ok(_) => return Ok(()),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
 }
 
 /// Deliver notifications until `shutdown`.

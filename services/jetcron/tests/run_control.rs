@@ -567,3 +567,38 @@ async fn an_accepted_http_request_completes_through_the_gateway_callback() {
     assert!(instant(&run["finished_at"]) >= instant(&run["started_at"]));
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn one_executor_serves_several_pools_without_one_starving_the_other() {
+    let stack = Stack::start(StackOptions {
+        enable_shell: true,
+        pools: vec!["default".into(), "gpu".into()],
+        ..Default::default()
+    })
+    .await;
+    put(
+        &stack,
+        r#"{"id":"cpu-job","schedule":"@daily","target":{"type":"shell","command":"echo cpu"}}"#,
+    )
+    .await;
+    put(
+        &stack,
+        r#"{"id":"gpu-job","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo gpu"}}"#,
+    )
+    .await;
+    for _ in 0..3 {
+        for id in ["cpu-job", "gpu-job"] {
+            let run_id = trigger(&stack, id).await;
+            let run = stack
+                .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
+                .await;
+            // Prompt: well under the 5 s a pull request stays open.
+            let lag = instant(&run["started_at"]) - instant(&run["scheduled_at"]);
+            assert!(
+                lag < chrono::Duration::seconds(2),
+                "{id} started {lag} late"
+            );
+        }
+    }
+    stack.stop().await;
+}
