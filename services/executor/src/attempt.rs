@@ -175,7 +175,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
     }
     let mut claim = match job.concurrency {
         ConcurrencyPolicy::Allow => None,
-        policy => match claims::claim_for_run(ctx, &job, &due, attempt, policy).await {
+        policy => match claims::claim_for_run(ctx, &message, &job, &due, attempt, policy).await {
             Ok(Overlap::Claimed(handle)) => Some(*handle),
             Ok(Overlap::Declined(holder)) => {
                 info!(holder = %holder, "previous run still going, skipping this fire");

@@ -162,8 +162,11 @@ pub enum Overlap {
 const REPLACE_WAIT_POLL: Duration = Duration::from_millis(100);
 
 /// Take the claim of `due`'s job (shard) under `policy` (`forbid` or `replace`).
+/// While a `replace` waits for the run it killed, `message` is kept alive
+/// with in-progress acks, so JetStream does not hand it to another executor.
 pub async fn claim_for_run(
     ctx: &crate::ExecutorContext,
+    message: &async_nats::jetstream::Message,
     job: &jetcron_core::job::ValidJob,
     due: &jetcron_core::events::DueEvent,
     attempt: u32,
@@ -178,6 +181,7 @@ pub async fn claim_for_run(
     let give_up = ttl.to_std().unwrap_or(Duration::from_secs(30)) + Duration::from_secs(5);
     let mut killed: Option<String> = None;
     let mut take_over_from: Option<String> = None;
+    let mut last_progress = tokio::time::Instant::now();
     loop {
         let claim = Claim {
             run_id: ours.to_string(),
@@ -222,6 +226,12 @@ pub async fn claim_for_run(
         if started.elapsed() > give_up {
             take_over_from = Some(holder.run_id);
             continue;
+        }
+        if last_progress.elapsed() >= ctx.config.progress_interval {
+            let _ = message
+                .ack_with(async_nats::jetstream::AckKind::Progress)
+                .await;
+            last_progress = tokio::time::Instant::now();
         }
         tokio::time::sleep(REPLACE_WAIT_POLL).await;
     }
