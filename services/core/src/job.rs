@@ -85,6 +85,50 @@ pub struct JobSpec {
     /// Where to report a run that ended badly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<NotifyPolicy>,
+    /// Free key/values for grouping (`pause`/`resume`/`list` select on them):
+    /// at most 32; keys `[A-Za-z0-9][A-Za-z0-9_.-]{0,62}`, values up to 255 bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Most labels per job.
+pub const MAX_LABELS: usize = 32;
+
+/// Check a label selector or a job's labels: key syntax and value size.
+pub fn validate_labels(field: &str, labels: &BTreeMap<String, String>) -> Vec<FieldError> {
+    let mut problems = Vec::new();
+    if labels.len() > MAX_LABELS {
+        problems.push(FieldError::new(
+            field,
+            "too_many",
+            format!("at most {MAX_LABELS} labels, got {}", labels.len()),
+        ));
+    }
+    for (key, value) in labels {
+        let key_ok = key.len() <= 63
+            && key
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !key_ok {
+            problems.push(FieldError::new(
+                format!("{field}.{}", key.escape_debug()),
+                "invalid_label",
+                "label keys must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}",
+            ));
+        }
+        if value.len() > 255 || value.chars().any(char::is_control) {
+            problems.push(FieldError::new(
+                format!("{field}.{}", key.escape_debug()),
+                "invalid_label",
+                "label values must be at most 255 bytes without control characters",
+            ));
+        }
+    }
+    problems
 }
 
 /// Overlap of runs of one job.
@@ -492,6 +536,7 @@ pub fn validate_with(
         .ok(),
     };
     validate_target(&spec.target, &mut problems);
+    problems.extend(validate_labels("labels", &spec.labels));
     if let Some(d) = &spec.description {
         if d.len() > 4096 {
             problems.push(FieldError::new(

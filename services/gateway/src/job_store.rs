@@ -56,7 +56,12 @@ impl JobStore {
     /// Validate and store a definition; returns it and its new revision.
     /// The bytes are stored as sent (re-encoding could change numbers or
     /// grow past the size limit), so the ticker reads exactly what was checked.
+    /// A top-level `expected_revision` makes the write a compare-and-swap
+    /// (0: the job must not exist yet); it is taken out of the stored
+    /// definition, which is then the re-encoded rest.
     pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64), ApiError> {
+        let (stored, expected_revision) = split_expected_revision(body)?;
+        let body = stored.as_deref().unwrap_or(body);
         let job = parse_job(body, None).map_err(|problems| {
             // Not JSON at all is a malformed request; anything else names a field.
             let not_json = problems.len() == 1
@@ -83,17 +88,102 @@ impl JobStore {
                 ),
             )]));
         }
-        let revision = self
-            .bucket
-            .put(subjects::job_key(&job.spec.id), body.to_vec().into())
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    ErrorCode::Unavailable,
-                    format!("cannot store job in {}: {e}", subjects::JOBS_BUCKET),
-                )
-            })?;
+        let key = subjects::job_key(&job.spec.id);
+        let value: bytes::Bytes = body.to_vec().into();
+        let revision = match expected_revision {
+            None => self.bucket.put(key, value).await.map_err(unavailable),
+            Some(0) => self
+                .bucket
+                .create(key, value)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => {
+                        conflict(&job.spec.id, 0, "it exists already")
+                    }
+                    _ => unavailable(e),
+                }),
+            Some(expected) => {
+                self.bucket
+                    .update(key, value, expected)
+                    .await
+                    .map_err(|e| match e.kind() {
+                        kv::UpdateErrorKind::WrongLastRevision => {
+                            conflict(&job.spec.id, expected, "it has changed since")
+                        }
+                        _ => unavailable(e),
+                    })
+            }
+        }?;
         Ok((job.spec, revision))
+    }
+
+    /// Delete `id` (a delete marker: the history stays); with
+    /// `expected_revision`, only if that is still the current revision.
+    pub async fn delete(&self, id: &str, expected_revision: Option<u64>) -> Result<u64, ApiError> {
+        let current = self
+            .get(id)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?
+            .ok_or_else(|| not_found(id))?
+            .0
+            .revision;
+        let expected = expected_revision.unwrap_or(current);
+        self.bucket
+            .delete_expect_revision(subjects::job_key(id), Some(expected))
+            .await
+            .map_err(|e| match e.kind() {
+                kv::DeleteErrorKind::WrongLastRevision => {
+                    conflict(id, expected, "it has changed since")
+                }
+                _ => unavailable(e),
+            })?;
+        Ok(expected)
+    }
+
+    /// Set `paused` on one stored definition by compare-and-swap; `None`
+    /// when it already was in that state.
+    pub async fn set_paused(&self, id: &str, paused: bool) -> Result<Option<u64>, ApiError> {
+        for _ in 0..8 {
+            let entry = self
+                .bucket
+                .entry(subjects::job_key(id))
+                .await
+                .map_err(unavailable)?
+                .filter(|e| e.operation == Operation::Put)
+                .ok_or_else(|| not_found(id))?;
+            let mut definition: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&entry.value).map_err(|_| {
+                    ApiError::invalid_job(vec![FieldError::new(
+                        "",
+                        "invalid_json",
+                        format!("the stored definition of {id:?} is not a JSON object"),
+                    )])
+                })?;
+            let now_paused = definition
+                .get("paused")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false);
+            if now_paused == paused {
+                return Ok(None);
+            }
+            if paused {
+                definition.insert("paused".into(), serde_json::Value::Bool(true));
+            } else {
+                definition.remove("paused");
+            }
+            let bytes = serde_json::to_vec(&definition)
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            match self
+                .bucket
+                .update(subjects::job_key(id), bytes.into(), entry.revision)
+                .await
+            {
+                Ok(revision) => return Ok(Some(revision)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        Err(conflict(id, 0, "it keeps changing"))
     }
 
     /// The current definition of `id`, with its parsed form when valid.
@@ -133,5 +223,77 @@ impl JobStore {
             }
         }
         Ok(jobs)
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!("cannot update {}: {e}", subjects::JOBS_BUCKET),
+    )
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError {
+        field: Some("id".into()),
+        ..ApiError::new(ErrorCode::NotFound, format!("no job {id:?}"))
+    }
+}
+
+fn conflict(id: &str, expected: u64, why: &str) -> ApiError {
+    ApiError {
+        field: Some("expected_revision".into()),
+        ..ApiError::new(
+            ErrorCode::Conflict,
+            format!("job {id:?} is not at revision {expected}: {why}"),
+        )
+    }
+}
+
+/// Take a top-level `expected_revision` out of a put body: the definition to
+/// store (re-encoded, only when the field was there) and the revision.
+fn split_expected_revision(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<u64>), ApiError> {
+    // Cheap check first: most bodies do not carry the field.
+    if !body.windows(17).any(|w| w == b"expected_revision") {
+        return Ok((None, None));
+    }
+    let Ok(serde_json::Value::Object(mut definition)) = serde_json::from_slice(body) else {
+        // Not an object: the parser reports it.
+        return Ok((None, None));
+    };
+    let Some(value) = definition.remove("expected_revision") else {
+        return Ok((None, None));
+    };
+    let revision = value.as_u64().ok_or_else(|| ApiError {
+        field: Some("expected_revision".into()),
+        ..ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("must be a revision number (0: the job must not exist yet), got {value}"),
+        )
+    })?;
+    let bytes = serde_json::to_vec(&definition)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    Ok((Some(bytes), Some(revision)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_revision_is_taken_out_of_the_definition() {
+        let (stored, revision) =
+            split_expected_revision(br#"{"id":"a","expected_revision":4,"schedule":"@daily"}"#)
+                .expect("valid");
+        assert_eq!(revision, Some(4));
+        let stored: serde_json::Value =
+            serde_json::from_slice(&stored.expect("re-encoded")).expect("json");
+        assert_eq!(stored, serde_json::json!({"id":"a","schedule":"@daily"}));
+        assert_eq!(
+            split_expected_revision(br#"{"id":"a"}"#).expect("valid"),
+            (None, None)
+        );
+        let err = split_expected_revision(br#"{"expected_revision":"4"}"#).expect_err("string");
+        assert_eq!(err.field.as_deref(), Some("expected_revision"));
     }
 }

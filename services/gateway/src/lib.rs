@@ -14,6 +14,7 @@
 //! applies the ClickHouse DDL once it can.
 
 pub mod http;
+pub mod job_requests;
 pub mod job_store;
 pub mod manual_runs;
 pub mod nats_api;

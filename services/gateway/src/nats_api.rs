@@ -1,7 +1,9 @@
 //! The `jetcron` NATS micro service (`nats micro ls` finds it).
 //!
 //! Endpoints, all request/reply with JSON bodies:
-//! - `jetcron.api.jobs.put`: a job definition → `{"ok":true,"job":{...},"revision":N}`;
+//! - `jetcron.api.jobs.put`: a job definition (optionally with a top-level
+//!   `expected_revision`) → `{"ok":true,"job":{...},"revision":N}`;
+//! - `jetcron.api.jobs.get | list | delete | pause | resume` ([`job_requests`]);
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
 //! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
 //! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`.
@@ -21,13 +23,18 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{manual_runs, run_control, GatewayState};
+use crate::{job_requests, manual_runs, run_control, GatewayState};
 
 #[derive(Debug, Clone, Copy)]
 enum Endpoint {
     Put,
     Trigger,
     Backfill,
+    Get,
+    List,
+    Delete,
+    Pause,
+    Resume,
     Kill,
 }
 
@@ -48,6 +55,11 @@ pub async fn serve(
         (subjects::API_JOBS_GROUP, "put", Endpoint::Put),
         (subjects::API_JOBS_GROUP, "trigger", Endpoint::Trigger),
         (subjects::API_JOBS_GROUP, "backfill", Endpoint::Backfill),
+        (subjects::API_JOBS_GROUP, "get", Endpoint::Get),
+        (subjects::API_JOBS_GROUP, "list", Endpoint::List),
+        (subjects::API_JOBS_GROUP, "delete", Endpoint::Delete),
+        (subjects::API_JOBS_GROUP, "pause", Endpoint::Pause),
+        (subjects::API_JOBS_GROUP, "resume", Endpoint::Resume),
         (subjects::API_RUNS_GROUP, "kill", Endpoint::Kill),
     ] {
         let stream = service
@@ -92,6 +104,15 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             Ok(reply)
         }
         Endpoint::Backfill => manual_runs::backfill(state, body).await,
+        Endpoint::Get => job_requests::get(state, body).await,
+        Endpoint::List => job_requests::list(state, body).await,
+        Endpoint::Delete => {
+            let reply = job_requests::delete(state, body).await?;
+            info!(job_id = %reply["id"], "job deleted");
+            Ok(reply)
+        }
+        Endpoint::Pause => job_requests::set_paused(state, body, true).await,
+        Endpoint::Resume => job_requests::set_paused(state, body, false).await,
         Endpoint::Kill => run_control::kill(state, body).await,
     }
 }

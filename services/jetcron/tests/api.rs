@@ -122,7 +122,12 @@ async fn the_service_is_discoverable_with_nats_micro() {
         subjects,
         [
             "jetcron.api.jobs.backfill",
+            "jetcron.api.jobs.delete",
+            "jetcron.api.jobs.get",
+            "jetcron.api.jobs.list",
+            "jetcron.api.jobs.pause",
             "jetcron.api.jobs.put",
+            "jetcron.api.jobs.resume",
             "jetcron.api.jobs.trigger",
             "jetcron.api.runs.kill"
         ]
