@@ -192,6 +192,36 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
             "expected 5, 6 or 7 fields, got {fields}"
         )));
     }
+    // croner takes an empty list element (`,5` or `1,,2`) as a field that
+    // matches nothing, and then searches millennia to find no fire time
+    // (seconds of CPU per request): refuse it by name first.
+    let names: &[&str] = match fields {
+        5 => &["minute", "hour", "day-of-month", "month", "day-of-week"],
+        6 => &[
+            "second",
+            "minute",
+            "hour",
+            "day-of-month",
+            "month",
+            "day-of-week",
+        ],
+        _ => &[
+            "second",
+            "minute",
+            "hour",
+            "day-of-month",
+            "month",
+            "day-of-week",
+            "year",
+        ],
+    };
+    for (field, name) in line.split_whitespace().zip(names) {
+        if field.split(',').any(str::is_empty) {
+            return Err(ScheduleError(format!(
+                "{name} field {field:?} has an empty list element"
+            )));
+        }
+    }
     // croner's default parser reads 5 fields as crontab (seconds = 0), 6 as
     // seconds-first and 7 as seconds-first with a trailing year: our forms.
     let cron =
@@ -418,6 +448,15 @@ mod tests {
         assert!(err("@at tomorrow").contains("RFC 3339"));
         assert!(err("@fortnightly").contains("unknown macro"));
         assert!(err("61 * * * *").contains("invalid cron line"));
+        // Found by the schedule_line fuzz target: croner searched for 2.5 s.
+        assert_eq!(
+            err(", 0 * 9 * 2"),
+            "second field \",\" has an empty list element"
+        );
+        assert_eq!(
+            err("0 1,,2 * * *"),
+            "hour field \"1,,2\" has an empty list element"
+        );
         assert!(parse_timezone("Mars/Olympus").is_err());
     }
 }
