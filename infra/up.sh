@@ -21,6 +21,12 @@ http_addr="${JETCRON_HTTP_ADDR:-127.0.0.1:8080}"
 export JETCRON_NATS_URL="$nats_url"
 export JETCRON_CLICKHOUSE_URL="http://127.0.0.1:${JETCRON_CLICKHOUSE_HTTP_PORT:-8123}"
 export JETCRON_HTTP_ADDR="$http_addr"
+# HTTP writes need a bearer token: make one on first start, keep it private.
+token_file="$JETCRON_HOME/api-token"
+if [[ ! -s "$token_file" ]]; then
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file")
+fi
+export JETCRON_API_TOKEN_FILE="$token_file"
 if is_running jetcron; then
   log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new build"
   stop_pid jetcron 45
@@ -39,6 +45,8 @@ jetcron is running.
   runs of the demo job:  curl -s http://$http_addr/v1/jobs/hello/runs
   all jobs:              curl -s http://$http_addr/v1/jobs
   put a job:             nats req jetcron.api.jobs.put '{...}'   (or: $bin req jetcron.api.jobs.put '{...}')
+  or over HTTP:          curl -s -X POST http://$http_addr/v1/jobs -H "Authorization: Bearer \$(cat $token_file)" -d '{...}'
+  the HTTP API:          curl -s http://$http_addr/openapi.json
   logs:                  $LOG_DIR/
   stop:                  ./infra/stop.sh
 MSG

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::job::FieldError;
 
 /// Every way an API call can fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request itself is malformed (not JSON, wrong shape).
@@ -22,6 +22,12 @@ pub enum ErrorCode {
     NotFound,
     /// A concurrent change won (revision mismatch).
     Conflict,
+    /// A configured limit would be passed (e.g. the number of jobs).
+    LimitExceeded,
+    /// The request body is larger than the route accepts.
+    TooLarge,
+    /// A bearer token is missing or wrong.
+    Unauthorized,
     /// A dependency (NATS, ClickHouse) is not reachable.
     Unavailable,
     /// A bug or an unexpected failure.
@@ -35,6 +41,9 @@ impl ErrorCode {
             ErrorCode::InvalidJob => "invalid_job",
             ErrorCode::NotFound => "not_found",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }
@@ -45,7 +54,9 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest | ErrorCode::InvalidJob => 400,
             ErrorCode::NotFound => 404,
-            ErrorCode::Conflict => 409,
+            ErrorCode::Conflict | ErrorCode::LimitExceeded => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::Unauthorized => 401,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
         }
@@ -53,7 +64,7 @@ impl ErrorCode {
 }
 
 /// The `error` object of a failed reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
@@ -93,10 +104,26 @@ impl ApiError {
         }
     }
 
+    /// A field-level problem with the request itself (not the definition).
+    pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(ErrorCode::InvalidRequest, message)
+        }
+    }
+
     /// The reply body: `{"ok":false,"error":{...}}`.
     pub fn to_reply(&self) -> serde_json::Value {
         serde_json::json!({ "ok": false, "error": self })
     }
+}
+
+/// The body of every failed reply, for schemas and OpenAPI.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ErrorReply {
+    /// Always `false`.
+    pub ok: bool,
+    pub error: ApiError,
 }
 
 /// `text` made safe for a NATS header value: CR and LF become spaces

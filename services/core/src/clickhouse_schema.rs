@@ -12,6 +12,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
+use crate::job_events::JobRejected;
 
 /// The DDL files, in the order they apply.
 pub const MIGRATIONS: &[(&str, &str)] = &[
@@ -22,6 +23,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "002_run_events.sql",
         include_str!("../../../schemas/clickhouse/002_run_events.sql"),
+    ),
+    (
+        "003_job_events.sql",
+        include_str!("../../../schemas/clickhouse/003_job_events.sql"),
     ),
 ];
 
@@ -189,6 +194,49 @@ impl RunEventRow {
     }
 }
 
+/// One row of `jetcron.job_events`.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct JobEventRow {
+    pub event_id: String,
+    pub kind: String,
+    pub source: String,
+    pub job_id: String,
+    pub revision: u64,
+    pub at_ms: i64,
+    pub size: u64,
+    pub fields: Vec<String>,
+    pub codes: Vec<String>,
+    pub message: String,
+    pub problems: String,
+}
+
+/// Column list of [`JobEventRow`].
+pub const JOB_EVENT_COLUMNS: &str =
+    "event_id, kind, source, job_id, revision, at_ms, size, fields, codes, message, problems";
+
+impl From<&JobRejected> for JobEventRow {
+    fn from(e: &JobRejected) -> Self {
+        Self {
+            event_id: e.event_id.clone(),
+            kind: e.kind.clone(),
+            source: e.source.as_str().to_string(),
+            job_id: e.job_id.clone().unwrap_or_default(),
+            revision: e.revision.unwrap_or(0),
+            at_ms: e.at.timestamp_millis(),
+            size: e.size,
+            fields: e.problems.iter().map(|p| p.field.clone()).collect(),
+            codes: e.problems.iter().map(|p| p.code.clone()).collect(),
+            message: e
+                .problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+            problems: serde_json::to_string(&e.problems).unwrap_or_else(|_| "[]".into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,9 +247,10 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 2);
+        assert_eq!(all.len(), 3);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
+        assert!(all[2].contains("jetcron.job_events"));
         assert!(all.iter().all(|s| !s.contains("--")));
     }
 }

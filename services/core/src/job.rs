@@ -265,7 +265,7 @@ impl Target {
 }
 
 /// One problem with a definition: which field, a stable code, and a message for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FieldError {
     pub field: String,
     pub code: String,

@@ -8,6 +8,7 @@
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
 //! - [`events`]: the due event (ticker → executor) and the run event
 //!   (executor → projector), with the stable run id.
+//! - [`job_events`]: `job.rejected`, for definitions refused with nobody to answer.
 //! - [`run_summary`]: folds a run's events into the one view users query.
 //! - [`subjects`]: every subject, stream, bucket, consumer and table name.
 //! - [`api`]: the request/reply envelope and the one table of error codes shared by
@@ -30,6 +31,7 @@ pub mod due;
 pub mod events;
 pub mod fire_times;
 pub mod job;
+pub mod job_events;
 pub mod run_summary;
 pub mod schedule;
 pub mod subjects;

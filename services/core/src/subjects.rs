@@ -93,10 +93,16 @@ pub fn kill_key(run_id: &str) -> String {
     format!("kill.{run_id}")
 }
 
+/// Where refused definitions are recorded ([`crate::job_events`]); inside
+/// `JETCRON_RUNS`, so the projector stores them.
+pub const JOB_REJECTED_SUBJECT: &str = "jetcron.jobs.rejected";
+
 /// ClickHouse database holding run history.
 pub const CLICKHOUSE_DATABASE: &str = "jetcron";
 /// Append-only table of run events (qualified; a trusted constant, used unescaped in SQL).
 pub const RUN_EVENTS_TABLE: &str = "jetcron.run_events";
+/// Append-only table of `job.rejected` events.
+pub const JOB_EVENTS_TABLE: &str = "jetcron.job_events";
 
 /// Subject a due event for `job_id` in `pool` is published on.
 pub fn due_subject(pool: &str, job_id: &str) -> String {

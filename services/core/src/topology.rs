@@ -51,6 +51,8 @@ pub async fn ensure_jobs_bucket(
         bucket: subjects::JOBS_BUCKET.to_string(),
         description: "jetcron job definitions (key = job id); history is the audit log".into(),
         history: options.jobs_history,
+        // The server refuses bigger values, `nats kv put` included.
+        max_value_size: crate::job::MAX_DEFINITION_BYTES as i32,
         storage: stream::StorageType::File,
         num_replicas: options.replicas,
         ..Default::default()
@@ -99,24 +101,44 @@ pub async fn ensure_due_stream(
     .with_context(|| format!("create stream {}", subjects::DUE_STREAM))
 }
 
-/// The run events stream, read by the projector (and anyone curious).
+/// The run events stream, read by the projector (and anyone curious); it
+/// also holds `job.rejected` events. A stream made by an older jetcron, without
+/// that subject, gets it added.
 pub async fn ensure_runs_stream(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> anyhow::Result<stream::Stream> {
-    js.get_or_create_stream(stream::Config {
-        name: subjects::RUNS_STREAM.to_string(),
-        description: Some("jetcron run events: every step of every run".into()),
-        subjects: vec![subjects::RUNS_SUBJECTS.to_string()],
-        retention: stream::RetentionPolicy::Limits,
-        storage: stream::StorageType::File,
-        max_age: options.runs_max_age,
-        duplicate_window: Duration::from_secs(120),
-        num_replicas: options.replicas,
-        ..Default::default()
-    })
-    .await
-    .with_context(|| format!("create stream {}", subjects::RUNS_STREAM))
+    let wanted = [subjects::RUNS_SUBJECTS, subjects::JOB_REJECTED_SUBJECT];
+    let stream = js
+        .get_or_create_stream(stream::Config {
+            name: subjects::RUNS_STREAM.to_string(),
+            description: Some(
+                "jetcron run events (every step of every run) and job.rejected".into(),
+            ),
+            subjects: wanted.iter().map(ToString::to_string).collect(),
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            max_age: options.runs_max_age,
+            duplicate_window: Duration::from_secs(120),
+            num_replicas: options.replicas,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("create stream {}", subjects::RUNS_STREAM))?;
+    let mut config = stream.cached_info().config.clone();
+    let missing: Vec<_> = wanted
+        .iter()
+        .filter(|w| !config.subjects.iter().any(|s| s == *w))
+        .collect();
+    if !missing.is_empty() {
+        config
+            .subjects
+            .extend(missing.iter().map(|s| s.to_string()));
+        js.update_stream(config)
+            .await
+            .with_context(|| format!("add subjects to stream {}", subjects::RUNS_STREAM))?;
+    }
+    Ok(stream)
 }
 
 /// Runs in progress: overlap claims and kill requests. Claims carry their own

@@ -10,6 +10,7 @@ use schemars::{schema_for, Schema};
 use crate::control::{Completion, FailureNotice, KillRequest};
 use crate::events::{DueEvent, RunEvent};
 use crate::job::JobSpec;
+use crate::job_events::JobRejected;
 
 /// (path under `schemas/`, schema).
 pub fn all() -> Vec<(&'static str, Schema)> {
@@ -17,6 +18,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("job.schema.json", schema_for!(JobSpec)),
         ("events/due_event.schema.json", schema_for!(DueEvent)),
         ("events/run_event.schema.json", schema_for!(RunEvent)),
+        ("events/job_rejected.schema.json", schema_for!(JobRejected)),
         ("events/completion.schema.json", schema_for!(Completion)),
         ("events/kill_request.schema.json", schema_for!(KillRequest)),
         (

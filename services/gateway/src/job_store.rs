@@ -8,6 +8,8 @@ use jetcron_core::job::{parse_job, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
+use crate::limits::{count_keys, JobIndex};
+
 /// A stored definition as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredJob {
@@ -42,15 +44,96 @@ impl StoredJob {
     }
 }
 
+/// One revision of a key, as `GET /v1/jobs/{id}/history` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Revision {
+    pub revision: u64,
+    /// `put`, `delete` or `purge`.
+    pub operation: &'static str,
+    /// When the server stored it.
+    pub at: String,
+    /// The definition written (puts that parse as JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<serde_json::Value>,
+    /// Whether that definition validates (puts only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<FieldError>,
+}
+
+impl Revision {
+    fn from_entry(entry: kv::Entry) -> Self {
+        let at = jetcron_core::time_format::rfc3339_millis(entry.created);
+        let operation = match entry.operation {
+            Operation::Put => "put",
+            Operation::Delete => "delete",
+            Operation::Purge => "purge",
+        };
+        if entry.operation != Operation::Put {
+            return Self {
+                revision: entry.revision,
+                operation,
+                at,
+                job: None,
+                valid: None,
+                problems: Vec::new(),
+            };
+        }
+        let problems = parse_job(&entry.value, Some(&entry.key))
+            .err()
+            .unwrap_or_default();
+        Self {
+            revision: entry.revision,
+            operation,
+            at,
+            job: serde_json::from_slice(&entry.value).ok(),
+            valid: Some(problems.is_empty()),
+            problems,
+        }
+    }
+}
+
 /// The job bucket, with the API's operations on it.
 #[derive(Clone)]
 pub struct JobStore {
     bucket: kv::Store,
+    index: JobIndex,
+    max_jobs: usize,
 }
 
 impl JobStore {
-    pub fn new(bucket: kv::Store) -> Self {
-        Self { bucket }
+    /// `index` must be following `bucket` ([`JobIndex::follow`]).
+    pub fn new(bucket: kv::Store, index: JobIndex, max_jobs: usize) -> Self {
+        Self {
+            bucket,
+            index,
+            max_jobs,
+        }
+    }
+
+    /// Refuse to create job `id` when the bucket holds `max_jobs` already.
+    async fn check_room_for(&self, id: &str) -> Result<(), ApiError> {
+        let key = subjects::job_key(id);
+        let (exists, count) = match self.index.lookup(key) {
+            Some(known) => known,
+            None => count_keys(&self.bucket, key)
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?,
+        };
+        if !exists && count >= self.max_jobs {
+            return Err(ApiError {
+                field: Some("id".into()),
+                ..ApiError::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "the bucket holds {count} jobs, the limit is {} (gateway --max-jobs): delete jobs or raise the limit",
+                        self.max_jobs
+                    ),
+                )
+            });
+        }
+        Ok(())
     }
 
     /// Validate and store a definition; returns it and its new revision.
@@ -88,6 +171,7 @@ impl JobStore {
                 ),
             )]));
         }
+        self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
         let value: bytes::Bytes = body.to_vec().into();
         let revision = match expected_revision {
@@ -196,6 +280,25 @@ impl JobStore {
         Ok(entry
             .filter(|e| e.operation == Operation::Put)
             .map(StoredJob::from_entry))
+    }
+
+    /// The revisions of `id` the bucket keeps (its history setting), oldest
+    /// first: what was written when, and deletes. NATS records no author.
+    pub async fn history(&self, id: &str) -> anyhow::Result<Vec<Revision>> {
+        let mut entries = match self.bucket.history(subjects::job_key(id)).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == kv::WatchErrorKind::TimedOut => return Ok(Vec::new()),
+            Err(e) => return Err(anyhow::Error::from(e).context(format!("read history of {id}"))),
+        };
+        let mut revisions = Vec::new();
+        while let Some(entry) = entries
+            .try_next()
+            .await
+            .with_context(|| format!("read history of {id}"))?
+        {
+            revisions.push(Revision::from_entry(entry));
+        }
+        Ok(revisions)
     }
 
     /// Every current definition, ordered by id. A key that cannot be read

@@ -16,9 +16,11 @@
 pub mod http;
 pub mod job_requests;
 pub mod job_store;
+pub mod limits;
 pub mod manual_runs;
 pub mod nats_api;
 pub mod pools;
+pub mod rejections;
 pub mod run_control;
 pub mod run_history;
 
@@ -36,6 +38,9 @@ use tracing::{info, warn};
 pub struct GatewayConfig {
     pub clickhouse: ClickHouseOptions,
     pub topology: TopologyOptions,
+    /// Bearer tokens of the HTTP API.
+    pub http_auth: http::auth::HttpAuth,
+    pub limits: limits::Limits,
 }
 
 /// What request handlers share.
@@ -46,6 +51,8 @@ pub struct GatewayState {
     pub runs: run_history::RunHistory,
     /// `jetcron_running`: kill requests.
     pub running: async_nats::jetstream::kv::Store,
+    pub http_auth: http::auth::HttpAuth,
+    pub limits: limits::Limits,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -61,12 +68,19 @@ pub async fn run(
     topology::ensure_due_stream(&js, &config.topology).await?;
     topology::ensure_runs_stream(&js, &config.topology).await?;
     let running = topology::ensure_running_bucket(&js, &config.topology).await?;
+    let index = limits::JobIndex::default();
+    let index_task = tokio::spawn(index.clone().follow(bucket.clone(), shutdown.clone()));
+    if config.http_auth.has_no_tokens() {
+        warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
+    }
     let state = Arc::new(GatewayState {
         running,
         nats: client.clone(),
         js: js.clone(),
-        jobs: job_store::JobStore::new(bucket),
+        jobs: job_store::JobStore::new(bucket, index, config.limits.max_jobs),
         runs: run_history::RunHistory::new(clickhouse.clone()),
+        http_auth: config.http_auth.clone(),
+        limits: config.limits.clone(),
     });
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
     // The API ending on its own (a bug, a panic) must not leave a process that
@@ -98,6 +112,7 @@ pub async fn run(
     shutdown.cancel();
     api.await.context("join NATS API watcher")??;
     schema.abort();
+    index_task.abort();
     info!("gateway stopped");
     Ok(())
 }

@@ -10,7 +10,8 @@
 //!
 //! Failures answer `{"ok":false,"error":{...}}` with `Nats-Service-Error` /
 //! `Nats-Service-Error-Code` set. A request without a reply subject
-//! (`nats pub`) is applied all the same; a refused one is logged.
+//! (`nats pub`) is applied all the same; a refused put is logged and recorded
+//! as a `job.rejected` event ([`jetcron_core::job_events`]).
 
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ use async_nats::service::{Request, ServiceExt as _, NATS_SERVICE_ERROR, NATS_SER
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
 use jetcron_core::api::{header_safe, ApiError};
+use jetcron_core::job::FieldError;
+use jetcron_core::job_events::{self, JobRejected};
 use jetcron_core::subjects;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -81,7 +84,11 @@ pub async fn serve(
         };
         let reply = handle(&state, endpoint, &request.message.payload).await;
         if let Err(error) = &reply {
-            warn!(?endpoint, error = %error, reply = request.message.reply.is_some(), "API request refused");
+            let answered = request.message.reply.is_some();
+            warn!(?endpoint, error = %error, reply = answered, "API request refused");
+            if !answered && matches!(endpoint, Endpoint::Put) {
+                record_rejection(&state, &request.message.payload, error).await;
+            }
         }
         respond(&request, reply).await;
     }
@@ -114,6 +121,23 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
         Endpoint::Pause => job_requests::set_paused(state, body, true).await,
         Endpoint::Resume => job_requests::set_paused(state, body, false).await,
         Endpoint::Kill => run_control::kill(state, body).await,
+    }
+}
+
+/// A put sent with `nats pub` has nobody to tell: record it as `job.rejected`.
+async fn record_rejection(state: &GatewayState, body: &[u8], error: &ApiError) {
+    let problems = if error.problems.is_empty() {
+        vec![FieldError::new(
+            error.field.clone().unwrap_or_default(),
+            error.code.as_str(),
+            error.message.clone(),
+        )]
+    } else {
+        error.problems.clone()
+    };
+    let event = JobRejected::from_api(body, problems, chrono::Utc::now());
+    if let Err(e) = job_events::publish(&state.js, &event).await {
+        warn!(error = %format!("{e:#}"), "cannot record job.rejected of a put without reply");
     }
 }
 

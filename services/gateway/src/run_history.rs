@@ -21,6 +21,15 @@ impl RunHistory {
         Self { client }
     }
 
+    /// The newest `job.rejected` events ([`crate::rejections`]).
+    pub async fn rejections(
+        &self,
+        job_id: Option<&str>,
+        limit: u32,
+    ) -> anyhow::Result<Vec<crate::rejections::Rejection>> {
+        crate::rejections::newest(&self.client, job_id, limit).await
+    }
+
     /// Whether ClickHouse answers.
     pub async fn ping(&self) -> anyhow::Result<()> {
         self.client

@@ -147,6 +147,28 @@ pub struct GatewayArgs {
     /// HTTP listen address.
     #[arg(long, env = "JETCRON_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
+    /// Bearer token accepted on HTTP write routes; repeat (or comma-separate
+    /// in the variable) to accept several. Without one, HTTP writes are refused.
+    #[arg(
+        long = "api-token",
+        env = "JETCRON_API_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_tokens: Vec<String>,
+    /// A file with one accepted bearer token per line (`#` comments allowed).
+    #[arg(long, env = "JETCRON_API_TOKEN_FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// Require a token on HTTP reads too (health probes and /metrics stay open).
+    #[arg(long, env = "JETCRON_API_PROTECT_READS")]
+    pub protect_reads: bool,
+    /// Most jobs the bucket may hold; a put of a new job beyond it is refused.
+    #[arg(long, env = "JETCRON_MAX_JOBS", default_value_t = jetcron_gateway::limits::DEFAULT_MAX_JOBS)]
+    pub max_jobs: usize,
+    /// Largest HTTP request body, in bytes (job definitions are also capped
+    /// at 64 KiB whatever this says).
+    #[arg(long, env = "JETCRON_HTTP_BODY_LIMIT", default_value_t = jetcron_gateway::limits::DEFAULT_HTTP_BODY_LIMIT)]
+    pub http_body_limit: usize,
 }
 
 #[derive(Debug, Args)]

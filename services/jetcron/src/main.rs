@@ -202,9 +202,18 @@ async fn spawn_gateway(
         .await
         .with_context(|| format!("bind HTTP {}", args.http_addr))?;
     let client = connect(common, "gateway", shutdown).await?;
+    let mut tokens = args.api_tokens.clone();
+    if let Some(path) = &args.api_token_file {
+        tokens.extend(jetcron_gateway::http::auth::read_token_file(path)?);
+    }
     let config = jetcron_gateway::GatewayConfig {
         clickhouse: clickhouse(common),
         topology: topology(common),
+        http_auth: jetcron_gateway::http::auth::HttpAuth::new(tokens, args.protect_reads)?,
+        limits: jetcron_gateway::limits::Limits {
+            max_jobs: args.max_jobs,
+            http_body_limit: args.http_body_limit,
+        },
     };
     services.spawn(jetcron_gateway::run(
         config,

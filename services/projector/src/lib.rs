@@ -1,5 +1,6 @@
 //! The projector: copies run events from `JETCRON_RUNS` (durable consumer
-//! `projector`) into ClickHouse `jetcron.run_events`.
+//! `projector`) into ClickHouse `jetcron.run_events`, and the `job.rejected`
+//! events stored in the same stream into `jetcron.job_events`.
 //!
 //! It fetches a batch (bounded by size and time), inserts it in one
 //! `INSERT`, and acks the messages only after ClickHouse accepted the insert:
@@ -17,8 +18,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
-use jetcron_core::clickhouse_schema::{self, ClickHouseOptions, RunEventRow};
+use jetcron_core::clickhouse_schema::{self, ClickHouseOptions, JobEventRow, RunEventRow};
 use jetcron_core::events::RunEvent;
+use jetcron_core::job_events::JobRejected;
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
@@ -91,7 +93,7 @@ pub async fn run(
             }
         };
         let mut messages = Vec::new();
-        let mut rows = Vec::new();
+        let mut rows = Batch::default();
         while let Some(next) = tokio::select! {
             _ = shutdown.cancelled() => None,
             next = batch.next() => next,
@@ -116,11 +118,8 @@ pub async fn run(
                 }
                 continue;
             }
-            match serde_json::from_slice::<RunEvent>(&message.payload) {
-                Ok(event) => {
-                    rows.push(RunEventRow::from(&event));
-                    messages.push(message);
-                }
+            match rows.add(&message.subject, &message.payload) {
+                Ok(()) => messages.push(message),
                 Err(e) => {
                     warn!(subject = %message.subject, error = %e, "undecodable run event, terminating it");
                     if let Err(e) = message.ack_with(AckKind::Term).await {
@@ -159,15 +158,63 @@ pub async fn run(
     Ok(())
 }
 
-async fn insert(client: &clickhouse::Client, rows: &[RunEventRow]) -> anyhow::Result<()> {
-    let mut insert = client
-        .insert_unescaped::<RunEventRow>(subjects::RUN_EVENTS_TABLE)
-        .await
-        .context("start insert")?;
-    for row in rows {
-        insert.write(row).await.context("write row")?;
+/// The rows of one fetched batch, by table.
+#[derive(Default)]
+struct Batch {
+    runs: Vec<RunEventRow>,
+    jobs: Vec<JobEventRow>,
+}
+
+impl Batch {
+    /// Decode one message by its subject.
+    fn add(&mut self, subject: &str, payload: &[u8]) -> Result<(), serde_json::Error> {
+        if subject == subjects::JOB_REJECTED_SUBJECT {
+            let event: JobRejected = serde_json::from_slice(payload)?;
+            self.jobs.push(JobEventRow::from(&event));
+        } else {
+            let event: RunEvent = serde_json::from_slice(payload)?;
+            self.runs.push(RunEventRow::from(&event));
+        }
+        Ok(())
     }
-    insert.end().await.context("finish insert")
+
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.jobs.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.runs.len() + self.jobs.len()
+    }
+}
+
+/// Insert both tables' rows. A retry after a partial failure inserts run rows
+/// again; both tables dedup on `event_id`, so that is harmless.
+async fn insert(client: &clickhouse::Client, rows: &Batch) -> anyhow::Result<()> {
+    insert_rows(client, subjects::RUN_EVENTS_TABLE, &rows.runs).await?;
+    insert_rows(client, subjects::JOB_EVENTS_TABLE, &rows.jobs).await
+}
+
+async fn insert_rows<R>(client: &clickhouse::Client, table: &str, rows: &[R]) -> anyhow::Result<()>
+where
+    R: clickhouse::RowOwned + clickhouse::RowWrite,
+{
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut insert = client
+        .insert_unescaped::<R>(table)
+        .await
+        .with_context(|| format!("start insert into {table}"))?;
+    for row in rows {
+        insert
+            .write(row)
+            .await
+            .with_context(|| format!("write row into {table}"))?;
+    }
+    insert
+        .end()
+        .await
+        .with_context(|| format!("finish insert into {table}"))
 }
 
 async fn apply_schema_with_retry(client: &clickhouse::Client, shutdown: &CancellationToken) {

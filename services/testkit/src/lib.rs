@@ -18,7 +18,9 @@ mod wait;
 
 pub use clickhouse_server::ClickHouseServer;
 pub use nats_server::NatsServer;
-pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions};
+/// The HTTP client tests use (`Stack::http`), re-exported for its types.
+pub use reqwest;
+pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions, API_TOKEN};
 pub use wait::wait_until;
 
 /// A port that was free a moment ago on 127.0.0.1.

@@ -32,7 +32,12 @@ pub struct StackOptions {
     pub gateway: bool,
     /// Pools the executor serves.
     pub pools: Vec<String>,
+    /// The gateway's limits.
+    pub limits: jetcron_gateway::limits::Limits,
 }
+
+/// The bearer token the test gateway accepts on HTTP writes.
+pub const API_TOKEN: &str = "test-token-0123456789";
 
 impl Default for StackOptions {
     fn default() -> Self {
@@ -43,6 +48,7 @@ impl Default for StackOptions {
             projector: true,
             gateway: true,
             pools: vec![subjects::DEFAULT_POOL.to_string()],
+            limits: Default::default(),
         }
     }
 }
@@ -122,6 +128,12 @@ impl Stack {
             let config = jetcron_gateway::GatewayConfig {
                 clickhouse: ClickHouseOptions::new(clickhouse.url()),
                 topology: topology.clone(),
+                http_auth: jetcron_gateway::http::auth::HttpAuth::new(
+                    vec![API_TOKEN.to_string()],
+                    false,
+                )
+                .expect("test token"),
+                limits: options.limits.clone(),
             };
             services.spawn(jetcron_gateway::run(
                 config,
@@ -216,15 +228,32 @@ impl Stack {
         stop
     }
 
-    /// `curl -X POST <gateway><path> -d <body>`: status and JSON body.
+    /// `curl -X POST <gateway><path> -H 'Authorization: Bearer …' -d <body>`:
+    /// status and JSON body.
     pub async fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        let response = self
+        self.send(reqwest::Method::POST, path, body, Some(API_TOKEN))
+            .await
+    }
+
+    /// Any request to the gateway, with `token` as bearer token if given.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+    ) -> (u16, Value) {
+        let mut request = self
             .http
-            .post(format!("{}{path}", self.http_base))
-            .body(body.to_string())
+            .request(method.clone(), format!("{}{path}", self.http_base))
+            .body(body.to_string());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
             .send()
             .await
-            .expect("POST to the gateway");
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }

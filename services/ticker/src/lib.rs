@@ -114,7 +114,12 @@ pub async fn run(
 
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
-    let watcher = tokio::spawn(watch::watch_jobs(jobs, job_tx, watch_stop.clone()));
+    let watcher = tokio::spawn(watch::watch_jobs(
+        jobs,
+        js.clone(),
+        job_tx,
+        watch_stop.clone(),
+    ));
 
     let leases = Leases::default();
     let ownership_stop = CancellationToken::new();

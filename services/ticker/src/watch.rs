@@ -4,7 +4,10 @@
 //! if it breaks (NATS away, server restart) it is opened again, and the plan's
 //! revision check makes the re-delivered values harmless. A value that does not
 //! validate is logged with every problem and unschedules the key: the bucket is
-//! the source of truth, and its current value is not a runnable job.
+//! the source of truth, and its current value is not a runnable job. It is also
+//! published as a `job.rejected` event ([`jetcron_core::job_events`]), so the
+//! author of a bad `nats kv put` can find out in the history; every replica
+//! does so, and the event id derived from (key, revision) makes that one event.
 
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ use futures::StreamExt as _;
 use std::collections::HashMap;
 
 use jetcron_core::job::{parse_job_with, ValidJob};
+use jetcron_core::job_events::{self, JobRejected};
 use jetcron_core::schedule::{Schedule, ScheduleError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -35,12 +39,43 @@ pub enum JobChange {
     Synced,
 }
 
-/// Follow the bucket until `shutdown`, sending changes to `changes`.
+/// Rejections waiting to be published; beyond this the watch does not wait
+/// for them (they are derived from the bucket, which keeps the values).
+const REJECTION_QUEUE: usize = 1024;
+
+/// Follow the bucket until `shutdown`, sending changes to `changes` and
+/// publishing a `job.rejected` event for every value that does not validate.
 pub async fn watch_jobs(
     jobs: kv::Store,
+    js: async_nats::jetstream::Context,
     changes: mpsc::Sender<JobChange>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let (rejections, queue) = mpsc::channel(REJECTION_QUEUE);
+    let publisher = tokio::spawn(publish_rejections(js, queue));
+    let result = follow(jobs, changes, rejections, shutdown).await;
+    publisher.abort();
+    result
+}
+
+async fn publish_rejections(
+    js: async_nats::jetstream::Context,
+    mut queue: mpsc::Receiver<JobRejected>,
+) {
+    while let Some(event) = queue.recv().await {
+        if let Err(e) = job_events::publish(&js, &event).await {
+            warn!(job_id = ?event.job_id, revision = ?event.revision, error = %format!("{e:#}"), "cannot record job.rejected");
+        }
+    }
+}
+
+async fn follow(
+    jobs: kv::Store,
+    changes: mpsc::Sender<JobChange>,
+    rejections: mpsc::Sender<JobRejected>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut dropped_rejections = 0u64;
     let mut synced = false;
     let mut schedules = ScheduleCache::default();
     loop {
@@ -78,7 +113,15 @@ pub async fn watch_jobs(
                 }
             };
             let caught_up = entry.seen_current;
-            let change = to_change(entry, &mut schedules);
+            let (change, rejected) = to_change(entry, &mut schedules);
+            if let Some(rejected) = rejected {
+                if rejections.try_send(rejected).is_err() {
+                    dropped_rejections += 1;
+                    if dropped_rejections.is_power_of_two() {
+                        warn!(dropped_rejections, "job.rejected events not recorded: too many invalid values at once (the bucket keeps them)");
+                    }
+                }
+            }
             if changes.send(change).await.is_err() {
                 return Ok(());
             }
@@ -115,8 +158,8 @@ impl ScheduleCache {
     }
 }
 
-fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> JobChange {
-    match entry.operation {
+fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> (JobChange, Option<JobRejected>) {
+    let change = match entry.operation {
         Operation::Delete | Operation::Purge => {
             debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
             JobChange::Removed { job_id: entry.key }
@@ -130,17 +173,25 @@ fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> JobChange {
                 defined_at: entry.created,
             },
             Err(problems) => {
-                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 warn!(
                     job_id = %entry.key,
                     revision = entry.revision,
-                    problems = %problems.join("; "),
+                    problems = %text.join("; "),
                     "invalid job definition in bucket, not scheduled"
                 );
-                JobChange::Removed { job_id: entry.key }
+                let rejected = JobRejected::from_kv(
+                    &entry.key,
+                    entry.revision,
+                    &entry.value,
+                    problems,
+                    entry.created,
+                );
+                return (JobChange::Removed { job_id: entry.key }, Some(rejected));
             }
         },
-    }
+    };
+    (change, None)
 }
 
 async fn bucket_is_empty(jobs: &kv::Store) -> bool {

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -12,19 +11,22 @@ use jetcron_core::api::{ApiError, ErrorCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::writes::LimitedBody;
 use super::{unavailable, HttpError};
 use crate::{pools, run_control, GatewayState};
 
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /v1/runs/{run_id}/kill` (may be empty).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct KillBody {
+pub struct KillBody {
+    /// Recorded in the `killed` event.
     reason: Option<String>,
 }
 
 pub async fn kill(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    body: Bytes,
+    LimitedBody(body): LimitedBody,
 ) -> Result<Json<Value>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
@@ -40,7 +42,7 @@ pub async fn kill(
 pub async fn complete(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    body: Bytes,
+    LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<Value>), HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let reply = run_control::complete(&state, &run_id, &body).await?;

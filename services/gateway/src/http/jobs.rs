@@ -16,9 +16,36 @@ use crate::GatewayState;
 /// How many upcoming fire times a job answer lists.
 const NEXT_FIRES: usize = 5;
 
-pub async fn list(State(state): State<Arc<GatewayState>>) -> Result<Json<Value>, HttpError> {
-    let jobs = state.jobs.list().await.map_err(unavailable)?;
-    Ok(Json(json!({ "ok": true, "jobs": jobs })))
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// A label selector, `key=value` pairs separated by commas.
+    labels: Option<String>,
+}
+
+/// `GET /v1/jobs[?labels=team=billing,env=prod]` (as `jobs.list`).
+pub async fn list(
+    State(state): State<Arc<GatewayState>>,
+    query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, HttpError> {
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let mut selector = serde_json::Map::new();
+    for pair in query
+        .labels
+        .iter()
+        .flat_map(|l| l.split(','))
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            ApiError::invalid_field("labels", format!("{pair:?} is not key=value"))
+        })?;
+        selector.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    let request = json!({ "labels": selector });
+    Ok(Json(
+        crate::job_requests::list(&state, request.to_string().as_bytes()).await?,
+    ))
 }
 
 pub async fn get_one(
@@ -59,4 +86,77 @@ pub async fn get_one(
         "next_fires": next_fires,
         "last_run": last_run,
     })))
+}
+
+/// How many rejections a history answer lists.
+const HISTORY_REJECTIONS: u32 = 20;
+
+/// `GET /v1/jobs/{id}/history`: every revision the bucket keeps, oldest first,
+/// and the newest `job.rejected` events naming this id (from ClickHouse; left
+/// out with a note when ClickHouse is away).
+pub async fn history(
+    State(state): State<Arc<GatewayState>>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, HttpError> {
+    let Path(id) = id.map_err(super::bad_path)?;
+    validate_id(&id).map_err(|p| ApiError::invalid_field("id", p.message))?;
+    let revisions = state.jobs.history(&id).await.map_err(unavailable)?;
+    let (rejections, rejections_error) =
+        match state.runs.rejections(Some(&id), HISTORY_REJECTIONS).await {
+            Ok(r) => (r, None),
+            Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+        };
+    if revisions.is_empty() && rejections.is_empty() && rejections_error.is_none() {
+        return Err(HttpError(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no job {id:?} and no history of one"),
+        )));
+    }
+    let mut reply = json!({
+        "ok": true,
+        "id": id,
+        "revisions": revisions,
+        "rejections": rejections,
+    });
+    if let Some(error) = rejections_error {
+        reply["rejections_unavailable"] = error.into();
+    }
+    Ok(Json(reply))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RejectionsQuery {
+    job: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/rejections[?job=&limit=]`: definitions that were not applied.
+pub async fn rejections(
+    State(state): State<Arc<GatewayState>>,
+    query: Result<axum::extract::Query<RejectionsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, HttpError> {
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(HttpError(ApiError::invalid_field(
+            "limit",
+            format!("must be between 1 and 500, got {limit}"),
+        )));
+    }
+    if let Some(job) = &query.job {
+        if job.is_empty() || job.len() > 256 {
+            return Err(HttpError(ApiError::invalid_field(
+                "job",
+                "must be 1 to 256 characters",
+            )));
+        }
+    }
+    let rejections = state
+        .runs
+        .rejections(query.job.as_deref(), limit)
+        .await
+        .map_err(unavailable)?;
+    Ok(Json(json!({ "ok": true, "rejections": rejections })))
 }

@@ -1,42 +1,150 @@
-//! The HTTP API (axum). Reads, plus the run controls (kill, completion
-//! reports); job writes go through the NATS service in this release. Every
-//! failure is an [`ApiError`] rendered with the status of the shared error
-//! table.
+//! The HTTP API (axum): reads from the bucket and ClickHouse, the job writes
+//! mirroring the NATS endpoints, and the run controls (kill, completion
+//! reports). Every failure is an [`ApiError`] rendered with the status of the
+//! shared error table.
+//!
+//! The routes are one table ([`routes`]): the router is built from it and so
+//! is `/openapi.json` ([`openapi`]), so the document cannot list a route the
+//! gateway does not serve, nor miss one; each entry also says who may call it
+//! ([`auth::Access`]).
 
+pub mod auth;
 mod control;
 mod health;
 mod jobs;
+pub mod openapi;
 mod runs;
+mod writes;
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
 use jetcron_core::api::{ApiError, ErrorCode};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 
 use crate::GatewayState;
+use auth::Access;
+
+/// A request body's schema, made by the generator the document uses.
+pub type BodySchema = fn(&mut SchemaGenerator) -> Schema;
+
+/// The schema of `T` as a request body.
+fn body<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// One route: how to serve it and how to describe it.
+pub struct ApiRoute {
+    pub method: Method,
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+    /// Query parameters: (name, description).
+    pub query: &'static [(&'static str, &'static str)],
+    /// The JSON body it reads, if any, and what it is.
+    pub body: Option<(BodySchema, &'static str)>,
+    /// Status of a successful answer.
+    pub ok_status: u16,
+    handler: MethodRouter<Arc<GatewayState>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn route(
+    method: Method,
+    path: &'static str,
+    access: Access,
+    summary: &'static str,
+    query: &'static [(&'static str, &'static str)],
+    body: Option<(BodySchema, &'static str)>,
+    ok_status: u16,
+    handler: MethodRouter<Arc<GatewayState>>,
+) -> ApiRoute {
+    ApiRoute {
+        method,
+        path,
+        access,
+        summary,
+        query,
+        body,
+        ok_status,
+        handler,
+    }
+}
+
+const RUNS_LIMIT: &[(&str, &str)] = &[("limit", "page size, 1 to 500 (default 50)")];
 
 /// Every route of the gateway.
+pub fn routes() -> Vec<ApiRoute> {
+    use jetcron_core::control::Completion;
+    use jetcron_core::job::JobSpec;
+    use Access::{Public, Read, Write};
+    vec![
+        route(Method::GET, "/healthz", Public, "Liveness: the process answers", &[], None, 200, get(health::healthz)),
+        route(Method::GET, "/readyz", Public, "Readiness: NATS and ClickHouse reachable", &[], None, 200, get(health::readyz)),
+        route(Method::GET, "/metrics", Public, "Prometheus metrics (pool queues)", &[], None, 200, get(control::metrics)),
+        route(Method::GET, "/openapi.json", Public, "This document", &[], None, 200, get(openapi::serve)),
+        route(Method::GET, "/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", &[("labels", "label selector: key=value pairs separated by commas")], None, 200, get(jobs::list)),
+        route(Method::POST, "/v1/jobs", Write, "Create or replace a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)),
+        route(Method::POST, "/v1/jobs:pause", Write, "Pause every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::pause_selected)),
+        route(Method::POST, "/v1/jobs:resume", Write, "Resume every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::resume_selected)),
+        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times, last run", &[], None, 200, get(jobs::get_one)),
+        route(Method::PUT, "/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<JobSpec>, "a job definition; its id, if given, must be {id}")), 200, put(writes::replace)),
+        route(Method::DELETE, "/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(writes::delete)),
+        route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)),
+        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)),
+        route(Method::POST, "/v1/jobs/{id}/pause", Write, "Pause job {id}", &[], None, 200, post(writes::pause)),
+        route(Method::POST, "/v1/jobs/{id}/resume", Write, "Resume job {id}", &[], None, 200, post(writes::resume)),
+        route(Method::POST, "/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", &[], None, 202, post(writes::trigger)),
+        route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)),
+        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)),
+        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)),
+        route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)),
+        route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
+        route(Method::GET, "/v1/pools", Read, "Pools: queued due events and consumers", &[], None, 200, get(control::pools)),
+    ]
+}
+
+/// Body of the selector routes (documentation of `jobs.pause`'s selector form).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct LabelSelector {
+    /// Every label a job must carry to be selected.
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// Body of `POST /v1/jobs/{id}/backfill`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct BackfillBody {
+    /// RFC 3339 start of the range (inclusive).
+    from: String,
+    /// RFC 3339 end of the range (inclusive, not in the future).
+    to: String,
+}
+
+/// The router of [`routes`], each route behind its access check.
 pub fn router(state: Arc<GatewayState>) -> Router {
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/v1/jobs", get(jobs::list))
-        .route("/v1/jobs/{id}", get(jobs::get_one))
-        .route("/v1/jobs/{id}/runs", get(runs::of_job))
-        .route("/v1/runs/{run_id}", get(runs::get_one))
-        .route("/v1/runs/{run_id}/kill", post(control::kill))
-        .route("/v1/runs/{run_id}/complete", post(control::complete))
-        .route("/v1/pools", get(control::pools))
-        .route("/metrics", get(control::metrics))
+    let mut router = Router::new();
+    for route in routes() {
+        let guarded = route
+            .handler
+            .route_layer(axum::middleware::from_fn_with_state(
+                (state.clone(), route.access),
+                auth::require,
+            ));
+        router = router.route(route.path, guarded);
+    }
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
 /// An [`ApiError`] as an HTTP response.
+#[derive(Debug)]
 pub struct HttpError(pub ApiError);
 
 impl IntoResponse for HttpError {
@@ -60,13 +168,16 @@ pub fn unavailable(e: anyhow::Error) -> HttpError {
 }
 
 async fn not_found() -> HttpError {
-    HttpError(ApiError::new(ErrorCode::NotFound, "no such route"))
+    HttpError(ApiError::new(
+        ErrorCode::NotFound,
+        "no such route (GET /openapi.json lists them)",
+    ))
 }
 
 async fn method_not_allowed() -> Response {
     let error = ApiError::new(
         ErrorCode::InvalidRequest,
-        "method not allowed: job writes go through the NATS API (jetcron.api.jobs.*) in this release",
+        "method not allowed on this route (GET /openapi.json lists the routes)",
     );
     (StatusCode::METHOD_NOT_ALLOWED, Json(error.to_reply())).into_response()
 }

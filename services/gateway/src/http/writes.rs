@@ -1,0 +1,319 @@
+//! The HTTP job writes, mirroring the NATS endpoints: each handler turns the
+//! path and body into the NATS request body and calls the same function, so
+//! both front doors validate and answer alike.
+//!
+//! - `POST /v1/jobs` (a definition) → 201; `PUT /v1/jobs/{id}` (the path names
+//!   the job; `If-Match: <revision>` or a body `expected_revision` makes it a
+//!   compare-and-swap, `If-None-Match: *` a create-only);
+//! - `DELETE /v1/jobs/{id}[?expected_revision=N]`;
+//! - `POST /v1/jobs/{id}/pause | resume | trigger | backfill`;
+//! - `POST /v1/jobs:pause | :resume` with a label selector `{"labels":{...}}`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::job::validate_id;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::HttpError;
+use crate::{job_requests, manual_runs, GatewayState};
+
+/// A request body within the gateway's `--http-body-limit`, refused with a
+/// JSON 413 beyond it.
+pub struct LimitedBody(pub Bytes);
+
+impl FromRequest<Arc<GatewayState>> for LimitedBody {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &Arc<GatewayState>) -> Result<Self, HttpError> {
+        let limit = state.limits.http_body_limit;
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large(limit));
+        }
+        axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map(LimitedBody)
+            .map_err(|_| too_large(limit))
+    }
+}
+
+fn too_large(limit: usize) -> HttpError {
+    HttpError(ApiError::new(
+        ErrorCode::TooLarge,
+        format!("request body is larger than {limit} bytes (gateway --http-body-limit)"),
+    ))
+}
+
+type IdPath = Result<Path<String>, axum::extract::rejection::PathRejection>;
+
+/// The job id of the path, checked.
+fn path_id(id: IdPath) -> Result<String, HttpError> {
+    let Path(id) = id.map_err(super::bad_path)?;
+    validate_id(&id).map_err(|p| ApiError::invalid_field("id", p.message))?;
+    Ok(id)
+}
+
+/// The body as a JSON object (an empty body is `{}`).
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, HttpError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(HttpError(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("body must be a JSON object, got {}", json_type(&other)),
+        ))),
+        Err(e) => Err(HttpError(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("body is not JSON: {e}"),
+        ))),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `object` with `"id": id`, refusing a different id in the body.
+fn with_id(mut object: Map<String, Value>, id: &str) -> Result<Vec<u8>, HttpError> {
+    match object.get("id") {
+        None => {
+            object.insert("id".into(), Value::String(id.into()));
+        }
+        Some(Value::String(body_id)) if body_id == id => {}
+        Some(other) => {
+            return Err(HttpError(ApiError::invalid_field(
+                "id",
+                format!("the body names job {other}, the path {id:?}"),
+            )))
+        }
+    }
+    serde_json::to_vec(&object)
+        .map_err(|e| HttpError(ApiError::new(ErrorCode::Internal, e.to_string())))
+}
+
+/// `If-Match: 7` / `If-Match: "7"` → 7; `If-None-Match: *` → 0 (create only).
+fn precondition(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
+    if let Some(value) = headers.get(axum::http::header::IF_MATCH) {
+        let text = value.to_str().unwrap_or_default().trim().trim_matches('"');
+        return text.parse::<u64>().map(Some).map_err(|_| {
+            HttpError(ApiError::invalid_field(
+                "If-Match",
+                format!("must be a job revision number, got {value:?}"),
+            ))
+        });
+    }
+    if let Some(value) = headers.get(axum::http::header::IF_NONE_MATCH) {
+        if value.as_bytes() != b"*" {
+            return Err(HttpError(ApiError::invalid_field(
+                "If-None-Match",
+                "only \"*\" (create only) is supported",
+            )));
+        }
+        return Ok(Some(0));
+    }
+    Ok(None)
+}
+
+/// `POST /v1/jobs`: store a new or changed definition (as `jobs.put`).
+pub async fn create(
+    State(state): State<Arc<GatewayState>>,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<Value>), HttpError> {
+    let (job, revision) = state.jobs.put(&body).await?;
+    tracing::info!(job_id = %job.id, revision, "job stored over HTTP");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "ok": true, "job": job, "revision": revision })),
+    ))
+}
+
+/// `PUT /v1/jobs/{id}`.
+pub async fn replace(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    headers: HeaderMap,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<Value>, HttpError> {
+    let id = path_id(id)?;
+    let mut object = body_object(&body)?;
+    if let Some(revision) = precondition(&headers)? {
+        if object.contains_key("expected_revision") {
+            return Err(HttpError(ApiError::invalid_field(
+                "expected_revision",
+                "give the revision either in the body or in If-Match / If-None-Match, not both",
+            )));
+        }
+        object.insert("expected_revision".into(), revision.into());
+    }
+    let body = with_id(object, &id)?;
+    let (job, revision) = state.jobs.put(&body).await?;
+    tracing::info!(job_id = %job.id, revision, "job stored over HTTP");
+    Ok(Json(
+        json!({ "ok": true, "job": job, "revision": revision }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    expected_revision: Option<u64>,
+}
+
+/// `DELETE /v1/jobs/{id}`.
+pub async fn delete(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    headers: HeaderMap,
+    query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, HttpError> {
+    let id = path_id(id)?;
+    let Query(query) =
+        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let expected = match (query.expected_revision, precondition(&headers)?) {
+        (Some(_), Some(_)) => {
+            return Err(HttpError(ApiError::invalid_field(
+                "expected_revision",
+                "give the revision either in the query or in If-Match, not both",
+            )))
+        }
+        (a, b) => a.or(b),
+    };
+    let mut request = json!({ "id": id });
+    if let Some(revision) = expected {
+        request["expected_revision"] = revision.into();
+    }
+    let reply = job_requests::delete(&state, request.to_string().as_bytes()).await?;
+    tracing::info!(job_id = %id, "job deleted over HTTP");
+    Ok(Json(reply))
+}
+
+/// `POST /v1/jobs/{id}/pause`.
+pub async fn pause(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<Value>, HttpError> {
+    set_paused(&state, id, &body, true).await
+}
+
+/// `POST /v1/jobs/{id}/resume`.
+pub async fn resume(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<Value>, HttpError> {
+    set_paused(&state, id, &body, false).await
+}
+
+async fn set_paused(
+    state: &GatewayState,
+    id: IdPath,
+    body: &[u8],
+    paused: bool,
+) -> Result<Json<Value>, HttpError> {
+    let id = path_id(id)?;
+    let request = with_id(body_object(body)?, &id)?;
+    Ok(Json(
+        job_requests::set_paused(state, &request, paused).await?,
+    ))
+}
+
+/// `POST /v1/jobs:pause` with `{"labels":{...}}`.
+pub async fn pause_selected(
+    State(state): State<Arc<GatewayState>>,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<Value>, HttpError> {
+    Ok(Json(job_requests::set_paused(&state, &body, true).await?))
+}
+
+/// `POST /v1/jobs:resume` with `{"labels":{...}}`.
+pub async fn resume_selected(
+    State(state): State<Arc<GatewayState>>,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<Value>, HttpError> {
+    Ok(Json(job_requests::set_paused(&state, &body, false).await?))
+}
+
+/// `POST /v1/jobs/{id}/trigger`: a manual run now.
+pub async fn trigger(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<Value>), HttpError> {
+    let id = path_id(id)?;
+    let request = with_id(body_object(&body)?, &id)?;
+    let reply = manual_runs::trigger(&state, &request).await?;
+    Ok((StatusCode::ACCEPTED, Json(reply)))
+}
+
+/// `POST /v1/jobs/{id}/backfill` with `{"from","to"}`.
+pub async fn backfill(
+    State(state): State<Arc<GatewayState>>,
+    id: IdPath,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<Value>), HttpError> {
+    let id = path_id(id)?;
+    let request = with_id(body_object(&body)?, &id)?;
+    let reply = manual_runs::backfill(&state, &request).await?;
+    Ok((StatusCode::ACCEPTED, Json(reply)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_id_goes_into_the_body_and_a_different_one_is_refused() {
+        let body = with_id(
+            body_object(b"{\"schedule\":\"@daily\"}").expect("object"),
+            "a",
+        )
+        .expect("merged");
+        let value: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(value, json!({"schedule":"@daily","id":"a"}));
+        let err =
+            with_id(body_object(b"{\"id\":\"b\"}").expect("object"), "a").expect_err("mismatch");
+        assert_eq!(err.0.field.as_deref(), Some("id"));
+        assert!(body_object(b"[1]").is_err());
+        assert!(body_object(b"{").is_err());
+        assert!(body_object(b"  ").expect("empty").is_empty());
+    }
+
+    #[test]
+    fn preconditions_read_revisions_and_create_only() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(precondition(&headers).expect("none"), None);
+        headers.insert(
+            axum::http::header::IF_MATCH,
+            "\"12\"".parse().expect("value"),
+        );
+        assert_eq!(precondition(&headers).expect("if-match"), Some(12));
+        headers.insert(axum::http::header::IF_MATCH, "abc".parse().expect("value"));
+        assert!(precondition(&headers).is_err());
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            axum::http::header::IF_NONE_MATCH,
+            "*".parse().expect("value"),
+        );
+        assert_eq!(precondition(&headers).expect("create only"), Some(0));
+    }
+}
