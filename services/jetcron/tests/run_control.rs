@@ -602,3 +602,52 @@ async fn one_executor_serves_several_pools_without_one_starving_the_other() {
     }
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    put(
+        &stack,
+        r#"{"id":"exclusive","schedule":"@daily","concurrency":"forbid",
+            "target":{"type":"shell","command":"echo ran"}}"#,
+    )
+    .await;
+    // What an executor killed with SIGKILL mid-run leaves behind: its claim,
+    // refreshed for the last time just now, never released.
+    let running = stack
+        .js
+        .get_key_value("jetcron_running")
+        .await
+        .expect("running bucket");
+    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let claim = serde_json::json!({
+        "run_id": "00000000-0000-4000-8000-000000000001",
+        "executor_id": "crashed",
+        "attempt": 1,
+        "expires_at_ms": expires_at.timestamp_millis(),
+    });
+    running
+        .put("claim.exclusive", claim.to_string().into())
+        .await
+        .expect("stale claim");
+    let blocked = trigger(&stack, "exclusive").await;
+    let skipped = wait_for_event(&stack, "exclusive", &blocked, RunEventKind::Skipped).await;
+    assert!(
+        skipped
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("00000000-0000-4000-8000-000000000001")),
+        "{skipped:?}"
+    );
+    // Once the dead holder's claim expires, the next fire runs.
+    let wait = (expires_at - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(500)).await;
+    let freed = trigger(&stack, "exclusive").await;
+    let run = stack
+        .wait_for_run_status(&freed, "succeeded", Duration::from_secs(20))
+        .await;
+    assert_eq!(run["output"], "ran\n");
+    stack.stop().await;
+}
