@@ -64,6 +64,11 @@ impl HttpAuth {
         })
     }
 
+    /// Whether HTTP reads need a token (then they may show secrets).
+    pub fn reads_protected(&self) -> bool {
+        self.protect_reads
+    }
+
     /// Whether no token is configured (then HTTP writes are refused).
     pub fn has_no_tokens(&self) -> bool {
         self.tokens.is_empty()

@@ -43,9 +43,8 @@ pub async fn list(
         selector.insert(key.to_string(), Value::String(value.to_string()));
     }
     let request = json!({ "labels": selector });
-    Ok(Json(
-        crate::job_requests::list(&state, request.to_string().as_bytes()).await?,
-    ))
+    let reply = crate::job_requests::list(&state, request.to_string().as_bytes()).await?;
+    Ok(Json(shown(&state, reply)))
 }
 
 pub async fn get_one(
@@ -80,12 +79,24 @@ pub async fn get_one(
         .await
         .ok()
         .and_then(|mut runs| runs.pop());
-    Ok(Json(json!({
-        "ok": true,
-        "job": stored,
-        "next_fires": next_fires,
-        "last_run": last_run,
-    })))
+    Ok(Json(shown(
+        &state,
+        json!({
+            "ok": true,
+            "job": stored,
+            "next_fires": next_fires,
+            "last_run": last_run,
+        }),
+    )))
+}
+
+/// `answer` as an HTTP read may show it: secrets hidden unless reads need a
+/// token ([`super::redact`]).
+fn shown(state: &GatewayState, mut answer: Value) -> Value {
+    if !state.http_auth.reads_protected() {
+        super::redact::redact_definitions(&mut answer);
+    }
+    answer
 }
 
 /// How many rejections a history answer lists.
@@ -121,7 +132,7 @@ pub async fn history(
     if let Some(error) = rejections_error {
         reply["rejections_unavailable"] = error.into();
     }
-    Ok(Json(reply))
+    Ok(Json(shown(&state, reply)))
 }
 
 #[derive(Debug, serde::Deserialize)]

@@ -13,6 +13,7 @@ mod control;
 mod health;
 mod jobs;
 pub mod openapi;
+mod redact;
 mod runs;
 mod writes;
 
