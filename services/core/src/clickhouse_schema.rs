@@ -28,6 +28,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "003_job_events.sql",
         include_str!("../../../schemas/clickhouse/003_job_events.sql"),
     ),
+    (
+        "004_run_state.sql",
+        include_str!("../../../schemas/clickhouse/004_run_state.sql"),
+    ),
 ];
 
 /// How to reach ClickHouse.
@@ -247,10 +251,11 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 7);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
         assert!(all[2].contains("jetcron.job_events"));
+        assert!(all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv"));
         assert!(all.iter().all(|s| !s.contains("--")));
     }
 }
