@@ -301,6 +301,32 @@ impl JobStore {
         Ok(revisions)
     }
 
+    /// Every current valid definition with the time its revision was written.
+    pub async fn valid_jobs(
+        &self,
+    ) -> anyhow::Result<Vec<(ValidJob, chrono::DateTime<chrono::Utc>)>> {
+        let keys: Vec<String> = match self.bucket.keys().await {
+            Ok(keys) => keys.try_collect().await.context("list job keys")?,
+            Err(e) => return Err(anyhow::Error::from(e).context("list job keys")),
+        };
+        let mut jobs = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(entry) = self
+                .bucket
+                .entry(&key)
+                .await
+                .with_context(|| format!("read job {key}"))?
+                .filter(|e| e.operation == Operation::Put)
+            else {
+                continue;
+            };
+            if let Ok(job) = parse_job(&entry.value, Some(&entry.key)) {
+                jobs.push((job, entry.created));
+            }
+        }
+        Ok(jobs)
+    }
+
     /// Every current definition, ordered by id. A key that cannot be read
     /// (e.g. written with a raw publish under a name no job can have) is
     /// listed as invalid instead of failing the whole list.

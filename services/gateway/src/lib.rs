@@ -23,6 +23,8 @@ pub mod pools;
 pub mod rejections;
 pub mod run_control;
 pub mod run_history;
+pub mod run_list;
+pub mod stats;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,8 @@ pub struct GatewayState {
     pub running: async_nats::jetstream::kv::Store,
     pub http_auth: http::auth::HttpAuth,
     pub limits: limits::Limits,
+    /// Missed fires of the last hour, for `/metrics`.
+    pub missed: stats::MissedGauge,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -81,6 +85,7 @@ pub async fn run(
         runs: run_history::RunHistory::new(clickhouse.clone()),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
+        missed: stats::MissedGauge::default(),
     });
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
     // The API ending on its own (a bug, a panic) must not leave a process that

@@ -30,6 +30,9 @@ pub struct Limits {
     pub max_jobs: usize,
     /// Largest HTTP request body in bytes.
     pub http_body_limit: usize,
+    /// How long after its time a fire without a run counts as missed
+    /// ([`crate::stats`]); tests shorten it.
+    pub missed_grace: chrono::Duration,
 }
 
 impl Default for Limits {
@@ -37,6 +40,7 @@ impl Default for Limits {
         Self {
             max_jobs: DEFAULT_MAX_JOBS,
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
+            missed_grace: crate::stats::MISSED_GRACE,
         }
     }
 }

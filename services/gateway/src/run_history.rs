@@ -21,6 +21,11 @@ impl RunHistory {
         Self { client }
     }
 
+    /// The ClickHouse client, for the other read modules.
+    pub fn client(&self) -> &clickhouse::Client {
+        &self.client
+    }
+
     /// The newest `job.rejected` events ([`crate::rejections`]).
     pub async fn rejections(
         &self,

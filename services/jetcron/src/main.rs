@@ -213,6 +213,7 @@ async fn spawn_gateway(
         limits: jetcron_gateway::limits::Limits {
             max_jobs: args.max_jobs,
             http_body_limit: args.http_body_limit,
+            ..Default::default()
         },
     };
     services.spawn(jetcron_gateway::run(

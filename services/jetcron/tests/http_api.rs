@@ -186,6 +186,7 @@ async fn limits_refuse_oversize_bodies_and_jobs_beyond_the_maximum() {
         limits: jetcron_gateway::limits::Limits {
             max_jobs: 2,
             http_body_limit: 100 * 1024,
+            ..Default::default()
         },
         ..StackOptions::api_only()
     };

@@ -60,8 +60,11 @@ pub async fn metrics(
     let pools = pools::pools(&state)
         .await
         .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        pools::render_metrics(&pools),
-    ))
+    let mut text = pools::render_metrics(&pools);
+    // Missed fires need ClickHouse; without it the pool gauges still answer.
+    match state.missed.render(&state).await {
+        Ok(missed) => text.push_str(&missed),
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "missed fires gauge unavailable"),
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
 }

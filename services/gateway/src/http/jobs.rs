@@ -79,6 +79,17 @@ pub async fn get_one(
         .await
         .ok()
         .and_then(|mut runs| runs.pop());
+    // Likewise the last day's figures.
+    let now = Utc::now();
+    let last_24h = crate::stats::run_stats(
+        state.runs.client(),
+        now - chrono::Duration::hours(24),
+        now,
+        Some(&id),
+    )
+    .await
+    .ok()
+    .and_then(|mut by_job| by_job.remove(&id));
     Ok(Json(shown(
         &state,
         json!({
@@ -86,6 +97,8 @@ pub async fn get_one(
             "job": stored,
             "next_fires": next_fires,
             "last_run": last_run,
+            "success_rate_24h": last_24h.as_ref().and_then(|s| s.success_rate),
+            "runs_24h": last_24h.as_ref().map(|s| s.runs).unwrap_or(0),
         }),
     )))
 }

@@ -12,6 +12,8 @@ pub mod auth;
 mod control;
 mod health;
 mod jobs;
+mod listing;
+pub use listing::MAX_STATS_JOBS;
 pub mod openapi;
 mod redact;
 mod runs;
@@ -101,6 +103,8 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::POST, "/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", &[], None, 202, post(writes::trigger)),
         route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)),
         route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)),
+        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(listing::runs)),
+        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(listing::stats)),
         route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)),
         route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)),
         route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),

@@ -1,0 +1,419 @@
+//! `GET /v1/stats` and the missed-fires gauge.
+//!
+//! Per job over a range of scheduled times: runs by status, success rate,
+//! fire lag (first start − scheduled time) and duration percentiles, all from
+//! the `jetcron.runs` view; and **missed fires**: times the job's current
+//! definition says it should have fired, older than a grace period, with no
+//! run event at all. Run ids of scheduled fires are derived from (job id,
+//! time), so "no run" is an exact lookup, not a guess. Only the current
+//! definition is asked, from when it was written: an edit or a pause starts
+//! the count afresh, so a changed schedule never reports the old one's times.
+//! A fire still waiting in a pool nobody serves counts as missed once past
+//! the grace: from the user's side nothing ran.
+
+use std::collections::{BTreeMap, HashSet};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Duration, Utc};
+use jetcron_core::events::RunId;
+use jetcron_core::job::ValidJob;
+use jetcron_core::time_format::rfc3339_millis;
+use serde::{Deserialize, Serialize};
+
+/// A fire is missed only once it is this much older than its (jittered) time
+/// (the default of [`crate::limits::Limits::missed_grace`]).
+pub const MISSED_GRACE: Duration = Duration::minutes(2);
+/// Most expected fires enumerated per job and request.
+pub const MAX_EXPECTED_PER_JOB: usize = 10_000;
+
+/// Counts and percentiles of one job, as ClickHouse aggregates them.
+#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
+struct JobStatsRow {
+    job_id: String,
+    runs: u64,
+    succeeded: u64,
+    failed: u64,
+    timed_out: u64,
+    killed: u64,
+    skipped: u64,
+    in_progress: u64,
+    started: u64,
+    lag: Vec<i64>,
+    finished: u64,
+    duration: Vec<i64>,
+}
+
+const STATS_SQL: &str = "SELECT job_id, count() AS runs, \
+    countIf(status = 'succeeded') AS succeeded, countIf(status = 'failed') AS failed, \
+    countIf(status = 'timed_out') AS timed_out, countIf(status = 'killed') AS killed, \
+    countIf(status = 'skipped') AS skipped, countIf(status IN ('running', 'retrying')) AS in_progress, \
+    countIf(first_started_ms > 0) AS started, \
+    quantilesExactIf(0.5, 0.95, 0.99)(first_started_ms - scheduled_ms, first_started_ms > 0) AS lag, \
+    countIf(finished_ms > 0 AND started_ms > 0) AS finished, \
+    quantilesExactIf(0.5, 0.95, 0.99)(duration_ms, finished_ms > 0 AND started_ms > 0) AS duration \
+    FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ?";
+
+/// p50 / p95 / p99 in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub p50: i64,
+    pub p95: i64,
+    pub p99: i64,
+}
+
+fn percentiles(count: u64, values: &[i64]) -> Option<Percentiles> {
+    match (count, values) {
+        (0, _) => None,
+        (_, [p50, p95, p99]) => Some(Percentiles {
+            p50: *p50,
+            p95: *p95,
+            p99: *p99,
+        }),
+        _ => None,
+    }
+}
+
+/// Everything `/v1/stats` says about one job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobStats {
+    pub job_id: String,
+    pub runs: u64,
+    pub by_status: BTreeMap<&'static str, u64>,
+    /// Succeeded over finished runs (skipped ones excluded); none when no run finished.
+    pub success_rate: Option<f64>,
+    pub fire_lag_ms: Option<Percentiles>,
+    pub duration_ms: Option<Percentiles>,
+    pub missed_fires: u64,
+    /// The newest missed times (at most 20).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missed_examples: Vec<String>,
+    /// True when the range held more expected fires than were checked.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub missed_truncated: bool,
+}
+
+impl JobStats {
+    fn empty(job_id: &str) -> Self {
+        Self {
+            job_id: job_id.to_string(),
+            runs: 0,
+            by_status: BTreeMap::new(),
+            success_rate: None,
+            fire_lag_ms: None,
+            duration_ms: None,
+            missed_fires: 0,
+            missed_examples: Vec::new(),
+            missed_truncated: false,
+        }
+    }
+
+    fn from_row(row: JobStatsRow) -> Self {
+        let by_status = BTreeMap::from([
+            ("succeeded", row.succeeded),
+            ("failed", row.failed),
+            ("timed_out", row.timed_out),
+            ("killed", row.killed),
+            ("skipped", row.skipped),
+            ("in_progress", row.in_progress),
+        ]);
+        let finished = row.succeeded + row.failed + row.timed_out + row.killed;
+        Self {
+            runs: row.runs,
+            success_rate: (finished > 0).then(|| row.succeeded as f64 / finished as f64),
+            fire_lag_ms: percentiles(row.started, &row.lag),
+            duration_ms: percentiles(row.finished, &row.duration),
+            by_status,
+            ..Self::empty(&row.job_id)
+        }
+    }
+}
+
+/// Counts and percentiles per job with runs scheduled in `[from, to]`.
+pub async fn run_stats(
+    client: &clickhouse::Client,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    job_id: Option<&str>,
+) -> anyhow::Result<BTreeMap<String, JobStats>> {
+    let mut sql = STATS_SQL.to_string();
+    if job_id.is_some() {
+        sql.push_str(" AND job_id = ?");
+    }
+    sql.push_str(" GROUP BY job_id ORDER BY job_id");
+    let mut query = client
+        .query(&sql)
+        .bind(from.timestamp_millis())
+        .bind(to.timestamp_millis());
+    if let Some(id) = job_id {
+        query = query.bind(id);
+    }
+    let rows = query
+        .fetch_all::<JobStatsRow>()
+        .await
+        .context("query run statistics")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.job_id.clone(), JobStats::from_row(r)))
+        .collect())
+}
+
+/// A job as the missed-fire count needs it: its valid definition and when
+/// that revision was written.
+pub struct CurrentJob {
+    pub job: ValidJob,
+    pub written_at: DateTime<Utc>,
+}
+
+/// What the missed-fire count found for one job.
+#[derive(Debug, Clone, Default)]
+pub struct Missed {
+    pub times: Vec<DateTime<Utc>>,
+    pub truncated: bool,
+}
+
+/// The expected scheduled fires of `job` in `[from, to]` that are due by `now`.
+fn expected_fires(
+    current: &CurrentJob,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    now: DateTime<Utc>,
+    grace: Duration,
+) -> (Vec<DateTime<Utc>>, bool) {
+    let job = &current.job;
+    if job.spec.paused {
+        return (Vec::new(), false);
+    }
+    let jitter = Duration::from_std(job.jitter).unwrap_or_default();
+    let start = from.max(current.written_at);
+    let end = to.min(now - grace - jitter);
+    if end < start {
+        return (Vec::new(), false);
+    }
+    match job.scheduled_between(start, end, MAX_EXPECTED_PER_JOB) {
+        Ok(times) => (times, false),
+        // Too many: check the newest ones only.
+        Err(_) => {
+            let mut times = Vec::with_capacity(MAX_EXPECTED_PER_JOB);
+            let mut at = end;
+            while times.len() < MAX_EXPECTED_PER_JOB {
+                match job.previous_scheduled(at) {
+                    Some(t) if t >= start => {
+                        times.push(t);
+                        at = t - Duration::milliseconds(1);
+                    }
+                    _ => break,
+                }
+            }
+            times.reverse();
+            (times, true)
+        }
+    }
+}
+
+/// Scheduled fires in `[from, to]` of `jobs` that have no run event.
+pub async fn missed_fires(
+    client: &clickhouse::Client,
+    jobs: &[CurrentJob],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    now: DateTime<Utc>,
+    grace: Duration,
+) -> anyhow::Result<BTreeMap<String, Missed>> {
+    let mut expected = Vec::new();
+    for current in jobs {
+        let (times, truncated) = expected_fires(current, from, to, now, grace);
+        if !times.is_empty() {
+            expected.push((current.job.spec.id.as_str(), times, truncated));
+        }
+    }
+    if expected.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let earliest = expected.iter().filter_map(|(_, t, _)| t.first()).min();
+    let latest = expected.iter().filter_map(|(_, t, _)| t.last()).max();
+    let (Some(earliest), Some(latest)) = (earliest, latest) else {
+        return Ok(BTreeMap::new());
+    };
+    let ids: Vec<&str> = expected.iter().map(|(id, _, _)| *id).collect();
+    let present: HashSet<String> = client
+        .query(
+            "SELECT DISTINCT run_id FROM jetcron.run_events \
+             WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id)",
+        )
+        .bind(earliest.timestamp_millis())
+        .bind(latest.timestamp_millis())
+        .bind(&ids)
+        .fetch_all::<String>()
+        .await
+        .context("query runs of expected fires")?
+        .into_iter()
+        .collect();
+    let mut missed = BTreeMap::new();
+    for (id, times, truncated) in expected {
+        let times: Vec<_> = times
+            .into_iter()
+            .filter(|t| !present.contains(RunId::for_fire(id, *t).as_str()))
+            .collect();
+        missed.insert(id.to_string(), Missed { times, truncated });
+    }
+    Ok(missed)
+}
+
+/// Merge missed fires into the stats (jobs without runs get an entry too).
+pub fn with_missed(
+    mut stats: BTreeMap<String, JobStats>,
+    missed: BTreeMap<String, Missed>,
+) -> Vec<JobStats> {
+    for (id, m) in missed {
+        let entry = stats
+            .entry(id.clone())
+            .or_insert_with(|| JobStats::empty(&id));
+        entry.missed_fires = m.times.len() as u64;
+        entry.missed_truncated = m.truncated;
+        entry.missed_examples = m
+            .times
+            .iter()
+            .rev()
+            .take(20)
+            .map(|t| rfc3339_millis(*t))
+            .collect();
+    }
+    stats.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jetcron_core::job::parse_job;
+
+    fn current(definition: &str, written_at: DateTime<Utc>) -> CurrentJob {
+        CurrentJob {
+            job: parse_job(definition.as_bytes(), None).expect("valid"),
+            written_at,
+        }
+    }
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("instant")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn expected_fires_start_at_the_definition_and_stop_before_the_grace() {
+        let job = current(
+            r#"{"id":"a","schedule":"0 * * * * *","target":{"type":"nats","subject":"s"}}"#,
+            at("2026-01-01T10:00:30Z"),
+        );
+        let (times, truncated) = expected_fires(
+            &job,
+            at("2026-01-01T09:00:00Z"),
+            at("2026-01-01T11:00:00Z"),
+            at("2026-01-01T10:10:00Z"),
+            MISSED_GRACE,
+        );
+        assert!(!truncated);
+        // 10:01 .. 10:08 (10:09 and 10:10 are within the 2-minute grace).
+        assert_eq!(times.first(), Some(&at("2026-01-01T10:01:00Z")));
+        assert_eq!(times.last(), Some(&at("2026-01-01T10:08:00Z")));
+        assert_eq!(times.len(), 8);
+        let paused = current(
+            r#"{"id":"a","schedule":"0 * * * * *","paused":true,"target":{"type":"nats","subject":"s"}}"#,
+            at("2026-01-01T10:00:30Z"),
+        );
+        assert!(expected_fires(
+            &paused,
+            at("2026-01-01T09:00:00Z"),
+            at("2026-01-01T11:00:00Z"),
+            at("2026-01-01T10:10:00Z"),
+            MISSED_GRACE
+        )
+        .0
+        .is_empty());
+    }
+
+    #[test]
+    fn too_many_expected_fires_keeps_the_newest() {
+        let job = current(
+            r#"{"id":"a","schedule":"* * * * * *","target":{"type":"nats","subject":"s"}}"#,
+            at("2026-01-01T00:00:00Z"),
+        );
+        let (times, truncated) = expected_fires(
+            &job,
+            at("2026-01-01T00:00:00Z"),
+            at("2026-01-02T00:00:00Z"),
+            at("2026-01-02T00:00:00Z"),
+            MISSED_GRACE,
+        );
+        assert!(truncated);
+        assert_eq!(times.len(), MAX_EXPECTED_PER_JOB);
+        assert_eq!(times.last(), Some(&at("2026-01-01T23:58:00Z")));
+    }
+}
+
+/// Missed fires of the last hour per job for `/metrics`, recomputed by a
+/// scrape when the last computation is older than [`GAUGE_MAX_AGE`], so
+/// frequent scrapes do not enumerate schedules each time.
+#[derive(Default)]
+pub struct MissedGauge {
+    latest: tokio::sync::Mutex<Option<(std::time::Instant, BTreeMap<String, u64>)>>,
+}
+
+/// How far back the gauge looks.
+pub const GAUGE_WINDOW: Duration = Duration::hours(1);
+/// How long one computation serves scrapes.
+pub const GAUGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl MissedGauge {
+    /// Prometheus text of the gauge, recomputed if stale.
+    pub async fn render(&self, state: &crate::GatewayState) -> anyhow::Result<String> {
+        let mut latest = self.latest.lock().await;
+        let fresh = latest
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < GAUGE_MAX_AGE);
+        if !fresh {
+            *latest = Some((std::time::Instant::now(), Self::compute(state).await?));
+        }
+        let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+        let mut out = String::from(
+            "# HELP jetcron_missed_fires Scheduled fires of the last hour with no run (past the grace period), per job with any.\n\
+             # TYPE jetcron_missed_fires gauge\n",
+        );
+        let mut total = 0;
+        for (job, n) in counts.iter().filter(|(_, n)| **n > 0) {
+            total += n;
+            out.push_str(&format!("jetcron_missed_fires{{job=\"{job}\"}} {n}\n"));
+        }
+        out.push_str(&format!(
+            "# HELP jetcron_missed_fires_total Scheduled fires of the last hour with no run, all jobs.\n\
+             # TYPE jetcron_missed_fires_total gauge\njetcron_missed_fires_total {total}\n"
+        ));
+        Ok(out)
+    }
+
+    async fn compute(state: &crate::GatewayState) -> anyhow::Result<BTreeMap<String, u64>> {
+        let now = Utc::now();
+        let jobs: Vec<CurrentJob> = state
+            .jobs
+            .valid_jobs()
+            .await?
+            .into_iter()
+            .take(crate::http::MAX_STATS_JOBS)
+            .map(|(job, written_at)| CurrentJob { job, written_at })
+            .collect();
+        let grace = state.limits.missed_grace;
+        let missed = missed_fires(
+            state.runs.client(),
+            &jobs,
+            now - GAUGE_WINDOW,
+            now,
+            now,
+            grace,
+        )
+        .await?;
+        Ok(missed
+            .into_iter()
+            .map(|(id, m)| (id, m.times.len() as u64))
+            .collect())
+    }
+}

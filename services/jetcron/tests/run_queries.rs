@@ -1,0 +1,239 @@
+//! Reading history the way `curl` does: `GET /v1/runs` with filters and a
+//! cursor that pages through every run exactly once, `GET /v1/stats` with
+//! counts, percentiles and missed fires, and the `jetcron_missed_fires` gauge.
+//! Every listed status agrees with the run's own event timeline.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jetcron_testkit::{wait_until, Stack, StackOptions};
+use serde_json::Value;
+
+async fn put(stack: &Stack, job: &str) {
+    let (reply, code) = stack.api_put(job).await;
+    assert_eq!(code, None, "{reply}");
+}
+
+async fn trigger(stack: &Stack, id: &str) -> String {
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{id}"}}"#))
+        .await;
+    assert_eq!(code, None, "{reply}");
+    reply["run_id"].as_str().expect("run_id").to_string()
+}
+
+fn ids(runs: &Value) -> Vec<String> {
+    runs["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["run_id"].as_str().expect("run_id").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn runs_are_filtered_paged_with_a_cursor_and_agree_with_their_timelines() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    put(
+        &stack,
+        r#"{"id":"ok-job","schedule":"@daily","target":{"type":"shell","command":"echo fine"}}"#,
+    )
+    .await;
+    put(&stack, r#"{"id":"bad-job","schedule":"@daily","retry":{"max_attempts":1},"target":{"type":"shell","command":"exit 7"}}"#).await;
+    let mut ok_runs = Vec::new();
+    for _ in 0..4 {
+        ok_runs.push(trigger(&stack, "ok-job").await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bad_run = trigger(&stack, "bad-job").await;
+    for run in &ok_runs {
+        stack
+            .wait_for_run_status(run, "succeeded", Duration::from_secs(20))
+            .await;
+    }
+    stack
+        .wait_for_run_status(&bad_run, "failed", Duration::from_secs(20))
+        .await;
+    // The view catches up with the projector's inserts.
+    wait_until("runs listed", Duration::from_secs(10), || async {
+        let (_, page) = stack.get("/v1/runs?limit=500").await;
+        (ids(&page).len() == 5).then_some(())
+    })
+    .await;
+
+    // Pages of two, following the cursor, give every run once, newest first.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/runs?limit=2&cursor={c}"),
+            None => "/v1/runs?limit=2".to_string(),
+        };
+        let (status, page) = stack.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        for run in page["runs"].as_array().expect("runs") {
+            seen.push((
+                run["scheduled_at"].as_str().expect("time").to_string(),
+                run["run_id"].as_str().expect("id").to_string(),
+                run["status"].as_str().expect("status").to_string(),
+            ));
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let distinct: BTreeSet<_> = seen.iter().map(|s| s.1.clone()).collect();
+    assert_eq!(distinct.len(), 5, "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].0 >= w[1].0),
+        "newest first: {seen:?}"
+    );
+    for (_, run_id, status) in &seen {
+        let run = stack.run(run_id).await.expect("run");
+        assert_eq!(run["status"].as_str(), Some(status.as_str()), "{run_id}");
+    }
+
+    let (_, failed) = stack.get("/v1/runs?status=failed").await;
+    assert_eq!(ids(&failed), std::slice::from_ref(&bad_run));
+    let listed = &failed["runs"][0];
+    assert_eq!(listed["job_id"], "bad-job");
+    assert!(
+        listed["fire_lag_ms"].as_i64().is_some_and(|l| l >= 0),
+        "{listed}"
+    );
+    let error = listed["error"].as_str().expect("error").to_string();
+    let word = error
+        .split_whitespace()
+        .last()
+        .expect("a word")
+        .to_uppercase();
+    let (_, searched) = stack.get(&format!("/v1/runs?q={word}")).await;
+    assert_eq!(
+        ids(&searched),
+        std::slice::from_ref(&bad_run),
+        "search {word:?} in {error:?}"
+    );
+    let (_, by_job) = stack
+        .get("/v1/runs?job=ok-job&status=succeeded,failed&pool=default")
+        .await;
+    assert_eq!(ids(&by_job).len(), 4);
+    let (_, none) = stack
+        .get("/v1/runs?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z")
+        .await;
+    assert_eq!(ids(&none).len(), 0);
+
+    for (query, field) in [
+        ("status=bogus", "status"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("cursor=123", "cursor"),
+        ("from=yesterday", "from"),
+        ("from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z", "from"),
+        ("from=2025-01-01T00:00:00Z&to=2026-01-01T00:00:00Z", "from"),
+        ("job=../etc", "job"),
+        ("pool=a%20b", "pool"),
+    ] {
+        let (status, reply) = stack.get(&format!("/v1/runs?{query}")).await;
+        assert_eq!(status, 400, "{query}: {reply}");
+        assert_eq!(reply["error"]["field"], field, "{query}: {reply}");
+    }
+    let (status, _) = stack.get("/v1/runs?sql=1").await;
+    assert_eq!(status, 400, "unknown parameters are refused");
+
+    let (status, stats) = stack.get("/v1/stats?job=ok-job").await;
+    assert_eq!(status, 200, "{stats}");
+    let job = &stats["jobs"][0];
+    assert_eq!(job["job_id"], "ok-job");
+    assert_eq!(job["runs"], 4);
+    assert_eq!(job["by_status"]["succeeded"], 4);
+    assert_eq!(job["success_rate"], 1.0);
+    assert!(job["duration_ms"]["p99"].as_i64().is_some(), "{job}");
+    assert!(job["fire_lag_ms"]["p50"].as_i64().is_some(), "{job}");
+    let (_, all) = stack.get("/v1/stats").await;
+    let bad = all["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job_id"] == "bad-job")
+        .expect("bad-job")
+        .clone();
+    assert_eq!(bad["success_rate"], 0.0);
+    assert_eq!(bad["by_status"]["failed"], 1);
+    let (_, job) = stack.get("/v1/jobs/ok-job").await;
+    assert_eq!(
+        (job["runs_24h"].as_u64(), job["success_rate_24h"].as_f64()),
+        (Some(4), Some(1.0)),
+        "{job}"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fires_nobody_ran_are_counted_as_missed_in_stats_and_metrics() {
+    let options = StackOptions {
+        limits: jetcron_gateway::limits::Limits {
+            missed_grace: chrono::Duration::seconds(2),
+            ..Default::default()
+        },
+        ..StackOptions::with_shell()
+    };
+    let stack = Stack::start(options).await;
+    // Due every second in a pool no executor serves: every fire waits, so
+    // past the grace each is missed. The served twin runs them all.
+    put(&stack, r#"{"id":"lonely","schedule":"* * * * * *","pool":"nobody","target":{"type":"shell","command":"true"}}"#).await;
+    put(
+        &stack,
+        r#"{"id":"served","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (status, stats) = stack.get("/v1/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    let job = |id: &str| {
+        stats["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["job_id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in {stats}"))
+    };
+    let lonely = job("lonely");
+    let missed = lonely["missed_fires"].as_u64().expect("count");
+    assert!((2..=5).contains(&missed), "{lonely}");
+    assert_eq!(lonely["runs"], 0);
+    assert_eq!(
+        lonely["missed_examples"].as_array().map(Vec::len),
+        Some(missed as usize)
+    );
+    assert_eq!(job("served")["missed_fires"], 0, "{stats}");
+
+    let metrics = stack
+        .http
+        .get(format!("{}/metrics", stack.http_base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("jetcron_missed_fires{job=\"lonely\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let gauge: u64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("value");
+    assert!(gauge >= missed, "{line}");
+    assert!(
+        !metrics.contains("jetcron_missed_fires{job=\"served\"}"),
+        "{metrics}"
+    );
+    stack.stop().await;
+}
