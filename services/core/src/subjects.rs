@@ -97,6 +97,16 @@ pub fn kill_key(run_id: &str) -> String {
 /// `JETCRON_RUNS`, so the projector stores them.
 pub const JOB_REJECTED_SUBJECT: &str = "jetcron.jobs.rejected";
 
+/// Where the projector parks events it cannot store (kept for people).
+pub const DEAD_LETTER_STREAM: &str = "JETCRON_DEADLETTER";
+/// Subjects captured by [`DEAD_LETTER_STREAM`].
+pub const DEAD_LETTER_SUBJECTS: &str = "jetcron.deadletter.>";
+
+/// Subject a parked event of `original` is kept on.
+pub fn dead_letter_subject(original: &str) -> String {
+    format!("jetcron.deadletter.{original}")
+}
+
 /// ClickHouse database holding run history.
 pub const CLICKHOUSE_DATABASE: &str = "jetcron";
 /// Append-only table of run events (qualified; a trusted constant, used unescaped in SQL).

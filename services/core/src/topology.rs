@@ -141,6 +141,26 @@ pub async fn ensure_runs_stream(
     Ok(stream)
 }
 
+/// Events the projector could not store, with the reason in a header.
+pub async fn ensure_dead_letter_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> anyhow::Result<stream::Stream> {
+    js.get_or_create_stream(stream::Config {
+        name: subjects::DEAD_LETTER_STREAM.to_string(),
+        description: Some("jetcron events the projector could not store, and why".into()),
+        subjects: vec![subjects::DEAD_LETTER_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: Duration::from_secs(30 * 86_400),
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: options.replicas,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("create stream {}", subjects::DEAD_LETTER_STREAM))
+}
+
 /// Runs in progress: overlap claims and kill requests. Claims carry their own
 /// expiry (refreshed while the run goes on); the bucket's age limit only
 /// sweeps what nobody will read again.

@@ -80,3 +80,28 @@ pub fn render_metrics(pools: &[PoolState]) -> String {
     }
     out
 }
+
+/// Run events the projector has not stored yet: not delivered plus
+/// delivered and unacked, of its durable consumer (`None` before one exists).
+pub async fn projector_backlog(state: &GatewayState) -> anyhow::Result<Option<u64>> {
+    use anyhow::Context as _;
+    let stream = state
+        .js
+        .get_stream(jetcron_core::subjects::RUNS_STREAM)
+        .await
+        .context("read the runs stream")?;
+    let consumer: Result<
+        async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config>,
+        _,
+    > = stream
+        .get_consumer(jetcron_core::subjects::PROJECTOR_CONSUMER)
+        .await;
+    let Ok(mut consumer) = consumer else {
+        return Ok(None);
+    };
+    let info = consumer
+        .info()
+        .await
+        .context("read the projector consumer")?;
+    Ok(Some(info.num_pending + info.num_ack_pending as u64))
+}

@@ -1,30 +1,37 @@
 //! The projector: copies run events from `JETCRON_RUNS` (durable consumer
 //! `projector`) into ClickHouse `jetcron.run_events`, and the `job.rejected`
-//! events stored in the same stream into `jetcron.job_events`.
+//! events stored in the same stream into `jetcron.job_events`. ClickHouse
+//! itself keeps the latest state per run from there (`jetcron.run_state`).
 //!
-//! It fetches a batch (bounded by size and time), inserts it in one
-//! `INSERT`, and acks the messages only after ClickHouse accepted the insert:
-//! if ClickHouse is away the batch stays unacked and is retried with backoff,
-//! so nothing is lost and JetStream holds the backlog. Delivery is at least
-//! once; rows carry `event_id` and every query dedups on it, so a replay does
-//! not change answers. An event that cannot be decoded is terminated and
-//! logged rather than retried forever.
+//! It fetches a batch (bounded by size and time), inserts it, and acks the
+//! messages only after ClickHouse accepted them: while ClickHouse is away the
+//! batch stays unacked and is retried with backoff, so nothing is lost and
+//! JetStream holds the backlog. Delivery is at least once; rows carry
+//! `event_id` and every table and query dedups on it, so a replay does not
+//! change answers. What cannot be stored ([`insert`] tells a refusal from an
+//! outage) is parked in the dead letter stream ([`dead_letter`]) and counted.
 //!
-//! Owns: the `projector` consumer and the rows of `jetcron.run_events`;
-//! applies the ClickHouse DDL at start.
+//! Owns: the `projector` consumer and the rows of `jetcron.run_events` and
+//! `jetcron.job_events`; applies the ClickHouse DDL at start.
 
+pub mod batch;
+pub mod dead_letter;
+pub mod insert;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
-use jetcron_core::clickhouse_schema::{self, ClickHouseOptions, JobEventRow, RunEventRow};
-use jetcron_core::events::RunEvent;
-use jetcron_core::job_events::JobRejected;
+use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use batch::{Batch, Decoded, Row};
 
 /// Projector settings.
 #[derive(Debug, Clone)]
@@ -34,6 +41,8 @@ pub struct ProjectorConfig {
     pub batch_size: usize,
     /// Longest wait to fill a batch.
     pub batch_wait: Duration,
+    /// Durable consumer name; a new name replays the stream from its start.
+    pub consumer: String,
     pub topology: TopologyOptions,
 }
 
@@ -43,9 +52,23 @@ impl ProjectorConfig {
             clickhouse,
             batch_size: 5_000,
             batch_wait: Duration::from_millis(200),
+            consumer: subjects::PROJECTOR_CONSUMER.to_string(),
             topology: TopologyOptions::default(),
         }
     }
+}
+
+/// What the projector has done, for metrics and logs.
+#[derive(Debug, Default)]
+pub struct ProjectorCounters {
+    /// Events stored in ClickHouse.
+    pub stored: AtomicU64,
+    /// Events parked in the dead letter stream.
+    pub parked: AtomicU64,
+    /// Inserts that failed on an outage and were retried.
+    pub insert_retries: AtomicU64,
+    /// Batches stored.
+    pub batches: AtomicU64,
 }
 
 /// Run the projector until `shutdown` is cancelled.
@@ -54,13 +77,24 @@ pub async fn run(
     client: async_nats::Client,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    run_counted(config, client, Arc::default(), shutdown).await
+}
+
+/// [`run`], counting into `counters`.
+pub async fn run_counted(
+    config: ProjectorConfig,
+    client: async_nats::Client,
+    counters: Arc<ProjectorCounters>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let js = jetstream::new(client);
     let stream = topology::ensure_runs_stream(&js, &config.topology).await?;
+    topology::ensure_dead_letter_stream(&js, &config.topology).await?;
     let consumer = stream
         .get_or_create_consumer(
-            subjects::PROJECTOR_CONSUMER,
+            &config.consumer,
             pull::Config {
-                durable_name: Some(subjects::PROJECTOR_CONSUMER.to_string()),
+                durable_name: Some(config.consumer.clone()),
                 description: Some("jetcron projector into ClickHouse".into()),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 ack_wait: Duration::from_secs(120),
@@ -70,20 +104,20 @@ pub async fn run(
             },
         )
         .await
-        .context("create consumer projector")?;
+        .with_context(|| format!("create consumer {}", config.consumer))?;
     let clickhouse = config.clickhouse.client();
     apply_schema_with_retry(&clickhouse, &shutdown).await;
-    info!(batch_size = config.batch_size, "projector started");
+    info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
     while !shutdown.is_cancelled() {
-        let batch = consumer
+        let fetched = consumer
             .fetch()
             .max_messages(config.batch_size)
             .expires(config.batch_wait.max(Duration::from_millis(100)))
             .messages()
             .await;
-        let mut batch = match batch {
-            Ok(batch) => batch,
+        let mut fetched = match fetched {
+            Ok(fetched) => fetched,
             Err(e) => {
                 warn!(error = %e, "cannot fetch run events, retrying");
                 if sleep_or_shutdown(Duration::from_secs(1), &shutdown).await {
@@ -92,11 +126,10 @@ pub async fn run(
                 continue;
             }
         };
-        let mut messages = Vec::new();
-        let mut rows = Batch::default();
+        let mut batch = Batch::default();
         while let Some(next) = tokio::select! {
             _ = shutdown.cancelled() => None,
-            next = batch.next() => next,
+            next = fetched.next() => next,
         } {
             let message = match next {
                 Ok(m) => m,
@@ -105,116 +138,128 @@ pub async fn run(
                     break;
                 }
             };
-            if message
-                .subject
-                .rsplit('.')
-                .next()
-                .is_some_and(|last| last == subjects::RUN_COMPLETE_TOKEN)
-            {
-                // A completion report of an asynchronous target: the executor
-                // records its result as the attempt's outcome event.
-                if let Err(e) = message.ack().await {
-                    warn!(error = %e, "cannot ack completion report");
-                }
-                continue;
-            }
-            match rows.add(&message.subject, &message.payload) {
-                Ok(()) => messages.push(message),
-                Err(e) => {
-                    warn!(subject = %message.subject, error = %e, "undecodable run event, terminating it");
-                    if let Err(e) = message.ack_with(AckKind::Term).await {
-                        warn!(error = %e, "cannot terminate poison run event");
+            match batch::decode(&message.subject, &message.payload) {
+                Decoded::Row(row) => batch.entries.push((row, message)),
+                Decoded::Skip => {
+                    if let Err(e) = message.ack().await {
+                        warn!(error = %e, "cannot ack completion report");
                     }
                 }
+                Decoded::Poison(reason) => park(&js, &message, &reason, &counters).await,
             }
         }
-        if rows.is_empty() {
+        if batch.is_empty() {
             continue;
         }
-        // Insert until ClickHouse takes it; the messages stay unacked meanwhile.
-        let mut delay = Duration::from_millis(250);
-        loop {
-            match insert(&clickhouse, &rows).await {
-                Ok(()) => break,
-                Err(e) => {
-                    warn!(rows = rows.len(), error = %format!("{e:#}"), retry_in_ms = delay.as_millis() as u64, "ClickHouse insert failed");
-                    if sleep_or_shutdown(delay, &shutdown).await {
-                        // Unacked messages are redelivered to the next projector.
-                        info!("projector stopped with an unsaved batch; it will be redelivered");
-                        return Ok(());
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(10));
-                }
-            }
+        if !store(&clickhouse, &js, batch, &counters, &shutdown).await {
+            // Unacked messages are redelivered to the next projector.
+            info!("projector stopped with an unsaved batch; it will be redelivered");
+            return Ok(());
         }
-        for message in &messages {
-            if let Err(e) = message.ack().await {
-                warn!(error = %e, "cannot ack projected run event (it will be projected again)");
-            }
-        }
-        debug!(rows = rows.len(), "batch projected");
     }
     info!("projector stopped");
     Ok(())
 }
 
-/// The rows of one fetched batch, by table.
-#[derive(Default)]
-struct Batch {
-    runs: Vec<RunEventRow>,
-    jobs: Vec<JobEventRow>,
-}
-
-impl Batch {
-    /// Decode one message by its subject.
-    fn add(&mut self, subject: &str, payload: &[u8]) -> Result<(), serde_json::Error> {
-        if subject == subjects::JOB_REJECTED_SUBJECT {
-            let event: JobRejected = serde_json::from_slice(payload)?;
-            self.jobs.push(JobEventRow::from(&event));
-        } else {
-            let event: RunEvent = serde_json::from_slice(payload)?;
-            self.runs.push(RunEventRow::from(&event));
+/// Insert `batch` until ClickHouse takes it (parking refused rows), then ack.
+/// False when shutdown came first.
+async fn store(
+    clickhouse: &clickhouse::Client,
+    js: &jetstream::Context,
+    batch: Batch,
+    counters: &ProjectorCounters,
+    shutdown: &CancellationToken,
+) -> bool {
+    let rows: Vec<&Row> = batch.entries.iter().map(|(row, _)| row).collect();
+    let mut delay = Duration::from_millis(250);
+    let refused = loop {
+        let outcome = insert::insert_splitting(clickhouse, &rows).await;
+        match outcome {
+            // Every row of a batch refused is more likely a table that does
+            // not match this build than a batch of poison: wait, loudly.
+            Ok(refused) if rows.len() > 1 && refused.len() == rows.len() => {
+                counters.insert_retries.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(rows = rows.len(), reason = %refused[0].1, "ClickHouse refused every row of the batch; retrying (check the schema)");
+                if sleep_or_shutdown(delay, shutdown).await {
+                    return false;
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            Ok(refused) => break refused,
+            Err(e) => {
+                counters.insert_retries.fetch_add(1, Ordering::Relaxed);
+                warn!(rows = rows.len(), error = %format!("{e:#}"), retry_in_ms = delay.as_millis() as u64, "ClickHouse insert failed");
+                if sleep_or_shutdown(delay, shutdown).await {
+                    return false;
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
         }
-        Ok(())
+    };
+    let mut refused_at = vec![None; rows.len()];
+    for (index, reason) in refused {
+        refused_at[index] = Some(reason);
     }
-
-    fn is_empty(&self) -> bool {
-        self.runs.is_empty() && self.jobs.is_empty()
+    let stored = rows.len() - refused_at.iter().flatten().count();
+    for ((_, message), refusal) in batch.entries.iter().zip(refused_at) {
+        match refusal {
+            // A refusal can be passing (a merge storm misread): a few more
+            // deliveries before the event is parked.
+            Some(reason) if delivered(message) < REFUSALS_BEFORE_PARKING => {
+                warn!(subject = %message.subject, reason, "ClickHouse refused an event; it comes back later");
+                if let Err(e) = message
+                    .ack_with(AckKind::Nak(Some(REFUSAL_RETRY_DELAY)))
+                    .await
+                {
+                    warn!(error = %e, "cannot nak refused event (it comes back after ack_wait)");
+                }
+            }
+            Some(reason) => {
+                park(
+                    js,
+                    message,
+                    &format!("refused by ClickHouse: {reason}"),
+                    counters,
+                )
+                .await
+            }
+            None => {
+                if let Err(e) = message.ack().await {
+                    warn!(error = %e, "cannot ack projected run event (it will be projected again)");
+                }
+            }
+        }
     }
-
-    fn len(&self) -> usize {
-        self.runs.len() + self.jobs.len()
-    }
+    counters.stored.fetch_add(stored as u64, Ordering::Relaxed);
+    counters.batches.fetch_add(1, Ordering::Relaxed);
+    debug!(rows = stored, "batch projected");
+    true
 }
 
-/// Insert both tables' rows. A retry after a partial failure inserts run rows
-/// again; both tables dedup on `event_id`, so that is harmless.
-async fn insert(client: &clickhouse::Client, rows: &Batch) -> anyhow::Result<()> {
-    insert_rows(client, subjects::RUN_EVENTS_TABLE, &rows.runs).await?;
-    insert_rows(client, subjects::JOB_EVENTS_TABLE, &rows.jobs).await
+/// Deliveries of one event ClickHouse refused before it is parked.
+const REFUSALS_BEFORE_PARKING: i64 = 3;
+/// Wait before a refused event is offered again.
+const REFUSAL_RETRY_DELAY: Duration = Duration::from_secs(5);
+
+fn delivered(message: &jetstream::Message) -> i64 {
+    message.info().map(|i| i.delivered).unwrap_or(1)
 }
 
-async fn insert_rows<R>(client: &clickhouse::Client, table: &str, rows: &[R]) -> anyhow::Result<()>
-where
-    R: clickhouse::RowOwned + clickhouse::RowWrite,
-{
-    if rows.is_empty() {
-        return Ok(());
+async fn park(
+    js: &jetstream::Context,
+    message: &jetstream::Message,
+    reason: &str,
+    counters: &ProjectorCounters,
+) {
+    match dead_letter::park(js, message, reason).await {
+        Ok(()) => {
+            counters.parked.fetch_add(1, Ordering::Relaxed);
+            warn!(subject = %message.subject, reason, "event parked in the dead letter stream");
+        }
+        Err(e) => {
+            warn!(subject = %message.subject, error = %format!("{e:#}"), "cannot park event; it will come back")
+        }
     }
-    let mut insert = client
-        .insert_unescaped::<R>(table)
-        .await
-        .with_context(|| format!("start insert into {table}"))?;
-    for row in rows {
-        insert
-            .write(row)
-            .await
-            .with_context(|| format!("write row into {table}"))?;
-    }
-    insert
-        .end()
-        .await
-        .with_context(|| format!("finish insert into {table}"))
 }
 
 async fn apply_schema_with_retry(client: &clickhouse::Client, shutdown: &CancellationToken) {

@@ -228,6 +228,16 @@ impl Stack {
         stop
     }
 
+    /// Start one more projector in this process (e.g. under another consumer
+    /// name, which replays the whole stream); it stops with the stack.
+    pub async fn spawn_projector(&mut self, config: jetcron_projector::ProjectorConfig) {
+        self.services.spawn(jetcron_projector::run(
+            config,
+            self.nats.client().await,
+            self.shutdown.child_token(),
+        ));
+    }
+
     /// `curl -X POST <gateway><path> -H 'Authorization: Bearer …' -d <body>`:
     /// status and JSON body.
     pub async fn post(&self, path: &str, body: &str) -> (u16, Value) {

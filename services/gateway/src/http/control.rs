@@ -61,6 +61,12 @@ pub async fn metrics(
         .await
         .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
     let mut text = pools::render_metrics(&pools);
+    if let Ok(Some(backlog)) = pools::projector_backlog(&state).await {
+        text.push_str(&format!(
+            "# HELP jetcron_projector_backlog Run events not yet stored in ClickHouse.\n\
+             # TYPE jetcron_projector_backlog gauge\njetcron_projector_backlog {backlog}\n"
+        ));
+    }
     // Missed fires need ClickHouse; without it the pool gauges still answer.
     match state.missed.render(&state).await {
         Ok(missed) => text.push_str(&missed),

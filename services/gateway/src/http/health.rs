@@ -19,8 +19,11 @@ pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json
     let nats_ok = state.nats.connection_state() == async_nats::connection::State::Connected;
     let clickhouse = state.runs.ping().await;
     let ready = nats_ok && clickhouse.is_ok();
+    // How far the projector is behind: grows while ClickHouse is away.
+    let backlog = crate::pools::projector_backlog(&state).await.ok().flatten();
     let body = json!({
         "ok": ready,
+        "projector_backlog": backlog,
         "nats": if nats_ok { "connected".to_string() } else { state.nats.connection_state().to_string() },
         "clickhouse": match &clickhouse { Ok(()) => "ok".to_string(), Err(e) => format!("{e:#}") },
     });

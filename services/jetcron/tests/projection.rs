@@ -1,0 +1,280 @@
+//! The projector under stress: ClickHouse killed for a while (nothing lost,
+//! the backlog visible, caught up afterwards), the whole `JETCRON_RUNS`
+//! stream replayed by a second projector (no answer changes), and events it
+//! cannot decode parked in the dead letter stream with a reason.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use jetcron_core::clickhouse_schema::ClickHouseOptions;
+use jetcron_testkit::{wait_until, Stack, StackOptions};
+use serde_json::Value;
+
+/// `curl <clickhouse>/?query=...`: the first column of every row.
+async fn clickhouse_column(stack: &Stack, sql: &str) -> Vec<String> {
+    let text = stack
+        .http
+        .post(stack.clickhouse.url())
+        .body(format!("{sql} FORMAT TSV"))
+        .send()
+        .await
+        .expect("ClickHouse query")
+        .text()
+        .await
+        .expect("text");
+    text.lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn clickhouse_down_for_a_while_loses_nothing_and_the_backlog_shows() {
+    let mut stack = Stack::start(StackOptions::with_shell()).await;
+    let (reply, code) = stack
+        .api_put(r#"{"id":"tick","schedule":"* * * * * *","misfire":"skip","target":{"type":"shell","command":"echo tick"}}"#)
+        .await;
+    assert_eq!(code, None, "{reply}");
+    wait_until("first runs stored", Duration::from_secs(20), || async {
+        let (_, runs) = stack.get("/v1/runs?job=tick").await;
+        (runs["runs"].as_array().map_or(0, Vec::len) >= 2).then_some(())
+    })
+    .await;
+
+    stack.clickhouse.kill();
+    // Runs go on without ClickHouse; their events wait in JetStream.
+    let during = wait_until(
+        "backlog while ClickHouse is down",
+        Duration::from_secs(20),
+        || async {
+            let (status, ready) = stack.get("/readyz").await;
+            (status == 503 && ready["projector_backlog"].as_u64().is_some_and(|b| b >= 10))
+                .then_some(ready)
+        },
+    )
+    .await;
+    assert!(
+        during["clickhouse"].as_str().is_some_and(|s| s != "ok"),
+        "{during}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    stack.clickhouse.restart();
+    wait_until("caught up", Duration::from_secs(60), || async {
+        let (status, ready) = stack.get("/readyz").await;
+        (status == 200 && ready["projector_backlog"] == 0).then_some(())
+    })
+    .await;
+    stack.kv_delete("tick").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_until("last events stored", Duration::from_secs(20), || async {
+        let (_, ready) = stack.get("/readyz").await;
+        (ready["projector_backlog"] == 0).then_some(())
+    })
+    .await;
+
+    // Every event in the stream is in ClickHouse, once per event id.
+    let in_stream: BTreeSet<String> = stack
+        .run_events("tick")
+        .await
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    let stored: BTreeSet<String> = clickhouse_column(
+        &stack,
+        "SELECT DISTINCT event_id FROM jetcron.run_events WHERE job_id = 'tick'",
+    )
+    .await
+    .into_iter()
+    .collect();
+    assert!(in_stream.len() >= 20, "{} events", in_stream.len());
+    assert_eq!(stored, in_stream);
+    // And the runs of the outage are there, without a gap of scheduled seconds.
+    let (_, runs) = stack.get("/v1/runs?job=tick&limit=500").await;
+    let mut seconds: Vec<i64> = runs["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| jetcron_testkit::instant(&r["scheduled_at"]).timestamp())
+        .collect();
+    seconds.sort();
+    assert!(seconds.windows(2).all(|w| w[1] - w[0] == 1), "{seconds:?}");
+    assert!(seconds.len() >= 8, "{seconds:?}");
+    stack.stop().await;
+}
+
+/// Everything a user reads, with explicit ranges so "now" does not move it.
+async fn answers(stack: &Stack, run_ids: &[String]) -> Vec<Value> {
+    let day = |offset: i64| {
+        (chrono::Utc::now() + chrono::Duration::days(offset)).format("%Y-%m-%dT00:00:00Z")
+    };
+    let mut all = Vec::new();
+    for path in [
+        format!("/v1/runs?from={}&to={}&limit=500", day(-30), day(1)),
+        format!("/v1/stats?from={}&to={}", day(-20), day(1)),
+        "/v1/jobs/steady/runs?limit=500".to_string(),
+        "/v1/jobs/flaky/runs?limit=500".to_string(),
+        "/v1/rejections".to_string(),
+    ] {
+        let (status, body) = stack.get(&path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        all.push(body);
+    }
+    for run_id in run_ids {
+        all.push(stack.run(run_id).await.expect("run"));
+    }
+    for sql in [
+        "SELECT status, count() FROM jetcron.runs GROUP BY status ORDER BY status",
+        "SELECT job_id, last_status, runs FROM jetcron.job_state ORDER BY job_id",
+        "SELECT count(), uniqExact(event_id) FROM jetcron.run_events",
+    ] {
+        all.push(Value::from(clickhouse_column(stack, sql).await));
+    }
+    all
+}
+
+#[tokio::test]
+async fn replaying_the_whole_stream_changes_no_answer() {
+    let mut stack = Stack::start(StackOptions::with_shell()).await;
+    for job in [
+        r#"{"id":"steady","schedule":"@daily","target":{"type":"shell","command":"echo ok"}}"#,
+        r#"{"id":"flaky","schedule":"@daily","retry":{"max_attempts":2,"backoff":"100ms"},"target":{"type":"shell","command":"exit 1"}}"#,
+    ] {
+        let (reply, code) = stack.api_put(job).await;
+        assert_eq!(code, None, "{reply}");
+    }
+    let mut run_ids = Vec::new();
+    for (job, status) in [
+        ("steady", "succeeded"),
+        ("steady", "succeeded"),
+        ("flaky", "failed"),
+    ] {
+        let (reply, _) = stack
+            .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{job}"}}"#))
+            .await;
+        let run_id = reply["run_id"].as_str().expect("run id").to_string();
+        stack
+            .wait_for_run_status(&run_id, status, Duration::from_secs(20))
+            .await;
+        run_ids.push(run_id);
+    }
+    stack
+        .client
+        .publish(
+            "jetcron.api.jobs.put",
+            r#"{"id":"oops","schedule":"nope"}"#.into(),
+        )
+        .await
+        .expect("publish");
+    wait_until("rejection stored", Duration::from_secs(20), || async {
+        let (_, r) = stack.get("/v1/rejections").await;
+        (r["rejections"].as_array().map_or(0, Vec::len) == 1).then_some(())
+    })
+    .await;
+    let (_, ready) = stack.get("/readyz").await;
+    assert_eq!(ready["projector_backlog"], 0, "{ready}");
+    let before = answers(&stack, &run_ids).await;
+
+    let mut replay =
+        jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(stack.clickhouse.url()));
+    replay.consumer = "projector-replay".into();
+    replay.batch_wait = Duration::from_millis(100);
+    stack.spawn_projector(replay).await;
+    let js = stack.js.clone();
+    wait_until("replay done", Duration::from_secs(30), || async {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_stream("JETCRON_RUNS")
+            .await
+            .ok()?
+            .get_consumer("projector-replay")
+            .await
+            .ok()?;
+        let info = consumer.info().await.ok()?;
+        (info.num_pending == 0 && info.num_ack_pending == 0 && info.delivered.stream_sequence > 0)
+            .then_some(())
+    })
+    .await;
+    let rows = clickhouse_column(&stack, "SELECT count() FROM jetcron.run_events").await;
+    let after = answers(&stack, &run_ids).await;
+    // The last answer counts raw rows: the replay doubled them...
+    let (raw_before, raw_after) = (&before[before.len() - 1], &after[after.len() - 1]);
+    let (count_before, distinct_before) = split_counts(raw_before);
+    let (count_after, distinct_after) = split_counts(raw_after);
+    assert!(
+        count_after > count_before || rows.is_empty(),
+        "replayed rows: {raw_before} → {raw_after}"
+    );
+    assert_eq!(distinct_before, distinct_after);
+    // ...and nothing a user reads changed.
+    assert_eq!(before[..before.len() - 1], after[..after.len() - 1]);
+    stack.stop().await;
+}
+
+/// "count\tdistinct" of the raw-rows query.
+fn split_counts(value: &Value) -> (u64, u64) {
+    let line = value[0].as_str().expect("one line");
+    let mut parts = line.split('\t').map(|p| p.parse::<u64>().expect("number"));
+    (
+        parts.next().expect("count"),
+        parts.next().expect("distinct"),
+    )
+}
+
+#[tokio::test]
+async fn undecodable_events_are_parked_with_a_reason_and_the_rest_goes_on() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    stack
+        .js
+        .publish("jetcron.runs.poisoned.started", "{not a run event".into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+    let (reply, code) = stack
+        .api_put(r#"{"id":"after","schedule":"@daily","target":{"type":"shell","command":"echo after"}}"#)
+        .await;
+    assert_eq!(code, None, "{reply}");
+    let (reply, _) = stack
+        .api("jetcron.api.jobs.trigger", r#"{"id":"after"}"#)
+        .await;
+    let run_id = reply["run_id"].as_str().expect("run id").to_string();
+    stack
+        .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
+        .await;
+
+    let parked = stack
+        .js
+        .get_stream("JETCRON_DEADLETTER")
+        .await
+        .expect("dead letter stream");
+    let consumer = parked
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("reader");
+    let mut messages = consumer.messages().await.expect("messages");
+    let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+        .await
+        .expect("a parked event")
+        .expect("message")
+        .expect("ok");
+    assert_eq!(
+        message.subject.as_str(),
+        "jetcron.deadletter.jetcron.runs.poisoned.started"
+    );
+    assert_eq!(&message.payload[..], b"{not a run event");
+    let headers = message.headers.clone().expect("headers");
+    let reason = headers
+        .get("Jetcron-Dead-Letter-Reason")
+        .expect("reason")
+        .as_str()
+        .to_string();
+    assert!(reason.starts_with("not a run event"), "{reason}");
+    assert_eq!(
+        headers.get("Jetcron-Original-Subject").map(|v| v.as_str()),
+        Some("jetcron.runs.poisoned.started")
+    );
+    let (_, ready) = stack.get("/readyz").await;
+    assert_eq!(
+        ready["projector_backlog"], 0,
+        "parked, not retried: {ready}"
+    );
+    stack.stop().await;
+}

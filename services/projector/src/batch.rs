@@ -1,0 +1,83 @@
+//! One fetched batch: messages decoded into rows by subject, and what could
+//! not be decoded.
+
+use async_nats::jetstream::Message;
+use jetcron_core::clickhouse_schema::{JobEventRow, RunEventRow};
+use jetcron_core::events::RunEvent;
+use jetcron_core::job_events::JobRejected;
+use jetcron_core::subjects;
+
+/// A row for one of the two tables.
+#[derive(Debug, Clone)]
+pub enum Row {
+    Run(Box<RunEventRow>),
+    Job(Box<JobEventRow>),
+}
+
+/// What a message of `JETCRON_RUNS` is to the projector.
+pub enum Decoded {
+    Row(Row),
+    /// A completion report of an asynchronous target: the executor records
+    /// its result as the attempt's outcome event; nothing to store.
+    Skip,
+    /// Cannot be decoded: parked in the dead letter stream with this reason.
+    Poison(String),
+}
+
+/// Decode one message by its subject.
+pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
+    if subject
+        .rsplit('.')
+        .next()
+        .is_some_and(|last| last == subjects::RUN_COMPLETE_TOKEN)
+    {
+        return Decoded::Skip;
+    }
+    if subject == subjects::JOB_REJECTED_SUBJECT {
+        return match serde_json::from_slice::<JobRejected>(payload) {
+            Ok(event) => Decoded::Row(Row::Job(Box::new(JobEventRow::from(&event)))),
+            Err(e) => Decoded::Poison(format!("not a job.rejected event: {e}")),
+        };
+    }
+    match serde_json::from_slice::<RunEvent>(payload) {
+        Ok(event) => Decoded::Row(Row::Run(Box::new(RunEventRow::from(&event)))),
+        Err(e) => Decoded::Poison(format!("not a run event: {e}")),
+    }
+}
+
+/// Rows waiting for ClickHouse, each with its message (acked once stored).
+#[derive(Default)]
+pub struct Batch {
+    pub entries: Vec<(Row, Message)>,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_told_apart_by_subject() {
+        assert!(matches!(
+            decode("jetcron.runs.6a1c3f0e.complete", b"{}"),
+            Decoded::Skip
+        ));
+        assert!(matches!(
+            decode("jetcron.runs.job.started", b"{not json"),
+            Decoded::Poison(reason) if reason.starts_with("not a run event")
+        ));
+        assert!(matches!(
+            decode(subjects::JOB_REJECTED_SUBJECT, br#"{"kind":"job.rejected"}"#),
+            Decoded::Poison(reason) if reason.starts_with("not a job.rejected event")
+        ));
+    }
+}
