@@ -89,7 +89,7 @@ fn event(i: usize, at: DateTime<Utc>, job: &str) -> RunEvent {
         .single()
         .unwrap_or(at);
     let run_id = RunId::for_fire(job, scheduled_at);
-    let kind = if i % 2 == 0 {
+    let kind = if i.is_multiple_of(2) {
         RunEventKind::Started
     } else {
         RunEventKind::Succeeded
