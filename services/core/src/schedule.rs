@@ -215,8 +215,19 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
             "year",
         ],
     };
+    // Likewise a day-of-week that is only the `+` (both days must match)
+    // modifier, or `+,1`: croner drops the `+` and is left with nothing.
     for (field, name) in line.split_whitespace().zip(names) {
-        if field.split(',').any(str::is_empty) {
+        let list = match *name {
+            "day-of-week" => field.strip_prefix('+').unwrap_or(field),
+            _ => field,
+        };
+        if list.is_empty() {
+            return Err(ScheduleError(format!(
+                "{name} field {field:?} has no days after +"
+            )));
+        }
+        if list.split(',').any(str::is_empty) {
             return Err(ScheduleError(format!(
                 "{name} field {field:?} has an empty list element"
             )));
@@ -457,6 +468,15 @@ mod tests {
             err("0 1,,2 * * *"),
             "hour field \"1,,2\" has an empty list element"
         );
+        // Found by the fuzzer too: a lone `+` day-of-week never matches and
+        // cost tens of milliseconds to prove it.
+        assert_eq!(err("0 0 9 * +"), "day-of-week field \"+\" has no days after +");
+        assert_eq!(
+            err("0 0 9 * +,1"),
+            "day-of-week field \"+,1\" has an empty list element"
+        );
+        assert!(err("0 1  007w0 * +").contains("has no days after +"));
+        assert!(Schedule::parse("0 0 1 * +MON").is_ok());
         assert!(parse_timezone("Mars/Olympus").is_err());
     }
 }
