@@ -9,6 +9,14 @@ nats_bin="$("$INFRA_DIR/install-nats.sh")"
 clickhouse_bin="$("$INFRA_DIR/install-clickhouse.sh")"
 export JETCRON_NATS_SERVER="$nats_bin"
 export JETCRON_CLICKHOUSE_SERVER="$clickhouse_bin"
+# chdb (current ClickHouse in-process) for the dashboard test (tests/grafana_dashboards.rs);
+# python3 is there since install-nats.sh; same PEP 668 fallback as there.
+if ! python3 -c 'import chdb' 2>/dev/null; then
+  log "pip install chdb"
+  python3 -m pip install -q chdb 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages chdb \
+    || die "cannot install chdb"
+fi
 cd "$REPO_DIR"
 # nextest runs each test in its own process and ends with one summary line;
 # plain cargo test is the fallback where nextest is not installed.
