@@ -13,8 +13,8 @@ export JETCRON_CLICKHOUSE_SERVER="$clickhouse_bin"
 # python3 is there since install-nats.sh; same PEP 668 fallback as there.
 if ! python3 -c 'import chdb' 2>/dev/null; then
   log "pip install chdb"
-  python3 -m pip install -q chdb 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages chdb \
+  python3 -m pip install -q "chdb==4.4.0" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "chdb==4.4.0" \
     || die "cannot install chdb"
 fi
 cd "$REPO_DIR"
