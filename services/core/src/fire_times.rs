@@ -133,6 +133,30 @@ impl ValidJob {
 }
 
 impl ValidJob {
+    /// The problem of a definition that, written at `written_at`, has no fire
+    /// time after it (a past `@at`, a past year, `end_at` gone by): refused by
+    /// the API and, from the bucket, rejected rather than silently idle. A
+    /// one-shot written before its time and fired since is not this: it is done.
+    pub fn never_fires_after(&self, written_at: DateTime<Utc>) -> Option<crate::job::FieldError> {
+        if self.next_scheduled(written_at).is_some() {
+            return None;
+        }
+        Some(crate::job::FieldError::new(
+            "schedule",
+            "never_fires",
+            format!(
+                "{:?} has no fire time after {}{}",
+                self.spec.schedule,
+                crate::time_format::rfc3339_millis(written_at),
+                if self.end_at.is_some() {
+                    " (check end_at)"
+                } else {
+                    ""
+                }
+            ),
+        ))
+    }
+
     /// Scheduled times in `[from, to]`, oldest first; `Err(limit)` when there
     /// are more than `limit` of them.
     pub fn scheduled_between(

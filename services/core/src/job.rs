@@ -353,25 +353,51 @@ pub fn parse_job_with(
             format!("definition is not valid UTF-8: {e}"),
         )]
     })?;
+    // serde would also read a struct from a positional array: a definition
+    // (and each object in it) must be a JSON object.
+    if !text.trim_start().starts_with('{') {
+        let message = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(value) => format!(
+                "a definition is a JSON object, got {}",
+                match value {
+                    serde_json::Value::Null => "null",
+                    serde_json::Value::Bool(_) => "a boolean",
+                    serde_json::Value::Number(_) => "a number",
+                    serde_json::Value::String(_) => "a string",
+                    serde_json::Value::Array(_) => "an array",
+                    serde_json::Value::Object(_) => "an object",
+                }
+            ),
+            Err(e) => format!("a definition is a JSON object: {e}"),
+        };
+        return Err(vec![FieldError::new("", "invalid_json", message)]);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let mut spec: JobSpec = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+        let path = known_path(&e.path().to_string());
         if path == "target" {
             if let Some(precise) = diagnose_target(text) {
                 return vec![precise];
             }
         }
-        let field = if path == "." || path == "?" {
-            String::new()
-        } else {
-            path
-        };
-        vec![FieldError::new(
-            field,
-            "invalid_json",
-            e.inner().to_string(),
-        )]
+        let message = e.inner().to_string();
+        // "missing field `schedule`": a required field, named.
+        if let Some(name) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            let field = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            return vec![FieldError::new(field, "required", "missing")];
+        }
+        vec![FieldError::new(path, "invalid_json", message)]
     })?;
+    if let Some(problem) = positional_object(text) {
+        return Err(vec![problem]);
+    }
     de.end().map_err(|e| {
         vec![FieldError::new(
             "",
@@ -398,6 +424,46 @@ pub fn parse_job_with(
 
 /// serde reads a tagged enum through a buffer and loses the path inside it;
 /// re-read the target alone to name the exact field (`target.url`).
+/// A serde path as a field name: `.` (the root) is empty, and the path stops
+/// before an unknown position (`?`, a document cut off mid-way).
+fn known_path(path: &str) -> String {
+    path.split('.')
+        .take_while(|segment| *segment != "?")
+        .filter(|segment| !segment.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The first object-valued field given as an array (serde reads structs from
+/// positional arrays too; a definition never has them).
+fn positional_object(text: &str) -> Option<FieldError> {
+    const OBJECTS: [&str; 7] = [
+        "/target",
+        "/retry",
+        "/notify",
+        "/labels",
+        "/target/headers",
+        "/target/env",
+        "/notify/headers",
+    ];
+    let root: serde_json::Value = serde_json::from_str(text).ok()?;
+    OBJECTS.iter().find_map(|pointer| {
+        root.pointer(pointer).filter(|v| !v.is_object()).map(|v| {
+            let field = pointer.trim_start_matches('/').replace('/', ".");
+            let kind = match v {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Null => "null",
+                _ => "not an object",
+            };
+            FieldError::new(
+                field,
+                "invalid_json",
+                format!("must be a JSON object, got {kind}"),
+            )
+        })
+    })
+}
+
 fn diagnose_target(text: &str) -> Option<FieldError> {
     let root: serde_json::Value = serde_json::from_str(text).ok()?;
     let mut target = root.get("target")?.as_object()?.clone();
@@ -625,6 +691,16 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
                     ),
                 ));
             }
+            if let Some(prefix) = reserved_subject_prefix(&t.subject) {
+                problems.push(FieldError::new(
+                    "target.subject",
+                    "reserved_subject",
+                    format!(
+                        "{:?} is under {prefix:?}, which jetcron and NATS use themselves (a job could forge due or run events through it)",
+                        t.subject
+                    ),
+                ));
+            }
             validate_headers("target.headers", &t.headers, problems);
         }
         Target::Http(t) => {
@@ -713,6 +789,16 @@ fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
 }
 
 fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
+    // The URL parser drops tabs and line breaks: the stored text would not be
+    // the URL that runs.
+    if text.chars().any(char::is_control) {
+        problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("{text:?} contains control characters"),
+        ));
+        return;
+    }
     match url::Url::parse(text) {
         Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
         Ok(u) => problems.push(FieldError::new(
@@ -829,6 +915,19 @@ fn validate_headers(
 }
 
 /// A subject one can publish to: non-empty dot-separated tokens, no wildcards or whitespace.
+/// Subject prefixes a `nats` target may not use: the executor publishes a
+/// target's request with its own permissions, so a job aimed at jetcron's own
+/// subjects (`jetcron.due.…`, `jetcron.runs.…`), the JetStream and system
+/// APIs (`$JS.…`, `$KV.…`, `$SYS.…`) or reply inboxes could forge events.
+pub const RESERVED_SUBJECT_PREFIXES: [&str; 3] = ["jetcron.", "$", "_INBOX."];
+
+/// The reserved prefix `subject` falls under, if any.
+pub fn reserved_subject_prefix(subject: &str) -> Option<&'static str> {
+    RESERVED_SUBJECT_PREFIXES
+        .into_iter()
+        .find(|p| subject.starts_with(p) || subject == p.trim_end_matches('.'))
+}
+
 pub fn is_valid_publish_subject(subject: &str) -> bool {
     !subject.is_empty()
         && subject.len() <= 1024
@@ -957,8 +1056,53 @@ mod tests {
             r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true","workdir":"/"}}"#,
         );
         assert!(errs[0].message.contains("unknown field"), "{:?}", errs);
-        let errs = problems("{\"id\":\"x\"} trailing");
+        let errs = problems(
+            r#"{"id":"x","schedule":"@daily","target":{"type":"shell","command":"true"}} trailing"#,
+        );
         assert_eq!(errs[0].code, "invalid_json");
+        // Found by the bad-input corpus (tests/bad_input/):
+        // a missing field is "required", by name;
+        let errs = problems(r#"{"id":"x","target":{"type":"shell","command":"true"}}"#);
+        assert_eq!(
+            (errs[0].field.as_str(), errs[0].code.as_str()),
+            ("schedule", "required")
+        );
+        let errs = problems(r#"{"id":"x","schedule":"@daily"}"#);
+        assert_eq!(
+            (errs[0].field.as_str(), errs[0].code.as_str()),
+            ("target", "required")
+        );
+        // serde's positional form of a struct is not a definition;
+        for (body, field) in [
+            (
+                r#"["x",null,"@daily",null,false,{"type":"nats","subject":"s"}]"#,
+                "",
+            ),
+            (
+                r#"{"id":"x","schedule":"@daily","retry":[3],"target":{"type":"nats","subject":"s"}}"#,
+                "retry",
+            ),
+            (
+                r#"{"id":"x","schedule":"@daily","target":{"type":"nats","subject":"s","headers":[]}}"#,
+                "target",
+            ),
+        ] {
+            let errs = problems(body);
+            assert_eq!(errs[0].code, "invalid_json", "{body}: {errs:?}");
+            assert!(errs[0].field.starts_with(field), "{body}: {errs:?}");
+        }
+        // a document cut off inside target names target, not "target.?";
+        let errs = problems(r#"{"id":"x","schedule":"@daily","target":{"type":"nats","subj"#);
+        assert_eq!(errs[0].field, "target", "{errs:?}");
+        // and line breaks in a URL are refused, not silently dropped.
+        let errs = problems(
+            "{\"id\":\"x\",\"schedule\":\"@daily\",\"target\":{\"type\":\"http\",\"url\":\"http://example.com/x\\r\\nX-Injected: 1\"}}",
+        );
+        assert_eq!(
+            (errs[0].field.as_str(), errs[0].code.as_str()),
+            ("target.url", "invalid_url"),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -1030,5 +1174,30 @@ mod tests {
         .expect("valid");
         assert_eq!((job.pool.as_str(), job.shards), ("gpu", 3));
         assert_eq!(job.concurrency, ConcurrencyPolicy::Forbid);
+    }
+
+    #[test]
+    fn nats_targets_cannot_aim_at_jetcron_or_nats_subjects() {
+        for subject in [
+            "jetcron.due.default.x",
+            "jetcron.runs.x.succeeded",
+            "jetcron",
+            "$KV.jetcron_jobs.x",
+            "$JS.API.STREAM.DELETE.JETCRON_DUE",
+            "_INBOX.abc",
+        ] {
+            let body = format!(
+                r#"{{"id":"forge","schedule":"@daily","target":{{"type":"nats","subject":"{subject}"}}}}"#
+            );
+            let problems = parse_job(body.as_bytes(), None).expect_err(subject);
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.field == "target.subject" && p.code == "reserved_subject"),
+                "{subject}: {problems:?}"
+            );
+        }
+        let ok = br#"{"id":"fine","schedule":"@daily","target":{"type":"nats","subject":"jetcronish.svc"}}"#;
+        assert!(parse_job(ok, None).is_ok());
     }
 }

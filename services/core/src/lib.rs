@@ -19,8 +19,10 @@
 //! Three modules do I/O on purpose, because several services need them and they
 //! must agree: [`control`] records and broadcasts kill requests, [`topology`] creates the NATS streams and buckets idempotently,
 //! [`due`] publishes a due event with its dedup header (ticker and gateway), and
-//! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`. [`telemetry`]
-//! sets up `tracing` the same way for every process.
+//! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`, and
+//! [`nats_connect`] turns credentials and TLS settings into connect options.
+//! [`telemetry`] sets up `tracing` and [`prometheus`] the metrics registry the
+//! same way for every process.
 
 pub mod api;
 pub mod backoff;
@@ -32,6 +34,8 @@ pub mod events;
 pub mod fire_times;
 pub mod job;
 pub mod job_events;
+pub mod nats_connect;
+pub mod prometheus;
 pub mod run_summary;
 pub mod schedule;
 pub mod subjects;

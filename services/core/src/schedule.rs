@@ -470,7 +470,10 @@ mod tests {
         );
         // Found by the fuzzer too: a lone `+` day-of-week never matches and
         // cost tens of milliseconds to prove it.
-        assert_eq!(err("0 0 9 * +"), "day-of-week field \"+\" has no days after +");
+        assert_eq!(
+            err("0 0 9 * +"),
+            "day-of-week field \"+\" has no days after +"
+        );
         assert_eq!(
             err("0 0 9 * +,1"),
             "day-of-week field \"+,1\" has an empty list element"

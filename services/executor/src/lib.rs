@@ -306,8 +306,11 @@ async fn pull_loop(
                         continue;
                     };
                     let ctx = ctx.clone();
+                    let in_flight = metrics::gauge!("jetcron_executor_in_flight");
+                    in_flight.increment(1.0);
                     tasks.spawn(async move {
                         attempt::handle(&ctx, message).await;
+                        in_flight.decrement(1.0);
                         drop(permit);
                     });
                 }

@@ -159,6 +159,30 @@ impl RunEventPublisher {
     }
 }
 
+/// Metrics of a stored run event: `jetcron_run_events_total{kind}`,
+/// `jetcron_runs_total{status}` for a run's end, `jetcron_retries_total`,
+/// `jetcron_attempt_duration_seconds{target}` and, for first attempts,
+/// `jetcron_run_start_lag_seconds` (start minus scheduled time).
+fn record_metrics(event: &RunEvent) {
+    let kind = event.kind.as_str();
+    metrics::counter!("jetcron_run_events_total", "kind" => kind).increment(1);
+    match event.kind {
+        RunEventKind::Started if event.attempt == 1 => {
+            let lag = (event.at - event.scheduled_at).num_milliseconds().max(0);
+            metrics::histogram!("jetcron_run_start_lag_seconds").record(lag as f64 / 1000.0);
+        }
+        RunEventKind::Retrying => metrics::counter!("jetcron_retries_total").increment(1),
+        _ => {}
+    }
+    if event.kind.is_terminal() {
+        metrics::counter!("jetcron_runs_total", "status" => kind).increment(1);
+    }
+    if let Some(ms) = event.duration_ms {
+        metrics::histogram!("jetcron_attempt_duration_seconds", "target" => event.target_type.clone())
+            .record(ms as f64 / 1000.0);
+    }
+}
+
 /// Largest run event payload for `client`'s server, less room for headers.
 pub fn max_event_payload(client: &async_nats::Client) -> usize {
     client
@@ -192,7 +216,10 @@ pub async fn publish_run_event(
         }
         .await;
         match stored {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                record_metrics(event);
+                return Ok(());
+            }
             Err(e) => last_error = Some(e),
         }
     }

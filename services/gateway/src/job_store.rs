@@ -27,7 +27,12 @@ pub struct StoredJob {
 
 impl StoredJob {
     fn from_entry(entry: kv::Entry) -> (Self, Option<ValidJob>) {
-        let parsed = parse_job(&entry.value, Some(&entry.key));
+        let parsed = parse_job(&entry.value, Some(&entry.key)).and_then(|job| {
+            match job.never_fires_after(entry.created) {
+                Some(problem) => Err(vec![problem]),
+                None => Ok(job),
+            }
+        });
         let (valid, problems) = match &parsed {
             Ok(_) => (true, Vec::new()),
             Err(p) => (false, p.clone()),
@@ -156,20 +161,8 @@ impl JobStore {
             }
             error
         })?;
-        if job.next_scheduled(chrono::Utc::now()).is_none() {
-            return Err(ApiError::invalid_job(vec![FieldError::new(
-                "schedule",
-                "never_fires",
-                format!(
-                    "{:?} has no fire time after now{}",
-                    job.spec.schedule,
-                    if job.end_at.is_some() {
-                        " (check end_at)"
-                    } else {
-                        ""
-                    }
-                ),
-            )]));
+        if let Some(problem) = job.never_fires_after(chrono::Utc::now()) {
+            return Err(ApiError::invalid_job(vec![problem]));
         }
         self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);

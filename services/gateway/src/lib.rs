@@ -20,6 +20,7 @@ pub mod limits;
 pub mod manual_runs;
 pub mod nats_api;
 pub mod pools;
+pub mod query_catalog;
 pub mod rejections;
 pub mod run_control;
 pub mod run_history;

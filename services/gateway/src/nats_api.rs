@@ -83,6 +83,12 @@ pub async fn serve(
             },
         };
         let reply = handle(&state, endpoint, &request.message.payload).await;
+        let result = match &reply {
+            Ok(_) => "ok",
+            Err(e) => e.code.as_str(),
+        };
+        metrics::counter!("jetcron_api_requests_total", "endpoint" => endpoint.name(), "result" => result)
+            .increment(1);
         if let Err(error) = &reply {
             let answered = request.message.reply.is_some();
             warn!(?endpoint, error = %error, reply = answered, "API request refused");
@@ -96,6 +102,22 @@ pub async fn serve(
         warn!(error = %e, "cannot stop NATS service cleanly");
     }
     Ok(())
+}
+
+impl Endpoint {
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Put => "jobs.put",
+            Endpoint::Trigger => "jobs.trigger",
+            Endpoint::Backfill => "jobs.backfill",
+            Endpoint::Get => "jobs.get",
+            Endpoint::List => "jobs.list",
+            Endpoint::Delete => "jobs.delete",
+            Endpoint::Pause => "jobs.pause",
+            Endpoint::Resume => "jobs.resume",
+            Endpoint::Kill => "runs.kill",
+        }
+    }
 }
 
 async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {

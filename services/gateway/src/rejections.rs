@@ -44,6 +44,19 @@ pub async fn newest(
     job_id: Option<&str>,
     limit: u32,
 ) -> anyhow::Result<Vec<Rejection>> {
+    let rows = newest_query(client, job_id, limit)
+        .fetch_all::<JobEventRow>()
+        .await
+        .context("query job.rejected events")?;
+    Ok(rows.into_iter().map(Rejection::from).collect())
+}
+
+/// The query of [`newest`].
+pub fn newest_query(
+    client: &clickhouse::Client,
+    job_id: Option<&str>,
+    limit: u32,
+) -> clickhouse::query::Query {
     let filter = if job_id.is_some() {
         "WHERE job_id = ?"
     } else {
@@ -57,10 +70,5 @@ pub async fn newest(
     if let Some(id) = job_id {
         query = query.bind(id);
     }
-    let rows = query
-        .bind(limit)
-        .fetch_all::<JobEventRow>()
-        .await
-        .context("query job.rejected events")?;
-    Ok(rows.into_iter().map(Rejection::from).collect())
+    query.bind(limit)
 }

@@ -47,19 +47,7 @@ impl RunHistory {
 
     /// The newest `limit` runs of a job, newest scheduled time first.
     pub async fn runs_of_job(&self, job_id: &str, limit: u32) -> anyhow::Result<Vec<RunSummary>> {
-        let sql = format!(
-            "SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events \
-             WHERE job_id = ? AND run_id IN ( \
-                 SELECT run_id FROM ( \
-                     SELECT DISTINCT run_id, scheduled_ms FROM jetcron.run_events \
-                     WHERE job_id = ? ORDER BY scheduled_ms DESC, run_id LIMIT ?))"
-        );
-        let rows = self
-            .client
-            .query(&sql)
-            .bind(job_id)
-            .bind(job_id)
-            .bind(limit)
+        let rows = runs_of_job_query(&self.client, job_id, limit)
             .fetch_all::<RunEventRow>()
             .await
             .with_context(|| format!("query runs of job {job_id}"))?;
@@ -87,11 +75,7 @@ impl RunHistory {
         if run_ids.is_empty() {
             return Ok(Default::default());
         }
-        let found = self
-            .client
-            .query("SELECT DISTINCT run_id FROM jetcron.run_events WHERE job_id = ? AND has(?, run_id)")
-            .bind(job_id)
-            .bind(run_ids)
+        let found = existing_runs_query(&self.client, job_id, run_ids)
             .fetch_all::<String>()
             .await
             .with_context(|| format!("look up existing runs of {job_id}"))?;
@@ -100,11 +84,7 @@ impl RunHistory {
 
     /// One run with its ordered events.
     pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunSummary>> {
-        let sql = format!("SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events WHERE run_id = ?");
-        let rows = self
-            .client
-            .query(&sql)
-            .bind(run_id)
+        let rows = run_query(&self.client, run_id)
             .fetch_all::<RunEventRow>()
             .await
             .with_context(|| format!("query run {run_id}"))?;
@@ -114,4 +94,38 @@ impl RunHistory {
             .collect();
         Ok(summarize(events, true))
     }
+}
+
+/// Every event of the newest `limit` runs of `job_id`.
+pub fn runs_of_job_query(
+    client: &clickhouse::Client,
+    job_id: &str,
+    limit: u32,
+) -> clickhouse::query::Query {
+    let sql = format!(
+        "SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events \
+         WHERE job_id = ? AND run_id IN ( \
+             SELECT run_id FROM ( \
+                 SELECT DISTINCT run_id, scheduled_ms FROM jetcron.run_events \
+                 WHERE job_id = ? ORDER BY scheduled_ms DESC, run_id LIMIT ?))"
+    );
+    client.query(&sql).bind(job_id).bind(job_id).bind(limit)
+}
+
+/// Which of `run_ids` have events.
+pub fn existing_runs_query(
+    client: &clickhouse::Client,
+    job_id: &str,
+    run_ids: &[String],
+) -> clickhouse::query::Query {
+    client
+        .query("SELECT DISTINCT run_id FROM jetcron.run_events WHERE job_id = ? AND has(?, run_id)")
+        .bind(job_id)
+        .bind(run_ids)
+}
+
+/// Every event of one run.
+pub fn run_query(client: &clickhouse::Client, run_id: &str) -> clickhouse::query::Query {
+    let sql = format!("SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events WHERE run_id = ?");
+    client.query(&sql).bind(run_id)
 }

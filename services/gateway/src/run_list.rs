@@ -143,6 +143,32 @@ pub async fn list(
     client: &clickhouse::Client,
     filter: &RunFilter,
 ) -> anyhow::Result<(Vec<ListedRun>, Option<String>)> {
+    // One more than asked tells whether a next page exists.
+    let rows = list_query(client, filter)
+        .fetch_all::<RunRow>()
+        .await
+        .context("query runs")?;
+    let more = rows.len() > filter.limit as usize;
+    let runs: Vec<ListedRun> = rows
+        .into_iter()
+        .take(filter.limit as usize)
+        .map(ListedRun::from)
+        .collect();
+    let next = if more {
+        runs.last().map(|r| {
+            let ms = chrono::DateTime::parse_from_rfc3339(&r.scheduled_at)
+                .map(|t| t.timestamp_millis())
+                .unwrap_or_default();
+            encode_cursor(ms, &r.run_id)
+        })
+    } else {
+        None
+    };
+    Ok((runs, next))
+}
+
+/// The query of [`list`]: `limit + 1` rows.
+pub fn list_query(client: &clickhouse::Client, filter: &RunFilter) -> clickhouse::query::Query {
     let mut sql = format!(
         "SELECT {RUN_ROW_COLUMNS} FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ?"
     );
@@ -178,30 +204,7 @@ pub async fn list(
     if let Some((ms, run_id)) = &filter.after {
         query = query.bind(ms).bind(ms).bind(run_id);
     }
-    // One more than asked tells whether a next page exists.
-    let rows = query
-        .bind(filter.limit + 1)
-        .fetch_all::<RunRow>()
-        .await
-        .context("query runs")?;
-    let more = rows.len() > filter.limit as usize;
-    let mut runs: Vec<ListedRun> = rows
-        .into_iter()
-        .take(filter.limit as usize)
-        .map(ListedRun::from)
-        .collect();
-    let next = if more {
-        runs.last().map(|r| {
-            let ms = chrono::DateTime::parse_from_rfc3339(&r.scheduled_at)
-                .map(|t| t.timestamp_millis())
-                .unwrap_or_default();
-            encode_cursor(ms, &r.run_id)
-        })
-    } else {
-        None
-    };
-    runs.shrink_to_fit();
-    Ok((runs, next))
+    query.bind(filter.limit + 1)
 }
 
 /// Now, for defaults of time ranges.

@@ -135,6 +135,23 @@ pub async fn run_stats(
     to: DateTime<Utc>,
     job_id: Option<&str>,
 ) -> anyhow::Result<BTreeMap<String, JobStats>> {
+    let rows = run_stats_query(client, from, to, job_id)
+        .fetch_all::<JobStatsRow>()
+        .await
+        .context("query run statistics")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.job_id.clone(), JobStats::from_row(r)))
+        .collect())
+}
+
+/// The query of [`run_stats`].
+pub fn run_stats_query(
+    client: &clickhouse::Client,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    job_id: Option<&str>,
+) -> clickhouse::query::Query {
     let mut sql = STATS_SQL.to_string();
     if job_id.is_some() {
         sql.push_str(" AND job_id = ?");
@@ -147,14 +164,24 @@ pub async fn run_stats(
     if let Some(id) = job_id {
         query = query.bind(id);
     }
-    let rows = query
-        .fetch_all::<JobStatsRow>()
-        .await
-        .context("query run statistics")?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.job_id.clone(), JobStats::from_row(r)))
-        .collect())
+    query
+}
+
+/// Run ids with events among `job_ids` in a scheduled range (missed fires).
+pub fn present_runs_query(
+    client: &clickhouse::Client,
+    job_ids: &[&str],
+    from_ms: i64,
+    to_ms: i64,
+) -> clickhouse::query::Query {
+    client
+        .query(
+            "SELECT DISTINCT run_id FROM jetcron.run_events \
+             WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id)",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(job_ids)
 }
 
 /// A job as the missed-fire count needs it: its valid definition and when
@@ -235,19 +262,17 @@ pub async fn missed_fires(
         return Ok(BTreeMap::new());
     };
     let ids: Vec<&str> = expected.iter().map(|(id, _, _)| *id).collect();
-    let present: HashSet<String> = client
-        .query(
-            "SELECT DISTINCT run_id FROM jetcron.run_events \
-             WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id)",
-        )
-        .bind(earliest.timestamp_millis())
-        .bind(latest.timestamp_millis())
-        .bind(&ids)
-        .fetch_all::<String>()
-        .await
-        .context("query runs of expected fires")?
-        .into_iter()
-        .collect();
+    let present: HashSet<String> = present_runs_query(
+        client,
+        &ids,
+        earliest.timestamp_millis(),
+        latest.timestamp_millis(),
+    )
+    .fetch_all::<String>()
+    .await
+    .context("query runs of expected fires")?
+    .into_iter()
+    .collect();
     let mut missed = BTreeMap::new();
     for (id, times, truncated) in expected {
         let times: Vec<_> = times

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use jetcron_core::nats_connect::NatsAuthOptions;
 use jetcron_core::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -33,7 +34,7 @@ pub enum Command {
     /// Serve the NATS API and the HTTP query API.
     Gateway(GatewayArgs),
     /// Run ticker, executor, projector and gateway in this one process.
-    All(AllArgs),
+    All(Box<AllArgs>),
     /// Send a NATS request and print the reply (a stand-in for `nats req`).
     Req(ReqArgs),
 }
@@ -48,6 +49,44 @@ pub struct CommonArgs {
         global = true
     )]
     pub nats_url: String,
+    /// NATS user (with --nats-password): the role of this service in
+    /// infra/nats/roles.conf (ticker, executor, projector, gateway, …).
+    #[arg(long, env = "JETCRON_NATS_USER", global = true)]
+    pub nats_user: Option<String>,
+    /// Password of --nats-user.
+    #[arg(
+        long,
+        env = "JETCRON_NATS_PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    pub nats_password: Option<String>,
+    /// NATS authentication token (a server with `authorization { token }`).
+    #[arg(
+        long,
+        env = "JETCRON_NATS_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    pub nats_token: Option<String>,
+    /// NATS credentials file (user JWT + nkey seed, as `nsc` writes them).
+    #[arg(long, env = "JETCRON_NATS_CREDS", global = true)]
+    pub nats_creds: Option<PathBuf>,
+    /// File holding a user nkey seed (`SU…`), for `nkey:` users of the server config.
+    #[arg(long, env = "JETCRON_NATS_NKEY", global = true)]
+    pub nats_nkey: Option<PathBuf>,
+    /// PEM file of the CA that signed the NATS server certificate (implies --nats-tls-required).
+    #[arg(long, env = "JETCRON_NATS_TLS_CA", global = true)]
+    pub nats_tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for a server that verifies clients (needs --nats-tls-key).
+    #[arg(long, env = "JETCRON_NATS_TLS_CERT", global = true)]
+    pub nats_tls_cert: Option<PathBuf>,
+    /// PEM private key of --nats-tls-cert.
+    #[arg(long, env = "JETCRON_NATS_TLS_KEY", global = true)]
+    pub nats_tls_key: Option<PathBuf>,
+    /// Refuse to talk to NATS without TLS.
+    #[arg(long, env = "JETCRON_NATS_TLS_REQUIRED", global = true)]
+    pub nats_tls_required: bool,
     /// ClickHouse HTTP URL.
     #[arg(
         long,
@@ -76,6 +115,27 @@ pub struct CommonArgs {
         global = true
     )]
     pub log_format: LogFormat,
+    /// Serve Prometheus metrics on this address (`/metrics`); the gateway
+    /// serves them on its own HTTP address anyway.
+    #[arg(long, env = "JETCRON_METRICS_ADDR", global = true)]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl CommonArgs {
+    /// Credentials and TLS settings of the NATS connection.
+    pub fn nats_auth(&self) -> NatsAuthOptions {
+        NatsAuthOptions {
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            token: self.nats_token.clone(),
+            creds_file: self.nats_creds.clone(),
+            nkey_seed_file: self.nats_nkey.clone(),
+            tls_ca_file: self.nats_tls_ca.clone(),
+            tls_cert_file: self.nats_tls_cert.clone(),
+            tls_key_file: self.nats_tls_key.clone(),
+            require_tls: self.nats_tls_required,
+        }
+    }
 }
 
 #[derive(Debug, Args, Clone)]
@@ -140,6 +200,10 @@ pub struct ProjectorArgs {
     /// Longest wait to fill a batch.
     #[arg(long, env = "JETCRON_BATCH_WAIT", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub batch_wait: Duration,
+    /// Durable consumer on JETCRON_RUNS; a new name replays the stream from
+    /// its start (answers do not change: every table dedups).
+    #[arg(long, env = "JETCRON_PROJECTOR_CONSUMER", default_value = jetcron_core::subjects::PROJECTOR_CONSUMER)]
+    pub consumer: String,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -3,6 +3,7 @@
 //! → wait for SIGINT/SIGTERM (a second signal exits at once).
 
 mod cli;
+mod metrics_server;
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -41,7 +42,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signals(shutdown.clone()));
+    jetcron_core::prometheus::install().context("install the metrics recorder")?;
     let mut services = JoinSet::new();
+    if let Some(addr) = common.metrics_addr {
+        services.spawn(metrics_server::serve(addr, shutdown.clone()));
+    }
     match cli.command {
         Command::Ticker(args) => spawn_ticker(&mut services, &common, args, &shutdown).await?,
         Command::Executor(args) => spawn_executor(&mut services, &common, args, &shutdown).await?,
@@ -50,6 +55,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Gateway(args) => spawn_gateway(&mut services, &common, args, &shutdown).await?,
         Command::All(args) => {
+            let args = *args;
             spawn_gateway(&mut services, &common, args.gateway, &shutdown).await?;
             spawn_projector(&mut services, &common, args.projector, &shutdown).await?;
             spawn_executor(&mut services, &common, args.executor, &shutdown).await?;
@@ -88,19 +94,33 @@ fn clickhouse(common: &CommonArgs) -> ClickHouseOptions {
     }
 }
 
-/// Connect, retrying until NATS answers or shutdown is asked for.
+/// Connect, retrying until NATS answers or shutdown is asked for. Refused
+/// credentials end it at once: retrying would not change the answer.
 async fn connect(
     common: &CommonArgs,
     name: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<async_nats::Client> {
+    let auth = common.nats_auth();
+    let options = auth
+        .connect_options()
+        .context("NATS connection options")?
+        .name(format!("jetcron-{name}"));
     let mut delay = Duration::from_millis(200);
     loop {
-        let options = async_nats::ConnectOptions::new().name(format!("jetcron-{name}"));
-        match options.connect(common.nats_url.as_str()).await {
+        match options.clone().connect(common.nats_url.as_str()).await {
             Ok(client) => return Ok(client),
+            Err(e) if refused(&e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "NATS at {} refused {} as {name}",
+                        common.nats_url,
+                        auth.describe()
+                    )
+                })
+            }
             Err(e) => {
-                warn!(service = name, url = %common.nats_url, error = %e, "cannot connect to NATS yet")
+                warn!(service = name, url = %common.nats_url, auth = %auth.describe(), error = %e, "cannot connect to NATS yet")
             }
         }
         tokio::select! {
@@ -109,6 +129,15 @@ async fn connect(
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// The server answered and said no to these credentials.
+fn refused(error: &async_nats::ConnectError) -> bool {
+    matches!(
+        error.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication
+    )
 }
 
 type Services = JoinSet<anyhow::Result<()>>;
@@ -187,6 +216,9 @@ async fn spawn_projector(
     let mut config = jetcron_projector::ProjectorConfig::new(clickhouse(common));
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = args.batch_wait;
+    jetcron_core::job::validate_id(&args.consumer)
+        .map_err(|e| anyhow::anyhow!("--consumer: {}", e.message))?;
+    config.consumer = args.consumer;
     config.topology = topology(common);
     services.spawn(jetcron_projector::run(config, client, shutdown.clone()));
     Ok(())
@@ -256,9 +288,14 @@ async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> 
     } else {
         args.body
     };
-    let client = async_nats::connect(common.nats_url.as_str())
+    let auth = common.nats_auth();
+    let client = auth
+        .connect_options()
+        .context("NATS connection options")?
+        .name("jetcron-req")
+        .connect(common.nats_url.as_str())
         .await
-        .with_context(|| format!("connect to {}", common.nats_url))?;
+        .with_context(|| format!("connect to {} with {}", common.nats_url, auth.describe()))?;
     let reply = client
         .send_request(
             args.subject.clone(),

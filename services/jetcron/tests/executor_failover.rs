@@ -127,10 +127,14 @@ async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it() 
         ExecutorProcess::start(&stack, "exec-a", &[]),
         ExecutorProcess::start(&stack, "exec-b", &[]),
     ];
+    let marks = tempfile::tempdir().expect("marks dir");
     let run_id = put_and_trigger(
         &stack,
-        r#"{"id":"survivor","schedule":"@daily","timeout":"1m",
-            "target":{"type":"shell","command":"sleep 3; echo done on attempt $JETCRON_ATTEMPT"}}"#,
+        &format!(
+            r#"{{"id":"survivor","schedule":"@daily","timeout":"1m",
+            "target":{{"type":"shell","command":"sleep 3; touch {}/attempt-$JETCRON_ATTEMPT; echo done on attempt $JETCRON_ATTEMPT"}}}}"#,
+            marks.path().display()
+        ),
     )
     .await;
     let started = wait_for_event(&stack, "survivor", &run_id, |e| {
@@ -174,6 +178,13 @@ async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it() 
         .filter(|e| e.kind == RunEventKind::Succeeded)
         .count();
     assert_eq!(succeeded, 1);
+    // The lost attempt's shell did not go on as an orphan of the dead executor.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(marks.path().join("attempt-2").exists());
+    assert!(
+        !marks.path().join("attempt-1").exists(),
+        "the orphaned attempt 1 finished its command"
+    );
     stack.stop().await;
 }
 

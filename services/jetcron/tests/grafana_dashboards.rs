@@ -16,13 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use jetcron_testkit::{Stack, StackOptions};
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt as _;
 
 /// Grafana's interpolation of a panel's SQL: the browser replaces template
 /// variables (`$job`, `${job}`, `${job:singlequote}`, `[[job]]`), then the
@@ -744,93 +742,6 @@ fn check_links(
     urls
 }
 
-const CHDB_SCRIPT: &str = r#"
-import glob, json, os, sys
-try:
-    import chdb
-    from chdb import session
-except ImportError as e:
-    print(json.dumps({"import_error": str(e)}))
-    sys.exit(0)
-spec = json.load(sys.stdin)
-s = session.Session()
-try:
-    for path in sorted(glob.glob(os.path.join(spec["schema_dir"], "*.sql"))):
-        with open(path) as f:
-            text = "\n".join(l for l in f.read().splitlines() if not l.lstrip().startswith("--"))
-        for statement in text.split(";"):
-            if statement.strip():
-                s.query(statement)
-    for table, rows in spec["inserts"].items():
-        if rows.strip():
-            s.query("INSERT INTO " + table + " FORMAT JSONEachRow\n" + rows)
-    results = []
-    for sql in spec["queries"]:
-        try:
-            answer = json.loads(s.query(sql, "JSON").bytes())
-            results.append({
-                "columns": [[m["name"], m["type"]] for m in answer["meta"]],
-                "rows": answer["rows"],
-                "data": answer["data"],
-            })
-        except Exception as e:
-            results.append({"error": str(e)})
-    version = str(s.query("SELECT version()", "TSV")).strip()
-finally:
-    s.close()
-print(json.dumps({"version": version, "results": results}))
-"#;
-
-/// Run `queries` on chdb over the DDL and the rows exported from 18.16.
-async fn run_on_chdb(inserts: Value, queries: &[&str]) -> (String, Vec<Value>) {
-    let input = json!({
-        "schema_dir": repo_path("schemas/clickhouse"),
-        "inserts": inserts,
-        "queries": queries,
-    });
-    let mut child = tokio::process::Command::new("python3")
-        .arg("-c")
-        .arg(CHDB_SCRIPT)
-        // As the test's 18.16 server: DateTime values print the same.
-        .env("TZ", "UTC")
-        // chdb reads a config.xml in its working directory: not ours.
-        .current_dir(env!("CARGO_TARGET_TMPDIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 must be installed to run the dashboards on chdb");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(input.to_string().as_bytes())
-        .await
-        .expect("write to python3");
-    drop(stdin);
-    let output = child.wait_with_output().await.expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_default();
-    let answer: Value = serde_json::from_str(last).unwrap_or_else(|_| {
-        panic!(
-            "python3 with chdb failed ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    if let Some(err) = answer["import_error"].as_str() {
-        panic!(
-            "python3 cannot import chdb ({err}): run infra/test.sh, which installs it, \
-             or `python3 -m pip install chdb`"
-        );
-    }
-    let results = answer["results"].as_array().expect("results").clone();
-    assert_eq!(results.len(), queries.len());
-    (str_of(&answer["version"], "version").to_string(), results)
-}
-
 /// The same answer from both engines: 18.16 quotes 64-bit integers in JSON
 /// and the two may print a float differently.
 fn same_value(a: &Value, b: &Value) -> bool {
@@ -1156,7 +1067,7 @@ async fn every_panel_runs_on_clickhouse_18_16_and_current_with_the_columns_it_de
     assert_the_panels_tell_the_story(&queries, &old);
 
     let sqls: Vec<&str> = queries.iter().map(|q| q.sql.as_str()).collect();
-    let (version, current) = run_on_chdb(exported, &sqls).await;
+    let (version, current) = jetcron_testkit::chdb::run_on_chdb(exported, &sqls).await;
     assert_same_answers(&queries, &old, &version, &current);
 
     // Run links open the run in the gateway (gateway_url = the test's gateway).

@@ -237,3 +237,76 @@ async fn fires_nobody_ran_are_counted_as_missed_in_stats_and_metrics() {
     );
     stack.stop().await;
 }
+
+/// The value of the first sample of `name` whose labels include `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+                && labels.iter().all(|label| l.contains(label))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_fires_runs_projection_and_requests() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    put(&stack, r#"{"id":"every-second","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#).await;
+    wait_until("three runs", Duration::from_secs(20), || async {
+        let (_, runs) = stack
+            .get("/v1/runs?job=every-second&status=succeeded")
+            .await;
+        (runs["runs"].as_array().map_or(0, Vec::len) >= 3).then_some(())
+    })
+    .await;
+    let text = stack
+        .http
+        .get(format!("{}/metrics", stack.http_base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let at_least = |name: &str, labels: &[&str], min: f64| {
+        let value =
+            sample(&text, name, labels).unwrap_or_else(|| panic!("{name} {labels:?} in:\n{text}"));
+        assert!(value >= min, "{name} {labels:?} = {value} < {min}");
+    };
+    at_least("jetcron_fires_total", &[], 3.0);
+    at_least("jetcron_fire_lag_seconds_count", &[], 3.0);
+    at_least("jetcron_runs_total", &["status=\"succeeded\""], 3.0);
+    at_least("jetcron_run_start_lag_seconds_count", &[], 3.0);
+    at_least(
+        "jetcron_attempt_duration_seconds_bucket",
+        &["target=\"shell\"", "le=\"+Inf\""],
+        3.0,
+    );
+    at_least("jetcron_projector_events_stored_total", &[], 6.0);
+    at_least("jetcron_projector_batch_size_count", &[], 1.0);
+    at_least(
+        "jetcron_api_requests_total",
+        &["endpoint=\"jobs.put\"", "result=\"ok\""],
+        1.0,
+    );
+    at_least(
+        "jetcron_http_requests_total",
+        &["route=\"/v1/runs\"", "status=\"200\""],
+        1.0,
+    );
+    at_least(
+        "jetcron_http_request_duration_seconds_count",
+        &["route=\"/v1/runs\""],
+        1.0,
+    );
+    at_least(
+        "jetcron_pool_pending_due_events",
+        &["pool=\"default\""],
+        0.0,
+    );
+    at_least("jetcron_projector_backlog", &[], 0.0);
+    stack.stop().await;
+}

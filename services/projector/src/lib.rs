@@ -109,7 +109,16 @@ pub async fn run_counted(
     apply_schema_with_retry(&clickhouse, &shutdown).await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
+    let mut consumer = consumer;
+    let mut backlog_sampled = std::time::Instant::now() - BACKLOG_SAMPLE_EVERY;
     while !shutdown.is_cancelled() {
+        if backlog_sampled.elapsed() >= BACKLOG_SAMPLE_EVERY {
+            backlog_sampled = std::time::Instant::now();
+            if let Ok(info) = consumer.info().await {
+                metrics::gauge!("jetcron_projector_backlog")
+                    .set((info.num_pending + info.num_ack_pending as u64) as f64);
+            }
+        }
         let fetched = consumer
             .fetch()
             .max_messages(config.batch_size)
@@ -171,6 +180,8 @@ async fn store(
     shutdown: &CancellationToken,
 ) -> bool {
     let rows: Vec<&Row> = batch.entries.iter().map(|(row, _)| row).collect();
+    metrics::histogram!("jetcron_projector_batch_size").record(rows.len() as f64);
+    let started = std::time::Instant::now();
     let mut delay = Duration::from_millis(250);
     let refused = loop {
         let outcome = insert::insert_splitting(clickhouse, &rows).await;
@@ -188,6 +199,7 @@ async fn store(
             Ok(refused) => break refused,
             Err(e) => {
                 counters.insert_retries.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("jetcron_projector_insert_retries_total").increment(1);
                 warn!(rows = rows.len(), error = %format!("{e:#}"), retry_in_ms = delay.as_millis() as u64, "ClickHouse insert failed");
                 if sleep_or_shutdown(delay, shutdown).await {
                     return false;
@@ -232,9 +244,14 @@ async fn store(
     }
     counters.stored.fetch_add(stored as u64, Ordering::Relaxed);
     counters.batches.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("jetcron_projector_events_stored_total").increment(stored as u64);
+    metrics::histogram!("jetcron_projector_store_seconds").record(started.elapsed().as_secs_f64());
     debug!(rows = stored, "batch projected");
     true
 }
+
+/// How often the backlog gauge asks the server.
+const BACKLOG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 /// Deliveries of one event ClickHouse refused before it is parked.
 const REFUSALS_BEFORE_PARKING: i64 = 3;
@@ -254,6 +271,7 @@ async fn park(
     match dead_letter::park(js, message, reason).await {
         Ok(()) => {
             counters.parked.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("jetcron_projector_events_parked_total").increment(1);
             warn!(subject = %message.subject, reason, "event parked in the dead letter stream");
         }
         Err(e) => {

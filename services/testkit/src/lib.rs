@@ -11,6 +11,7 @@
 //! Binaries are found on `PATH` (or `JETCRON_NATS_SERVER`,
 //! `JETCRON_CLICKHOUSE_SERVER`); `infra/test.sh` installs them.
 
+pub mod chdb;
 mod clickhouse_server;
 mod nats_server;
 pub mod stack;

@@ -1,6 +1,7 @@
-//! A real `nats-server` with JetStream on a free port.
+//! A real `nats-server` with JetStream on a free port, optionally with a
+//! configuration file (users and permissions, TLS) written by the test.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,10 @@ pub struct NatsServer {
     child: Option<Child>,
     port: u16,
     store: TempDir,
+    /// Configuration file passed with `-c`, if the server was started with one.
+    config: Option<PathBuf>,
+    /// Extra environment of the process (`$VAR` references in the configuration).
+    env: Vec<(String, String)>,
 }
 
 fn binary() -> PathBuf {
@@ -32,14 +37,42 @@ fn binary() -> PathBuf {
 impl NatsServer {
     /// Start on a free port and wait until it accepts connections.
     pub fn start() -> Self {
+        Self::start_inner(None, &[])
+    }
+
+    /// Start with `config` (nats-server configuration text: `authorization`,
+    /// `tls`, …) on a free port. The listen address, port, JetStream and its
+    /// store are those of [`NatsServer::start`]: the command line overrides
+    /// the file. Panics with the server's log if it does not start.
+    pub fn start_with_config(config: &str) -> Self {
+        Self::start_inner(Some(config), &[])
+    }
+
+    /// [`NatsServer::start_with_config`] with `env` added to the server's
+    /// environment, for the `$VARIABLE` references of the configuration.
+    pub fn start_with_config_env(config: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_inner(Some(config), env)
+    }
+
+    fn start_inner(config: Option<&str>, env: &[(&str, &str)]) -> Self {
         let store = tempfile::Builder::new()
             .prefix("jetcron-nats-")
             .tempdir()
             .expect("create NATS store dir");
+        let config = config.map(|text| {
+            let path = store.path().join("server.conf");
+            std::fs::write(&path, text).expect("write nats-server config");
+            path
+        });
         let mut server = NatsServer {
             child: None,
             port: super::free_port(),
             store,
+            config,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.spawn();
         server
@@ -48,17 +81,48 @@ impl NatsServer {
     fn spawn(&mut self) {
         let log =
             std::fs::File::create(self.store.path().join("server.log")).expect("create NATS log");
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        if let Some(config) = &self.config {
+            command.arg("-c").arg(config);
+        }
+        let child = command
             .args(["-js", "-a", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
             .arg("-sd")
             .arg(self.store.path().join("js"))
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start nats-server");
         self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(15), "nats-server");
+        if self.config.is_some() {
+            self.wait_for_listening(Duration::from_secs(15));
+        } else {
+            wait_for_port(self.port, Duration::from_secs(15), "nats-server");
+        }
+    }
+
+    /// Like [`wait_for_port`], but a server that exits (a configuration it
+    /// refuses) fails the test at once, with its log.
+    fn wait_for_listening(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                panic!(
+                    "nats-server exited ({status}) before listening:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not open port {} within {timeout:?}:\n{}",
+                self.port,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `nats://127.0.0.1:<port>`.
@@ -68,6 +132,17 @@ impl NatsServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// What the server logged so far (permission violations, TLS errors, …).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.store.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// The server's temporary directory (store, log, configuration), removed
+    /// on drop; a test may keep its own files there (certificates, keys).
+    pub fn dir(&self) -> &Path {
+        self.store.path()
     }
 
     /// A new client connection.
@@ -85,7 +160,7 @@ impl NatsServer {
         }
     }
 
-    /// Start again on the same port with the same store.
+    /// Start again on the same port with the same store (and configuration).
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();

@@ -113,6 +113,8 @@ impl Stack {
     /// Start servers and services and wait until the API answers.
     pub async fn start(options: StackOptions) -> Self {
         crate::init_test_logging();
+        // Record metrics as the binary does, so /metrics can be checked.
+        jetcron_core::prometheus::install().expect("metrics recorder");
         let nats = NatsServer::start();
         let clickhouse = ClickHouseServer::start();
         let client = nats.client().await;

@@ -173,7 +173,8 @@ pub async fn run(
             }
         }
         if let Some((fires, acks)) = in_flight.pop_front() {
-            let failed = settle(&mut plans, &fires, publish::collect_acks(acks).await);
+            let stored = publish::collect_acks(acks).await;
+            let failed = settle(&mut plans, &fires, stored, clock.now());
             record_watermarks(&plans, &leases, clock.now());
             if failed > 0 {
                 warn!(failed, "due events not stored, retrying");
@@ -211,7 +212,8 @@ pub async fn run(
     // Settle what is in flight, record final watermarks, then release the
     // shards so a standby resumes at once.
     while let Some((fires, acks)) = in_flight.pop_front() {
-        settle(&mut plans, &fires, publish::collect_acks(acks).await);
+        let stored = publish::collect_acks(acks).await;
+        settle(&mut plans, &fires, stored, clock.now());
     }
     record_watermarks(&plans, &leases, clock.now());
     ownership_stop.cancel();
@@ -358,18 +360,32 @@ fn take_due_fires(
 }
 
 /// Apply a batch's acks to the plans; returns how many were not stored.
-fn settle(plans: &mut HashMap<u32, FirePlan>, fires: &[plan::Fire], stored: Vec<bool>) -> usize {
+/// Record which fires were stored; returns how many were not. Metrics:
+/// `jetcron_fires_total`, `jetcron_fire_publish_failures_total` and
+/// `jetcron_fire_lag_seconds` (stored minus meant-to-publish instant).
+fn settle(
+    plans: &mut HashMap<u32, FirePlan>,
+    fires: &[plan::Fire],
+    stored: Vec<bool>,
+    now: DateTime<Utc>,
+) -> usize {
     let mut failed = 0;
+    let lag = metrics::histogram!("jetcron_fire_lag_seconds");
     for (fire, ok) in fires.iter().zip(stored) {
         let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) else {
             continue;
         };
         if ok {
+            lag.record((now - fire.fire_at).num_milliseconds().max(0) as f64 / 1000.0);
             plan.fired(fire);
         } else {
             failed += 1;
             plan.unfired(fire);
         }
+    }
+    metrics::counter!("jetcron_fires_total").increment((fires.len() - failed) as u64);
+    if failed > 0 {
+        metrics::counter!("jetcron_fire_publish_failures_total").increment(failed as u64);
     }
     failed
 }

@@ -166,6 +166,10 @@ fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> (JobChange, Opt
         }
         Operation::Put => match parse_job_with(&entry.value, Some(&entry.key), &mut |line| {
             schedules.parse(line)
+        })
+        .and_then(|job| match job.never_fires_after(entry.created) {
+            Some(problem) => Err(vec![problem]),
+            None => Ok(job),
         }) {
             Ok(job) => JobChange::Put {
                 job: Box::new(job),

@@ -3,7 +3,10 @@
 //!
 //! The child is a group leader so a timeout (or a kill, later) can stop the
 //! whole tree it started: the guard kills the group when the attempt's future
-//! is dropped.
+//! is dropped. An executor killed with SIGKILL drops nothing, so a small
+//! watcher (`/bin/sh` in its own group, polling once a second) kills the job's
+//! group when the executor is gone: the attempt JetStream redelivers elsewhere
+//! never runs beside an orphan of the lost one.
 
 use std::io::Read as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -36,6 +39,37 @@ const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Kills the process group when dropped (on timeout or cancellation).
 struct GroupGuard {
     pgid: Option<i32>,
+    /// Stopped (and reaped) with the guard.
+    _orphan_watch: Option<tokio::process::Child>,
+}
+
+/// `$1` = executor pid, `$2` = the job's process group: while both live,
+/// wait; if the executor went first, kill the group.
+const ORPHAN_WATCH: &str = r#"while kill -0 "$1" 2>/dev/null && kill -0 "-$2" 2>/dev/null; do sleep 1; done; kill -0 "$1" 2>/dev/null || kill -9 "-$2" 2>/dev/null"#;
+
+/// Start the watcher of process group `pgid` (none if it cannot start: the
+/// attempt runs all the same, as before).
+fn watch_for_orphaning(pgid: i32) -> Option<tokio::process::Child> {
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(ORPHAN_WATCH)
+        .arg("jetcron-orphan-watch")
+        .arg(std::process::id().to_string())
+        .arg(pgid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env_clear()
+        .process_group(0)
+        .kill_on_drop(true);
+    match command.spawn() {
+        Ok(child) => Some(child),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the orphan watcher of a shell target");
+            None
+        }
+    }
 }
 
 impl Drop for GroupGuard {
@@ -117,8 +151,10 @@ pub async fn run(
     };
     // The pipe's write ends now live only in the child (and its descendants).
     drop(tokio_command);
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
     let guard = GroupGuard {
-        pgid: child.id().and_then(|id| i32::try_from(id).ok()),
+        pgid,
+        _orphan_watch: pgid.and_then(watch_for_orphaning),
     };
     let captured = Arc::new(Mutex::new(Captured::default()));
     let sink = captured.clone();

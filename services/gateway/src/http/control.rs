@@ -60,7 +60,10 @@ pub async fn metrics(
     let pools = pools::pools(&state)
         .await
         .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
-    let mut text = pools::render_metrics(&pools);
+    // What this process recorded (every service it runs), then the gauges
+    // read from NATS and ClickHouse at scrape time.
+    let mut text = jetcron_core::prometheus::render();
+    text.push_str(&pools::render_metrics(&pools));
     if let Ok(Some(backlog)) = pools::projector_backlog(&state).await {
         text.push_str(&format!(
             "# HELP jetcron_projector_backlog Run events not yet stored in ClickHouse.\n\

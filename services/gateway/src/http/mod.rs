@@ -145,7 +145,27 @@ pub fn router(state: Arc<GatewayState>) -> Router {
     router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(track))
         .with_state(state)
+}
+
+/// `jetcron_http_requests_total{route,method,status}` and
+/// `jetcron_http_request_duration_seconds{route}`; the route is the matched
+/// pattern (`/v1/jobs/{id}`), so ids do not multiply the series.
+async fn track(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!("jetcron_http_request_duration_seconds", "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!("jetcron_http_requests_total", "route" => route, "method" => method, "status" => status)
+        .increment(1);
+    response
 }
 
 /// An [`ApiError`] as an HTTP response.

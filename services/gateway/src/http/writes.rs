@@ -63,21 +63,95 @@ fn path_id(id: IdPath) -> Result<String, HttpError> {
     Ok(id)
 }
 
-/// The body as a JSON object (an empty body is `{}`).
+/// The body as a JSON object (an empty body is `{}`). A key given twice is
+/// refused, as the definition parser does: re-encoding would keep one silently.
 fn body_object(body: &[u8]) -> Result<Map<String, Value>, HttpError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(HttpError(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("body must be a JSON object, got {}", json_type(&other)),
+    let not_json = |message: String| {
+        HttpError(ApiError {
+            problems: vec![jetcron_core::job::FieldError::new(
+                "",
+                "invalid_json",
+                message.clone(),
+            )],
+            ..ApiError::new(ErrorCode::InvalidRequest, message)
+        })
+    };
+    match serde_json::from_slice::<UniqueKeys>(body) {
+        Ok(UniqueKeys(Value::Object(map))) => Ok(map),
+        Ok(UniqueKeys(other)) => Err(not_json(format!(
+            "body must be a JSON object, got {}",
+            json_type(&other)
         ))),
-        Err(e) => Err(HttpError(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("body is not JSON: {e}"),
-        ))),
+        Err(e) => Err(not_json(format!("body is not JSON: {e}"))),
+    }
+}
+
+/// A JSON value whose objects (at any depth) have no key twice.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let UniqueKeys(value) = map.next_value()?;
+            if object.insert(key.clone(), value).is_some() {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate field `{key}`"
+                )));
+            }
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -294,6 +368,13 @@ mod tests {
             with_id(body_object(b"{\"id\":\"b\"}").expect("object"), "a").expect_err("mismatch");
         assert_eq!(err.0.field.as_deref(), Some("id"));
         assert!(body_object(b"[1]").is_err());
+        let err = body_object(br#"{"schedule":"a","target":{},"schedule":"b"}"#).expect_err("dup");
+        assert!(
+            err.0.message.contains("duplicate field `schedule`"),
+            "{}",
+            err.0.message
+        );
+        assert!(body_object(br#"{"target":{"headers":{"A":"1","A":"2"}}}"#).is_err());
         assert!(body_object(b"{").is_err());
         assert!(body_object(b"  ").expect("empty").is_empty());
     }
