@@ -303,3 +303,41 @@ async fn max_in_flight_bounds_concurrent_attempts() {
     assert_eq!(most, 2, "{spans:?}");
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_standalone_executor_serves_its_metrics_on_metrics_addr() {
+    let stack = stack_without_executor().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _executor = ExecutorProcess::start(&stack, "measured", &["--metrics-addr", &addr]);
+    let run_id = put_and_trigger(
+        &stack,
+        r#"{"id":"measured","schedule":"@daily","target":{"type":"shell","command":"echo hi"}}"#,
+    )
+    .await;
+    stack
+        .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
+        .await;
+    let metrics = wait_until("executor metrics", Duration::from_secs(10), || async {
+        let text = stack
+            .http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.contains("jetcron_runs_total{status=\"succeeded\"} 1")
+            .then_some(text)
+    })
+    .await;
+    assert!(
+        metrics.contains("jetcron_attempt_duration_seconds_bucket{target=\"shell\""),
+        "{metrics}"
+    );
+    stack.stop().await;
+}

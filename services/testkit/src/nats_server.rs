@@ -145,11 +145,18 @@ impl NatsServer {
         self.store.path()
     }
 
-    /// A new client connection.
+    /// A new client connection (retried briefly: a loaded machine can be slow
+    /// to send the first INFO).
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url())
-            .await
-            .expect("connect to test nats-server")
+        let mut last = None;
+        for _ in 0..20 {
+            match async_nats::connect(self.url()).await {
+                Ok(client) => return client,
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        panic!("connect to test nats-server: {last:?}")
     }
 
     /// Kill the process (SIGKILL), keeping its store.
