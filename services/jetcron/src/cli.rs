@@ -195,7 +195,7 @@ pub struct ExecutorArgs {
 #[derive(Debug, Args, Clone)]
 pub struct ProjectorArgs {
     /// Most run events per ClickHouse insert.
-    #[arg(long, env = "JETCRON_BATCH_SIZE", default_value_t = 5000)]
+    #[arg(long, env = "JETCRON_BATCH_SIZE", default_value_t = 20000)]
     pub batch_size: usize,
     /// Longest wait to fill a batch.
     #[arg(long, env = "JETCRON_BATCH_WAIT", default_value = "200ms", value_parser = humantime::parse_duration)]

@@ -50,7 +50,7 @@ impl ProjectorConfig {
     pub fn new(clickhouse: ClickHouseOptions) -> Self {
         Self {
             clickhouse,
-            batch_size: 5_000,
+            batch_size: 20_000,
             batch_wait: Duration::from_millis(200),
             consumer: subjects::PROJECTOR_CONSUMER.to_string(),
             topology: TopologyOptions::default(),
@@ -110,6 +110,7 @@ pub async fn run_counted(
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
     let mut consumer = consumer;
+    let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
     let mut backlog_sampled = std::time::Instant::now() - BACKLOG_SAMPLE_EVERY;
     while !shutdown.is_cancelled() {
         if backlog_sampled.elapsed() >= BACKLOG_SAMPLE_EVERY {
@@ -160,14 +161,43 @@ pub async fn run_counted(
         if batch.is_empty() {
             continue;
         }
-        if !store(&clickhouse, &js, batch, &counters, &shutdown).await {
-            // Unacked messages are redelivered to the next projector.
-            info!("projector stopped with an unsaved batch; it will be redelivered");
+        // One batch is stored while the next is fetched and decoded.
+        if !finish(storing.take()).await {
+            stopped_unsaved();
             return Ok(());
         }
+        let (clickhouse, js, counters, shutdown) = (
+            clickhouse.clone(),
+            js.clone(),
+            counters.clone(),
+            shutdown.clone(),
+        );
+        storing = Some(tokio::spawn(async move {
+            store(&clickhouse, &js, batch, &counters, &shutdown).await
+        }));
+    }
+    if !finish(storing.take()).await {
+        stopped_unsaved();
+        return Ok(());
     }
     info!("projector stopped");
     Ok(())
+}
+
+/// Wait for the batch being stored; false when shutdown stopped it unsaved.
+async fn finish(storing: Option<tokio::task::JoinHandle<bool>>) -> bool {
+    match storing {
+        None => true,
+        Some(task) => task.await.unwrap_or_else(|e| {
+            warn!(error = %e, "storing a batch failed; it will be redelivered");
+            false
+        }),
+    }
+}
+
+/// Unacked messages are redelivered to the next projector.
+fn stopped_unsaved() {
+    info!("projector stopped with an unsaved batch; it will be redelivered");
 }
 
 /// Insert `batch` until ClickHouse takes it (parking refused rows), then ack.
