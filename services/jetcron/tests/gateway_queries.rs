@@ -8,20 +8,6 @@ use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 use serde_json::{json, Value};
 
-async fn clickhouse(stack: &Stack, sql: &str) -> String {
-    let response = stack
-        .http
-        .post(stack.clickhouse.url())
-        .body(sql.to_string())
-        .send()
-        .await
-        .expect("ClickHouse answers");
-    let status = response.status();
-    let text = response.text().await.expect("text");
-    assert!(status.is_success(), "18.16 refused {sql}:\n{text}");
-    text
-}
-
 /// Numbers as text: 18.16 quotes 64-bit integers in JSON, current versions not.
 fn normalized(value: &Value) -> Value {
     match value {
@@ -81,15 +67,15 @@ async fn every_gateway_query_answers_the_same_on_18_16_and_current_clickhouse() 
         jetcron_gateway::query_catalog::samples(&client, "broken", &broken_run, started, to);
     let mut old = Vec::new();
     for (name, sql) in &samples {
-        let text = clickhouse(&stack, &format!("{sql} FORMAT JSON")).await;
+        let text = stack.clickhouse_sql(&format!("{sql} FORMAT JSON")).await;
         let answer: Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}: {text}"));
         old.push(answer);
     }
     let export = |table: &str| format!("SELECT * FROM {table} FORMAT JSONEachRow");
     let rows = json!({
-        "jetcron.run_events": clickhouse(&stack, &export("jetcron.run_events")).await,
-        "jetcron.job_events": clickhouse(&stack, &export("jetcron.job_events")).await,
+        "jetcron.run_events": stack.clickhouse_sql(&export("jetcron.run_events")).await,
+        "jetcron.job_events": stack.clickhouse_sql(&export("jetcron.job_events")).await,
     });
     let sqls: Vec<&str> = samples.iter().map(|(_, sql)| sql.as_str()).collect();
     let (version, current) = jetcron_testkit::chdb::run_on_chdb(rows, &sqls).await;

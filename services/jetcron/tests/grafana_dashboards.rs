@@ -490,53 +490,22 @@ async fn clickhouse_query(stack: &Stack, sql: &str) -> Result<Answer, String> {
     Ok(Answer { columns, rows })
 }
 
-async fn clickhouse_text(stack: &Stack, sql: &str) -> String {
-    let response = stack
-        .http
-        .post(stack.clickhouse.url())
-        .body(sql.to_string())
-        .send()
-        .await
-        .expect("ClickHouse answers");
-    assert!(response.status().is_success(), "{sql}");
-    response.text().await.expect("ClickHouse body")
-}
-
-/// `nats req jetcron.api.jobs.put <job>`.
-async fn put(stack: &Stack, job: &str) {
-    let (reply, code) = stack.api_put(job).await;
-    assert_eq!(code, None, "{reply}");
-}
-
-/// `nats req jetcron.api.jobs.trigger '{"id":…}'`: a manual run; its id.
-async fn trigger(stack: &Stack, id: &str) -> String {
-    let (reply, code) = stack
-        .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{id}"}}"#))
-        .await;
-    assert_eq!(code, None, "{reply}");
-    str_of(&reply["run_id"], "run_id").to_string()
-}
-
 /// Succeeding, failing-after-a-retry and timed-out runs, and a refused
 /// definition; waits until `jetcron.runs` and `jetcron.job_events` show them.
 async fn make_history(stack: &Stack) {
-    put(
-        stack,
-        r#"{"id":"grafana-ok","schedule":"@daily","target":{"type":"shell","command":"echo ok"}}"#,
+    stack.put_job(r#"{"id":"grafana-ok","schedule":"@daily","target":{"type":"shell","command":"echo ok"}}"#,
     )
     .await;
-    put(
-        stack,
-        r#"{"id":"grafana-flaky","schedule":"@daily","retry":{"max_attempts":2,"backoff":"100ms"},
+    stack.put_job(r#"{"id":"grafana-flaky","schedule":"@daily","retry":{"max_attempts":2,"backoff":"100ms"},
         "target":{"type":"shell","command":"echo nope; exit 3"}}"#,
     )
     .await;
-    put(
-        stack,
-        r#"{"id":"grafana-slow","schedule":"@daily","timeout":"1s","retry":{"max_attempts":1},
+    stack
+        .put_job(
+            r#"{"id":"grafana-slow","schedule":"@daily","timeout":"1s","retry":{"max_attempts":1},
         "target":{"type":"shell","command":"sleep 5"}}"#,
-    )
-    .await;
+        )
+        .await;
     let mut expected = BTreeMap::new();
     for (job, status) in [
         ("grafana-ok", "succeeded"),
@@ -544,7 +513,7 @@ async fn make_history(stack: &Stack) {
         (FLAKY, "failed"),
         ("grafana-slow", "timed_out"),
     ] {
-        expected.insert(trigger(stack, job).await, status);
+        expected.insert(stack.trigger(job).await, status);
     }
     for (run_id, status) in &expected {
         stack
@@ -1054,8 +1023,8 @@ async fn every_panel_runs_on_clickhouse_18_16_and_current_with_the_columns_it_de
     make_history(&stack).await;
     let export = |table: &str| format!("SELECT * FROM {table} FORMAT JSONEachRow");
     let exported = json!({
-        "jetcron.run_events": clickhouse_text(&stack, &export("jetcron.run_events")).await,
-        "jetcron.job_events": clickhouse_text(&stack, &export("jetcron.job_events")).await,
+        "jetcron.run_events": stack.clickhouse_sql(&export("jetcron.run_events")).await,
+        "jetcron.job_events": stack.clickhouse_sql(&export("jetcron.job_events")).await,
     });
     let (from, to) = (
         started - chrono::Duration::minutes(5),

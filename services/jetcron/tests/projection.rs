@@ -13,16 +13,7 @@ use serde_json::Value;
 
 /// `curl <clickhouse>/?query=...`: the first column of every row.
 async fn clickhouse_column(stack: &Stack, sql: &str) -> Vec<String> {
-    let text = stack
-        .http
-        .post(stack.clickhouse.url())
-        .body(format!("{sql} FORMAT TSV"))
-        .send()
-        .await
-        .expect("ClickHouse query")
-        .text()
-        .await
-        .expect("text");
+    let text = stack.clickhouse_sql(&format!("{sql} FORMAT TSV")).await;
     text.lines().map(str::to_string).collect()
 }
 

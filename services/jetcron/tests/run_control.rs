@@ -15,19 +15,6 @@ use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_testkit::{instant, test_executor_config, wait_until, Stack, StackOptions};
 use serde_json::Value;
 
-async fn put(stack: &Stack, job: &str) {
-    let (reply, code) = stack.api_put(job).await;
-    assert_eq!(code, None, "{reply}");
-}
-
-async fn trigger(stack: &Stack, id: &str) -> String {
-    let (reply, code) = stack
-        .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{id}"}}"#))
-        .await;
-    assert_eq!(code, None, "{reply}");
-    reply["run_id"].as_str().expect("run_id").to_string()
-}
-
 async fn wait_for_event(stack: &Stack, job_id: &str, run_id: &str, kind: RunEventKind) -> RunEvent {
     wait_until(
         &format!("{kind:?} of {run_id}"),
@@ -59,16 +46,14 @@ async fn a_killed_run_stops_its_whole_process_group_and_is_not_retried() {
     let stack = Stack::start(StackOptions::with_shell()).await;
     let dir = std::env::temp_dir().join(format!("jetcron-kill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
-    put(
-        &stack,
-        &format!(
+    stack.put_job(&format!(
             r#"{{"id":"doomed","schedule":"@daily","timeout":"5m","retry":{{"max_attempts":3,"backoff":"100ms"}},
                 "target":{{"type":"shell","working_dir":"{}","command":"sleep 300 & echo $! > child; echo $$ > shell; wait"}}}}"#,
             dir.display()
         ),
     )
     .await;
-    let run_id = trigger(&stack, "doomed").await;
+    let run_id = stack.trigger("doomed").await;
     wait_for_event(&stack, "doomed", &run_id, RunEventKind::Started).await;
     let pids: Vec<i32> = wait_until("pid files", Duration::from_secs(10), || async {
         let read = |name: &str| {
@@ -127,18 +112,14 @@ async fn a_killed_run_stops_its_whole_process_group_and_is_not_retried() {
 #[tokio::test]
 async fn a_pool_nobody_serves_waits_visibly_and_its_runs_can_be_killed_before_they_start() {
     let mut stack = Stack::start(StackOptions::with_shell()).await;
-    put(
-        &stack,
-        r#"{"id":"render","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo rendered"}}"#,
+    stack.put_job(r#"{"id":"render","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo rendered"}}"#,
     )
     .await;
-    put(
-        &stack,
-        r#"{"id":"render-later","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo should not run"}}"#,
+    stack.put_job(r#"{"id":"render-later","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo should not run"}}"#,
     )
     .await;
-    let waiting = trigger(&stack, "render").await;
-    let cancelled = trigger(&stack, "render-later").await;
+    let waiting = stack.trigger("render").await;
+    let cancelled = stack.trigger("render-later").await;
     let (status, pools) = stack.get("/v1/pools").await;
     assert_eq!(status, 200);
     let gpu = pools["pools"]
@@ -234,12 +215,12 @@ async fn two_executor_stack() -> Stack {
 #[tokio::test]
 async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors() {
     let stack = two_executor_stack().await;
-    put(
-        &stack,
-        r#"{"id":"nightly-etl","schedule":"* * * * * *","concurrency":"forbid","misfire":"skip",
+    stack
+        .put_job(
+            r#"{"id":"nightly-etl","schedule":"* * * * * *","concurrency":"forbid","misfire":"skip",
             "target":{"type":"shell","command":"sleep 2.5"}}"#,
-    )
-    .await;
+        )
+        .await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     stack.kv_delete("nightly-etl").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -277,9 +258,7 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
 #[tokio::test]
 async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executors() {
     let stack = two_executor_stack().await;
-    put(
-        &stack,
-        r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
+    stack.put_job(r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
             "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
     )
     .await;
@@ -323,20 +302,18 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
 #[tokio::test]
 async fn a_sharded_run_fans_out_and_succeeds_only_when_every_shard_does() {
     let stack = two_executor_stack().await;
-    put(
-        &stack,
-        r#"{"id":"reindex","schedule":"@daily","shards":3,
+    stack.put_job(r#"{"id":"reindex","schedule":"@daily","shards":3,
             "target":{"type":"shell","command":"sleep 1; echo shard $JETCRON_SHARD of $JETCRON_SHARDS"}}"#,
     )
     .await;
-    put(
-        &stack,
-        r#"{"id":"reindex-bad","schedule":"@daily","shards":3,"retry":{"max_attempts":1},
+    stack
+        .put_job(
+            r#"{"id":"reindex-bad","schedule":"@daily","shards":3,"retry":{"max_attempts":1},
             "target":{"type":"shell","command":"test $JETCRON_SHARD != 1"}}"#,
-    )
-    .await;
-    let good = trigger(&stack, "reindex").await;
-    let bad = trigger(&stack, "reindex-bad").await;
+        )
+        .await;
+    let good = stack.trigger("reindex").await;
+    let bad = stack.trigger("reindex-bad").await;
     let run = stack
         .wait_for_run_status(&good, "succeeded", Duration::from_secs(20))
         .await;
@@ -436,19 +413,17 @@ async fn start_async_service(stack: &Stack, subject: &str) -> Arc<Mutex<Vec<Stri
 async fn an_accepted_nats_request_completes_when_the_service_reports() {
     let stack = Stack::start(StackOptions::default()).await;
     let run_ids = start_async_service(&stack, "svc.export").await;
-    put(
-        &stack,
-        r#"{"id":"export","schedule":"@daily","timeout":"30s","target":{"type":"nats","subject":"svc.export"}}"#,
+    stack.put_job(r#"{"id":"export","schedule":"@daily","timeout":"30s","target":{"type":"nats","subject":"svc.export"}}"#,
     )
     .await;
-    put(
-        &stack,
-        r#"{"id":"export-stuck","schedule":"@daily","timeout":"2s","retry":{"max_attempts":1},
+    stack
+        .put_job(
+            r#"{"id":"export-stuck","schedule":"@daily","timeout":"2s","retry":{"max_attempts":1},
             "target":{"type":"nats","subject":"svc.export"}}"#,
-    )
-    .await;
-    let run_id = trigger(&stack, "export").await;
-    let stuck = trigger(&stack, "export-stuck").await;
+        )
+        .await;
+    let run_id = stack.trigger("export").await;
+    let stuck = stack.trigger("export-stuck").await;
     wait_until("request received", Duration::from_secs(10), || async {
         run_ids
             .lock()
@@ -518,15 +493,13 @@ async fn an_accepted_http_request_completes_through_the_gateway_callback() {
         .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    put(
-        &stack,
-        &format!(
+    stack
+        .put_job(&format!(
             r#"{{"id":"render-report","schedule":"@daily","retry":{{"max_attempts":1}},
                 "target":{{"type":"http","method":"POST","url":"{base}/jobs"}}}}"#
-        ),
-    )
-    .await;
-    let run_id = trigger(&stack, "render-report").await;
+        ))
+        .await;
+    let run_id = stack.trigger("render-report").await;
     wait_until("request received", Duration::from_secs(10), || async {
         run_ids
             .lock()
@@ -576,19 +549,15 @@ async fn one_executor_serves_several_pools_without_one_starving_the_other() {
         ..Default::default()
     })
     .await;
-    put(
-        &stack,
-        r#"{"id":"cpu-job","schedule":"@daily","target":{"type":"shell","command":"echo cpu"}}"#,
+    stack.put_job(r#"{"id":"cpu-job","schedule":"@daily","target":{"type":"shell","command":"echo cpu"}}"#,
     )
     .await;
-    put(
-        &stack,
-        r#"{"id":"gpu-job","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo gpu"}}"#,
+    stack.put_job(r#"{"id":"gpu-job","schedule":"@daily","pool":"gpu","target":{"type":"shell","command":"echo gpu"}}"#,
     )
     .await;
     for _ in 0..3 {
         for id in ["cpu-job", "gpu-job"] {
-            let run_id = trigger(&stack, id).await;
+            let run_id = stack.trigger(id).await;
             let run = stack
                 .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
                 .await;
@@ -606,12 +575,12 @@ async fn one_executor_serves_several_pools_without_one_starving_the_other() {
 #[tokio::test]
 async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
     let stack = Stack::start(StackOptions::with_shell()).await;
-    put(
-        &stack,
-        r#"{"id":"exclusive","schedule":"@daily","concurrency":"forbid",
+    stack
+        .put_job(
+            r#"{"id":"exclusive","schedule":"@daily","concurrency":"forbid",
             "target":{"type":"shell","command":"echo ran"}}"#,
-    )
-    .await;
+        )
+        .await;
     // What an executor killed with SIGKILL mid-run leaves behind: its claim,
     // refreshed for the last time just now, never released.
     let running = stack
@@ -630,7 +599,7 @@ async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
         .put("claim.exclusive", claim.to_string().into())
         .await
         .expect("stale claim");
-    let blocked = trigger(&stack, "exclusive").await;
+    let blocked = stack.trigger("exclusive").await;
     let skipped = wait_for_event(&stack, "exclusive", &blocked, RunEventKind::Skipped).await;
     assert!(
         skipped
@@ -644,7 +613,7 @@ async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(wait + Duration::from_millis(500)).await;
-    let freed = trigger(&stack, "exclusive").await;
+    let freed = stack.trigger("exclusive").await;
     let run = stack
         .wait_for_run_status(&freed, "succeeded", Duration::from_secs(20))
         .await;

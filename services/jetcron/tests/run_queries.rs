@@ -9,19 +9,6 @@ use std::time::Duration;
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 use serde_json::Value;
 
-async fn put(stack: &Stack, job: &str) {
-    let (reply, code) = stack.api_put(job).await;
-    assert_eq!(code, None, "{reply}");
-}
-
-async fn trigger(stack: &Stack, id: &str) -> String {
-    let (reply, code) = stack
-        .api("jetcron.api.jobs.trigger", &format!(r#"{{"id":"{id}"}}"#))
-        .await;
-    assert_eq!(code, None, "{reply}");
-    reply["run_id"].as_str().expect("run_id").to_string()
-}
-
 fn ids(runs: &Value) -> Vec<String> {
     runs["runs"]
         .as_array()
@@ -34,18 +21,16 @@ fn ids(runs: &Value) -> Vec<String> {
 #[tokio::test]
 async fn runs_are_filtered_paged_with_a_cursor_and_agree_with_their_timelines() {
     let stack = Stack::start(StackOptions::with_shell()).await;
-    put(
-        &stack,
-        r#"{"id":"ok-job","schedule":"@daily","target":{"type":"shell","command":"echo fine"}}"#,
+    stack.put_job(r#"{"id":"ok-job","schedule":"@daily","target":{"type":"shell","command":"echo fine"}}"#,
     )
     .await;
-    put(&stack, r#"{"id":"bad-job","schedule":"@daily","retry":{"max_attempts":1},"target":{"type":"shell","command":"exit 7"}}"#).await;
+    stack.put_job(r#"{"id":"bad-job","schedule":"@daily","retry":{"max_attempts":1},"target":{"type":"shell","command":"exit 7"}}"#).await;
     let mut ok_runs = Vec::new();
     for _ in 0..4 {
-        ok_runs.push(trigger(&stack, "ok-job").await);
+        ok_runs.push(stack.trigger("ok-job").await);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let bad_run = trigger(&stack, "bad-job").await;
+    let bad_run = stack.trigger("bad-job").await;
     for run in &ok_runs {
         stack
             .wait_for_run_status(run, "succeeded", Duration::from_secs(20))
@@ -184,10 +169,8 @@ async fn fires_nobody_ran_are_counted_as_missed_in_stats_and_metrics() {
     let stack = Stack::start(options).await;
     // Due every second in a pool no executor serves: every fire waits, so
     // past the grace each is missed. The served twin runs them all.
-    put(&stack, r#"{"id":"lonely","schedule":"* * * * * *","pool":"nobody","target":{"type":"shell","command":"true"}}"#).await;
-    put(
-        &stack,
-        r#"{"id":"served","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#,
+    stack.put_job(r#"{"id":"lonely","schedule":"* * * * * *","pool":"nobody","target":{"type":"shell","command":"true"}}"#).await;
+    stack.put_job(r#"{"id":"served","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#,
     )
     .await;
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -254,7 +237,7 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
 #[tokio::test]
 async fn metrics_count_fires_runs_projection_and_requests() {
     let stack = Stack::start(StackOptions::with_shell()).await;
-    put(&stack, r#"{"id":"every-second","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#).await;
+    stack.put_job(r#"{"id":"every-second","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#).await;
     wait_until("three runs", Duration::from_secs(20), || async {
         let (_, runs) = stack
             .get("/v1/runs?job=every-second&status=succeeded")

@@ -230,6 +230,40 @@ impl Stack {
         stop
     }
 
+    /// `nats req jetcron.api.jobs.put <job>`, which must succeed.
+    pub async fn put_job(&self, job: &str) {
+        let (reply, code) = self.api_put(job).await;
+        assert_eq!(code, None, "{reply}");
+    }
+
+    /// `nats req jetcron.api.jobs.trigger '{"id":…}'`: a manual run; its id.
+    pub async fn trigger(&self, id: &str) -> String {
+        let (reply, code) = self
+            .api(
+                subjects::API_JOBS_TRIGGER,
+                &serde_json::json!({ "id": id }).to_string(),
+            )
+            .await;
+        assert_eq!(code, None, "{reply}");
+        reply["run_id"].as_str().expect("run_id").to_string()
+    }
+
+    /// `curl <clickhouse> --data-binary <sql>`: the answer's text (the query
+    /// must succeed).
+    pub async fn clickhouse_sql(&self, sql: &str) -> String {
+        let response = self
+            .http
+            .post(self.clickhouse.url())
+            .body(sql.to_string())
+            .send()
+            .await
+            .expect("ClickHouse answers");
+        let status = response.status();
+        let text = response.text().await.expect("ClickHouse text");
+        assert!(status.is_success(), "ClickHouse refused {sql}:\n{text}");
+        text
+    }
+
     /// Start one more projector in this process (e.g. under another consumer
     /// name, which replays the whole stream); it stops with the stack.
     pub async fn spawn_projector(&mut self, config: jetcron_projector::ProjectorConfig) {
