@@ -291,5 +291,11 @@ async fn metrics_count_fires_runs_projection_and_requests() {
         0.0,
     );
     at_least("jetcron_projector_backlog", &[], 0.0);
+    // One family per name: Prometheus refuses a scrape that repeats one.
+    let mut families: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    let all = families.len();
+    families.sort_unstable();
+    families.dedup();
+    assert_eq!(families.len(), all, "a metric family is repeated:\n{text}");
     stack.stop().await;
 }

@@ -64,7 +64,13 @@ pub async fn metrics(
     // read from NATS and ClickHouse at scrape time.
     let mut text = jetcron_core::prometheus::render();
     text.push_str(&pools::render_metrics(&pools));
-    if let Ok(Some(backlog)) = pools::projector_backlog(&state).await {
+    // A projector in this process reports its own backlog; one series only.
+    let recorded = text.contains("\njetcron_projector_backlog ");
+    let observed = match recorded {
+        true => None,
+        false => pools::projector_backlog(&state).await.ok().flatten(),
+    };
+    if let Some(backlog) = observed {
         text.push_str(&format!(
             "# HELP jetcron_projector_backlog Run events not yet stored in ClickHouse.\n\
              # TYPE jetcron_projector_backlog gauge\njetcron_projector_backlog {backlog}\n"
