@@ -426,6 +426,18 @@ impl Stack {
         }
     }
 
+    /// `curl <gateway><path>` of a text answer such as `/metrics`.
+    pub async fn get_text(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.http_base))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} body: {e}"))
+    }
+
     /// Runs of `job_id` as the gateway lists them (newest first).
     pub async fn runs_of(&self, job_id: &str) -> Vec<Value> {
         let (status, body) = self.get(&format!("/v1/jobs/{job_id}/runs?limit=500")).await;

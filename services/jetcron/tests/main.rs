@@ -1,0 +1,26 @@
+//! The integration tests, one binary: each module is a user story against real
+//! nats-server and clickhouse-server processes that the testkit starts.
+//!
+//! One binary instead of one per file: every test binary links the whole
+//! dependency tree, and twenty of them filled the CI disk (docs/testing.md).
+
+mod api;
+mod bad_input;
+mod executor_failover;
+mod gateway_queries;
+mod grafana_dashboards;
+mod http_api;
+mod http_target;
+mod job_management;
+mod job_rejections;
+mod manual_runs;
+mod nats_permissions;
+mod nats_target;
+mod projection;
+mod run_control;
+mod run_lifecycle;
+mod run_queries;
+mod scheduling;
+mod shell_target;
+mod ticker_dst;
+mod ticker_replicas;
