@@ -88,6 +88,14 @@ pub fn claim_key(job_id: &str, shard: Option<u32>) -> String {
     }
 }
 
+/// KV key of the retry-budget ledger of `run_id` (of one shard of it).
+pub fn tries_key(run_id: &str, shard: Option<u32>) -> String {
+    match shard {
+        None => format!("tries.{run_id}"),
+        Some(k) => format!("tries.{run_id}.{k}"),
+    }
+}
+
 /// KV key of the kill request of `run_id`.
 pub fn kill_key(run_id: &str) -> String {
     format!("kill.{run_id}")

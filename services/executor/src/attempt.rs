@@ -6,8 +6,10 @@
 //! publish `started` → run the target under the job's timeout, keeping the
 //! message (and claim) alive → publish the outcome → ack (success), nak with
 //! the backoff delay (a retry: JetStream redelivers it), or term (the end).
-//! The attempt number is JetStream's delivery count, so an attempt lost with a
-//! crashed executor still counts.
+//! The attempt number in events is JetStream's delivery count, so an attempt
+//! lost with a crashed executor shows as its own attempt; what counts against
+//! `max_attempts` is the retry budget of [`crate::tries`], in which only
+//! attempts that failed or timed out count.
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use crate::claims::{self, ClaimHandle, Overlap};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::target::{self, Outcome, RunContext};
+use crate::tries::{self, Budget};
 use crate::{fanout, notify, ExecutorContext};
 
 /// Handle one due-event message to the end (ack, nak or term).
@@ -121,12 +124,33 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
             return;
         }
     }
-    if attempt > max_attempts {
-        // Deliveries beyond the limit happen when an earlier attempt's outcome
-        // could not be recorded (or its executor died): never run again.
-        let event = refuse(format!(
-            "delivery {attempt} exceeds max_attempts {max_attempts}: an earlier attempt's outcome was lost"
-        ));
+    let tries_key = jetcron_core::subjects::tries_key(due.run_id.as_str(), due.shard);
+    let budget = match tries::budget(&ctx.running, &tries_key, attempt).await {
+        Ok(budget) => budget,
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
+            ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            return;
+        }
+    };
+    let exhausted = if budget.try_number > max_attempts {
+        // The last try failed and was recorded, but its message was not
+        // settled: never run again.
+        Some(format!(
+            "delivery {attempt}: all {max_attempts} attempts already failed"
+        ))
+    } else if budget.uncounted > tries::MAX_UNCOUNTED_DELIVERIES {
+        Some(format!(
+            "delivery {attempt}: {} earlier deliveries were lost or handed back \
+             (executor crashes or shutdowns), more than {}; giving up",
+            budget.uncounted,
+            tries::MAX_UNCOUNTED_DELIVERIES
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = exhausted {
+        let event = refuse(why);
         finish(
             ctx,
             &publisher,
@@ -215,10 +239,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
     let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
     drop(registration);
     publisher.started_at = Some(started_at);
-    settle(
-        ctx, &publisher, &message, &job, &due, attempt, ending, claim,
-    )
-    .await;
+    settle(ctx, &publisher, &message, &job, &due, budget, ending, claim).await;
 }
 
 /// How an attempt that started came to an end.
@@ -271,10 +292,11 @@ async fn settle(
     message: &Message,
     job: &ValidJob,
     due: &DueEvent,
-    attempt: u32,
+    budget: Budget,
     ending: Ending,
     claim: Option<ClaimHandle>,
 ) {
+    let tries_key = jetcron_core::subjects::tries_key(due.run_id.as_str(), due.shard);
     let finished_at = Utc::now();
     let max_attempts = job.max_attempts;
     let notify = job.spec.notify.as_ref();
@@ -290,6 +312,9 @@ async fn settle(
             );
             finish(ctx, publisher, message, event, AckKind::Ack, None).await;
             release(claim).await;
+            if budget.try_number > 1 {
+                tries::forget(&ctx.running, &tries_key).await;
+            }
             return;
         }
         Ending::Killed(reason) => {
@@ -329,8 +354,15 @@ async fn settle(
         Ending::Done(outcome) => (AttemptOutcome::Failed, outcome),
     };
     let error = outcome.error.as_deref().unwrap_or("");
-    if attempt < max_attempts {
-        let delay = job.retry_delay(attempt + 1, &due.msg_id());
+    let try_number = budget.try_number;
+    if try_number < max_attempts {
+        // Written before the nak: the next delivery must know this try counted.
+        if let Err(e) = tries::record_failure(&ctx.running, &tries_key, try_number).await {
+            warn!(error = %format!("{e:#}"), "cannot record the failed try, handing the run back");
+            ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            return;
+        }
+        let delay = job.retry_delay(try_number + 1, &due.msg_id());
         warn!(
             error,
             outcome = ended.as_str(),
@@ -365,6 +397,10 @@ async fn settle(
         }
     } else {
         warn!(error, outcome = ended.as_str(), "last attempt failed");
+        // A redelivery of this message (its term lost) must not run again.
+        if let Err(e) = tries::record_failure(&ctx.running, &tries_key, try_number).await {
+            warn!(error = %format!("{e:#}"), "cannot record the last failed try");
+        }
         let kind = match ended {
             AttemptOutcome::TimedOut => RunEventKind::TimedOut,
             _ => RunEventKind::Failed,

@@ -26,6 +26,7 @@ pub mod notify;
 pub mod run_events;
 pub mod running;
 pub mod target;
+pub mod tries;
 
 use std::sync::Arc;
 use std::time::Duration;

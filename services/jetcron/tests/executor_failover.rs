@@ -1,7 +1,9 @@
 //! Executors as real `jetcron executor` processes: one killed with SIGKILL in
 //! the middle of a run (another finishes the run, the lost attempt shows), and
 //! SIGTERM with a grace period that lets a short attempt finish and hands a
-//! long one back at once. Plus the per-executor in-flight limit.
+//! long one back at once. Both with `max_attempts: 1`: a lost or handed-back
+//! attempt does not use up the retry budget. Plus the per-executor in-flight
+//! limit.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -121,7 +123,8 @@ async fn wait_for_event(
 }
 
 #[tokio::test]
-async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it() {
+async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it_within_one_allowed_attempt(
+) {
     let stack = stack_without_executor().await;
     let mut executors = [
         ExecutorProcess::start(&stack, "exec-a", &[]),
@@ -131,7 +134,7 @@ async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it() 
     let run_id = put_and_trigger(
         &stack,
         &format!(
-            r#"{{"id":"survivor","schedule":"@daily","timeout":"1m",
+            r#"{{"id":"survivor","schedule":"@daily","timeout":"1m","retry":{{"max_attempts":1}},
             "target":{{"type":"shell","command":"sleep 3; touch {}/attempt-$JETCRON_ATTEMPT; echo done on attempt $JETCRON_ATTEMPT"}}}}"#,
             marks.path().display()
         ),
@@ -214,12 +217,12 @@ async fn sigterm_lets_a_short_attempt_finish() {
 }
 
 #[tokio::test]
-async fn sigterm_hands_a_long_attempt_back_after_the_grace_period() {
+async fn sigterm_hands_a_long_attempt_back_after_the_grace_period_without_using_an_attempt() {
     let stack = stack_without_executor().await;
     let mut first = ExecutorProcess::start(&stack, "leaving", &["--shutdown-grace", "1s"]);
     let run_id = put_and_trigger(
         &stack,
-        r#"{"id":"long-haul","schedule":"@daily","timeout":"1m","retry":{"max_attempts":3},
+        r#"{"id":"long-haul","schedule":"@daily","timeout":"1m","retry":{"max_attempts":1},
             "target":{"type":"shell","command":"sleep 30"}}"#,
     )
     .await;

@@ -264,10 +264,14 @@ async fn undecodable_events_are_parked_with_a_reason_and_the_rest_goes_on() {
     );
     // Acks follow the insert, so the backlog reaches 0 a moment after the
     // rows are queryable; a poison event retried forever would keep it above.
-    wait_until("backlog drained: parked, not retried", Duration::from_secs(10), || async {
-        let (_, ready) = stack.get("/readyz").await;
-        (ready["projector_backlog"] == 0).then_some(())
-    })
+    wait_until(
+        "backlog drained: parked, not retried",
+        Duration::from_secs(10),
+        || async {
+            let (_, ready) = stack.get("/readyz").await;
+            (ready["projector_backlog"] == 0).then_some(())
+        },
+    )
     .await;
     let metrics = stack.get_text("/metrics").await;
     assert!(

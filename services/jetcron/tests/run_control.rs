@@ -524,7 +524,10 @@ async fn an_accepted_http_request_completes_through_the_gateway_callback() {
         .post("/v1/runs/nope/complete", r#"{"status":"failed"}"#)
         .await;
     assert_eq!(status, 400);
-    assert_eq!(stack.run(&run_id).await.expect("run")["status"], "running");
+    // Still running (the started event may reach ClickHouse a moment later).
+    stack
+        .wait_for_run_status(&run_id, "running", Duration::from_secs(10))
+        .await;
     let (status, reply) = stack
         .post(
             &format!("/v1/runs/{run_id}/complete"),

@@ -1,0 +1,136 @@
+//! The retry budget of a run: which attempts count against `max_attempts`.
+//!
+//! JetStream's delivery count numbers the deliveries of a due event, but not
+//! every delivery is a try of the user's target: an executor killed mid-run
+//! (its attempt is lost), one that shuts down and hands its attempt back, or
+//! one that cannot reach NATS to check a kill or take a claim all cause a
+//! redelivery without the target having failed. Counting those would end a
+//! `max_attempts: 1` run as failed the first time an executor restarts.
+//!
+//! So an attempt that *failed* (or timed out) and is retried is written down
+//! before its message is nak'ed: `tries.<run>[.<shard>]` in `jetcron_running`
+//! holds how many attempts failed so far. A delivery's place in the budget is
+//! that count plus one; every other earlier delivery was lost or handed back.
+//! The ledger is read only on redeliveries (never on a first delivery) and
+//! written only on failures, so a run that succeeds first time costs nothing.
+//!
+//! Deliveries that do not count are still bounded: after
+//! [`MAX_UNCOUNTED_DELIVERIES`] of them the run fails, so a target that kills
+//! its executor every time (out of memory, say) cannot loop forever.
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv;
+use serde::{Deserialize, Serialize};
+
+/// Deliveries of one run (or shard) that may be lost or handed back without
+/// counting against `max_attempts`.
+pub const MAX_UNCOUNTED_DELIVERIES: u32 = 5;
+
+/// The ledger's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+struct Ledger {
+    /// Attempts that failed or timed out and were retried.
+    failed: u32,
+}
+
+/// Where a delivery stands in its run's retry budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// 1 for the first try of the target, 2 for the first retry, …
+    pub try_number: u32,
+    /// Earlier deliveries that were lost or handed back.
+    pub uncounted: u32,
+}
+
+impl Budget {
+    /// The budget of a first delivery: nothing to look up.
+    pub const FIRST: Budget = Budget {
+        try_number: 1,
+        uncounted: 0,
+    };
+
+    /// The budget of delivery number `delivery` when `failed` earlier
+    /// attempts were recorded as failed.
+    pub fn of(delivery: u32, failed: u32) -> Budget {
+        let failed = failed.min(delivery.saturating_sub(1));
+        Budget {
+            try_number: failed + 1,
+            uncounted: delivery.saturating_sub(1) - failed,
+        }
+    }
+}
+
+/// Look up the budget of delivery number `delivery` of `key`.
+pub async fn budget(store: &kv::Store, key: &str, delivery: u32) -> anyhow::Result<Budget> {
+    if delivery <= 1 {
+        return Ok(Budget::FIRST);
+    }
+    let failed = match store
+        .get(key)
+        .await
+        .with_context(|| format!("read retry ledger {key}"))?
+    {
+        // An unreadable value is our own bug or a stranger's write: count
+        // every earlier delivery, the conservative side.
+        Some(value) => serde_json::from_slice::<Ledger>(&value)
+            .map(|l| l.failed)
+            .unwrap_or(delivery - 1),
+        None => 0,
+    };
+    Ok(Budget::of(delivery, failed))
+}
+
+/// Record that try `try_number` failed and will be retried.
+pub async fn record_failure(store: &kv::Store, key: &str, try_number: u32) -> anyhow::Result<()> {
+    let value = serde_json::to_vec(&Ledger { failed: try_number })?;
+    store
+        .put(key, value.into())
+        .await
+        .with_context(|| format!("write retry ledger {key}"))?;
+    Ok(())
+}
+
+/// Forget the ledger of a run that ended (best effort: the bucket's max age
+/// removes what is left).
+pub async fn forget(store: &kv::Store, key: &str) {
+    if let Err(e) = store.purge(key).await {
+        tracing::debug!(key, error = %e, "cannot remove retry ledger");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_and_handed_back_deliveries_do_not_count() {
+        assert_eq!(Budget::of(1, 0), Budget::FIRST);
+        // Delivery 3 after one failure: the other earlier delivery was lost.
+        assert_eq!(
+            Budget::of(3, 1),
+            Budget {
+                try_number: 2,
+                uncounted: 1
+            }
+        );
+        // Two deliveries, no failure recorded: the first was lost.
+        assert_eq!(
+            Budget::of(2, 0),
+            Budget {
+                try_number: 1,
+                uncounted: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_ledger_ahead_of_the_deliveries_is_capped() {
+        assert_eq!(
+            Budget::of(2, 7),
+            Budget {
+                try_number: 2,
+                uncounted: 0
+            }
+        );
+    }
+}
