@@ -204,6 +204,10 @@ pub struct ProjectorArgs {
     /// its start (answers do not change: every table dedups).
     #[arg(long, env = "JETCRON_PROJECTOR_CONSUMER", default_value = jetcron_core::subjects::PROJECTOR_CONSUMER)]
     pub consumer: String,
+    /// How long JetStream waits for a fetched event's ack before handing it
+    /// out again (set when the consumer is created).
+    #[arg(long, env = "JETCRON_PROJECTOR_ACK_WAIT", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub projector_ack_wait: Duration,
 }
 
 #[derive(Debug, Args, Clone)]

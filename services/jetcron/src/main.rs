@@ -216,6 +216,7 @@ async fn spawn_projector(
     let mut config = jetcron_projector::ProjectorConfig::new(clickhouse(common));
     config.batch_size = args.batch_size.max(1);
     config.batch_wait = args.batch_wait;
+    config.ack_wait = args.projector_ack_wait.max(Duration::from_secs(1));
     jetcron_core::job::validate_id(&args.consumer)
         .map_err(|e| anyhow::anyhow!("--consumer: {}", e.message))?;
     config.consumer = args.consumer;

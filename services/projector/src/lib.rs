@@ -43,6 +43,10 @@ pub struct ProjectorConfig {
     pub batch_wait: Duration,
     /// Durable consumer name; a new name replays the stream from its start.
     pub consumer: String,
+    /// Ack wait of the consumer (when this projector creates it): a batch
+    /// ClickHouse has not taken by then is handed out again, and the
+    /// duplicates collapse on `event_id`.
+    pub ack_wait: Duration,
     pub topology: TopologyOptions,
 }
 
@@ -53,6 +57,7 @@ impl ProjectorConfig {
             batch_size: 20_000,
             batch_wait: Duration::from_millis(200),
             consumer: subjects::PROJECTOR_CONSUMER.to_string(),
+            ack_wait: Duration::from_secs(120),
             topology: TopologyOptions::default(),
         }
     }
@@ -97,7 +102,7 @@ pub async fn run_counted(
                 durable_name: Some(config.consumer.clone()),
                 description: Some("jetcron projector into ClickHouse".into()),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(120),
+                ack_wait: config.ack_wait,
                 max_deliver: -1,
                 max_ack_pending: (config.batch_size * 4).max(1000) as i64,
                 ..Default::default()
@@ -109,17 +114,12 @@ pub async fn run_counted(
     apply_schema_with_retry(&clickhouse, &shutdown).await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
-    let mut consumer = consumer;
+    // Sampled beside the loop: while ClickHouse is down the loop waits on a
+    // batch that cannot be stored, and that is when the backlog matters.
+    let sampler = tokio::spawn(sample_backlog(consumer.clone(), shutdown.clone()));
+    let _stop_sampler = AbortOnDrop(sampler);
     let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
-    let mut backlog_sampled = std::time::Instant::now() - BACKLOG_SAMPLE_EVERY;
     while !shutdown.is_cancelled() {
-        if backlog_sampled.elapsed() >= BACKLOG_SAMPLE_EVERY {
-            backlog_sampled = std::time::Instant::now();
-            if let Ok(info) = consumer.info().await {
-                metrics::gauge!("jetcron_projector_backlog")
-                    .set((info.num_pending + info.num_ack_pending as u64) as f64);
-            }
-        }
         let fetched = consumer
             .fetch()
             .max_messages(config.batch_size)
@@ -182,6 +182,33 @@ pub async fn run_counted(
     }
     info!("projector stopped");
     Ok(())
+}
+
+/// Set `jetcron_projector_backlog` (events pending or unacked on the
+/// consumer) every [`BACKLOG_SAMPLE_EVERY`] until shutdown.
+async fn sample_backlog(
+    mut consumer: jetstream::consumer::PullConsumer,
+    shutdown: CancellationToken,
+) {
+    loop {
+        match consumer.info().await {
+            Ok(info) => metrics::gauge!("jetcron_projector_backlog")
+                .set((info.num_pending + info.num_ack_pending as u64) as f64),
+            Err(e) => debug!(error = %e, "cannot sample the projector backlog"),
+        }
+        if sleep_or_shutdown(BACKLOG_SAMPLE_EVERY, &shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Aborts a task when the owner goes, on every return path.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Wait for the batch being stored; false when shutdown stopped it unsaved.
