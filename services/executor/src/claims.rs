@@ -150,6 +150,16 @@ pub fn claim_ttl(refresh: Duration) -> chrono::Duration {
     chrono::Duration::from_std(refresh * 3).unwrap_or(chrono::Duration::seconds(30))
 }
 
+/// Whether `holder` is a run waiting between attempts rather than one that
+/// is running: a running attempt refreshes its claim to at most `ttl` ahead,
+/// while a run waiting for a retry holds it until its retry time plus `ttl`.
+/// One refresh period of slack keeps clock skew between executors from making
+/// a running claim look like a waiting one.
+fn waits_for_retry(holder: &Claim, ttl: chrono::Duration, now: DateTime<Utc>) -> bool {
+    let refresh = ttl / 3;
+    holder.expires_at_ms > (now + ttl + refresh).timestamp_millis()
+}
+
 /// What the overlap policy decided for an attempt.
 pub enum Overlap {
     /// The attempt holds the job's claim and may run.
@@ -215,9 +225,11 @@ pub async fn claim_for_run(
             )
             .await?;
             tracing::info!(holder = %holder.run_id, executors = stopped.len(), "killed the previous run to replace it");
-            if stopped.is_empty() {
-                // Nobody is running it (it waits for a retry, or its executor
-                // died): the kill marker stops it later; take the claim now.
+            if stopped.is_empty() && waits_for_retry(&holder, ttl, Utc::now()) {
+                // Nobody runs it: it waits for a retry, and the kill marker
+                // stops it when it comes back. Take the claim now. (A holder
+                // that did not answer but still refreshes its claim may be a
+                // slow executor: wait for its release or the claim's expiry.)
                 take_over_from = Some(holder.run_id.clone());
             }
             killed = Some(holder.run_id);
@@ -234,5 +246,43 @@ pub async fn claim_for_run(
             last_progress = tokio::time::Instant::now();
         }
         tokio::time::sleep(REPLACE_WAIT_POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone as _;
+
+    fn claim_expiring(at: DateTime<Utc>) -> Claim {
+        Claim {
+            run_id: "r".into(),
+            executor_id: "e".into(),
+            attempt: 1,
+            expires_at_ms: at.timestamp_millis(),
+        }
+    }
+
+    #[test]
+    fn a_claim_held_past_the_refresh_horizon_is_a_run_waiting_for_a_retry() {
+        let now = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("time");
+        let ttl = claim_ttl(Duration::from_secs(10));
+        // Refreshed a moment ago by a running attempt.
+        assert!(!waits_for_retry(&claim_expiring(now + ttl), ttl, now));
+        // Refreshed by an executor whose clock runs 5 s ahead.
+        assert!(!waits_for_retry(
+            &claim_expiring(now + ttl + chrono::Duration::seconds(5)),
+            ttl,
+            now
+        ));
+        // Held through a 5-minute backoff.
+        assert!(waits_for_retry(
+            &claim_expiring(now + chrono::Duration::minutes(5) + ttl),
+            ttl,
+            now
+        ));
     }
 }

@@ -300,6 +300,56 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
 }
 
 #[tokio::test]
+async fn replace_takes_over_at_once_from_a_run_waiting_for_its_retry() {
+    let stack = two_executor_stack().await;
+    stack
+        .put_job(
+            r#"{"id":"flaky-sync","schedule":"@daily","concurrency":"replace",
+            "retry":{"max_attempts":3,"backoff":"1m","jitter":0},
+            "target":{"type":"shell","command":"exit 1"}}"#,
+        )
+        .await;
+    let waiting = stack.trigger("flaky-sync").await;
+    wait_until(
+        "first run waits for its retry",
+        Duration::from_secs(10),
+        || async {
+            stack
+                .run_events("flaky-sync")
+                .await
+                .into_iter()
+                .find(|e| e.run_id.0 == waiting && e.kind == RunEventKind::Retrying)
+        },
+    )
+    .await;
+    // Its claim reaches a minute ahead (the backoff): nobody runs it, so the
+    // replacing fire must not wait for the claim to expire.
+    let triggered = chrono::Utc::now();
+    let replacing = stack.trigger("flaky-sync").await;
+    let started = wait_until("replacing run starts", Duration::from_secs(10), || async {
+        stack
+            .run_events("flaky-sync")
+            .await
+            .into_iter()
+            .find(|e| e.run_id.0 == replacing && e.kind == RunEventKind::Started)
+    })
+    .await;
+    let took = started.at - triggered;
+    assert!(
+        took < chrono::Duration::seconds(3),
+        "the replacing run waited {took} for a claim nobody was using"
+    );
+    let waiting_started = stack
+        .run_events("flaky-sync")
+        .await
+        .into_iter()
+        .filter(|e| e.run_id.0 == waiting && e.kind == RunEventKind::Started)
+        .count();
+    assert_eq!(waiting_started, 1, "the replaced run ran again");
+    stack.stop().await;
+}
+
+#[tokio::test]
 async fn a_sharded_run_fans_out_and_succeeds_only_when_every_shard_does() {
     let stack = two_executor_stack().await;
     stack.put_job(r#"{"id":"reindex","schedule":"@daily","shards":3,
