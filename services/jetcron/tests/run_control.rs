@@ -350,6 +350,97 @@ async fn replace_takes_over_at_once_from_a_run_waiting_for_its_retry() {
 }
 
 #[tokio::test]
+async fn nats_shards_get_their_index_and_count_in_headers() {
+    let stack = two_executor_stack().await;
+    let mut requests = stack
+        .client
+        .subscribe("search.reindex")
+        .await
+        .expect("subscribe");
+    let responder = stack.client.clone();
+    let seen = Arc::new(Mutex::new(Vec::<(String, String, String)>::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = requests.next().await {
+            let header = |name: &str| {
+                msg.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_default()
+            };
+            record.lock().expect("lock").push((
+                header("Jetcron-Run-Id"),
+                header("Jetcron-Shard"),
+                header("Jetcron-Shards"),
+            ));
+            if let Some(reply) = msg.reply {
+                let _ = responder.publish(reply, "indexed".into()).await;
+            }
+        }
+    });
+    stack
+        .put_job(
+            r#"{"id":"reindex-nats","schedule":"@daily","shards":3,
+            "target":{"type":"nats","subject":"search.reindex"}}"#,
+        )
+        .await;
+    let run_id = stack.trigger("reindex-nats").await;
+    stack
+        .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
+        .await;
+    let mut calls = seen.lock().expect("lock").clone();
+    calls.sort();
+    let expected: Vec<(String, String, String)> = (0..3)
+        .map(|k| (run_id.clone(), k.to_string(), "3".to_string()))
+        .collect();
+    assert_eq!(calls, expected);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn killing_a_sharded_run_stops_every_shard() {
+    let stack = two_executor_stack().await;
+    stack
+        .put_job(
+            r#"{"id":"backfill-all","schedule":"@daily","shards":3,"timeout":"5m",
+            "target":{"type":"shell","command":"sleep 300"}}"#,
+        )
+        .await;
+    let run_id = stack.trigger("backfill-all").await;
+    wait_until("three shards running", Duration::from_secs(20), || async {
+        let started: BTreeSet<Option<u32>> = stack
+            .run_events("backfill-all")
+            .await
+            .into_iter()
+            .filter(|e| e.run_id.0 == run_id && e.kind == RunEventKind::Started)
+            .map(|e| e.shard)
+            .collect();
+        (started.len() == 3).then_some(())
+    })
+    .await;
+    let (reply, code) = stack
+        .api(
+            "jetcron.api.runs.kill",
+            &format!(r#"{{"run_id":"{run_id}","reason":"wrong input"}}"#),
+        )
+        .await;
+    assert_eq!(code, None, "{reply}");
+    let run = stack
+        .wait_for_run_status(&run_id, "killed", Duration::from_secs(20))
+        .await;
+    let killed: BTreeSet<Option<u32>> = stack
+        .run_events("backfill-all")
+        .await
+        .into_iter()
+        .filter(|e| e.run_id.0 == run_id && e.kind == RunEventKind::Killed)
+        .map(|e| e.shard)
+        .collect();
+    assert_eq!(killed, BTreeSet::from([Some(0), Some(1), Some(2)]), "{run}");
+    stack.stop().await;
+}
+
+#[tokio::test]
 async fn a_sharded_run_fans_out_and_succeeds_only_when_every_shard_does() {
     let stack = two_executor_stack().await;
     stack.put_job(r#"{"id":"reindex","schedule":"@daily","shards":3,
