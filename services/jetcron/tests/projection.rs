@@ -1,16 +1,18 @@
 //! The projector under stress: ClickHouse killed for several ack waits
-//! (nothing lost or doubled, the backlog visible, caught up afterwards), the whole `JETCRON_RUNS`
-//! stream replayed by a second projector (no answer changes), and events it
+//! (nothing lost or doubled, the backlog visible, caught up afterwards), the
+//! whole `JETCRON_RUNS` stream replayed by a second projector (no gateway
+//! answer and no panel of the Grafana dashboards changes), and events it
 //! cannot decode parked in the dead letter stream with a reason.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_projector::ProjectorConfig;
-use jetcron_testkit::{wait_until, Stack, StackOptions};
-use serde_json::Value;
+use jetcron_testkit::{grafana, wait_until, Stack, StackOptions};
+use serde_json::{json, Value};
 
 /// The projector's ack wait in the outage test.
 const ACK_WAIT: Duration = Duration::from_secs(3);
@@ -155,8 +157,25 @@ async fn answers(stack: &Stack, run_ids: &[String]) -> Vec<Value> {
     all
 }
 
+/// What every panel of both Grafana dashboards shows over `from`..`to`, as
+/// Grafana runs it (for every value of `$job`): (label, SQL, rows).
+async fn dashboard_answers(
+    stack: &Stack,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<(String, String, Vec<Value>)> {
+    let queries = grafana::panel_queries(stack, &grafana::dashboards(), from, to).await;
+    let answers = grafana::run_panels(stack, &queries).await;
+    queries
+        .into_iter()
+        .zip(answers)
+        .map(|(q, a)| (q.label, q.sql, a.rows))
+        .collect()
+}
+
 #[tokio::test]
 async fn replaying_the_whole_stream_changes_no_answer() {
+    let started = Utc::now();
     let mut stack = Stack::start(StackOptions::with_shell()).await;
     for job in [
         r#"{"id":"steady","schedule":"@daily","target":{"type":"shell","command":"echo ok"}}"#,
@@ -196,6 +215,29 @@ async fn replaying_the_whole_stream_changes_no_answer() {
     let (_, ready) = stack.get("/readyz").await;
     assert_eq!(ready["projector_backlog"], 0, "{ready}");
     let before = answers(&stack, &run_ids).await;
+    let (from, to) = (
+        started - chrono::Duration::minutes(5),
+        Utc::now() + chrono::Duration::minutes(1),
+    );
+    let panels_before = dashboard_answers(&stack, from, to).await;
+    // The dashboards show this history: the job picker and the rejection.
+    let shown = |label: &str, column: &str| -> Vec<Value> {
+        let (_, _, rows) = panels_before
+            .iter()
+            .find(|(l, _, _)| l == label)
+            .unwrap_or_else(|| panic!("no panel {label}"));
+        rows.iter().map(|r| r[column].clone()).collect()
+    };
+    assert_eq!(
+        shown("jetcron-job.json: variable job", "job_id"),
+        [json!("flaky"), json!("oops"), json!("steady")]
+    );
+    assert_eq!(
+        shown("jetcron-overview.json: Recent rejections (A)", "job_id"),
+        [json!("oops")]
+    );
+    let with_rows = panels_before.iter().filter(|(_, _, r)| !r.is_empty());
+    assert!(with_rows.count() >= 20, "most panels show something");
 
     let mut replay =
         jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(stack.clickhouse.url()));
@@ -227,8 +269,13 @@ async fn replaying_the_whole_stream_changes_no_answer() {
         "replayed rows: {raw_before} → {raw_after}"
     );
     assert_eq!(distinct_before, distinct_after);
-    // ...and nothing a user reads changed.
+    // ...and nothing a user reads changed, in the gateway or in Grafana.
     assert_eq!(before[..before.len() - 1], after[..after.len() - 1]);
+    let panels_after = dashboard_answers(&stack, from, to).await;
+    assert_eq!(panels_before.len(), panels_after.len());
+    for (panel, replayed) in panels_before.iter().zip(&panels_after) {
+        assert_eq!(panel, replayed, "{} changed by the replay", panel.0);
+    }
     stack.stop().await;
 }
 

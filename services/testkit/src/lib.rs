@@ -7,12 +7,16 @@
 //! - [`Stack`] runs the jetcron services in-process against them, started by
 //!   the same `run` functions `jetcron all` uses, and offers the user-level
 //!   actions tests are written in: put a job, read runs over HTTP.
+//! - [`grafana`] expands and runs every panel of the Grafana dashboards as
+//!   Grafana and its ClickHouse plugin would; [`chdb`] runs queries on a
+//!   current ClickHouse.
 //!
 //! Binaries are found on `PATH` (or `JETCRON_NATS_SERVER`,
 //! `JETCRON_CLICKHOUSE_SERVER`); `infra/test.sh` installs them.
 
 pub mod chdb;
 mod clickhouse_server;
+pub mod grafana;
 mod nats_server;
 pub mod stack;
 mod wait;
