@@ -115,11 +115,16 @@ pub async fn list(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> 
 pub async fn delete(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
     let request: DeleteRequest = parse_body(body)?;
     checked_id(&request.id)?;
-    let revision = state
+    let (deleted_revision, revision) = state
         .jobs
         .delete(&request.id, request.expected_revision)
         .await?;
-    Ok(json!({ "ok": true, "id": request.id, "deleted_revision": revision }))
+    Ok(json!({
+        "ok": true,
+        "id": request.id,
+        "deleted_revision": deleted_revision,
+        "revision": revision,
+    }))
 }
 
 /// `pause` / `resume` `{"id"}` or `{"labels":{...}}`.

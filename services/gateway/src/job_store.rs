@@ -118,7 +118,8 @@ impl JobStore {
     }
 
     /// Refuse to create job `id` when the bucket holds `max_jobs` already.
-    async fn check_room_for(&self, id: &str) -> Result<(), ApiError> {
+    /// Refuse a new job beyond `max_jobs`; whether `id` exists already.
+    async fn check_room_for(&self, id: &str) -> Result<bool, ApiError> {
         let key = subjects::job_key(id);
         let (exists, count) = match self.index.lookup(key) {
             Some(known) => known,
@@ -138,16 +139,17 @@ impl JobStore {
                 )
             });
         }
-        Ok(())
+        Ok(exists)
     }
 
-    /// Validate and store a definition; returns it and its new revision.
     /// The bytes are stored as sent (re-encoding could change numbers or
     /// grow past the size limit), so the ticker reads exactly what was checked.
     /// A top-level `expected_revision` makes the write a compare-and-swap
     /// (0: the job must not exist yet); it is taken out of the stored
     /// definition, which is then the re-encoded rest.
-    pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64), ApiError> {
+    /// Store a definition: the job, its new revision, and whether it is new
+    /// (as far as this gateway has seen the bucket).
+    pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64, bool), ApiError> {
         let (stored, expected_revision) = split_expected_revision(body)?;
         let body = stored.as_deref().unwrap_or(body);
         let job = parse_job(body, None).map_err(|problems| {
@@ -164,7 +166,7 @@ impl JobStore {
         if let Some(problem) = job.never_fires_after(chrono::Utc::now()) {
             return Err(ApiError::invalid_job(vec![problem]));
         }
-        self.check_room_for(&job.spec.id).await?;
+        let existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
         let value: bytes::Bytes = body.to_vec().into();
         let revision = match expected_revision {
@@ -191,12 +193,17 @@ impl JobStore {
                     })
             }
         }?;
-        Ok((job.spec, revision))
+        Ok((job.spec, revision, !existed))
     }
 
     /// Delete `id` (a delete marker: the history stays); with
     /// `expected_revision`, only if that is still the current revision.
-    pub async fn delete(&self, id: &str, expected_revision: Option<u64>) -> Result<u64, ApiError> {
+    /// Answers with the revision it had and the delete marker's revision.
+    pub async fn delete(
+        &self,
+        id: &str,
+        expected_revision: Option<u64>,
+    ) -> Result<(u64, u64), ApiError> {
         let current = self
             .get(id)
             .await
@@ -214,7 +221,31 @@ impl JobStore {
                 }
                 _ => unavailable(e),
             })?;
-        Ok(expected)
+        let marker = self.delete_marker_after(id, expected).await?;
+        Ok((expected, marker))
+    }
+
+    /// The revision of the first delete marker of `id` after `revision`: the
+    /// latest entry unless someone wrote the key again in between, then the
+    /// key's history.
+    async fn delete_marker_after(&self, id: &str, revision: u64) -> Result<u64, ApiError> {
+        let key = subjects::job_key(id);
+        let latest = self.bucket.entry(key).await.map_err(unavailable)?;
+        if let Some(entry) = latest.filter(|e| e.operation != Operation::Put) {
+            if entry.revision > revision {
+                return Ok(entry.revision);
+            }
+        }
+        let mut history = self.bucket.history(&key).await.map_err(unavailable)?;
+        while let Some(entry) = history.try_next().await.map_err(unavailable)? {
+            if entry.revision > revision && entry.operation != Operation::Put {
+                return Ok(entry.revision);
+            }
+        }
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("{id:?} was deleted but its delete marker is not in the history"),
+        ))
     }
 
     /// Set `paused` on one stored definition by compare-and-swap; `None`

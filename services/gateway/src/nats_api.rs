@@ -123,9 +123,9 @@ impl Endpoint {
 async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {
     match endpoint {
         Endpoint::Put => {
-            let (job, revision) = state.jobs.put(body).await?;
+            let (job, revision, created) = state.jobs.put(body).await?;
             info!(job_id = %job.id, revision, "job stored");
-            Ok(json!({ "ok": true, "job": job, "revision": revision }))
+            Ok(json!({ "ok": true, "job": job, "revision": revision, "created": created }))
         }
         Endpoint::Trigger => {
             let reply = manual_runs::trigger(state, body).await?;

@@ -24,8 +24,13 @@ async fn jobs_are_created_replaced_paused_and_deleted_over_http() {
 
     let (status, reply) = send(&stack, Method::POST, "/v1/jobs", &job("invoice", "")).await;
     assert_eq!(status, 201, "{reply}");
-    let first = reply["revision"].as_u64().expect("revision");
+    assert_eq!(reply["created"], true);
     assert_eq!(reply["job"]["id"], "invoice");
+    // POST of an existing id replaces it: 200, not 201.
+    let (status, reply) = send(&stack, Method::POST, "/v1/jobs", &job("invoice", "")).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["created"], false);
+    let first = reply["revision"].as_u64().expect("revision");
 
     // PUT names the job in the path; the body may leave the id out.
     let body = r#"{"schedule":"@every 2h","labels":{"team":"billing"},"target":{"type":"nats","subject":"svc.invoice"}}"#;
@@ -140,12 +145,13 @@ async fn jobs_are_created_replaced_paused_and_deleted_over_http() {
         .collect();
     assert_eq!(
         operations,
-        ["put", "put", "put", "put", "delete"],
+        ["put", "put", "put", "put", "put", "delete"],
         "{history}"
     );
     assert_eq!(history["revisions"][0]["job"]["schedule"], "@every 1h");
-    assert_eq!(history["revisions"][1]["job"]["schedule"], "@every 2h");
-    assert_eq!(history["revisions"][2]["job"]["paused"], true);
+    assert_eq!(history["revisions"][1]["job"]["schedule"], "@every 1h");
+    assert_eq!(history["revisions"][2]["job"]["schedule"], "@every 2h");
+    assert_eq!(history["revisions"][3]["job"]["paused"], true);
     assert_eq!(stack.get("/v1/jobs/never-existed/history").await.0, 404);
     stack.stop().await;
 }

@@ -61,6 +61,20 @@ async fn put_and_delete_compare_and_swap_on_the_revision() {
     .await;
     assert_eq!(code, None, "{reply}");
     assert_eq!(reply["deleted_revision"], second);
+    // The new revision is the delete marker's, as `nats kv history` shows it.
+    let marker = stack
+        .jobs_bucket()
+        .await
+        .entry("report")
+        .await
+        .expect("entry")
+        .expect("delete marker");
+    assert_eq!(
+        marker.operation,
+        async_nats::jetstream::kv::Operation::Delete
+    );
+    assert_eq!(reply["revision"], marker.revision);
+    assert!(marker.revision > second);
     let (reply, code) = req(&stack, "get", r#"{"id":"report"}"#).await;
     assert_eq!(code.as_deref(), Some("404"), "{reply}");
     let (_, code) = req(&stack, "delete", r#"{"id":"report"}"#).await;

@@ -90,7 +90,7 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::GET, "/metrics", Public, "Prometheus metrics (pool queues)", &[], None, 200, get(control::metrics)),
         route(Method::GET, "/openapi.json", Public, "This document", &[], None, 200, get(openapi::serve)),
         route(Method::GET, "/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", &[("labels", "label selector: key=value pairs separated by commas")], None, 200, get(jobs::list)),
-        route(Method::POST, "/v1/jobs", Write, "Create or replace a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)),
+        route(Method::POST, "/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)),
         route(Method::POST, "/v1/jobs:pause", Write, "Pause every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::pause_selected)),
         route(Method::POST, "/v1/jobs:resume", Write, "Resume every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::resume_selected)),
         route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times, last run", &[], None, 200, get(jobs::get_one)),

@@ -212,11 +212,15 @@ pub async fn create(
     State(state): State<Arc<GatewayState>>,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<Value>), HttpError> {
-    let (job, revision) = state.jobs.put(&body).await?;
-    tracing::info!(job_id = %job.id, revision, "job stored over HTTP");
+    let (job, revision, created) = state.jobs.put(&body).await?;
+    tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
+    let status = match created {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
+    };
     Ok((
-        StatusCode::CREATED,
-        Json(json!({ "ok": true, "job": job, "revision": revision })),
+        status,
+        Json(json!({ "ok": true, "job": job, "revision": revision, "created": created })),
     ))
 }
 
@@ -239,10 +243,10 @@ pub async fn replace(
         object.insert("expected_revision".into(), revision.into());
     }
     let body = with_id(object, &id)?;
-    let (job, revision) = state.jobs.put(&body).await?;
-    tracing::info!(job_id = %job.id, revision, "job stored over HTTP");
+    let (job, revision, created) = state.jobs.put(&body).await?;
+    tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
     Ok(Json(
-        json!({ "ok": true, "job": job, "revision": revision }),
+        json!({ "ok": true, "job": job, "revision": revision, "created": created }),
     ))
 }
 
