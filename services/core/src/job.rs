@@ -14,8 +14,15 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::{self, Backoff};
+use crate::job_schema::{
+    self, COMMAND_PATTERN, DURATION_PATTERN, ENV_NAME_PATTERN, HTTP_HEADER_NAME_PATTERN,
+    HTTP_HEADER_VALUE_PATTERN, HTTP_URL_PATTERN, ID_PATTERN, INSTANT_PATTERN, LABEL_KEY_PATTERN,
+    NATS_HEADER_NAME_PATTERN, NATS_HEADER_VALUE_PATTERN, NO_CONTROL_PATTERN, NO_NUL_PATTERN,
+    SCHEDULE_PATTERN, SUBJECT_PATTERN, WORKING_DIR_PATTERN,
+};
 use crate::schedule::{parse_timezone, Schedule, ScheduleError};
 use crate::subjects::DEFAULT_POOL;
+use crate::time_format::duration_text;
 
 /// Largest accepted definition, in bytes of JSON.
 pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
@@ -31,6 +38,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
 pub const MAX_SHARDS: u32 = 64;
 /// Most environment variables of a shell target.
 pub const MAX_ENV_VARS: usize = 64;
+/// Methods of an `http` target (the schema lists them too).
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+/// Most attempts of a run.
+pub const MAX_ATTEMPTS: u32 = 100;
 
 /// A job definition as users write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -39,13 +50,19 @@ pub struct JobSpec {
     /// Job id: `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`, safe as a KV key and a subject token.
     /// May be omitted in a direct KV write, where the key is the id.
     #[serde(default)]
+    #[schemars(regex(pattern = ID_PATTERN))]
     pub id: String,
+    /// Free text, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub description: Option<String>,
-    /// Schedule line, see [`Schedule`].
+    /// Schedule line, see [`Schedule`]: 5 to 7 cron fields, a macro such as
+    /// `@daily`, `@every <duration>` or `@at <RFC 3339 instant>`.
+    #[schemars(regex(pattern = SCHEDULE_PATTERN))]
     pub schedule: String,
     /// IANA time zone the schedule is read in; UTC when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub timezone: Option<String>,
     /// A paused job stays defined but does not fire.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -53,31 +70,39 @@ pub struct JobSpec {
     pub target: Target,
     /// First instant the job may fire (RFC 3339); no bound when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = INSTANT_PATTERN))]
     pub start_at: Option<String>,
-    /// Last instant the job may fire (RFC 3339); no bound when absent.
+    /// Last instant the job may fire (RFC 3339), later than `start_at`; no
+    /// bound when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = INSTANT_PATTERN))]
     pub end_at: Option<String>,
     /// Largest random delay added to each fire, e.g. `"30s"`; deterministic per
     /// (job, scheduled time). 0 to 1h, default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub jitter: Option<String>,
     /// What to do with fire times nobody fired (ticker down, job paused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misfire: Option<MisfirePolicy>,
     /// How far back `fire_all` catches up; 1s to 7d, default 1h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
     /// Per-attempt timeout, e.g. `"30s"`; 1s to 24h, default 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub timeout: Option<String>,
     /// Executor pool that runs the job (same characters as an id); default `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = ID_PATTERN))]
     pub pool: Option<String>,
     /// Parallel parts of every run, 1 to 64, default 1: each part runs on any
     /// executor of the pool and is told its index; the run succeeds when all do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SHARDS))]
     pub shards: Option<u32>,
     /// What a fire does while the previous run of the job is still going.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +113,11 @@ pub struct JobSpec {
     /// Free key/values for grouping (`pause`/`resume`/`list` select on them):
     /// at most 32; keys `[A-Za-z0-9][A-Za-z0-9_.-]{0,62}`, values up to 255 bytes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = MAX_LABELS,
+        "propertyNames" = {"pattern": LABEL_KEY_PATTERN},
+        "additionalProperties" = {"type": "string", "maxLength": 255, "pattern": NO_CONTROL_PATTERN},
+    ))]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -161,9 +191,15 @@ impl ConcurrencyPolicy {
 #[serde(deny_unknown_fields)]
 pub struct NotifyPolicy {
     /// `http` or `https` URL that receives a JSON summary by POST.
+    #[schemars(regex(pattern = HTTP_URL_PATTERN))]
     pub webhook: String,
-    /// Extra request headers (an authorization token, say).
+    /// Extra request headers (an authorization token, say): names are HTTP
+    /// tokens, values without control characters but tab.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": HTTP_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": HTTP_HEADER_VALUE_PATTERN},
+    ))]
     pub headers: BTreeMap<String, String>,
 }
 
@@ -197,23 +233,39 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NatsTarget {
+    /// Subject to send the request to: dot-separated tokens without
+    /// whitespace or wildcards, not under `jetcron.`, `$` or `_INBOX.`.
+    #[schemars(regex(pattern = SUBJECT_PATTERN), length(max = 1024))]
     pub subject: String,
     /// Request body; any JSON value (a string is sent as its text). When absent
     /// the run context (`run_id`, `job_id`, `scheduled_at`, `attempt`) is sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<serde_json::Value>,
+    /// Extra headers: names visible ASCII without `:`, values without CR, LF or NUL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": NATS_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": NATS_HEADER_VALUE_PATTERN},
+    ))]
     pub headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpTarget {
+    /// `http` or `https` URL.
+    #[schemars(regex(pattern = HTTP_URL_PATTERN))]
     pub url: String,
     /// HTTP method, default `GET`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", null]))]
     pub method: Option<String>,
+    /// Extra headers: names are HTTP tokens, values without control characters but tab.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": HTTP_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": HTTP_HEADER_VALUE_PATTERN},
+    ))]
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
@@ -222,13 +274,22 @@ pub struct HttpTarget {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellTarget {
+    /// Command line for `/bin/sh -c`: not blank, no NUL bytes.
+    #[schemars(regex(pattern = COMMAND_PATTERN))]
     pub command: String,
     /// Absolute working directory; the executor's `--shell-workdir` (or its
     /// own) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = WORKING_DIR_PATTERN), length(max = 4096))]
     pub working_dir: Option<String>,
-    /// Extra environment variables (names `[A-Za-z_][A-Za-z0-9_]*`, not `JETCRON_*`).
+    /// Extra environment variables (names `[A-Za-z_][A-Za-z0-9_]*`, not `JETCRON_*`),
+    /// at most 64.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = MAX_ENV_VARS,
+        "propertyNames" = {"pattern": ENV_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": NO_NUL_PATTERN},
+    ))]
     pub env: BTreeMap<String, String>,
 }
 
@@ -237,19 +298,24 @@ pub struct ShellTarget {
 pub struct RetryPolicy {
     /// Attempts in all, including the first; 1 to 100, default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
     pub max_attempts: Option<u32>,
     /// Delay before the second attempt; 100ms to 24h, default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub backoff: Option<String>,
     /// Factor applied to the delay for each later attempt; 1 to 10, default 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
     pub multiplier: Option<f64>,
     /// Longest delay; from `backoff` to 24h, default 5m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub max_backoff: Option<String>,
     /// Fraction of each delay taken off at random (deterministic per run and
     /// attempt); 0 to 1, default 0.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
     pub jitter: Option<f64>,
 }
 
@@ -373,31 +439,20 @@ pub fn parse_job_with(
         return Err(vec![FieldError::new("", "invalid_json", message)]);
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let mut spec: JobSpec = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = known_path(&e.path().to_string());
-        if path == "target" {
-            if let Some(precise) = diagnose_target(text) {
-                return vec![precise];
-            }
+    let mut spec = match serde_path_to_error::deserialize::<_, JobSpec>(&mut de) {
+        Err(e) => {
+            return Err(every_problem(
+                text,
+                key,
+                serde_problem(text, &e),
+                parse_schedule,
+            ))
         }
-        let message = e.inner().to_string();
-        // "missing field `schedule`": a required field, named.
-        if let Some(name) = message
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next())
-        {
-            let field = if path.is_empty() {
-                name.to_string()
-            } else {
-                format!("{path}.{name}")
-            };
-            return vec![FieldError::new(field, "required", "missing")];
-        }
-        vec![FieldError::new(path, "invalid_json", message)]
-    })?;
-    if let Some(problem) = positional_object(text) {
-        return Err(vec![problem]);
-    }
+        Ok(spec) => match positional_object(text) {
+            Some(first) => return Err(every_problem(text, key, first, parse_schedule)),
+            None => spec,
+        },
+    };
     de.end().map_err(|e| {
         vec![FieldError::new(
             "",
@@ -409,21 +464,103 @@ pub fn parse_job_with(
         if spec.id.is_empty() {
             spec.id = key.to_string();
         } else if spec.id != key {
-            return Err(vec![FieldError::new(
-                "id",
-                "id_mismatch",
-                format!(
-                    "id {:?} differs from the KV key {key:?} it is stored under",
-                    spec.id
-                ),
-            )]);
+            return Err(vec![id_mismatch(&spec.id, key)]);
         }
     }
     validate_with(spec, parse_schedule)
 }
 
-/// serde reads a tagged enum through a buffer and loses the path inside it;
-/// re-read the target alone to name the exact field (`target.url`).
+/// The problem serde stopped at, named as precisely as we can.
+fn serde_problem(text: &str, e: &serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    let path = known_path(&e.path().to_string());
+    if path == "target" {
+        if let Some(precise) = diagnose_target(text) {
+            return precise;
+        }
+    }
+    let message = e.inner().to_string();
+    // "missing field `schedule`": a required field, named.
+    if let Some(name) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        let field = if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}.{name}")
+        };
+        return FieldError::new(field, "required", "missing");
+    }
+    FieldError::new(path, "invalid_json", message)
+}
+
+/// Every problem of a definition serde refused at `first`: serde stops at
+/// one, the job schema finds the other structural ones, and the fields that
+/// did decode are validated as usual. Only on this failure path is the
+/// schema consulted.
+fn every_problem(
+    text: &str,
+    key: Option<&str>,
+    first: FieldError,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+) -> Vec<FieldError> {
+    // A problem of the document as a whole (a duplicate field) says it all.
+    if first.field.is_empty() {
+        return vec![first];
+    }
+    let mut problems = vec![first];
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return problems;
+    };
+    let structural = job_schema::structural_problems(&value);
+    for s in &structural {
+        add_unless_named(&mut problems, s.problem.clone());
+    }
+    let Some((mut spec, mut settled, serde_only)) = job_schema::decodable(value, &structural)
+    else {
+        return problems;
+    };
+    for p in serde_only {
+        add_unless_named(&mut problems, p);
+    }
+    settled.extend(problems.iter().map(|p| p.field.clone()));
+    if let Some(key) = key {
+        if spec.id.is_empty() || job_schema::covered("id", &settled) {
+            spec.id = key.to_string();
+        } else if spec.id != key {
+            problems.push(id_mismatch(&spec.id, key));
+        }
+    }
+    if let Err(semantic) = validate_with(spec, parse_schedule) {
+        problems.extend(
+            semantic
+                .into_iter()
+                .filter(|p| !job_schema::covered(&p.field, &settled)),
+        );
+    }
+    problems
+}
+
+/// Add `problem` unless one of `problems` names its field, or a field around
+/// or inside it.
+fn add_unless_named(problems: &mut Vec<FieldError>, problem: FieldError) {
+    let named = problems.iter().any(|q| {
+        job_schema::covered(&problem.field, std::slice::from_ref(&q.field))
+            || job_schema::covered(&q.field, std::slice::from_ref(&problem.field))
+    });
+    if !named {
+        problems.push(problem);
+    }
+}
+
+fn id_mismatch(id: &str, key: &str) -> FieldError {
+    FieldError::new(
+        "id",
+        "id_mismatch",
+        format!("id {id:?} differs from the KV key {key:?} it is stored under"),
+    )
+}
+
 /// A serde path as a field name: `.` (the root) is empty, and the path stops
 /// before an unknown position (`?`, a document cut off mid-way).
 fn known_path(path: &str) -> String {
@@ -464,6 +601,8 @@ fn positional_object(text: &str) -> Option<FieldError> {
     })
 }
 
+/// serde reads a tagged enum through a buffer and loses the path inside it;
+/// re-read the target alone to name the exact field (`target.url`).
 fn diagnose_target(text: &str) -> Option<FieldError> {
     let root: serde_json::Value = serde_json::from_str(text).ok()?;
     let mut target = root.get("target")?.as_object()?.clone();
@@ -545,11 +684,11 @@ pub fn validate_with(
         .as_ref()
         .and_then(|r| r.max_attempts)
         .unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    if !(1..=100).contains(&max_attempts) {
+    if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
         problems.push(FieldError::new(
             "retry.max_attempts",
             "out_of_range",
-            format!("must be between 1 and 100, got {max_attempts}"),
+            format!("must be between 1 and {MAX_ATTEMPTS}, got {max_attempts}"),
         ));
     }
     let backoff = validate_backoff(spec.retry.as_ref(), &mut problems);
@@ -706,13 +845,11 @@ fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
         Target::Http(t) => {
             validate_http_url("target.url", &t.url, problems);
             if let Some(m) = &t.method {
-                const METHODS: [&str; 7] =
-                    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
-                if !METHODS.contains(&m.as_str()) {
+                if !HTTP_METHODS.contains(&m.as_str()) {
                     problems.push(FieldError::new(
                         "target.method",
                         "invalid_method",
-                        format!("must be one of {}, got {m:?}", METHODS.join(" ")),
+                        format!("must be one of {}, got {m:?}", HTTP_METHODS.join(" ")),
                     ));
                 }
             }
@@ -859,7 +996,7 @@ fn validate_backoff(
                 if p.code == "out_of_range" {
                     p.message = format!(
                         "must be between retry.backoff ({}) and 24h, got {text:?}",
-                        humantime::format_duration(initial)
+                        duration_text(initial)
                     );
                 }
                 problems.push(p)
@@ -982,8 +1119,8 @@ fn parse_bounded_duration(
             "out_of_range",
             format!(
                 "must be between {} and {}, got {text:?}",
-                humantime::format_duration(min),
-                humantime::format_duration(max)
+                duration_text(min),
+                duration_text(max)
             ),
         ));
     }
@@ -1037,8 +1174,31 @@ mod tests {
             "schedule: expected 5, 6 or 7 fields, got 4"
         );
         assert_eq!(
+            errs[3].to_string(),
+            "timeout: must be between 1s and 24h, got \"0s\""
+        );
+        assert_eq!(
             errs[4].to_string(),
             "target.url: scheme must be http or https, got \"ftp\""
+        );
+    }
+
+    #[test]
+    fn duration_bounds_read_as_they_are_written() {
+        let errs = problems(
+            r#"{"id":"x","schedule":"@daily","jitter":"2h","catchup_window":"8d",
+                "retry":{"backoff":"10ms","max_backoff":"25h"},
+                "target":{"type":"shell","command":"true"}}"#,
+        );
+        let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "retry.backoff: must be between 100ms and 24h, got \"10ms\"",
+                "retry.max_backoff: must be between retry.backoff (1s) and 24h, got \"25h\"",
+                "jitter: must be between 0s and 1h, got \"2h\"",
+                "catchup_window: must be between 1s and 7d, got \"8d\"",
+            ]
         );
     }
 

@@ -3,6 +3,8 @@
 //!
 //! Layout:
 //! - [`job`]: the job definition (`JobSpec`), its targets and its validation.
+//! - [`job_schema`]: the definition's JSON Schema, with the validator's rules;
+//!   used to report every structural problem of a refused definition at once.
 //! - [`backoff`]: the delay between attempts (exponential, capped, jittered).
 //! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
@@ -34,6 +36,7 @@ pub mod events;
 pub mod fire_times;
 pub mod job;
 pub mod job_events;
+pub mod job_schema;
 pub mod nats_connect;
 pub mod prometheus;
 pub mod run_summary;
