@@ -348,7 +348,7 @@ async fn settle(
             AttemptOutcome::TimedOut,
             Outcome::failed(format!(
                 "timed out after {}",
-                humantime::format_duration(job.timeout)
+                jetcron_core::time_format::duration_text(job.timeout)
             )),
         ),
         Ending::Done(outcome) => (AttemptOutcome::Failed, outcome),

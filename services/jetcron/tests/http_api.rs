@@ -274,3 +274,85 @@ async fn openapi_lists_every_route_the_gateway_serves() {
     assert_eq!(status, 404, "{reply}");
     stack.stop().await;
 }
+
+/// One `jetcron gateway` process with `--protect-reads`; killed on drop.
+struct GatewayProcess(std::process::Child);
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn protect_reads_asks_a_token_of_every_read_and_then_shows_secrets() {
+    let stack = Stack::start(StackOptions {
+        gateway: false,
+        ..StackOptions::api_only()
+    })
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _gateway = GatewayProcess(
+        std::process::Command::new(env!("CARGO_BIN_EXE_jetcron"))
+            .args(["gateway", "--http-addr", &format!("127.0.0.1:{port}")])
+            .args(["--api-token", API_TOKEN, "--protect-reads"])
+            .env("JETCRON_NATS_URL", stack.nats.url())
+            .env("JETCRON_CLICKHOUSE_URL", stack.clickhouse.url())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start jetcron gateway"),
+    );
+    let get = |path: &str, token: Option<&str>| {
+        let mut request = stack.http.get(format!("{base}{path}"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            match request.send().await {
+                Ok(r) => (
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or(Value::Null),
+                ),
+                Err(_) => (0, Value::Null),
+            }
+        }
+    };
+    wait_until("gateway answers", Duration::from_secs(20), || async {
+        (get("/healthz", None).await.0 == 200).then_some(())
+    })
+    .await;
+    let (reply, code) = stack
+        .api_put(
+            r#"{"id":"billing-sync","schedule":"@every 1h","target":{"type":"http","url":"https://billing.example/sync",
+            "headers":{"Authorization":"Bearer s3cret-billing-token"}}}"#,
+        )
+        .await;
+    assert_eq!(code, None, "{reply}");
+    for path in ["/v1/jobs", "/v1/jobs/billing-sync", "/v1/runs", "/v1/stats"] {
+        for token in [None, Some("wrong-token-0123456789")] {
+            let (status, reply) = get(path, token).await;
+            assert_eq!(status, 401, "GET {path} with {token:?}: {reply}");
+            assert!(reply["error"]["message"].is_string(), "{reply}");
+        }
+    }
+    // Liveness and readiness stay open for probes.
+    assert_eq!(get("/healthz", None).await.0, 200);
+    let (status, job) = wait_until("job readable", Duration::from_secs(10), || async {
+        let (status, job) = get("/v1/jobs/billing-sync", Some(API_TOKEN)).await;
+        (status == 200).then_some((status, job))
+    })
+    .await;
+    assert_eq!(status, 200);
+    // Whoever holds a token may see what the definition holds.
+    assert_eq!(
+        job["job"]["job"]["target"]["headers"]["Authorization"], "Bearer s3cret-billing-token",
+        "{job}"
+    );
+    stack.stop().await;
+}
