@@ -39,6 +39,25 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
         assert_eq!(reply["error"]["field"], field, "{reply}");
         assert_eq!(reply["error"]["message"], message);
     }
+    // The service error headers `nats req` prints: the code and the message.
+    let raw = stack
+        .client
+        .request(subjects::API_JOBS_PUT, cases[0].0.into())
+        .await
+        .expect("request");
+    let headers = raw.headers.expect("error headers");
+    assert_eq!(
+        headers
+            .get(async_nats::service::NATS_SERVICE_ERROR)
+            .map(|v| v.as_str()),
+        Some(cases[0].2)
+    );
+    assert_eq!(
+        headers
+            .get(async_nats::service::NATS_SERVICE_ERROR_CODE)
+            .map(|v| v.as_str()),
+        Some("400")
+    );
     let (reply, code) = stack.api_put("not json at all").await;
     assert_eq!(code.as_deref(), Some("400"));
     assert_eq!(reply["error"]["code"], "invalid_request");
