@@ -40,6 +40,14 @@ impl Default for TopologyOptions {
 }
 
 /// The job definitions bucket.
+///
+/// Made as the stream `nats kv add` would make (`KV_jetcron_jobs` on
+/// `$KV.jetcron_jobs.>`, one message per revision, direct gets), except that
+/// it refuses rollups and purges: the bucket's history is the audit log, so
+/// `nats kv purge` (a rollup) and `nats stream purge` are refused for every
+/// user; `nats kv del` leaves a delete marker and the history stays. An admin
+/// who must erase a definition edits the stream first. A bucket made by an
+/// older jetcron (with rollups allowed) is used as it is.
 pub async fn ensure_jobs_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
@@ -47,18 +55,36 @@ pub async fn ensure_jobs_bucket(
     if let Ok(store) = js.get_key_value(subjects::JOBS_BUCKET).await {
         return Ok(store);
     }
-    js.create_key_value(kv::Config {
-        bucket: subjects::JOBS_BUCKET.to_string(),
-        description: "jetcron job definitions (key = job id); history is the audit log".into(),
-        history: options.jobs_history,
+    let stream_name = format!("KV_{}", subjects::JOBS_BUCKET);
+    js.get_or_create_stream(jobs_bucket_stream(&stream_name, options))
+        .await
+        .with_context(|| format!("create KV bucket {}", subjects::JOBS_BUCKET))?;
+    js.get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .with_context(|| format!("open KV bucket {}", subjects::JOBS_BUCKET))
+}
+
+/// The stream of the jobs bucket: KV conventions, no rollup, no purge.
+fn jobs_bucket_stream(name: &str, options: &TopologyOptions) -> stream::Config {
+    stream::Config {
+        name: name.to_string(),
+        description: Some(
+            "jetcron job definitions (key = job id); history is the audit log".into(),
+        ),
+        subjects: vec![format!("$KV.{}.>", subjects::JOBS_BUCKET)],
+        max_messages_per_subject: options.jobs_history.max(1),
         // The server refuses bigger values, `nats kv put` included.
-        max_value_size: crate::job::MAX_DEFINITION_BYTES as i32,
+        max_message_size: crate::job::MAX_DEFINITION_BYTES as i32,
         storage: stream::StorageType::File,
-        num_replicas: options.replicas,
+        num_replicas: options.replicas.max(1),
+        discard: stream::DiscardPolicy::New,
+        allow_direct: true,
+        allow_rollup: false,
+        deny_delete: true,
+        deny_purge: true,
+        duplicate_window: Duration::from_secs(120),
         ..Default::default()
-    })
-    .await
-    .with_context(|| format!("create KV bucket {}", subjects::JOBS_BUCKET))
+    }
 }
 
 /// The tickers' coordination bucket: one key per shard (owner, lease,
