@@ -350,6 +350,16 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
         .expect("publish");
     stack.client.flush().await.expect("flush");
 
+    // The gateway applies the DDL once ClickHouse answers; wait for it.
+    wait_until("jetcron.job_events exists", Duration::from_secs(20), || async {
+        let n = stack
+            .clickhouse_sql(
+                "SELECT count() FROM system.tables WHERE database = 'jetcron' AND name = 'job_events'",
+            )
+            .await;
+        (n.trim() == "1").then_some(())
+    })
+    .await;
     let first = wait_until("missed fires recorded", Duration::from_secs(30), || async {
         let rows = missed_rows(&stack).await;
         (rows.len() >= 4).then_some(rows)
