@@ -1,22 +1,33 @@
-//! `job.rejected`: a definition that reached jetcron and was not applied.
+//! Job events: what happened to a job outside its runs, stored next to the
+//! run events in `JETCRON_RUNS` on [`subjects::JOB_REJECTED_SUBJECT`] and
+//! projected into ClickHouse `jetcron.job_events` (one table, told apart by
+//! `kind`):
 //!
-//! A refused `jetcron.api.jobs.put` with a reply subject answers the caller;
-//! one sent with `nats pub` (no reply) or written straight into the
-//! `jetcron_jobs` bucket has nobody to answer. Both are published as a
-//! [`JobRejected`] event on [`subjects::JOB_REJECTED_SUBJECT`], stored in
-//! `JETCRON_RUNS` next to the run events, so the projector writes them into
-//! ClickHouse and the gateway and Grafana show them.
+//! - `job.rejected` ([`JobRejected`]): a definition that reached jetcron and
+//!   was not applied. A refused `jetcron.api.jobs.put` with a reply subject
+//!   answers the caller; one sent with `nats pub` (no reply) or written
+//!   straight into the `jetcron_jobs` bucket has nobody to answer.
+//! - `fire.missed` ([`FireMissed`]): a scheduled time of a job with no run
+//!   event at all a grace period after it, found by the gateway's periodic
+//!   scan.
+//!
+//! Both kinds share the subject so that no stream, consumer or permission
+//! changes: the projector decodes by `kind` ([`JobEvent::decode`]).
 //!
 //! Identity: a bucket value is rejected by every ticker replica, and again
 //! whenever a watch reopens, so its `event_id` is derived from (key,
-//! revision): JetStream drops repeats inside its duplicate window and the
-//! ClickHouse table collapses the rest. An API rejection is one request: a
-//! random id.
+//! revision); a missed fire is found by every gateway on every scan, so its
+//! `event_id` is derived from the run id the fire would have had. JetStream
+//! drops repeats inside its duplicate window and the ClickHouse table
+//! collapses the rest (same `event_id` and `at_ms`). An API rejection is one
+//! request: a random id.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::clickhouse_schema::JobEventRow;
+use crate::events::RunId;
 use crate::job::FieldError;
 use crate::subjects;
 use crate::time_format;
@@ -119,6 +130,126 @@ fn claimed_id(body: &[u8]) -> Option<String> {
         .map(|c| c.id.chars().take(256).collect())
 }
 
+/// The `kind` of [`FireMissed`].
+pub const FIRE_MISSED_KIND: &str = "fire.missed";
+
+/// A scheduled fire of a job's current definition that had no run event at
+/// all when the gateway looked, a grace period after its (jittered) time.
+///
+/// Recorded once per fire: a run that starts later (a pool that was not
+/// served, then is) does not remove it; the run's own events show that.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FireMissed {
+    /// `<run_id>:fire.missed`: the same for every gateway and every scan.
+    pub event_id: String,
+    /// Always `fire.missed`.
+    pub kind: String,
+    pub job_id: String,
+    /// The run id the fire would have had (derived from job id and time).
+    pub run_id: RunId,
+    /// The scheduled time nothing ran for (stored as `at_ms`).
+    #[serde(with = "time_format::millis")]
+    #[schemars(with = "String")]
+    pub scheduled_at: DateTime<Utc>,
+    /// When the gateway found it missing.
+    #[serde(with = "time_format::millis")]
+    #[schemars(with = "String")]
+    pub detected_at: DateTime<Utc>,
+    /// The grace period the gateway waits past the scheduled time, in
+    /// milliseconds (the job's jitter comes on top).
+    pub grace_ms: i64,
+}
+
+impl FireMissed {
+    /// The fire of `job_id` at `scheduled_at`, found missing at `detected_at`.
+    pub fn new(
+        job_id: &str,
+        scheduled_at: DateTime<Utc>,
+        detected_at: DateTime<Utc>,
+        grace: chrono::Duration,
+    ) -> Self {
+        let run_id = RunId::for_fire(job_id, scheduled_at);
+        Self {
+            event_id: Self::event_id_for(&run_id),
+            kind: FIRE_MISSED_KIND.into(),
+            job_id: job_id.to_string(),
+            run_id,
+            scheduled_at,
+            detected_at,
+            grace_ms: grace.num_milliseconds(),
+        }
+    }
+
+    /// The `event_id` (and `Nats-Msg-Id`) of the missed fire `run_id`.
+    pub fn event_id_for(run_id: &RunId) -> String {
+        format!("{}:{FIRE_MISSED_KIND}", run_id.as_str())
+    }
+}
+
+/// The row of a missed fire: `at_ms` is the scheduled time (so repeats
+/// collapse in the table's `(at_ms, event_id)` key), `source` is `gateway`,
+/// and `message` names the run id and the time; nothing in it depends on
+/// which gateway found it or when.
+impl From<&FireMissed> for JobEventRow {
+    fn from(e: &FireMissed) -> Self {
+        Self {
+            event_id: e.event_id.clone(),
+            kind: e.kind.clone(),
+            source: "gateway".into(),
+            job_id: e.job_id.clone(),
+            revision: 0,
+            at_ms: e.scheduled_at.timestamp_millis(),
+            size: 0,
+            fields: Vec::new(),
+            codes: Vec::new(),
+            message: format!(
+                "no run of {} scheduled at {}",
+                e.run_id.as_str(),
+                time_format::rfc3339_millis(e.scheduled_at)
+            ),
+            problems: "[]".into(),
+        }
+    }
+}
+
+/// Any event on the job-events subject.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    Rejected(JobRejected),
+    FireMissed(FireMissed),
+}
+
+impl JobEvent {
+    /// Decode by `kind`; an unknown or missing kind, or a body that does not
+    /// match its kind, is an error naming what was expected.
+    pub fn decode(payload: &[u8]) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        struct Kind {
+            kind: Option<String>,
+        }
+        let kind = serde_json::from_slice::<Kind>(payload)
+            .ok()
+            .and_then(|k| k.kind);
+        match kind.as_deref() {
+            Some(FIRE_MISSED_KIND) => serde_json::from_slice(payload)
+                .map(JobEvent::FireMissed)
+                .map_err(|e| format!("not a fire.missed event: {e}")),
+            _ => serde_json::from_slice(payload)
+                .map(JobEvent::Rejected)
+                .map_err(|e| format!("not a job.rejected event: {e}")),
+        }
+    }
+
+    /// The row of `jetcron.job_events`.
+    pub fn row(&self) -> JobEventRow {
+        match self {
+            JobEvent::Rejected(e) => JobEventRow::from(e),
+            JobEvent::FireMissed(e) => JobEventRow::from(e),
+        }
+    }
+}
+
 /// Publish `event` with its id as `Nats-Msg-Id` and wait for the stream's ack.
 pub async fn publish(
     js: &async_nats::jetstream::Context,
@@ -126,14 +257,39 @@ pub async fn publish(
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let payload = serde_json::to_vec(event).context("encode job.rejected")?;
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(async_nats::header::NATS_MESSAGE_ID, event.event_id.as_str());
-    js.publish_with_headers(subjects::JOB_REJECTED_SUBJECT, headers, payload.into())
+    publish_job_event(js, &event.event_id, payload)
         .await
-        .context("publish job.rejected")?
-        .await
-        .context("store job.rejected")?;
+        .context("publish job.rejected")?;
     Ok(())
+}
+
+/// Publish a missed fire like [`publish`]; true when the stream stored it,
+/// false when it was a duplicate of one stored inside its duplicate window.
+pub async fn publish_fire_missed(
+    js: &async_nats::jetstream::Context,
+    event: &FireMissed,
+) -> anyhow::Result<bool> {
+    use anyhow::Context as _;
+    let payload = serde_json::to_vec(event).context("encode fire.missed")?;
+    publish_job_event(js, &event.event_id, payload)
+        .await
+        .context("publish fire.missed")
+}
+
+async fn publish_job_event(
+    js: &async_nats::jetstream::Context,
+    event_id: &str,
+    payload: Vec<u8>,
+) -> anyhow::Result<bool> {
+    use anyhow::Context as _;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, event_id);
+    let ack = js
+        .publish_with_headers(subjects::JOB_REJECTED_SUBJECT, headers, payload.into())
+        .await?
+        .await
+        .context("store")?;
+    Ok(!ack.duplicate)
 }
 
 #[cfg(test)]
@@ -166,5 +322,44 @@ mod tests {
         );
         let garbage = JobRejected::from_api(&[0xff, 0xfe], vec![], Utc::now());
         assert_eq!(garbage.job_id, None);
+    }
+
+    #[test]
+    fn a_missed_fire_is_named_by_its_run_and_decodes_by_kind() {
+        let at = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
+            .expect("instant")
+            .with_timezone(&Utc);
+        let grace = chrono::Duration::minutes(2);
+        let first = FireMissed::new("nightly", at, at + grace, grace);
+        let again = FireMissed::new("nightly", at, at + grace * 5, grace);
+        assert_eq!(first.event_id, again.event_id);
+        assert_eq!(
+            first.event_id,
+            format!("{}:fire.missed", RunId::for_fire("nightly", at).as_str())
+        );
+        let row = JobEventRow::from(&first);
+        assert_eq!(row, JobEventRow::from(&again), "rows do not depend on when");
+        assert_eq!(
+            (row.kind.as_str(), row.at_ms),
+            ("fire.missed", at.timestamp_millis())
+        );
+        assert!(
+            row.message.contains(first.run_id.as_str()),
+            "{}",
+            row.message
+        );
+
+        let encoded = serde_json::to_vec(&first).expect("encode");
+        assert_eq!(
+            JobEvent::decode(&encoded),
+            Ok(JobEvent::FireMissed(first.clone()))
+        );
+        let rejected = JobRejected::from_kv("nightly", 3, b"{}", vec![], at);
+        let encoded = serde_json::to_vec(&rejected).expect("encode");
+        assert_eq!(JobEvent::decode(&encoded), Ok(JobEvent::Rejected(rejected)));
+        assert!(JobEvent::decode(br#"{"kind":"fire.missed"}"#)
+            .is_err_and(|e| e.starts_with("not a fire.missed event")));
+        assert!(JobEvent::decode(br#"{"kind":"job.rejected"}"#)
+            .is_err_and(|e| e.starts_with("not a job.rejected event")));
     }
 }

@@ -10,7 +10,8 @@
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
 //! - [`events`]: the due event (ticker → executor) and the run event
 //!   (executor → projector), with the stable run id.
-//! - [`job_events`]: `job.rejected`, for definitions refused with nobody to answer.
+//! - [`job_events`]: `job.rejected`, for definitions refused with nobody to
+//!   answer, and `fire.missed`, for scheduled times nothing ran for.
 //! - [`run_summary`]: folds a run's events into the one view users query.
 //! - [`subjects`]: every subject, stream, bucket, consumer and table name.
 //! - [`api`]: the request/reply envelope and the one table of error codes shared by

@@ -10,7 +10,7 @@ use schemars::{schema_for, Schema};
 use crate::control::{Completion, FailureNotice, KillRequest};
 use crate::events::{DueEvent, RunEvent};
 use crate::job::JobSpec;
-use crate::job_events::JobRejected;
+use crate::job_events::{FireMissed, JobRejected};
 
 /// (path under `schemas/`, schema).
 pub fn all() -> Vec<(&'static str, Schema)> {
@@ -19,6 +19,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("events/due_event.schema.json", schema_for!(DueEvent)),
         ("events/run_event.schema.json", schema_for!(RunEvent)),
         ("events/job_rejected.schema.json", schema_for!(JobRejected)),
+        ("events/fire_missed.schema.json", schema_for!(FireMissed)),
         ("events/completion.schema.json", schema_for!(Completion)),
         ("events/kill_request.schema.json", schema_for!(KillRequest)),
         (
@@ -152,6 +153,16 @@ mod tests {
             };
             assert_valid(&notices, &serde_json::to_value(&notice).expect("json"));
         }
+        let missed = FireMissed::new(
+            "j",
+            at,
+            at + chrono::Duration::minutes(2),
+            chrono::Duration::minutes(2),
+        );
+        assert_valid(
+            &validator("events/fire_missed.schema.json"),
+            &serde_json::to_value(&missed).expect("json"),
+        );
         let completion = validator("events/completion.schema.json");
         assert_valid(
             &completion,

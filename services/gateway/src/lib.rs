@@ -9,6 +9,9 @@
 //!   bucket (the source of truth), runs from ClickHouse ([`run_history`]),
 //!   pool queues from `JETCRON_DUE` ([`pools`]); it also takes kills and the
 //!   completion reports of asynchronous targets.
+//! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
+//!   times with no run past a grace period) as `fire.missed` job events, so
+//!   ClickHouse and Grafana have them.
 //!
 //! The gateway starts even while ClickHouse is away (`/readyz` says so), and
 //! applies the ClickHouse DDL once it can.
@@ -18,6 +21,7 @@ pub mod job_requests;
 pub mod job_store;
 pub mod limits;
 pub mod manual_runs;
+pub mod missed_fire_scan;
 pub mod nats_api;
 pub mod pools;
 pub mod query_catalog;
@@ -86,8 +90,14 @@ pub async fn run(
         runs: run_history::RunHistory::new(clickhouse.clone()),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
-        missed: stats::MissedGauge::default(),
+        // The scan refreshes the gauge; scrapes in between use its counts.
+        missed: stats::MissedGauge::new(config.limits.missed_scan_interval * 2),
     });
+    let scan = tokio::spawn(missed_fire_scan::run(
+        state.clone(),
+        config.limits.missed_scan_interval,
+        shutdown.clone(),
+    ));
     let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
     // The API ending on its own (a bug, a panic) must not leave a process that
     // looks healthy but answers nothing: it stops the whole gateway.
@@ -117,6 +127,9 @@ pub async fn run(
         .context("serve HTTP")?;
     shutdown.cancel();
     api.await.context("join NATS API watcher")??;
+    if let Err(e) = scan.await {
+        warn!(error = %e, "missed fire scan task panicked");
+    }
     schema.abort();
     index_task.abort();
     info!("gateway stopped");

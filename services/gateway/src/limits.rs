@@ -33,6 +33,9 @@ pub struct Limits {
     /// How long after its time a fire without a run counts as missed
     /// ([`crate::stats`]); tests shorten it.
     pub missed_grace: chrono::Duration,
+    /// How often missed fires are recorded as `fire.missed` events
+    /// ([`crate::missed_fire_scan`]); zero turns it off; tests shorten it.
+    pub missed_scan_interval: Duration,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_jobs: DEFAULT_MAX_JOBS,
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
             missed_grace: crate::stats::MISSED_GRACE,
+            missed_scan_interval: crate::missed_fire_scan::DEFAULT_SCAN_INTERVAL,
         }
     }
 }

@@ -81,6 +81,15 @@ pub fn samples(
             )),
         ),
         (
+            "missed fires already recorded",
+            sql(stats::recorded_missed_query(
+                client,
+                &[job_id],
+                from.timestamp_millis(),
+                to.timestamp_millis(),
+            )),
+        ),
+        (
             "rejections",
             sql(rejections::newest_query(client, None, 50)),
         ),

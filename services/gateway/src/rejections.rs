@@ -2,11 +2,14 @@
 //! sent with `nats pub` or written into the bucket that were not applied.
 //!
 //! Values are bound, never pasted into SQL; rows are deduplicated on
-//! `event_id` (`LIMIT 1 BY`), so a replayed projection answers the same.
+//! `event_id` (`LIMIT 1 BY`), so a replayed projection answers the same. The
+//! table holds other job events too (`fire.missed`), so every query names
+//! the kind.
 
 use anyhow::Context as _;
 use jetcron_core::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
 use jetcron_core::job::FieldError;
+use jetcron_core::job_events::JOB_REJECTED_KIND;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::Serialize;
 
@@ -58,15 +61,15 @@ pub fn newest_query(
     limit: u32,
 ) -> clickhouse::query::Query {
     let filter = if job_id.is_some() {
-        "WHERE job_id = ?"
+        "AND job_id = ?"
     } else {
         ""
     };
     let sql = format!(
-        "SELECT {JOB_EVENT_COLUMNS} FROM jetcron.job_events {filter} \
+        "SELECT {JOB_EVENT_COLUMNS} FROM jetcron.job_events WHERE kind = ? {filter} \
          ORDER BY at_ms DESC, event_id LIMIT 1 BY event_id LIMIT ?"
     );
-    let mut query = client.query(&sql);
+    let mut query = client.query(&sql).bind(JOB_REJECTED_KIND);
     if let Some(id) = job_id {
         query = query.bind(id);
     }

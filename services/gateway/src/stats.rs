@@ -10,6 +10,10 @@
 //! the count afresh, so a changed schedule never reports the old one's times.
 //! A fire still waiting in a pool nobody serves counts as missed once past
 //! the grace: from the user's side nothing ran.
+//!
+//! The same computation runs periodically in [`crate::missed_fire_scan`],
+//! which records each missed fire as a `fire.missed` job event in ClickHouse
+//! (for Grafana) and feeds the gauge.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -184,6 +188,25 @@ pub fn present_runs_query(
         .bind(job_ids)
 }
 
+/// Event ids of `fire.missed` events already stored for `job_ids` with
+/// scheduled times in a range (deduplicated; the scan skips these).
+pub fn recorded_missed_query(
+    client: &clickhouse::Client,
+    job_ids: &[&str],
+    from_ms: i64,
+    to_ms: i64,
+) -> clickhouse::query::Query {
+    client
+        .query(
+            "SELECT DISTINCT event_id FROM jetcron.job_events \
+             WHERE kind = ? AND at_ms >= ? AND at_ms <= ? AND has(?, job_id)",
+        )
+        .bind(jetcron_core::job_events::FIRE_MISSED_KIND)
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(job_ids)
+}
+
 /// A job as the missed-fire count needs it: its valid definition and when
 /// that revision was written.
 pub struct CurrentJob {
@@ -306,6 +329,76 @@ pub fn with_missed(
     stats.into_values().collect()
 }
 
+/// Missed fires of the last hour per job for `/metrics`. The periodic scan
+/// ([`crate::missed_fire_scan`]) records its counts here; a scrape
+/// recomputes only when the last counts are older than `fresh_for`, so
+/// frequent scrapes do not enumerate schedules each time.
+pub struct MissedGauge {
+    fresh_for: std::time::Duration,
+    latest: tokio::sync::Mutex<Option<(std::time::Instant, BTreeMap<String, u64>)>>,
+}
+
+/// How far back the gauge looks.
+pub const GAUGE_WINDOW: Duration = Duration::hours(1);
+/// How long one computation serves scrapes, at least.
+pub const GAUGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl Default for MissedGauge {
+    fn default() -> Self {
+        Self::new(GAUGE_MAX_AGE)
+    }
+}
+
+impl MissedGauge {
+    /// A gauge whose counts serve scrapes for `fresh_for` (at least [`GAUGE_MAX_AGE`]).
+    pub fn new(fresh_for: std::time::Duration) -> Self {
+        Self {
+            fresh_for: fresh_for.max(GAUGE_MAX_AGE),
+            latest: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Counts just computed elsewhere (by the scan).
+    pub async fn record(&self, counts: BTreeMap<String, u64>) {
+        *self.latest.lock().await = Some((std::time::Instant::now(), counts));
+    }
+
+    /// Prometheus text of the gauge, recomputed if stale.
+    pub async fn render(&self, state: &crate::GatewayState) -> anyhow::Result<String> {
+        let mut latest = self.latest.lock().await;
+        let fresh = latest
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < self.fresh_for);
+        if !fresh {
+            let missed = crate::missed_fire_scan::missed_by_job(state, Utc::now()).await?;
+            *latest = Some((std::time::Instant::now(), counts_of(&missed)));
+        }
+        let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+        let mut out = String::from(
+            "# HELP jetcron_missed_fires Scheduled fires of the last hour with no run (past the grace period), per job with any.\n\
+             # TYPE jetcron_missed_fires gauge\n",
+        );
+        let mut total = 0;
+        for (job, n) in counts.iter().filter(|(_, n)| **n > 0) {
+            total += n;
+            out.push_str(&format!("jetcron_missed_fires{{job=\"{job}\"}} {n}\n"));
+        }
+        out.push_str(&format!(
+            "# HELP jetcron_missed_fires_total Scheduled fires of the last hour with no run, all jobs.\n\
+             # TYPE jetcron_missed_fires_total gauge\njetcron_missed_fires_total {total}\n"
+        ));
+        Ok(out)
+    }
+}
+
+/// Missed fires per job, as the gauge counts them.
+pub fn counts_of(missed: &BTreeMap<String, Missed>) -> BTreeMap<String, u64> {
+    missed
+        .iter()
+        .map(|(id, m)| (id.clone(), m.times.len() as u64))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,72 +466,5 @@ mod tests {
         assert!(truncated);
         assert_eq!(times.len(), MAX_EXPECTED_PER_JOB);
         assert_eq!(times.last(), Some(&at("2026-01-01T23:58:00Z")));
-    }
-}
-
-/// Missed fires of the last hour per job for `/metrics`, recomputed by a
-/// scrape when the last computation is older than [`GAUGE_MAX_AGE`], so
-/// frequent scrapes do not enumerate schedules each time.
-#[derive(Default)]
-pub struct MissedGauge {
-    latest: tokio::sync::Mutex<Option<(std::time::Instant, BTreeMap<String, u64>)>>,
-}
-
-/// How far back the gauge looks.
-pub const GAUGE_WINDOW: Duration = Duration::hours(1);
-/// How long one computation serves scrapes.
-pub const GAUGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(15);
-
-impl MissedGauge {
-    /// Prometheus text of the gauge, recomputed if stale.
-    pub async fn render(&self, state: &crate::GatewayState) -> anyhow::Result<String> {
-        let mut latest = self.latest.lock().await;
-        let fresh = latest
-            .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < GAUGE_MAX_AGE);
-        if !fresh {
-            *latest = Some((std::time::Instant::now(), Self::compute(state).await?));
-        }
-        let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
-        let mut out = String::from(
-            "# HELP jetcron_missed_fires Scheduled fires of the last hour with no run (past the grace period), per job with any.\n\
-             # TYPE jetcron_missed_fires gauge\n",
-        );
-        let mut total = 0;
-        for (job, n) in counts.iter().filter(|(_, n)| **n > 0) {
-            total += n;
-            out.push_str(&format!("jetcron_missed_fires{{job=\"{job}\"}} {n}\n"));
-        }
-        out.push_str(&format!(
-            "# HELP jetcron_missed_fires_total Scheduled fires of the last hour with no run, all jobs.\n\
-             # TYPE jetcron_missed_fires_total gauge\njetcron_missed_fires_total {total}\n"
-        ));
-        Ok(out)
-    }
-
-    async fn compute(state: &crate::GatewayState) -> anyhow::Result<BTreeMap<String, u64>> {
-        let now = Utc::now();
-        let jobs: Vec<CurrentJob> = state
-            .jobs
-            .valid_jobs()
-            .await?
-            .into_iter()
-            .take(crate::http::MAX_STATS_JOBS)
-            .map(|(job, written_at)| CurrentJob { job, written_at })
-            .collect();
-        let grace = state.limits.missed_grace;
-        let missed = missed_fires(
-            state.runs.client(),
-            &jobs,
-            now - GAUGE_WINDOW,
-            now,
-            now,
-            grace,
-        )
-        .await?;
-        Ok(missed
-            .into_iter()
-            .map(|(id, m)| (id, m.times.len() as u64))
-            .collect())
     }
 }

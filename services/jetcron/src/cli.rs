@@ -237,6 +237,11 @@ pub struct GatewayArgs {
     /// at 64 KiB whatever this says).
     #[arg(long, env = "JETCRON_HTTP_BODY_LIMIT", default_value_t = jetcron_gateway::limits::DEFAULT_HTTP_BODY_LIMIT)]
     pub http_body_limit: usize,
+    /// How often to record missed fires of the last hour (scheduled times
+    /// with no run past the grace) as `fire.missed` events in ClickHouse;
+    /// `0s` turns it off. Several gateways may all scan: each fire is stored once.
+    #[arg(long, env = "JETCRON_MISSED_SCAN_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub missed_scan_interval: Duration,
 }
 
 #[derive(Debug, Args)]

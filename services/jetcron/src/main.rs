@@ -246,6 +246,7 @@ async fn spawn_gateway(
         limits: jetcron_gateway::limits::Limits {
             max_jobs: args.max_jobs,
             http_body_limit: args.http_body_limit,
+            missed_scan_interval: args.missed_scan_interval,
             ..Default::default()
         },
     };

@@ -1,7 +1,8 @@
 //! Reading history the way `curl` does: `GET /v1/runs` with filters and a
 //! cursor that pages through every run exactly once, `GET /v1/stats` with
 //! counts, percentiles and missed fires, and the `jetcron_missed_fires` gauge.
-//! Every listed status agrees with the run's own event timeline.
+//! Every listed status agrees with the run's own event timeline. Missed fires
+//! are also recorded as `fire.missed` rows in `jetcron.job_events`, once each.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -218,6 +219,253 @@ async fn fires_nobody_ran_are_counted_as_missed_in_stats_and_metrics() {
         !metrics.contains("jetcron_missed_fires{job=\"served\"}"),
         "{metrics}"
     );
+    stack.stop().await;
+}
+
+/// One `fire.missed` row of `jetcron.job_events`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct MissedRow {
+    at_ms: i64,
+    event_id: String,
+    job_id: String,
+    source: String,
+    message: String,
+}
+
+/// Every `fire.missed` row as stored (no dedup: a repeat would show).
+async fn missed_rows(stack: &Stack) -> Vec<MissedRow> {
+    let text = stack
+        .clickhouse_sql(
+            "SELECT at_ms, event_id, job_id, source, message FROM jetcron.job_events \
+             WHERE kind = 'fire.missed' ORDER BY at_ms, event_id FORMAT JSONEachRow",
+        )
+        .await;
+    text.lines()
+        .map(|line| {
+            let row: Value = serde_json::from_str(line).expect("row");
+            let text = |name: &str| row[name].as_str().expect(name).to_string();
+            MissedRow {
+                // Int64 is quoted in JSON formats by default.
+                at_ms: row["at_ms"]
+                    .as_i64()
+                    .or_else(|| row["at_ms"].as_str().and_then(|s| s.parse().ok()))
+                    .expect("at_ms"),
+                event_id: text("event_id"),
+                job_id: text("job_id"),
+                source: text("source"),
+                message: text("message"),
+            }
+        })
+        .collect()
+}
+
+/// The Grafana panel's count of missed fires (dedup on `event_id`) between
+/// two instants, with `$__fromTime`/`$__toTime` as Grafana expands them.
+fn missed_panel_sql(from_s: i64, to_s: i64) -> String {
+    MISSED_PANEL_SQL
+        .replace("$__fromTime", &format!("toDateTime({from_s})"))
+        .replace("$__toTime", &format!("toDateTime({to_s})"))
+}
+
+/// (event id, scheduled ms) of every `fire.missed` message stored in
+/// `JETCRON_RUNS`, in stream order.
+async fn stored_missed_fires(stack: &Stack) -> Vec<(String, i64)> {
+    use futures::StreamExt as _;
+    let stream = stack.js.get_stream("JETCRON_RUNS").await.expect("stream");
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: "jetcron.jobs.rejected".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ordered consumer");
+    let pending = consumer.cached_info().num_pending;
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut stored = Vec::new();
+    for read in 0..pending {
+        let Ok(Some(Ok(message))) =
+            tokio::time::timeout(Duration::from_secs(5), messages.next()).await
+        else {
+            panic!("read {read} of {pending} job events");
+        };
+        let event: Value = serde_json::from_slice(&message.payload).expect("json");
+        if event["kind"] == "fire.missed" {
+            let id = event["event_id"].as_str().expect("event_id").to_string();
+            let at = jetcron_testkit::instant(&event["scheduled_at"]);
+            stored.push((id, at.timestamp_millis()));
+        }
+    }
+    stored
+}
+
+const MISSED_PANEL_SQL: &str = "SELECT uniqExact(event_id) AS missed_fires\n\
+    FROM jetcron.job_events\n\
+    WHERE kind = 'fire.missed'\n  \
+    AND at_ms >= toInt64(toUnixTimestamp($__fromTime)) * 1000\n  \
+    AND at_ms < (toInt64(toUnixTimestamp($__toTime)) + 1) * 1000";
+
+#[tokio::test]
+async fn missed_fires_are_recorded_once_each_as_job_events() {
+    let limits = jetcron_gateway::limits::Limits {
+        missed_grace: chrono::Duration::seconds(2),
+        missed_scan_interval: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let stack = Stack::start(StackOptions {
+        limits: limits.clone(),
+        ..StackOptions::with_shell()
+    })
+    .await;
+    // A second gateway scans the same jobs: each fire is still stored once.
+    let second_stop = tokio_util::sync::CancellationToken::new();
+    let second = tokio::spawn(jetcron_gateway::run(
+        jetcron_gateway::GatewayConfig {
+            clickhouse: jetcron_core::clickhouse_schema::ClickHouseOptions::new(
+                stack.clickhouse.url(),
+            ),
+            topology: Default::default(),
+            http_auth: jetcron_gateway::http::auth::HttpAuth::new(Vec::new(), false)
+                .expect("no tokens"),
+            limits,
+        },
+        stack.nats.client().await,
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+        second_stop.clone(),
+    ));
+    let written = chrono::Utc::now();
+    // Due every second in a pool no executor serves; the served twin runs.
+    stack.put_job(r#"{"id":"lonely","schedule":"* * * * * *","pool":"nobody","target":{"type":"shell","command":"true"}}"#).await;
+    stack.put_job(r#"{"id":"served","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
+        .await;
+    // And a refused definition: /v1/rejections lists it and no missed fire.
+    stack
+        .client
+        .publish(
+            "jetcron.api.jobs.put",
+            r#"{"id":"lonely-typo","schedule":"never"}"#.into(),
+        )
+        .await
+        .expect("publish");
+    stack.client.flush().await.expect("flush");
+
+    // The gateway applies the DDL once ClickHouse answers; wait for it.
+    wait_until("jetcron.job_events exists", Duration::from_secs(20), || async {
+        let n = stack
+            .clickhouse_sql(
+                "SELECT count() FROM system.tables WHERE database = 'jetcron' AND name = 'job_events'",
+            )
+            .await;
+        (n.trim() == "1").then_some(())
+    })
+    .await;
+    let first = wait_until("missed fires recorded", Duration::from_secs(30), || async {
+        let rows = missed_rows(&stack).await;
+        (rows.len() >= 4).then_some(rows)
+    })
+    .await;
+    // Both gateways keep scanning (about ten scans each); then the job is
+    // paused, so nothing new is expected and the history settles.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.pause", r#"{"id":"lonely"}"#)
+        .await;
+    assert_eq!(code, None, "{reply}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // JetStream stored each once: every message on the subject, read back.
+    let stored = stored_missed_fires(&stack).await;
+    let unique: BTreeSet<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(unique.len(), stored.len(), "stored twice: {stored:?}");
+    let rows = wait_until(
+        "every stored fire projected",
+        Duration::from_secs(20),
+        || async {
+            let rows = missed_rows(&stack).await;
+            (rows.len() >= stored.len()).then_some(rows)
+        },
+    )
+    .await;
+
+    assert!(
+        first.iter().all(|r| rows.contains(r)),
+        "rows stay: {first:?}\n{rows:?}"
+    );
+    assert!(rows.len() > first.len(), "new fires kept being recorded");
+    let ids: BTreeSet<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
+    assert_eq!(ids.len(), rows.len(), "one row per fire: {rows:?}");
+    assert_eq!(ids, unique, "the rows are the stored events");
+    for row in &rows {
+        assert_eq!(row.job_id, "lonely", "only the unserved job: {row:?}");
+        let at = chrono::DateTime::from_timestamp_millis(row.at_ms).expect("at");
+        let run_id = jetcron_core::events::RunId::for_fire("lonely", at);
+        assert_eq!(row.event_id, format!("{}:fire.missed", run_id.as_str()));
+        assert_eq!(row.source, "gateway");
+        assert!(row.message.contains(run_id.as_str()), "{row:?}");
+        assert!(at >= written - chrono::Duration::seconds(1), "{row:?}");
+    }
+    for (id, scheduled_ms) in &stored {
+        assert!(
+            rows.iter()
+                .any(|r| &r.event_id == id && r.at_ms == *scheduled_ms),
+            "at_ms is the scheduled time: {id}"
+        );
+    }
+    // Every second from the first recorded time to the last: none skipped.
+    let times: Vec<i64> = rows.iter().map(|r| r.at_ms).collect();
+    assert!(
+        times.windows(2).all(|w| w[1] - w[0] == 1000),
+        "one per scheduled second: {times:?}"
+    );
+
+    // /v1/rejections shows the rejection only.
+    let listed = wait_until("rejection listed", Duration::from_secs(20), || async {
+        let (status, reply) = stack.get("/v1/rejections").await;
+        let listed = reply["rejections"].as_array().cloned().unwrap_or_default();
+        (status == 200 && !listed.is_empty()).then_some(listed)
+    })
+    .await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["job_id"], "lonely-typo");
+    let (_, of_lonely) = stack.get("/v1/rejections?job=lonely").await;
+    assert_eq!(
+        of_lonely["rejections"],
+        serde_json::json!([]),
+        "{of_lonely}"
+    );
+
+    // The Grafana count, on 18.16 and on a current ClickHouse.
+    let from_s = times[0] / 1000;
+    let to_s = times[times.len() - 1] / 1000;
+    let sql = missed_panel_sql(from_s, to_s);
+    let old: Value =
+        serde_json::from_str(&stack.clickhouse_sql(&format!("{sql} FORMAT JSON")).await)
+            .expect("json");
+    let counted = |answer: &Value| {
+        let v = &answer["data"][0]["missed_fires"];
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("{answer}"))
+    };
+    assert_eq!(counted(&old), times.len() as u64, "{sql}");
+    let export = stack
+        .clickhouse_sql("SELECT * FROM jetcron.job_events FORMAT JSONEachRow")
+        .await;
+    let (version, current) = jetcron_testkit::chdb::run_on_chdb(
+        serde_json::json!({ "jetcron.job_events": export }),
+        &[&sql],
+    )
+    .await;
+    assert!(
+        current[0].get("error").is_none(),
+        "chdb {version}: {}",
+        current[0]
+    );
+    assert_eq!(counted(&current[0]), times.len() as u64, "chdb {version}");
+
+    second_stop.cancel();
+    second.await.expect("join").expect("second gateway");
     stack.stop().await;
 }
 

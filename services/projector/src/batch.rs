@@ -4,7 +4,7 @@
 use async_nats::jetstream::Message;
 use jetcron_core::clickhouse_schema::{JobEventRow, RunEventRow};
 use jetcron_core::events::RunEvent;
-use jetcron_core::job_events::JobRejected;
+use jetcron_core::job_events::JobEvent;
 use jetcron_core::subjects;
 
 /// A row for one of the two tables.
@@ -33,10 +33,11 @@ pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
     {
         return Decoded::Skip;
     }
+    // Job events (`job.rejected`, `fire.missed`) share one subject and table.
     if subject == subjects::JOB_REJECTED_SUBJECT {
-        return match serde_json::from_slice::<JobRejected>(payload) {
-            Ok(event) => Decoded::Row(Row::Job(Box::new(JobEventRow::from(&event)))),
-            Err(e) => Decoded::Poison(format!("not a job.rejected event: {e}")),
+        return match JobEvent::decode(payload) {
+            Ok(event) => Decoded::Row(Row::Job(Box::new(event.row()))),
+            Err(reason) => Decoded::Poison(reason),
         };
     }
     match serde_json::from_slice::<RunEvent>(payload) {
@@ -78,6 +79,14 @@ mod tests {
         assert!(matches!(
             decode(subjects::JOB_REJECTED_SUBJECT, br#"{"kind":"job.rejected"}"#),
             Decoded::Poison(reason) if reason.starts_with("not a job.rejected event")
+        ));
+        let at = chrono::Utc::now();
+        let missed =
+            jetcron_core::job_events::FireMissed::new("j", at, at, chrono::Duration::zero());
+        let payload = serde_json::to_vec(&missed).expect("encode");
+        assert!(matches!(
+            decode(subjects::JOB_REJECTED_SUBJECT, &payload),
+            Decoded::Row(Row::Job(row)) if row.kind == "fire.missed" && row.event_id == missed.event_id
         ));
     }
 }

@@ -1,6 +1,7 @@
 //! The projector: copies run events from `JETCRON_RUNS` (durable consumer
-//! `projector`) into ClickHouse `jetcron.run_events`, and the `job.rejected`
-//! events stored in the same stream into `jetcron.job_events`. ClickHouse
+//! `projector`) into ClickHouse `jetcron.run_events`, and the job events
+//! (`job.rejected`, `fire.missed`) stored in the same stream into
+//! `jetcron.job_events`. ClickHouse
 //! itself keeps the latest state per run from there (`jetcron.run_state`).
 //!
 //! It fetches a batch (bounded by size and time), inserts it, and acks the

@@ -1,0 +1,177 @@
+//! Missed fires, event-sourced: every `--missed-scan-interval` (30 s) the
+//! gateway computes the missed fires of the last hour ([`crate::stats`]: a
+//! scheduled time of a job's current definition, older than the grace, with
+//! no run event at all) and publishes one `fire.missed` job event per fire
+//! (`jetcron.jobs.rejected` in `JETCRON_RUNS`, projected into
+//! `jetcron.job_events`), so Grafana can count them from ClickHouse.
+//!
+//! Stored once per fire, however many gateways scan and however often: the
+//! event id (`<run_id>:fire.missed`) is the same for every scan, and is
+//!
+//! - skipped when ClickHouse already holds it (one lookup per scan),
+//! - the `Nats-Msg-Id` of the publish, so JetStream drops a repeat inside
+//!   `JETCRON_RUNS`' duplicate window (two gateways finding it at once, or a
+//!   scan before the projector stored the last one),
+//! - and, with `at_ms` = the scheduled time, the full sorting key of the
+//!   `ReplacingMergeTree` table, which collapses anything left; queries dedup
+//!   on `event_id`.
+//!
+//! A fire is recorded only while it is inside the window: fires older than an
+//! hour when a gateway first looks (every gateway down for longer) are not
+//! recorded afterwards; `/v1/stats` still computes them for any range. The
+//! counts of each scan also feed the `jetcron_missed_fires` gauge.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt as _, TryStreamExt as _};
+use jetcron_core::job_events::{self, FireMissed};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::stats::{self, CurrentJob, Missed};
+use crate::GatewayState;
+
+/// Default of `--missed-scan-interval`.
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
+/// How far back each scan looks (the gauge's window).
+pub const SCAN_WINDOW: chrono::Duration = stats::GAUGE_WINDOW;
+/// Jobs asked about in one ClickHouse lookup.
+const JOBS_PER_QUERY: usize = crate::http::MAX_STATS_JOBS;
+/// Publishes waiting for their ack at once.
+const PUBLISHES_IN_FLIGHT: usize = 64;
+
+/// What one scan found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Missed fires in the window.
+    pub missed: usize,
+    /// Of those, the ones not yet in ClickHouse, published now.
+    pub published: usize,
+    /// Of those, the ones JetStream stored (the rest were duplicates).
+    pub stored: usize,
+}
+
+/// Scan every `interval` until `shutdown`; a zero interval turns scanning off.
+/// A failed scan (ClickHouse or NATS away) is logged and tried again at the
+/// next interval.
+pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: CancellationToken) {
+    if interval.is_zero() {
+        info!("missed fire scan off (--missed-scan-interval 0)");
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let scan = scan(&state, Utc::now());
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            result = scan => result,
+        };
+        match result {
+            Ok(report) if report.published > 0 => info!(
+                missed = report.missed,
+                published = report.published,
+                stored = report.stored,
+                "recorded missed fires"
+            ),
+            Ok(report) => debug!(missed = report.missed, "missed fire scan"),
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "missed fire scan failed, retrying at the next interval")
+            }
+        }
+    }
+}
+
+/// Missed fires of the last [`SCAN_WINDOW`] before `now`, of every valid job.
+pub async fn missed_by_job(
+    state: &GatewayState,
+    now: DateTime<Utc>,
+) -> anyhow::Result<BTreeMap<String, Missed>> {
+    let jobs: Vec<CurrentJob> = state
+        .jobs
+        .valid_jobs()
+        .await?
+        .into_iter()
+        .map(|(job, written_at)| CurrentJob { job, written_at })
+        .collect();
+    let mut missed = BTreeMap::new();
+    for chunk in jobs.chunks(JOBS_PER_QUERY) {
+        missed.extend(
+            stats::missed_fires(
+                state.runs.client(),
+                chunk,
+                now - SCAN_WINDOW,
+                now,
+                now,
+                state.limits.missed_grace,
+            )
+            .await?,
+        );
+    }
+    Ok(missed)
+}
+
+/// One scan at `now`: record every missed fire not yet stored, and give the
+/// gauge the counts.
+pub async fn scan(state: &GatewayState, now: DateTime<Utc>) -> anyhow::Result<ScanReport> {
+    let missed = missed_by_job(state, now).await?;
+    let grace = state.limits.missed_grace;
+    let mut report = ScanReport::default();
+    let with_times: Vec<(&str, &Missed)> = missed
+        .iter()
+        .filter(|(_, m)| !m.times.is_empty())
+        .map(|(id, m)| (id.as_str(), m))
+        .collect();
+    for chunk in with_times.chunks(JOBS_PER_QUERY) {
+        let recorded = recorded(state, chunk).await?;
+        let events: Vec<FireMissed> = chunk
+            .iter()
+            .flat_map(|(id, m)| {
+                m.times
+                    .iter()
+                    .map(move |t| FireMissed::new(id, *t, now, grace))
+            })
+            .filter(|e| !recorded.contains(&e.event_id))
+            .collect();
+        report.missed += chunk.iter().map(|(_, m)| m.times.len()).sum::<usize>();
+        report.published += events.len();
+        let stored: Vec<bool> = futures::stream::iter(events)
+            .map(|event| async move { job_events::publish_fire_missed(&state.js, &event).await })
+            .buffer_unordered(PUBLISHES_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let stored = stored.into_iter().filter(|s| *s).count();
+        report.stored += stored;
+        metrics::counter!("jetcron_missed_fires_recorded_total").increment(stored as u64);
+    }
+    state.missed.record(stats::counts_of(&missed)).await;
+    Ok(report)
+}
+
+/// Event ids of the `fire.missed` events ClickHouse already holds for these jobs' times.
+async fn recorded(
+    state: &GatewayState,
+    jobs: &[(&str, &Missed)],
+) -> anyhow::Result<HashSet<String>> {
+    let times = || jobs.iter().flat_map(|(_, m)| m.times.iter());
+    let (Some(from), Some(to)) = (times().min(), times().max()) else {
+        return Ok(HashSet::new());
+    };
+    let ids: Vec<&str> = jobs.iter().map(|(id, _)| *id).collect();
+    let rows = stats::recorded_missed_query(
+        state.runs.client(),
+        &ids,
+        from.timestamp_millis(),
+        to.timestamp_millis(),
+    )
+    .fetch_all::<String>()
+    .await
+    .context("query recorded missed fires")?;
+    Ok(rows.into_iter().collect())
+}
