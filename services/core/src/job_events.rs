@@ -257,7 +257,7 @@ pub async fn publish(
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let payload = serde_json::to_vec(event).context("encode job.rejected")?;
-    publish_job_event(js, &event.event_id, payload)
+    publish_job_event(js, subjects::JOB_REJECTED_SUBJECT, &event.event_id, payload)
         .await
         .context("publish job.rejected")?;
     Ok(())
@@ -271,13 +271,14 @@ pub async fn publish_fire_missed(
 ) -> anyhow::Result<bool> {
     use anyhow::Context as _;
     let payload = serde_json::to_vec(event).context("encode fire.missed")?;
-    publish_job_event(js, &event.event_id, payload)
+    publish_job_event(js, subjects::FIRE_MISSED_SUBJECT, &event.event_id, payload)
         .await
         .context("publish fire.missed")
 }
 
 async fn publish_job_event(
     js: &async_nats::jetstream::Context,
+    subject: &'static str,
     event_id: &str,
     payload: Vec<u8>,
 ) -> anyhow::Result<bool> {
@@ -285,7 +286,7 @@ async fn publish_job_event(
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(async_nats::header::NATS_MESSAGE_ID, event_id);
     let ack = js
-        .publish_with_headers(subjects::JOB_REJECTED_SUBJECT, headers, payload.into())
+        .publish_with_headers(subject, headers, payload.into())
         .await?
         .await
         .context("store")?;

@@ -104,6 +104,9 @@ pub fn kill_key(run_id: &str) -> String {
 /// Where refused definitions are recorded ([`crate::job_events`]); inside
 /// `JETCRON_RUNS`, so the projector stores them.
 pub const JOB_REJECTED_SUBJECT: &str = "jetcron.jobs.rejected";
+/// Where missed fires are recorded ([`crate::job_events`]); inside
+/// `JETCRON_RUNS` beside the refused definitions, projected into the same table.
+pub const FIRE_MISSED_SUBJECT: &str = "jetcron.jobs.missed";
 
 /// Where the projector parks events it cannot store (kept for people).
 pub const DEAD_LETTER_STREAM: &str = "JETCRON_DEADLETTER";

@@ -128,13 +128,17 @@ pub async fn ensure_due_stream(
 }
 
 /// The run events stream, read by the projector (and anyone curious); it
-/// also holds `job.rejected` events. A stream made by an older jetcron, without
-/// that subject, gets it added.
+/// also holds the job events `job.rejected` and `fire.missed`. A stream made
+/// by an older jetcron, without those subjects, gets them added.
 pub async fn ensure_runs_stream(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> anyhow::Result<stream::Stream> {
-    let wanted = [subjects::RUNS_SUBJECTS, subjects::JOB_REJECTED_SUBJECT];
+    let wanted = [
+        subjects::RUNS_SUBJECTS,
+        subjects::JOB_REJECTED_SUBJECT,
+        subjects::FIRE_MISSED_SUBJECT,
+    ];
     let stream = js
         .get_or_create_stream(stream::Config {
             name: subjects::RUNS_STREAM.to_string(),

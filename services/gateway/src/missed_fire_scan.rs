@@ -2,7 +2,7 @@
 //! gateway computes the missed fires of the last hour ([`crate::stats`]: a
 //! scheduled time of a job's current definition, older than the grace, with
 //! no run event at all) and publishes one `fire.missed` job event per fire
-//! (`jetcron.jobs.rejected` in `JETCRON_RUNS`, projected into
+//! (`jetcron.jobs.missed` in `JETCRON_RUNS`, projected into
 //! `jetcron.job_events`), so Grafana can count them from ClickHouse.
 //!
 //! Stored once per fire, however many gateways scan and however often: the

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::push};
+use async_nats::jetstream::{self, consumer::push, kv};
 use async_nats::{Client, ConnectErrorKind, Event};
 use futures::StreamExt as _;
 use jetcron_core::clickhouse_schema::ClickHouseOptions;
@@ -568,6 +568,29 @@ async fn each_role_is_refused_what_it_must_not_do() {
         last_sequence(&admin_js, subjects::RUNS_STREAM).await,
         runs_before
     );
+
+    // The job author may put and delete in the bucket, but a purge (a
+    // rollup) would erase the audit log: the stream refuses it.
+    let author_bucket = author
+        .js()
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .expect("bucket as the job author");
+    author_bucket
+        .put("audited", job.replace("sneaky", "audited").into())
+        .await
+        .expect("kv put");
+    author_bucket.delete("audited").await.expect("kv del");
+    let purge = author_bucket.purge("audited").await;
+    assert!(purge.is_err(), "a purge erased the history of a job");
+    let operations: Vec<kv::Operation> = bucket
+        .history("audited")
+        .await
+        .expect("history")
+        .map(|entry| entry.expect("entry").operation)
+        .collect()
+        .await;
+    assert_eq!(operations, [kv::Operation::Put, kv::Operation::Delete]);
 
     assert!(
         !violations_of(&nats, &["job-author"]).is_empty(),

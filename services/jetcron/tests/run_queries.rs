@@ -274,7 +274,7 @@ async fn stored_missed_fires(stack: &Stack) -> Vec<(String, i64)> {
     let stream = stack.js.get_stream("JETCRON_RUNS").await.expect("stream");
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
-            filter_subject: "jetcron.jobs.rejected".into(),
+            filter_subject: jetcron_core::subjects::FIRE_MISSED_SUBJECT.into(),
             ..Default::default()
         })
         .await

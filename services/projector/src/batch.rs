@@ -33,8 +33,8 @@ pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
     {
         return Decoded::Skip;
     }
-    // Job events (`job.rejected`, `fire.missed`) share one subject and table.
-    if subject == subjects::JOB_REJECTED_SUBJECT {
+    // Job events (`job.rejected`, `fire.missed`) share one table.
+    if subject == subjects::JOB_REJECTED_SUBJECT || subject == subjects::FIRE_MISSED_SUBJECT {
         return match JobEvent::decode(payload) {
             Ok(event) => Decoded::Row(Row::Job(Box::new(event.row()))),
             Err(reason) => Decoded::Poison(reason),
