@@ -80,7 +80,12 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
         .api_put(r#"{"id":"ok","schedule":"@daily","target":{"type":"nats","subject":"a"}}"#)
         .await;
     assert_eq!(code, None, "the service still answers");
-    stack.jobs_bucket().await.delete("ok").await.expect("delete");
+    stack
+        .jobs_bucket()
+        .await
+        .delete("ok")
+        .await
+        .expect("delete");
     let keys = stack.jobs_bucket().await.keys().await.expect("keys");
     let keys: Vec<String> = futures::TryStreamExt::try_collect(keys)
         .await

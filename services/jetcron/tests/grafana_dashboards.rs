@@ -40,7 +40,7 @@ const FLAKY: &str = "grafana-flaky";
 const REFUSED: &str = "grafana-refused";
 
 /// Succeeding, failing-after-a-retry and timed-out runs, a definition refused
-/// by the API and one refused in the bucket; waits until `jetcron.runs` and
+/// by the API and one refused in the bucket, a missed fire; waits until `jetcron.runs` and
 /// `jetcron.job_events` show them. The bucket revision of the refused value.
 async fn make_history(stack: &Stack) -> u64 {
     stack.put_job(r#"{"id":"grafana-ok","schedule":"@daily","target":{"type":"shell","command":"echo ok"}}"#,
@@ -86,8 +86,21 @@ async fn make_history(stack: &Stack) -> u64 {
             br#"{"id":"grafana-refused","schedule":"every day","target":{"type":"shell","command":"true"}}"#,
         )
         .await;
+    // A fire the gateways' scan found missing, recorded twice (two gateways):
+    // one missed fire.
+    let missed = jetcron_core::job_events::FireMissed::new(
+        "grafana-ok",
+        Utc::now() - chrono::Duration::minutes(3),
+        Utc::now(),
+        chrono::Duration::minutes(2),
+    );
+    for _ in 0..2 {
+        jetcron_core::job_events::publish_fire_missed(&stack.js, &missed)
+            .await
+            .expect("publish fire.missed");
+    }
     jetcron_testkit::wait_until(
-        "runs and rejection projected",
+        "runs, rejections and the missed fire projected",
         Duration::from_secs(30),
         || async {
             let runs = clickhouse_query(stack, "SELECT run_id, status FROM jetcron.runs")
@@ -108,7 +121,7 @@ async fn make_history(stack: &Stack) -> u64 {
                 .all(|(id, s)| seen.get(id).map(String::as_str) == Some(*s));
             let rejections = clickhouse_query(
                 stack,
-                "SELECT DISTINCT job_id, source FROM jetcron.job_events ORDER BY job_id",
+                "SELECT DISTINCT job_id, source FROM jetcron.job_events WHERE kind = 'job.rejected' ORDER BY job_id",
             )
             .await
             .ok()?;
@@ -116,7 +129,14 @@ async fn make_history(stack: &Stack) -> u64 {
                 json!({"job_id": FLAKY, "source": "api"}),
                 json!({"job_id": REFUSED, "source": "kv"}),
             ];
-            (all_there && rejections.rows == both).then_some(())
+            let missed = clickhouse_query(
+                stack,
+                "SELECT DISTINCT job_id FROM jetcron.job_events WHERE kind = 'fire.missed'",
+            )
+            .await
+            .ok()?;
+            let one_missed = missed.rows == [json!({"job_id": "grafana-ok"})];
+            (all_there && rejections.rows == both && one_missed).then_some(())
         },
     )
     .await;
@@ -258,6 +278,7 @@ fn assert_the_panels_tell_the_story(queries: &[PanelQuery], answers: &[Answer], 
     numbers(&overview("Runs"), "runs", &[4.0]);
     numbers(&overview("Failure rate"), "failure_rate", &[0.5]);
     numbers(&overview("Rejected definitions"), "rejections", &[2.0]);
+    numbers(&overview("Missed fires"), "missed_fires", &[1.0]);
     // Both rejections are listed, the bucket one with its revision, each with
     // the field and code the API would have answered.
     let recent = overview("Recent rejections");
