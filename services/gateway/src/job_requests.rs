@@ -134,10 +134,17 @@ pub async fn set_paused(
     paused: bool,
 ) -> Result<Value, ApiError> {
     let request: SelectRequest = parse_body(body)?;
-    let ids = match (request.id, request.labels) {
+    let ids: Vec<String> = match (request.id, request.labels) {
         (Some(id), None) => {
             checked_id(&id)?;
-            vec![id]
+            let revision = state.jobs.set_paused(&id, paused).await?;
+            let (changed, unchanged) = match revision {
+                Some(revision) => (vec![json!({ "id": id, "revision": revision })], vec![]),
+                None => (vec![], vec![id]),
+            };
+            return Ok(json!({
+                "ok": true, "paused": paused, "changed": changed, "unchanged": unchanged,
+            }));
         }
         (None, Some(labels)) if !labels.is_empty() => {
             checked_selector(&labels)?;
@@ -158,13 +165,27 @@ pub async fn set_paused(
             ))
         }
     };
+    // One job that cannot be changed (deleted meanwhile, edited too often,
+    // NATS trouble) does not hide what was done to the others: it is listed
+    // under `failed` with its error, and the rest go on.
     let mut changed = Vec::new();
     let mut unchanged = Vec::new();
+    let mut failed = Vec::new();
     for id in ids {
-        match state.jobs.set_paused(&id, paused).await? {
-            Some(revision) => changed.push(json!({ "id": id, "revision": revision })),
-            None => unchanged.push(id),
+        match state.jobs.set_paused(&id, paused).await {
+            Ok(Some(revision)) => changed.push(json!({ "id": id, "revision": revision })),
+            Ok(None) => unchanged.push(id),
+            Err(error) => failed.push(json!({
+                "id": id,
+                "error": { "code": error.code.as_str(), "message": error.message },
+            })),
         }
     }
-    Ok(json!({ "ok": true, "paused": paused, "changed": changed, "unchanged": unchanged }))
+    Ok(json!({
+        "ok": failed.is_empty(),
+        "paused": paused,
+        "changed": changed,
+        "unchanged": unchanged,
+        "failed": failed,
+    }))
 }

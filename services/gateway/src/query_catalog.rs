@@ -41,7 +41,19 @@ pub fn samples(
     vec![
         (
             "runs of a job (events)",
-            sql(run_history::runs_of_job_query(client, job_id, 50)),
+            sql(run_history::runs_of_job_query(client, job_id, 50, None)),
+        ),
+        (
+            "runs of a job after a cursor (events)",
+            sql(run_history::runs_of_job_query(
+                client,
+                job_id,
+                50,
+                Some(&(
+                    to.timestamp_millis(),
+                    "ffffffff-ffff-ffff-ffff-ffffffffffff".into(),
+                )),
+            )),
         ),
         (
             "one run (events)",

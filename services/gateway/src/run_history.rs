@@ -46,8 +46,14 @@ impl RunHistory {
     }
 
     /// The newest `limit` runs of a job, newest scheduled time first.
-    pub async fn runs_of_job(&self, job_id: &str, limit: u32) -> anyhow::Result<Vec<RunSummary>> {
-        let rows = runs_of_job_query(&self.client, job_id, limit)
+    pub async fn runs_of_job(
+        &self,
+        job_id: &str,
+        limit: u32,
+        before: Option<&(i64, String)>,
+    ) -> anyhow::Result<(Vec<RunSummary>, Option<String>)> {
+        // One run more than asked tells whether a next page exists.
+        let rows = runs_of_job_query(&self.client, job_id, limit.saturating_add(1), before)
             .fetch_all::<RunEventRow>()
             .await
             .with_context(|| format!("query runs of job {job_id}"))?;
@@ -63,7 +69,15 @@ impl RunHistory {
             .filter_map(|events| summarize(events, false))
             .collect();
         runs.sort_by(|a, b| (b.scheduled_at, &b.run_id).cmp(&(a.scheduled_at, &a.run_id)));
-        Ok(runs)
+        let next = if runs.len() > limit as usize {
+            runs.truncate(limit as usize);
+            runs.last().map(|r| {
+                crate::run_list::encode_cursor(r.scheduled_at.timestamp_millis(), r.run_id.as_str())
+            })
+        } else {
+            None
+        };
+        Ok((runs, next))
     }
 
     /// Which of `run_ids` (of `job_id`) have at least one event recorded.
@@ -101,15 +115,33 @@ pub fn runs_of_job_query(
     client: &clickhouse::Client,
     job_id: &str,
     limit: u32,
+    before: Option<&(i64, String)>,
 ) -> clickhouse::query::Query {
+    // Newest first by (scheduled time, run id), both descending; a cursor
+    // continues strictly after the last run of the previous page. One SQL
+    // shape with or without a cursor (`? = 1` switches it off).
     let sql = format!(
         "SELECT {RUN_EVENT_COLUMNS} FROM jetcron.run_events \
          WHERE job_id = ? AND run_id IN ( \
              SELECT run_id FROM ( \
                  SELECT DISTINCT run_id, scheduled_ms FROM jetcron.run_events \
-                 WHERE job_id = ? ORDER BY scheduled_ms DESC, run_id LIMIT ?))"
+                 WHERE job_id = ? \
+                   AND (? = 1 OR scheduled_ms < ? OR (scheduled_ms = ? AND run_id < ?)) \
+                 ORDER BY scheduled_ms DESC, run_id DESC LIMIT ?))"
     );
-    client.query(&sql).bind(job_id).bind(job_id).bind(limit)
+    let (no_cursor, ms, run_id) = match before {
+        Some((ms, run_id)) => (0u8, *ms, run_id.as_str()),
+        None => (1u8, 0, ""),
+    };
+    client
+        .query(&sql)
+        .bind(job_id)
+        .bind(job_id)
+        .bind(no_cursor)
+        .bind(ms)
+        .bind(ms)
+        .bind(run_id)
+        .bind(limit)
 }
 
 /// Which of `run_ids` have events.

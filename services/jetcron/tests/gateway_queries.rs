@@ -134,3 +134,78 @@ async fn every_gateway_query_answers_the_same_on_18_16_and_current_clickhouse() 
     );
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_jobs_runs_page_with_a_cursor_and_bad_parameters_get_400s() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    stack
+        .put_job(
+            r#"{"id":"paged","schedule":"@daily","target":{"type":"shell","command":"echo page"}}"#,
+        )
+        .await;
+    let mut triggered = Vec::new();
+    for _ in 0..5 {
+        let run_id = stack.trigger("paged").await;
+        stack
+            .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(20))
+            .await;
+        triggered.push(run_id);
+    }
+    // Pages of two, newest first, until no next cursor: every run once.
+    let mut seen = Vec::new();
+    let mut path = "/v1/jobs/paged/runs?limit=2".to_string();
+    let mut pages = 0;
+    loop {
+        let (status, page) = stack.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        for run in page["runs"].as_array().expect("runs") {
+            seen.push((
+                jetcron_testkit::instant(&run["scheduled_at"]),
+                run["run_id"].as_str().expect("run id").to_string(),
+            ));
+        }
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/jobs/paged/runs?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3, "{seen:?}");
+    let mut newest_first = seen.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, newest_first, "pages are newest first");
+    let mut ids: Vec<&str> = seen.iter().map(|(_, id)| id.as_str()).collect();
+    ids.sort();
+    let mut expected: Vec<&str> = triggered.iter().map(String::as_str).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "every run exactly once");
+
+    // The job's page names its last run.
+    let (status, job) = stack.get("/v1/jobs/paged").await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["last_run"]["run_id"], seen[0].1.as_str(), "{job}");
+    assert_eq!(job["last_run"]["status"], "succeeded");
+    assert_eq!(job["runs_24h"], 5, "{job}");
+
+    for (path, field) in [
+        ("/v1/jobs/paged/runs?cursor=garbage", "cursor"),
+        ("/v1/jobs/paged/runs?limit=0", "limit"),
+        ("/v1/runs/not-a-uuid", "run_id"),
+        (
+            "/v1/stats?from=2026-01-01T00:00:00Z&to=2026-06-01T00:00:00Z",
+            "from",
+        ),
+        ("/v1/stats?from=yesterday", "from"),
+        ("/v1/stats?job=a.b", "job"),
+        ("/v1/stats?window=1h", ""),
+    ] {
+        let (status, reply) = stack.get(path).await;
+        assert_eq!(status, 400, "GET {path}: {reply}");
+        let message = reply["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "GET {path}: {reply}");
+        if !field.is_empty() {
+            assert_eq!(reply["error"]["field"], field, "GET {path}: {reply}");
+        }
+    }
+    stack.stop().await;
+}

@@ -75,10 +75,10 @@ pub async fn get_one(
     // The last run is a convenience: a ClickHouse outage must not hide the definition.
     let last_run = state
         .runs
-        .runs_of_job(&id, 1)
+        .runs_of_job(&id, 1, None)
         .await
         .ok()
-        .and_then(|mut runs| runs.pop());
+        .and_then(|(mut runs, _)| runs.pop());
     // Likewise the last day's figures.
     let now = Utc::now();
     let last_24h = crate::stats::run_stats(

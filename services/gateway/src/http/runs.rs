@@ -20,6 +20,8 @@ const MAX_LIMIT: u32 = 500;
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
 }
 
 pub async fn of_job(
@@ -41,12 +43,19 @@ pub async fn of_job(
             )
         }));
     }
-    let runs = state
+    let before = query
+        .cursor
+        .as_deref()
+        .map(crate::run_list::decode_cursor)
+        .transpose()?;
+    let (runs, next) = state
         .runs
-        .runs_of_job(&id, limit)
+        .runs_of_job(&id, limit, before.as_ref())
         .await
         .map_err(unavailable)?;
-    Ok(Json(json!({ "ok": true, "job_id": id, "runs": runs })))
+    Ok(Json(
+        json!({ "ok": true, "job_id": id, "runs": runs, "next_cursor": next }),
+    ))
 }
 
 pub async fn get_one(
