@@ -17,6 +17,7 @@ mod manual_runs;
 mod nats_permissions;
 mod nats_target;
 mod projection;
+mod retention;
 mod run_control;
 mod run_lifecycle;
 mod run_queries;

@@ -37,7 +37,12 @@ try:
     results = []
     for sql in spec["queries"]:
         try:
-            answer = json.loads(s.query(sql, "JSON").bytes())
+            raw = s.query(sql, "JSON").bytes()
+            if not raw.strip():
+                # A statement without a result set (ALTER, ...).
+                results.append({"columns": [], "rows": 0, "data": []})
+                continue
+            answer = json.loads(raw)
             results.append({
                 "columns": [[m["name"], m["type"]] for m in answer["meta"]],
                 "rows": answer["rows"],
