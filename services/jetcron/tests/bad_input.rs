@@ -937,9 +937,17 @@ fn build_case(base: &Value, file: &str, raw: &Value) -> Result<Case, String> {
             .as_object()
             .map(|h| {
                 h.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect()
+                    .map(|(k, v)| {
+                        // A value may be a generator (`{"$repeat":..}`).
+                        let value = match expand(v)? {
+                            Value::String(text) => text,
+                            other => return Err(format!("header {k}: {other} is not a string")),
+                        };
+                        Ok((k.clone(), value))
+                    })
+                    .collect::<Result<Vec<_>, String>>()
             })
+            .transpose()?
             .unwrap_or_default(),
         token,
         expect: raw["expect"].as_object().cloned().ok_or("missing expect")?,
