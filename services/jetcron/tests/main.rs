@@ -14,6 +14,7 @@ mod http_target;
 mod job_management;
 mod job_rejections;
 mod manual_runs;
+mod nats_creds;
 mod nats_permissions;
 mod nats_target;
 mod projection;

@@ -10,6 +10,8 @@
 //! - [`grafana`] expands and runs every panel of the Grafana dashboards as
 //!   Grafana and its ClickHouse plugin would; [`chdb`] runs queries on a
 //!   current ClickHouse.
+//! - [`nats_jwt`] issues operator, account and user JWTs and `.creds` files
+//!   (what `nsc` does) for a [`NatsServer`] in operator mode.
 //!
 //! Binaries are found on `PATH` (or `JETCRON_NATS_SERVER`,
 //! `JETCRON_CLICKHOUSE_SERVER`); `infra/test.sh` installs them.
@@ -17,11 +19,13 @@
 pub mod chdb;
 mod clickhouse_server;
 pub mod grafana;
+pub mod nats_jwt;
 mod nats_server;
 pub mod stack;
 mod wait;
 
 pub use clickhouse_server::ClickHouseServer;
+pub use nats_jwt::{NatsAccount, NatsOperator};
 pub use nats_server::NatsServer;
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
