@@ -157,7 +157,14 @@ pub async fn run(
             on_ownership(change, &book, &mut plans, &recovery, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {
-            on_job(change, &mut book, &mut plans, &ready_tx, clock.now());
+            on_job(
+                change,
+                &mut book,
+                &mut plans,
+                &ready_tx,
+                recovery.late_threshold,
+                clock.now(),
+            );
         }
 
         let now = clock.now();
@@ -203,7 +210,14 @@ pub async fn run(
                 }
             }
             change = job_changes.recv() => match change {
-                Some(change) => on_job(change, &mut book, &mut plans, &ready_tx, clock.now()),
+                Some(change) => on_job(
+                    change,
+                    &mut book,
+                    &mut plans,
+                    &ready_tx,
+                    recovery.late_threshold,
+                    clock.now(),
+                ),
                 None => break,
             },
             _ = tokio::time::sleep(idle) => {}
@@ -299,6 +313,7 @@ fn on_job(
     book: &mut Book,
     plans: &mut HashMap<u32, FirePlan>,
     ready: &tokio::sync::watch::Sender<bool>,
+    late_threshold: chrono::Duration,
     now: DateTime<Utc>,
 ) {
     match change {
@@ -313,8 +328,11 @@ fn on_job(
             }
             debug!(job_id = %id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job definition seen");
             let job: Arc<ValidJob> = Arc::from(job);
+            // Written a moment ago (a slow watch, a loaded machine): the
+            // times since the write fire late. Older writes are recovery's.
+            let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
             if let Some(plan) = plans.get_mut(&shard_of(&id)) {
-                plan.upsert(Arc::clone(&job), revision, now);
+                plan.upsert_written(Arc::clone(&job), revision, written_at, now);
             }
             book.insert(
                 id,

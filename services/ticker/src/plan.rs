@@ -82,6 +82,21 @@ impl FirePlan {
     /// move the schedule); a new one is scheduled from `now`. A job resumed
     /// from a pause gets the fires its misfire policy asks for.
     pub fn upsert(&mut self, job: impl Into<Arc<ValidJob>>, revision: u64, now: DateTime<Utc>) {
+        self.upsert_written(job, revision, None, now);
+    }
+
+    /// [`Self::upsert`] of a revision written at `written_at` and seen only
+    /// now: its scheduled times in `(written_at, now]` fire late rather than
+    /// not at all, so a job written at W fires at every time after W however
+    /// long the watch took to deliver it (the missed-fire count of the
+    /// gateway expects exactly that). The caller bounds how far back.
+    pub fn upsert_written(
+        &mut self,
+        job: impl Into<Arc<ValidJob>>,
+        revision: u64,
+        written_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
         let job = job.into();
         let id = job.spec.id.clone();
         let mut paused_since = None;
@@ -108,6 +123,9 @@ impl FirePlan {
             .map(|since| job.missed(since, now))
             .unwrap_or_default();
         catch_up.extend(carried);
+        if let Some(written_at) = written_at.filter(|w| *w < now) {
+            catch_up.extend(job.latest_scheduled_in(written_at, now));
+        }
         catch_up.sort();
         catch_up.dedup();
         self.plan(id, job, revision, catch_up, now);

@@ -103,6 +103,26 @@ fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
 }
 
 #[test]
+fn a_revision_seen_late_fires_the_times_since_it_was_written() {
+    let mut plan = FirePlan::default();
+    // Written at 10, delivered by the watch at 12.5: 11 and 12 fire late.
+    plan.upsert_written(
+        job("a", "* * * * * *"),
+        1,
+        Some(t(10)),
+        t(12) + chrono::Duration::milliseconds(500),
+    );
+    assert_eq!(
+        drain(&mut plan, t(13)),
+        [("a".into(), 11), ("a".into(), 12), ("a".into(), 13)]
+    );
+    // A write stamped after our clock (skew) adds nothing.
+    let mut plan = FirePlan::default();
+    plan.upsert_written(job("b", "* * * * * *"), 1, Some(t(20)), t(12));
+    assert_eq!(drain(&mut plan, t(13)), [("b".into(), 13)]);
+}
+
+#[test]
 fn removed_and_paused_jobs_do_not_fire() {
     let mut plan = FirePlan::default();
     plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
