@@ -106,7 +106,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot split fire into shards, handing it back");
-                ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                hand_back(&message).await;
             }
         }
         return;
@@ -125,11 +125,13 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         }
     }
     let tries_key = jetcron_core::subjects::tries_key(due.run_id.as_str(), due.shard);
-    let budget = match tries::budget(&ctx.running, &tries_key, attempt).await {
+    let budget = match tries::budget(&ctx.running, &tries_key, attempt, due_sequence(&message))
+        .await
+    {
         Ok(budget) => budget,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
-            ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            hand_back(&message).await;
             return;
         }
     };
@@ -142,7 +144,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
     } else if budget.uncounted > tries::MAX_UNCOUNTED_DELIVERIES {
         Some(format!(
             "delivery {attempt}: {} earlier deliveries were lost or handed back \
-             (executor crashes or shutdowns), more than {}; giving up",
+             (executor crashes, shutdowns or NATS errors), more than {}; giving up",
             budget.uncounted,
             tries::MAX_UNCOUNTED_DELIVERIES
         ))
@@ -193,7 +195,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
-            ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            hand_back(&message).await;
             return;
         }
     }
@@ -214,7 +216,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
-                ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                hand_back(&message).await;
                 return;
             }
         },
@@ -225,7 +227,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
         .await
     {
         warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
-        ack(&message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        hand_back(&message).await;
         return;
     }
     info!(target_type = job.spec.target.kind(), "attempt started");
@@ -277,7 +279,16 @@ async fn supervise(
             _ = ticks.tick() => {
                 ack(message, AckKind::Progress).await;
                 if let Some(claim) = claim.as_deref_mut() {
-                    claim.extend(Utc::now() + claims::claim_ttl(ctx.config.progress_interval)).await;
+                    let until = Utc::now() + claims::claim_ttl(ctx.config.progress_interval);
+                    if !claim.extend(until).await {
+                        // Another run holds the job now (a `replace` fire that
+                        // did not reach us with its kill): stop, never overlap.
+                        if let Some(holder) = claim.taken_over_by().await {
+                            return Ending::Killed(format!(
+                                "replaced by run {holder} (concurrency: replace)"
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -356,11 +367,13 @@ async fn settle(
     let error = outcome.error.as_deref().unwrap_or("");
     let try_number = budget.try_number;
     if try_number < max_attempts {
-        // Written before the nak: the next delivery must know this try counted.
-        if let Err(e) = tries::record_failure(&ctx.running, &tries_key, try_number).await {
-            warn!(error = %format!("{e:#}"), "cannot record the failed try, handing the run back");
-            ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
-            return;
+        // Written before the nak: the next delivery must know this try
+        // counted. If it cannot be, the retry still waits its backoff; it then
+        // counts as a handed-back delivery (bounded), not as a try.
+        if let Err(e) =
+            tries::record_failure(&ctx.running, &tries_key, try_number, due_sequence(message)).await
+        {
+            warn!(error = %format!("{e:#}"), "cannot record the failed try");
         }
         let delay = job.retry_delay(try_number + 1, &due.msg_id());
         warn!(
@@ -398,8 +411,23 @@ async fn settle(
     } else {
         warn!(error, outcome = ended.as_str(), "last attempt failed");
         // A redelivery of this message (its term lost) must not run again.
-        if let Err(e) = tries::record_failure(&ctx.running, &tries_key, try_number).await {
-            warn!(error = %format!("{e:#}"), "cannot record the last failed try");
+        let mut recorded = false;
+        for _ in 0..3 {
+            match tries::record_failure(&ctx.running, &tries_key, try_number, due_sequence(message))
+                .await
+            {
+                Ok(()) => {
+                    recorded = true;
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "cannot record the last failed try");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        if !recorded {
+            warn!("last failed try not recorded: a lost terminate would run the target once more");
         }
         let kind = match ended {
             AttemptOutcome::TimedOut => RunEventKind::TimedOut,
@@ -430,17 +458,32 @@ async fn finish(
 ) {
     if let Err(e) = publisher.publish(&event).await {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
-        ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+        hand_back(message).await;
         return;
     }
     if let Some(notify) = notify {
         if let Err(e) = notify::enqueue(&ctx.js, notify, &event).await {
             warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
-            ack(message, AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            hand_back(message).await;
             return;
         }
     }
     ack(message, settle).await;
+}
+
+/// Stream sequence of the due event `message` delivers.
+fn due_sequence(message: &Message) -> u64 {
+    message.info().map(|i| i.stream_sequence).unwrap_or(0)
+}
+
+/// Hand the due event back because NATS failed us (not the target): it
+/// comes again after [`tries::handback_delay`], growing with each delivery.
+async fn hand_back(message: &Message) {
+    let delivery = message
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    ack(message, AckKind::Nak(Some(tries::handback_delay(delivery)))).await;
 }
 
 async fn ack(message: &Message, kind: AckKind) {

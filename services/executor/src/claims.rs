@@ -115,6 +115,26 @@ impl ClaimHandle {
         }
     }
 
+    /// After a failed [`Self::extend`]: the run that holds the claim now, if
+    /// it is another (a `replace` fire took it over, or it expired and was
+    /// taken). When it is still ours (the update's answer was lost), the
+    /// handle learns the current revision and the next extend works again.
+    pub async fn taken_over_by(&mut self) -> Option<String> {
+        let entry = match self.store.entry(&self.key).await {
+            Ok(Some(entry)) if entry.operation == Operation::Put => entry,
+            // Gone or unreadable: nobody else is known to hold it.
+            _ => return None,
+        };
+        match serde_json::from_slice::<Claim>(&entry.value) {
+            Ok(holder) if holder.run_id == self.claim.run_id => {
+                self.revision = entry.revision;
+                None
+            }
+            Ok(holder) => Some(holder.run_id),
+            Err(_) => None,
+        }
+    }
+
     /// Give the claim up (if it is still ours).
     pub async fn release(self) {
         if let Err(e) = self

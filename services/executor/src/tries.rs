@@ -18,19 +18,40 @@
 //! [`MAX_UNCOUNTED_DELIVERIES`] of them the run fails, so a target that kills
 //! its executor every time (out of memory, say) cannot loop forever.
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
 /// Deliveries of one run (or shard) that may be lost or handed back without
-/// counting against `max_attempts`.
-pub const MAX_UNCOUNTED_DELIVERIES: u32 = 5;
+/// counting against `max_attempts`. With [`handback_delay`] growing to a
+/// minute, NATS trouble has to last about a quarter of an hour before it
+/// fails a run; an executor killed by its target every time (ack wait 30 s)
+/// gives up after about ten minutes.
+pub const MAX_UNCOUNTED_DELIVERIES: u32 = 20;
+
+/// Longest wait before a handed-back delivery comes again.
+const MAX_HANDBACK_DELAY: Duration = Duration::from_secs(60);
+
+/// How long to let JetStream hold a due event that delivery number
+/// `delivery` hands back because NATS (KV, a publish) failed: 1 s, 2 s, 4 s,
+/// … up to a minute, so an outage is waited out, not hammered.
+pub fn handback_delay(delivery: u32) -> Duration {
+    let exponent = delivery.saturating_sub(1).min(6);
+    Duration::from_secs(1u64 << exponent).min(MAX_HANDBACK_DELAY)
+}
 
 /// The ledger's value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 struct Ledger {
     /// Attempts that failed or timed out and were retried.
     failed: u32,
+    /// Stream sequence of the due event the count belongs to: a later due
+    /// event with the same run id (a backfill of a fire whose run is gone)
+    /// starts afresh instead of inheriting an old count.
+    #[serde(default)]
+    due_sequence: u64,
 }
 
 /// Where a delivery stands in its run's retry budget.
@@ -60,8 +81,14 @@ impl Budget {
     }
 }
 
-/// Look up the budget of delivery number `delivery` of `key`.
-pub async fn budget(store: &kv::Store, key: &str, delivery: u32) -> anyhow::Result<Budget> {
+/// Look up the budget of delivery number `delivery` of the due event stored
+/// at `due_sequence`, whose ledger is `key`.
+pub async fn budget(
+    store: &kv::Store,
+    key: &str,
+    delivery: u32,
+    due_sequence: u64,
+) -> anyhow::Result<Budget> {
     if delivery <= 1 {
         return Ok(Budget::FIRST);
     }
@@ -72,17 +99,27 @@ pub async fn budget(store: &kv::Store, key: &str, delivery: u32) -> anyhow::Resu
     {
         // An unreadable value is our own bug or a stranger's write: count
         // every earlier delivery, the conservative side.
-        Some(value) => serde_json::from_slice::<Ledger>(&value)
-            .map(|l| l.failed)
-            .unwrap_or(delivery - 1),
+        Some(value) => match serde_json::from_slice::<Ledger>(&value) {
+            Ok(ledger) if ledger.due_sequence == due_sequence => ledger.failed,
+            Ok(_) => 0,
+            Err(_) => delivery - 1,
+        },
         None => 0,
     };
     Ok(Budget::of(delivery, failed))
 }
 
-/// Record that try `try_number` failed and will be retried.
-pub async fn record_failure(store: &kv::Store, key: &str, try_number: u32) -> anyhow::Result<()> {
-    let value = serde_json::to_vec(&Ledger { failed: try_number })?;
+/// Record that try `try_number` of the due event at `due_sequence` failed.
+pub async fn record_failure(
+    store: &kv::Store,
+    key: &str,
+    try_number: u32,
+    due_sequence: u64,
+) -> anyhow::Result<()> {
+    let value = serde_json::to_vec(&Ledger {
+        failed: try_number,
+        due_sequence,
+    })?;
     store
         .put(key, value.into())
         .await
@@ -121,6 +158,13 @@ mod tests {
                 uncounted: 1
             }
         );
+    }
+
+    #[test]
+    fn handed_back_deliveries_wait_longer_each_time_up_to_a_minute() {
+        let delays: Vec<u64> = (1..=9).map(|d| handback_delay(d).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(handback_delay(u32::MAX), MAX_HANDBACK_DELAY);
     }
 
     #[test]
