@@ -441,15 +441,15 @@ pub fn parse_job_with(
     let mut de = serde_json::Deserializer::from_str(text);
     let mut spec = match serde_path_to_error::deserialize::<_, JobSpec>(&mut de) {
         Err(e) => {
-            return Err(every_problem(
+            return Err(capped(every_problem(
                 text,
                 key,
                 serde_problem(text, &e),
                 parse_schedule,
-            ))
+            )))
         }
         Ok(spec) => match positional_object(text) {
-            Some(first) => return Err(every_problem(text, key, first, parse_schedule)),
+            Some(first) => return Err(capped(every_problem(text, key, first, parse_schedule))),
             None => spec,
         },
     };
@@ -467,7 +467,7 @@ pub fn parse_job_with(
             return Err(vec![id_mismatch(&spec.id, key)]);
         }
     }
-    validate_with(spec, parse_schedule)
+    validate_with(spec, parse_schedule).map_err(capped)
 }
 
 /// The problem serde stopped at, named as precisely as we can.
@@ -492,6 +492,26 @@ fn serde_problem(text: &str, e: &serde_path_to_error::Error<serde_json::Error>) 
         return FieldError::new(field, "required", "missing");
     }
     FieldError::new(path, "invalid_json", message)
+}
+
+/// Most problems one answer lists: a 64 KiB definition can hold thousands
+/// of bad fields, and their list must still fit a NATS reply and a
+/// `job.rejected` event.
+pub const MAX_PROBLEMS: usize = 50;
+
+/// `problems`, at most [`MAX_PROBLEMS`] of them: the first ones, then one
+/// saying how many more there were.
+fn capped(mut problems: Vec<FieldError>) -> Vec<FieldError> {
+    if problems.len() > MAX_PROBLEMS {
+        let more = problems.len() - (MAX_PROBLEMS - 1);
+        problems.truncate(MAX_PROBLEMS - 1);
+        problems.push(FieldError::new(
+            "",
+            "more_problems",
+            format!("{more} more problems not listed"),
+        ));
+    }
+    problems
 }
 
 /// Every problem of a definition serde refused at `first`: serde stops at
@@ -1156,6 +1176,26 @@ mod tests {
             br#"{"id":"a","schedule":"@every 5s","target":{"type":"shell","command":"true"}}"#;
         let errs = parse_job(json, Some("b")).expect_err("mismatch");
         assert_eq!(errs[0].code, "id_mismatch");
+    }
+
+    #[test]
+    fn thousands_of_bad_fields_give_a_bounded_answer() {
+        let unknown: Vec<String> = (0..4000).map(|i| format!("\"x{i}\":1")).collect();
+        let text = format!(
+            r#"{{"id":"j","schedule":"@daily","target":{{"type":"nats","subject":"a"}},{}}}"#,
+            unknown.join(",")
+        );
+        assert!(text.len() < MAX_DEFINITION_BYTES);
+        let started = std::time::Instant::now();
+        let errs = problems(&text);
+        assert_eq!(errs.len(), MAX_PROBLEMS, "{:?}", &errs[..3]);
+        assert_eq!(errs[0].field, "x0", "{}", errs[0]);
+        let last = errs.last().expect("last");
+        assert_eq!(last.code, "more_problems");
+        assert!(last.message.ends_with("more problems not listed"), "{last}");
+        let answer = serde_json::to_vec(&errs).expect("json");
+        assert!(answer.len() < 64 * 1024, "{} bytes", answer.len());
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Job events: what happened to a job outside its runs, stored next to the
-//! run events in `JETCRON_RUNS` on [`subjects::JOB_REJECTED_SUBJECT`] and
+//! run events in `JETCRON_RUNS` on a subject per kind
+//! ([`subjects::JOB_REJECTED_SUBJECT`], [`subjects::FIRE_MISSED_SUBJECT`]) and
 //! projected into ClickHouse `jetcron.job_events` (one table, told apart by
 //! `kind`):
 //!
@@ -11,8 +12,9 @@
 //!   event at all a grace period after it, found by the gateway's periodic
 //!   scan.
 //!
-//! Both kinds share the subject so that no stream, consumer or permission
-//! changes: the projector decodes by `kind` ([`JobEvent::decode`]).
+//! The projector decodes by `kind` and checks that it matches the subject
+//! ([`JobEvent::decode_on`]): a role allowed to record rejections cannot
+//! record missed fires, and the other way round.
 //!
 //! Identity: a bucket value is rejected by every ticker replica, and again
 //! whenever a watch reopens, so its `event_id` is derived from (key,
@@ -238,6 +240,30 @@ impl JobEvent {
             _ => serde_json::from_slice(payload)
                 .map(JobEvent::Rejected)
                 .map_err(|e| format!("not a job.rejected event: {e}")),
+        }
+    }
+
+    /// [`Self::decode`] of a message on `subject`, whose kind must be the
+    /// subject's.
+    pub fn decode_on(subject: &str, payload: &[u8]) -> Result<Self, String> {
+        let event = Self::decode(payload)?;
+        let expected = match &event {
+            JobEvent::Rejected(_) => subjects::JOB_REJECTED_SUBJECT,
+            JobEvent::FireMissed(_) => subjects::FIRE_MISSED_SUBJECT,
+        };
+        if subject != expected {
+            return Err(format!(
+                "a {} event belongs on {expected}, not {subject}",
+                event.kind()
+            ));
+        }
+        Ok(event)
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            JobEvent::Rejected(_) => JOB_REJECTED_KIND,
+            JobEvent::FireMissed(_) => FIRE_MISSED_KIND,
         }
     }
 

@@ -92,8 +92,13 @@ pub fn structural_problems(value: &Value) -> Vec<Structural> {
     let Some((schema, validator)) = JOB_SCHEMA.as_ref() else {
         return Vec::new();
     };
+    // Enough to fill an answer (the list is capped at MAX_PROBLEMS); more
+    // would only cost time on a definition made of thousands of bad fields.
     let mut out = Vec::new();
-    for error in validator.iter_errors(value) {
+    for error in validator
+        .iter_errors(value)
+        .take(2 * crate::job::MAX_PROBLEMS)
+    {
         explain(schema, &error, &mut out);
     }
     out

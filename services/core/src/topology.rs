@@ -164,9 +164,17 @@ pub async fn ensure_runs_stream(
         config
             .subjects
             .extend(missing.iter().map(|s| s.to_string()));
-        js.update_stream(config)
-            .await
-            .with_context(|| format!("add subjects to stream {}", subjects::RUNS_STREAM))?;
+        // Needs STREAM.UPDATE, which only the admin role has (infra/nats):
+        // without it the stream works as before, and the events of the
+        // missing subjects are refused until an admin starts a service once.
+        if let Err(e) = js.update_stream(config).await {
+            tracing::warn!(
+                stream = subjects::RUNS_STREAM,
+                missing = ?missing,
+                error = %e,
+                "cannot add subjects to the stream; start any jetcron service once as admin"
+            );
+        }
     }
     Ok(stream)
 }

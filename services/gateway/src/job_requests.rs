@@ -171,21 +171,36 @@ pub async fn set_paused(
     let mut changed = Vec::new();
     let mut unchanged = Vec::new();
     let mut failed = Vec::new();
-    for id in ids {
+    let mut ids = ids.into_iter();
+    for id in ids.by_ref() {
         match state.jobs.set_paused(&id, paused).await {
             Ok(Some(revision)) => changed.push(json!({ "id": id, "revision": revision })),
             Ok(None) => unchanged.push(id),
-            Err(error) => failed.push(json!({
-                "id": id,
-                "error": { "code": error.code.as_str(), "message": error.message },
-            })),
+            // NATS trouble would fail every other job too, one timeout at
+            // a time: stop, and say what was done so far.
+            Err(error) if error.code == ErrorCode::Unavailable && changed.is_empty() => {
+                return Err(error)
+            }
+            Err(error) => {
+                let stop = error.code == ErrorCode::Unavailable;
+                failed.push(json!({
+                    "id": id,
+                    "error": { "code": error.code.as_str(), "message": error.message },
+                }));
+                if stop {
+                    break;
+                }
+            }
         }
     }
+    // Left untried after NATS failed: the caller may simply send it again.
+    let not_tried: Vec<String> = ids.collect();
     Ok(json!({
         "ok": failed.is_empty(),
         "paused": paused,
         "changed": changed,
         "unchanged": unchanged,
         "failed": failed,
+        "not_tried": not_tried,
     }))
 }

@@ -193,7 +193,14 @@ impl JobStore {
                     })
             }
         }?;
-        Ok((job.spec, revision, !existed))
+        // Whether it is new: exact for compare-and-swap writes, as far as
+        // this gateway's view of the bucket goes for plain puts.
+        let created = match expected_revision {
+            Some(0) => true,
+            Some(_) => false,
+            None => !existed,
+        };
+        Ok((job.spec, revision, created))
     }
 
     /// Delete `id` (a delete marker: the history stays); with
@@ -203,7 +210,7 @@ impl JobStore {
         &self,
         id: &str,
         expected_revision: Option<u64>,
-    ) -> Result<(u64, u64), ApiError> {
+    ) -> Result<(u64, Option<u64>), ApiError> {
         let current = self
             .get(id)
             .await
@@ -221,7 +228,15 @@ impl JobStore {
                 }
                 _ => unavailable(e),
             })?;
-        let marker = self.delete_marker_after(id, expected).await?;
+        // The delete happened: a failed lookup of its revision must not
+        // answer as if it had not (a retry would then get a conflict).
+        let marker = match self.delete_marker_after(id, expected).await {
+            Ok(revision) => Some(revision),
+            Err(e) => {
+                tracing::warn!(job_id = id, error = %e.message, "deleted, but its delete marker's revision is unknown");
+                None
+            }
+        };
         Ok((expected, marker))
     }
 

@@ -68,7 +68,20 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        let scan = scan(&state, Utc::now());
+        // Judge fires only up to where ClickHouse is complete: behind a
+        // slow or stopped projector, a fire that ran looks missed.
+        let until = match crate::pools::projected_until(&state, Utc::now()).await {
+            Ok(Some(until)) => until,
+            Ok(None) => {
+                debug!("no projector consumer yet, missed fire scan skipped");
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot tell how far the projector got, missed fire scan skipped");
+                continue;
+            }
+        };
+        let scan = scan(&state, until);
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
             result = scan => result,

@@ -105,3 +105,43 @@ pub async fn projector_backlog(state: &GatewayState) -> anyhow::Result<Option<u6
         .context("read the projector consumer")?;
     Ok(Some(info.num_pending + info.num_ack_pending as u64))
 }
+
+/// The time up to which every run event is known to be in ClickHouse: `now`
+/// when the projector's consumer has nothing pending or unacked, else when the
+/// oldest event it has not stored yet was published. `None` when that cannot
+/// be told (no projector consumer yet, NATS trouble). Missed fires are only
+/// judged up to here: a fire whose run events wait behind a slow or stopped
+/// projector is late in ClickHouse, not missed.
+pub async fn projected_until(
+    state: &GatewayState,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    use anyhow::Context as _;
+    let stream = state
+        .js
+        .get_stream(jetcron_core::subjects::RUNS_STREAM)
+        .await
+        .context("read the runs stream")?;
+    let consumer: Result<
+        async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config>,
+        _,
+    > = stream
+        .get_consumer(jetcron_core::subjects::PROJECTOR_CONSUMER)
+        .await;
+    let Ok(mut consumer) = consumer else {
+        return Ok(None);
+    };
+    let info = consumer
+        .info()
+        .await
+        .context("read the projector consumer")?;
+    if info.num_pending == 0 && info.num_ack_pending == 0 {
+        return Ok(Some(now));
+    }
+    let oldest = info.ack_floor.stream_sequence + 1;
+    let message = stream
+        .get_raw_message(oldest)
+        .await
+        .with_context(|| format!("read run event {oldest}, the oldest not yet stored"))?;
+    Ok(Some(message.time.with_timezone(&chrono::Utc).min(now)))
+}

@@ -35,7 +35,7 @@ pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
     }
     // Job events (`job.rejected`, `fire.missed`) share one table.
     if subject == subjects::JOB_REJECTED_SUBJECT || subject == subjects::FIRE_MISSED_SUBJECT {
-        return match JobEvent::decode(payload) {
+        return match JobEvent::decode_on(subject, payload) {
             Ok(event) => Decoded::Row(Row::Job(Box::new(event.row()))),
             Err(reason) => Decoded::Poison(reason),
         };
@@ -85,8 +85,14 @@ mod tests {
             jetcron_core::job_events::FireMissed::new("j", at, at, chrono::Duration::zero());
         let payload = serde_json::to_vec(&missed).expect("encode");
         assert!(matches!(
-            decode(subjects::JOB_REJECTED_SUBJECT, &payload),
+            decode(subjects::FIRE_MISSED_SUBJECT, &payload),
             Decoded::Row(Row::Job(row)) if row.kind == "fire.missed" && row.event_id == missed.event_id
+        ));
+        // A kind on another kind's subject is parked: a role that may record
+        // rejections cannot record missed fires.
+        assert!(matches!(
+            decode(subjects::JOB_REJECTED_SUBJECT, &payload),
+            Decoded::Poison(reason) if reason.contains("belongs on jetcron.jobs.missed")
         ));
     }
 }

@@ -211,7 +211,15 @@ pub async fn stats(
     let jobs_truncated = jobs.len() > MAX_STATS_JOBS;
     jobs.truncate(MAX_STATS_JOBS);
     let grace = state.limits.missed_grace;
-    let missed = stats::missed_fires(state.runs.client(), &jobs, from, to, Utc::now(), grace)
+    // Only up to where ClickHouse holds every run event (see pools::projected_until);
+    // if that cannot be told, up to now.
+    let now = Utc::now();
+    let until = crate::pools::projected_until(&state, now)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(now);
+    let missed = stats::missed_fires(state.runs.client(), &jobs, from, to, until, grace)
         .await
         .map_err(unavailable)?;
     let mut reply = json!({
