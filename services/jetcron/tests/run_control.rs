@@ -257,7 +257,20 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
 
 #[tokio::test]
 async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executors() {
-    let stack = two_executor_stack().await;
+    // One slot each: an executor busy with the running run pulls nothing, so
+    // every replacing fire lands on the other executor and its kill must
+    // cross to the one running the victim.
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    for id in ["exec-a", "exec-b"] {
+        let mut config = test_executor_config(id, true);
+        config.max_in_flight = 1;
+        stack.spawn_executor(config).await;
+    }
     stack.put_job(r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
             "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
     )
@@ -268,9 +281,21 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
     assert!(ran.len() >= 3, "{ran:?}");
     let last = ran.last().expect("runs").2.clone();
     let events = stack.run_events("refresh-cache").await;
+    let executor_of = |run_id: &str| {
+        events
+            .iter()
+            .find(|e| e.run_id.0 == run_id && e.kind == RunEventKind::Started)
+            .map(|e| e.executor_id.clone())
+            .expect("started")
+    };
     for pair in ran.windows(2) {
         // The earlier run ended (killed) before the later one started.
         assert!(pair[1].0 >= pair[0].1, "runs overlap: {pair:?}");
+        assert_ne!(
+            executor_of(&pair[0].2),
+            executor_of(&pair[1].2),
+            "the replacing run ran beside its victim on one executor: {pair:?}"
+        );
         let killed = events
             .iter()
             .find(|e| e.run_id.0 == pair[0].2 && e.kind == RunEventKind::Killed)
