@@ -11,8 +11,6 @@
 //! `max_attempts` is the retry budget of [`crate::tries`], in which only
 //! attempts that failed or timed out count.
 
-use std::time::Duration;
-
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::Utc;
 use jetcron_core::control;
@@ -24,13 +22,25 @@ use crate::claims::{self, ClaimHandle, Overlap};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::target::{self, Outcome, RunContext};
-use crate::tries::{self, Budget};
+use crate::tries::{self, Budget, Ledger};
 use crate::{fanout, notify, ExecutorContext};
+
+/// Which delivery of which stored due event a message is.
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    /// JetStream's delivery count: the attempt number of events.
+    number: u32,
+    /// Stream sequence of the due event (names its retry ledger).
+    due_sequence: u64,
+}
 
 /// Handle one due-event message to the end (ack, nak or term).
 pub async fn handle(ctx: &ExecutorContext, message: Message) {
-    let attempt = match message.info() {
-        Ok(info) => u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+    let delivery = match message.info() {
+        Ok(info) => Delivery {
+            number: u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+            due_sequence: info.stream_sequence,
+        },
         Err(e) => {
             warn!(error = %e, "due message without JetStream metadata, dropping");
             return;
@@ -49,8 +59,8 @@ pub async fn handle(ctx: &ExecutorContext, message: Message) {
         ack(&message, AckKind::Term).await;
         return;
     }
-    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt);
-    run_attempt(ctx, message, due, attempt)
+    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = delivery.number);
+    run_attempt(ctx, message, due, delivery)
         .instrument(span)
         .await;
 }
@@ -82,7 +92,8 @@ fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, attempt: u32) {
+async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, delivery: Delivery) {
+    let attempt = delivery.number;
     let mut publisher = RunEventPublisher::new(ctx, &due, attempt);
     let job = match job::validate(due.job.clone()) {
         Ok(job) => job,
@@ -124,10 +135,8 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
             return;
         }
     }
-    let tries_key = jetcron_core::subjects::tries_key(due.run_id.as_str(), due.shard);
-    let budget = match tries::budget(&ctx.running, &tries_key, attempt, due_sequence(&message))
-        .await
-    {
+    let ledger = Ledger::new(&ctx.running, &due, delivery.due_sequence);
+    let budget = match ledger.budget(attempt).await {
         Ok(budget) => budget,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
@@ -241,7 +250,10 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, att
     let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
     drop(registration);
     publisher.started_at = Some(started_at);
-    settle(ctx, &publisher, &message, &job, &due, budget, ending, claim).await;
+    settle(
+        ctx, &publisher, &message, &job, &due, &ledger, budget, ending, claim,
+    )
+    .await;
 }
 
 /// How an attempt that started came to an end.
@@ -303,11 +315,11 @@ async fn settle(
     message: &Message,
     job: &ValidJob,
     due: &DueEvent,
+    ledger: &Ledger<'_>,
     budget: Budget,
     ending: Ending,
     claim: Option<ClaimHandle>,
 ) {
-    let tries_key = jetcron_core::subjects::tries_key(due.run_id.as_str(), due.shard);
     let finished_at = Utc::now();
     let max_attempts = job.max_attempts;
     let notify = job.spec.notify.as_ref();
@@ -324,7 +336,7 @@ async fn settle(
             finish(ctx, publisher, message, event, AckKind::Ack, None).await;
             release(claim).await;
             if budget.try_number > 1 {
-                tries::forget(&ctx.running, &tries_key).await;
+                ledger.forget().await;
             }
             return;
         }
@@ -370,9 +382,7 @@ async fn settle(
         // Written before the nak: the next delivery must know this try
         // counted. If it cannot be, the retry still waits its backoff; it then
         // counts as a handed-back delivery (bounded), not as a try.
-        if let Err(e) =
-            tries::record_failure(&ctx.running, &tries_key, try_number, due_sequence(message)).await
-        {
+        if let Err(e) = ledger.record_failure(try_number).await {
             warn!(error = %format!("{e:#}"), "cannot record the failed try");
         }
         let delay = job.retry_delay(try_number + 1, &due.msg_id());
@@ -411,24 +421,7 @@ async fn settle(
     } else {
         warn!(error, outcome = ended.as_str(), "last attempt failed");
         // A redelivery of this message (its term lost) must not run again.
-        let mut recorded = false;
-        for _ in 0..3 {
-            match tries::record_failure(&ctx.running, &tries_key, try_number, due_sequence(message))
-                .await
-            {
-                Ok(()) => {
-                    recorded = true;
-                    break;
-                }
-                Err(e) => {
-                    warn!(error = %format!("{e:#}"), "cannot record the last failed try");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-        if !recorded {
-            warn!("last failed try not recorded: a lost terminate would run the target once more");
-        }
+        ledger.record_last_failure(try_number).await;
         let kind = match ended {
             AttemptOutcome::TimedOut => RunEventKind::TimedOut,
             _ => RunEventKind::Failed,
@@ -469,11 +462,6 @@ async fn finish(
         }
     }
     ack(message, settle).await;
-}
-
-/// Stream sequence of the due event `message` delivers.
-fn due_sequence(message: &Message) -> u64 {
-    message.info().map(|i| i.stream_sequence).unwrap_or(0)
 }
 
 /// Hand the due event back because NATS failed us (not the target): it

@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv;
+use jetcron_core::events::DueEvent;
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 /// Deliveries of one run (or shard) that may be lost or handed back without
 /// counting against `max_attempts`. With [`handback_delay`] growing to a
@@ -44,8 +46,8 @@ pub fn handback_delay(delivery: u32) -> Duration {
 
 /// The ledger's value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-struct Ledger {
-    /// Attempts that failed or timed out and were retried.
+struct FailedTries {
+    /// Attempts that failed or timed out.
     failed: u32,
     /// Stream sequence of the due event the count belongs to: a later due
     /// event with the same run id (a backfill of a fire whose run is gone)
@@ -81,57 +83,94 @@ impl Budget {
     }
 }
 
-/// Look up the budget of delivery number `delivery` of the due event stored
-/// at `due_sequence`, whose ledger is `key`.
-pub async fn budget(
-    store: &kv::Store,
-    key: &str,
-    delivery: u32,
+/// The retry ledger of one due event (one run, or one shard of it). Its KV
+/// key is only built when the ledger is read or written, which a delivery
+/// that succeeds first time never does.
+pub struct Ledger<'a> {
+    store: &'a kv::Store,
+    run_id: &'a str,
+    shard: Option<u32>,
     due_sequence: u64,
-) -> anyhow::Result<Budget> {
-    if delivery <= 1 {
-        return Ok(Budget::FIRST);
+}
+
+/// How often the last failure is offered to the ledger before giving up.
+const LAST_FAILURE_WRITES: usize = 3;
+
+impl<'a> Ledger<'a> {
+    /// The ledger in `store` of the due event stored at `due_sequence`.
+    pub fn new(store: &'a kv::Store, due: &'a DueEvent, due_sequence: u64) -> Self {
+        Self {
+            store,
+            run_id: due.run_id.as_str(),
+            shard: due.shard,
+            due_sequence,
+        }
     }
-    let failed = match store
-        .get(key)
-        .await
-        .with_context(|| format!("read retry ledger {key}"))?
-    {
-        // An unreadable value is our own bug or a stranger's write: count
-        // every earlier delivery, the conservative side.
-        Some(value) => match serde_json::from_slice::<Ledger>(&value) {
-            Ok(ledger) if ledger.due_sequence == due_sequence => ledger.failed,
-            Ok(_) => 0,
-            Err(_) => delivery - 1,
-        },
-        None => 0,
-    };
-    Ok(Budget::of(delivery, failed))
-}
 
-/// Record that try `try_number` of the due event at `due_sequence` failed.
-pub async fn record_failure(
-    store: &kv::Store,
-    key: &str,
-    try_number: u32,
-    due_sequence: u64,
-) -> anyhow::Result<()> {
-    let value = serde_json::to_vec(&Ledger {
-        failed: try_number,
-        due_sequence,
-    })?;
-    store
-        .put(key, value.into())
-        .await
-        .with_context(|| format!("write retry ledger {key}"))?;
-    Ok(())
-}
+    fn key(&self) -> String {
+        jetcron_core::subjects::tries_key(self.run_id, self.shard)
+    }
 
-/// Forget the ledger of a run that ended (best effort: the bucket's max age
-/// removes what is left).
-pub async fn forget(store: &kv::Store, key: &str) {
-    if let Err(e) = store.purge(key).await {
-        tracing::debug!(key, error = %e, "cannot remove retry ledger");
+    /// The budget of delivery number `delivery`.
+    pub async fn budget(&self, delivery: u32) -> anyhow::Result<Budget> {
+        if delivery <= 1 {
+            return Ok(Budget::FIRST);
+        }
+        let key = self.key();
+        let failed = match self
+            .store
+            .get(&key)
+            .await
+            .with_context(|| format!("read retry ledger {key}"))?
+        {
+            // An unreadable value is our own bug or a stranger's write: count
+            // every earlier delivery, the conservative side.
+            Some(value) => match serde_json::from_slice::<FailedTries>(&value) {
+                Ok(tries) if tries.due_sequence == self.due_sequence => tries.failed,
+                Ok(_) => 0,
+                Err(_) => delivery - 1,
+            },
+            None => 0,
+        };
+        Ok(Budget::of(delivery, failed))
+    }
+
+    /// Record that try `try_number` failed.
+    pub async fn record_failure(&self, try_number: u32) -> anyhow::Result<()> {
+        let key = self.key();
+        let value = serde_json::to_vec(&FailedTries {
+            failed: try_number,
+            due_sequence: self.due_sequence,
+        })?;
+        self.store
+            .put(&key, value.into())
+            .await
+            .with_context(|| format!("write retry ledger {key}"))?;
+        Ok(())
+    }
+
+    /// Record the last failure, trying a few times: a redelivery of a due
+    /// event whose terminate was lost must find it, or it runs once more.
+    pub async fn record_last_failure(&self, try_number: u32) {
+        for _ in 0..LAST_FAILURE_WRITES {
+            match self.record_failure(try_number).await {
+                Ok(()) => return,
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "cannot record the last failed try");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        warn!("last failed try not recorded: a lost terminate would run the target once more");
+    }
+
+    /// Forget the ledger of a run that ended (best effort: the bucket's max
+    /// age removes what is left).
+    pub async fn forget(&self) {
+        let key = self.key();
+        if let Err(e) = self.store.purge(&key).await {
+            tracing::debug!(key, error = %e, "cannot remove retry ledger");
+        }
     }
 }
 

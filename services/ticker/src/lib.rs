@@ -332,7 +332,7 @@ fn on_job(
             // times since the write fire late. Older writes are recovery's.
             let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
             if let Some(plan) = plans.get_mut(&shard_of(&id)) {
-                plan.upsert_written(Arc::clone(&job), revision, written_at, now);
+                plan.upsert(Arc::clone(&job), revision, written_at, now);
             }
             book.insert(
                 id,

@@ -79,18 +79,14 @@ impl FirePlan {
 
     /// Add or replace a definition seen at KV `revision`, live (not on recovery).
     /// A revision already held is ignored (a re-delivered watch entry must not
-    /// move the schedule); a new one is scheduled from `now`. A job resumed
-    /// from a pause gets the fires its misfire policy asks for.
-    pub fn upsert(&mut self, job: impl Into<Arc<ValidJob>>, revision: u64, now: DateTime<Utc>) {
-        self.upsert_written(job, revision, None, now);
-    }
-
-    /// [`Self::upsert`] of a revision written at `written_at` and seen only
-    /// now: its scheduled times in `(written_at, now]` fire late rather than
-    /// not at all, so a job written at W fires at every time after W however
-    /// long the watch took to deliver it (the missed-fire count of the
-    /// gateway expects exactly that). The caller bounds how far back.
-    pub fn upsert_written(
+    /// move the schedule); a new one is scheduled from `now`, and when it was
+    /// written at `written_at` and seen only now, its scheduled times in
+    /// `(written_at, now]` fire late rather than not at all: a job written at
+    /// W fires at every time after W however long the watch took to deliver
+    /// it (the gateway's missed-fire count expects exactly that; the caller
+    /// bounds how far back). A job resumed from a pause gets the fires its
+    /// misfire policy asks for.
+    pub fn upsert(
         &mut self,
         job: impl Into<Arc<ValidJob>>,
         revision: u64,

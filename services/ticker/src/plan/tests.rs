@@ -37,8 +37,8 @@ fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
 #[test]
 fn fires_every_due_time_in_order() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
-    plan.upsert(job("b", "*/3 * * * * *"), 2, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
+    plan.upsert(job("b", "*/3 * * * * *"), 2, None, t(0));
     assert_eq!(plan.next_fire_at(), Some(t(2)));
     assert_eq!(
         drain(&mut plan, t(6)),
@@ -55,7 +55,7 @@ fn fires_every_due_time_in_order() {
 #[test]
 fn a_fire_not_recorded_stays_due_and_holds_the_watermark() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
     assert_eq!(plan.watermark(t(1)), t(1));
     let fire = plan.due(t(2), 10).remove(0);
     // publish failed: nothing recorded, the same fire is offered again
@@ -69,10 +69,10 @@ fn a_fire_not_recorded_stays_due_and_holds_the_watermark() {
 #[test]
 fn redelivered_revision_does_not_move_the_schedule() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 5, t(0));
-    plan.upsert(job("a", "*/2 * * * * *"), 5, t(3));
+    plan.upsert(job("a", "*/2 * * * * *"), 5, None, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 5, None, t(3));
     assert_eq!(plan.next_fire_at(), Some(t(2)));
-    plan.upsert(job("a", "*/10 * * * * *"), 6, t(3));
+    plan.upsert(job("a", "*/10 * * * * *"), 6, None, t(3));
     // The fire due at 2 (not yet published) still happens, then the new schedule.
     assert_eq!(drain(&mut plan, t(3)), [("a".into(), 2)]);
     assert_eq!(plan.next_fire_at(), Some(t(10)));
@@ -81,9 +81,9 @@ fn redelivered_revision_does_not_move_the_schedule() {
 #[test]
 fn edits_during_a_publish_keep_the_due_fire_and_plan_the_new_schedule() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
     let fire = plan.due(t(2), 1).remove(0);
-    plan.upsert(job("a", "*/5 * * * * *"), 2, t(2));
+    plan.upsert(job("a", "*/5 * * * * *"), 2, None, t(2));
     plan.fired(&fire);
     assert_eq!(plan.next_fire_at(), Some(t(5)));
 }
@@ -91,12 +91,13 @@ fn edits_during_a_publish_keep_the_due_fire_and_plan_the_new_schedule() {
 #[test]
 fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
     // Due at 2, not yet published (a burst is draining), edited at 2.02.
     let edited_at = t(2) + chrono::Duration::milliseconds(20);
     plan.upsert(
         job_with("a", "*/2 * * * * *", r#","description":"x""#),
         2,
+        None,
         edited_at,
     );
     assert_eq!(drain(&mut plan, t(4)), [("a".into(), 2), ("a".into(), 4)]);
@@ -106,7 +107,7 @@ fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
 fn a_revision_seen_late_fires_the_times_since_it_was_written() {
     let mut plan = FirePlan::default();
     // Written at 10, delivered by the watch at 12.5: 11 and 12 fire late.
-    plan.upsert_written(
+    plan.upsert(
         job("a", "* * * * * *"),
         1,
         Some(t(10)),
@@ -118,17 +119,22 @@ fn a_revision_seen_late_fires_the_times_since_it_was_written() {
     );
     // A write stamped after our clock (skew) adds nothing.
     let mut plan = FirePlan::default();
-    plan.upsert_written(job("b", "* * * * * *"), 1, Some(t(20)), t(12));
+    plan.upsert(job("b", "* * * * * *"), 1, Some(t(20)), t(12));
     assert_eq!(drain(&mut plan, t(13)), [("b".into(), 13)]);
 }
 
 #[test]
 fn removed_and_paused_jobs_do_not_fire() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, t(0));
+    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
     assert!(plan.remove("a"));
     assert!(plan.due(t(10), 10).is_empty());
-    plan.upsert(job_with("p", "*/2 * * * * *", r#","paused":true"#), 2, t(0));
+    plan.upsert(
+        job_with("p", "*/2 * * * * *", r#","paused":true"#),
+        2,
+        None,
+        t(0),
+    );
     assert_eq!(plan.len(), 1);
     assert!(plan.due(t(10), 10).is_empty());
 }
@@ -152,11 +158,13 @@ fn resuming_applies_the_misfire_policy() {
                 &format!(r#",\"paused\":true{extra}"#).replace('\\', ""),
             ),
             1,
+            None,
             t(0),
         );
         plan.upsert(
             job_with("a", "* * * * * *", &extra),
             2,
+            None,
             t(99) + chrono::Duration::milliseconds(500),
         );
         assert_eq!(drain(&mut plan, t(100)), expected, "policy {policy}");
@@ -218,7 +226,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
 #[test]
 fn jitter_delays_publish_but_not_the_scheduled_time() {
     let mut plan = FirePlan::default();
-    plan.upsert(job_with("j", "0 0 * * * *", r#","jitter":"30m""#), 1, t(0));
+    plan.upsert(
+        job_with("j", "0 0 * * * *", r#","jitter":"30m""#),
+        1,
+        None,
+        t(0),
+    );
     let planned = plan.get("j").expect("planned").last_planned.expect("next");
     let fire_at = plan.next_fire_at().expect("queued");
     assert!(fire_at >= planned && fire_at < planned + chrono::Duration::minutes(30));
@@ -233,8 +246,8 @@ fn jitter_delays_publish_but_not_the_scheduled_time() {
 #[test]
 fn taken_fires_are_not_offered_twice_and_failures_come_back() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "* * * * * *"), 1, t(0));
-    plan.upsert(job("b", "* * * * * *"), 1, t(0));
+    plan.upsert(job("a", "* * * * * *"), 1, None, t(0));
+    plan.upsert(job("b", "* * * * * *"), 1, None, t(0));
     let first = plan.take_due(t(1), 10);
     assert_eq!(first.len(), 2);
     assert!(
@@ -258,7 +271,7 @@ fn taken_fires_are_not_offered_twice_and_failures_come_back() {
 fn one_shot_fires_once() {
     let mut plan = FirePlan::default();
     let at = jetcron_core::time_format::rfc3339_millis(t(4));
-    plan.upsert(job("once", &format!("@at {at}")), 1, t(0));
+    plan.upsert(job("once", &format!("@at {at}")), 1, None, t(0));
     assert_eq!(drain(&mut plan, t(100)), [("once".into(), 4)]);
     assert!(plan.next_fire_at().is_none());
 }
