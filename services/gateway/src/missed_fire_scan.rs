@@ -130,10 +130,12 @@ pub async fn missed_by_job(
     Ok(missed)
 }
 
-/// One scan at `now`: record every missed fire not yet stored, and give the
+/// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
+/// record every missed fire not yet stored, and give the
 /// gauge the counts.
-pub async fn scan(state: &GatewayState, now: DateTime<Utc>) -> anyhow::Result<ScanReport> {
-    let missed = missed_by_job(state, now).await?;
+pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<ScanReport> {
+    let missed = missed_by_job(state, until).await?;
+    let detected_at = Utc::now();
     let grace = state.limits.missed_grace;
     let mut report = ScanReport::default();
     let with_times: Vec<(&str, &Missed)> = missed
@@ -148,7 +150,7 @@ pub async fn scan(state: &GatewayState, now: DateTime<Utc>) -> anyhow::Result<Sc
             .flat_map(|(id, m)| {
                 m.times
                     .iter()
-                    .map(move |t| FireMissed::new(id, *t, now, grace))
+                    .map(move |t| FireMissed::new(id, *t, detected_at, grace))
             })
             .filter(|e| !recorded.contains(&e.event_id))
             .collect();
