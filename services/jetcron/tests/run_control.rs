@@ -789,3 +789,52 @@ async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
     assert_eq!(run["output"], "ran\n");
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn an_attempt_whose_claim_another_run_took_stops_as_killed() {
+    // A `replace` fire whose kill never arrived (lost while the victim's
+    // executor reconnected) takes the claim once it expires; here the claim
+    // is rewritten in another run's name directly, as that fire would.
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    stack
+        .put_job(
+            r#"{"id":"lost-kill","schedule":"@daily","concurrency":"replace","timeout":"5m",
+            "target":{"type":"shell","command":"sleep 300"}}"#,
+        )
+        .await;
+    let run_id = stack.trigger("lost-kill").await;
+    stack
+        .wait_for_run_status(&run_id, "running", Duration::from_secs(20))
+        .await;
+    let running = stack
+        .js
+        .get_key_value(jetcron_core::subjects::RUNNING_BUCKET)
+        .await
+        .expect("running bucket");
+    let key = jetcron_core::subjects::claim_key("lost-kill", None);
+    let thief = "6a1c3f0e-9b7d-4e52-8c1a-5d2f7e90b3c4";
+    let claim = serde_json::json!({
+        "run_id": thief,
+        "executor_id": "elsewhere",
+        "attempt": 1,
+        "expires_at_ms": (chrono::Utc::now() + chrono::Duration::minutes(5)).timestamp_millis(),
+    });
+    running
+        .put(&key, claim.to_string().into())
+        .await
+        .expect("take the claim");
+    // The holder notices at its next refresh (1 s in tests) and stops.
+    let run = stack
+        .wait_for_run_status(&run_id, "killed", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        run["error"],
+        format!("killed: replaced by run {thief} (concurrency: replace)"),
+        "{run}"
+    );
+    // It did not release the claim it no longer held.
+    let entry = running.get(&key).await.expect("get").expect("claim kept");
+    let holder: Value = serde_json::from_slice(&entry).expect("claim json");
+    assert_eq!(holder["run_id"], thief);
+    stack.stop().await;
+}

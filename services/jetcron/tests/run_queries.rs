@@ -551,3 +551,61 @@ async fn metrics_count_fires_runs_projection_and_requests() {
     assert_eq!(families.len(), all, "a metric family is repeated:\n{text}");
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn fires_are_not_called_missed_while_the_projector_is_behind() {
+    let mut stack = Stack::start(StackOptions {
+        projector: false,
+        limits: jetcron_gateway::limits::Limits {
+            missed_grace: chrono::Duration::seconds(2),
+            ..Default::default()
+        },
+        ..StackOptions::with_shell()
+    })
+    .await;
+    // The projector's consumer exists but nobody drains it: a projector
+    // that stopped, with run events queued behind it.
+    stack
+        .js
+        .get_stream(jetcron_core::subjects::RUNS_STREAM)
+        .await
+        .expect("runs stream")
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some(jetcron_core::subjects::PROJECTOR_CONSUMER.into()),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .expect("projector consumer");
+    stack.put_job(r#"{"id":"queued","schedule":"* * * * * *","target":{"type":"shell","command":"true"}}"#)
+        .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    // A job with no runs and nothing missed is not listed at all.
+    let queued = |stats: &Value| {
+        stats["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["job_id"] == "queued"))
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({"runs": 0, "missed_fires": 0}))
+    };
+    let missed = |stats: &Value| queued(stats)["missed_fires"].as_u64();
+    // Every fire ran, but ClickHouse holds none of it yet: judged only up
+    // to the oldest event not stored, nothing is missed.
+    let (status, stats) = stack.get("/v1/stats?job=queued").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(missed(&stats), Some(0), "{stats}");
+    assert_eq!(queued(&stats)["runs"], 0, "nothing projected yet: {stats}");
+    // Once the projector drains the queue the runs are there, still none missed.
+    let mut config = jetcron_projector::ProjectorConfig::new(
+        jetcron_core::clickhouse_schema::ClickHouseOptions::new(stack.clickhouse.url()),
+    );
+    config.batch_wait = Duration::from_millis(100);
+    stack.spawn_projector(config).await;
+    let stats = wait_until("runs projected", Duration::from_secs(20), || async {
+        let (_, stats) = stack.get("/v1/stats?job=queued").await;
+        (queued(&stats)["runs"].as_u64() >= Some(5)).then_some(stats)
+    })
+    .await;
+    assert_eq!(missed(&stats), Some(0), "{stats}");
+    stack.stop().await;
+}
