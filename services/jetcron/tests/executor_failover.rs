@@ -94,15 +94,6 @@ async fn put_and_trigger(stack: &Stack, job: &str) -> String {
     reply["run_id"].as_str().expect("run_id").to_string()
 }
 
-async fn events_of_run(stack: &Stack, job_id: &str, run_id: &str) -> Vec<RunEvent> {
-    stack
-        .run_events(job_id)
-        .await
-        .into_iter()
-        .filter(|e| e.run_id.as_str() == run_id)
-        .collect()
-}
-
 async fn wait_for_event(
     stack: &Stack,
     job_id: &str,
@@ -113,7 +104,8 @@ async fn wait_for_event(
         &format!("event of {run_id}"),
         Duration::from_secs(20),
         || async {
-            events_of_run(stack, job_id, run_id)
+            stack
+                .events_of_run(job_id, run_id)
                 .await
                 .into_iter()
                 .find(|e| what(e))
@@ -175,7 +167,8 @@ async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it_wi
             (2, other.to_string(), "succeeded".to_string())
         ]
     );
-    let succeeded = events_of_run(&stack, "survivor", &run_id)
+    let succeeded = stack
+        .events_of_run("survivor", &run_id)
         .await
         .into_iter()
         .filter(|e| e.kind == RunEventKind::Succeeded)
@@ -279,7 +272,7 @@ async fn max_in_flight_bounds_concurrent_attempts() {
             .wait_for_run_status(run_id, "succeeded", Duration::from_secs(30))
             .await;
         assert_eq!(run["job_id"], job_id.as_str());
-        let events = events_of_run(&stack, job_id, run_id).await;
+        let events = stack.events_of_run(job_id, run_id).await;
         let start = events
             .iter()
             .find(|e| e.kind == RunEventKind::Started)

@@ -200,6 +200,11 @@ async fn runs_by_status(stack: &Stack, job_id: &str) -> (Vec<(i64, i64, String)>
 }
 
 async fn two_executor_stack() -> Stack {
+    two_executor_stack_with_slots(test_executor_config("", true).max_in_flight).await
+}
+
+/// Two executors (`exec-a`, `exec-b`) of `slots` attempts at once each.
+async fn two_executor_stack_with_slots(slots: usize) -> Stack {
     let mut stack = Stack::start(StackOptions {
         executor: false,
         enable_shell: true,
@@ -207,7 +212,9 @@ async fn two_executor_stack() -> Stack {
     })
     .await;
     for id in ["exec-a", "exec-b"] {
-        stack.spawn_executor(test_executor_config(id, true)).await;
+        let mut config = test_executor_config(id, true);
+        config.max_in_flight = slots;
+        stack.spawn_executor(config).await;
     }
     stack
 }
@@ -260,17 +267,7 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
     // One slot each: an executor busy with the running run pulls nothing, so
     // every replacing fire lands on the other executor and its kill must
     // cross to the one running the victim.
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
-    for id in ["exec-a", "exec-b"] {
-        let mut config = test_executor_config(id, true);
-        config.max_in_flight = 1;
-        stack.spawn_executor(config).await;
-    }
+    let stack = two_executor_stack_with_slots(1).await;
     stack.put_job(r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
             "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
     )
@@ -340,10 +337,10 @@ async fn replace_takes_over_at_once_from_a_run_waiting_for_its_retry() {
         Duration::from_secs(10),
         || async {
             stack
-                .run_events("flaky-sync")
+                .events_of_run("flaky-sync", &waiting)
                 .await
                 .into_iter()
-                .find(|e| e.run_id.0 == waiting && e.kind == RunEventKind::Retrying)
+                .find(|e| e.kind == RunEventKind::Retrying)
         },
     )
     .await;
@@ -353,10 +350,10 @@ async fn replace_takes_over_at_once_from_a_run_waiting_for_its_retry() {
     let replacing = stack.trigger("flaky-sync").await;
     let started = wait_until("replacing run starts", Duration::from_secs(10), || async {
         stack
-            .run_events("flaky-sync")
+            .events_of_run("flaky-sync", &replacing)
             .await
             .into_iter()
-            .find(|e| e.run_id.0 == replacing && e.kind == RunEventKind::Started)
+            .find(|e| e.kind == RunEventKind::Started)
     })
     .await;
     let took = started.at - triggered;
@@ -365,10 +362,10 @@ async fn replace_takes_over_at_once_from_a_run_waiting_for_its_retry() {
         "the replacing run waited {took} for a claim nobody was using"
     );
     let waiting_started = stack
-        .run_events("flaky-sync")
+        .events_of_run("flaky-sync", &waiting)
         .await
         .into_iter()
-        .filter(|e| e.run_id.0 == waiting && e.kind == RunEventKind::Started)
+        .filter(|e| e.kind == RunEventKind::Started)
         .count();
     assert_eq!(waiting_started, 1, "the replaced run ran again");
     stack.stop().await;
@@ -435,10 +432,10 @@ async fn killing_a_sharded_run_stops_every_shard() {
     let run_id = stack.trigger("backfill-all").await;
     wait_until("three shards running", Duration::from_secs(20), || async {
         let started: BTreeSet<Option<u32>> = stack
-            .run_events("backfill-all")
+            .events_of_run("backfill-all", &run_id)
             .await
             .into_iter()
-            .filter(|e| e.run_id.0 == run_id && e.kind == RunEventKind::Started)
+            .filter(|e| e.kind == RunEventKind::Started)
             .map(|e| e.shard)
             .collect();
         (started.len() == 3).then_some(())
@@ -455,10 +452,10 @@ async fn killing_a_sharded_run_stops_every_shard() {
         .wait_for_run_status(&run_id, "killed", Duration::from_secs(20))
         .await;
     let killed: BTreeSet<Option<u32>> = stack
-        .run_events("backfill-all")
+        .events_of_run("backfill-all", &run_id)
         .await
         .into_iter()
-        .filter(|e| e.run_id.0 == run_id && e.kind == RunEventKind::Killed)
+        .filter(|e| e.kind == RunEventKind::Killed)
         .map(|e| e.shard)
         .collect();
     assert_eq!(killed, BTreeSet::from([Some(0), Some(1), Some(2)]), "{run}");

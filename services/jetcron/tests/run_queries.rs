@@ -272,32 +272,18 @@ fn missed_panel_sql(from_s: i64, to_s: i64) -> String {
 /// (event id, scheduled ms) of every `fire.missed` message stored in
 /// `JETCRON_RUNS`, in stream order.
 async fn stored_missed_fires(stack: &Stack) -> Vec<(String, i64)> {
-    use futures::StreamExt as _;
-    let stream = stack.js.get_stream("JETCRON_RUNS").await.expect("stream");
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
-            filter_subject: jetcron_core::subjects::FIRE_MISSED_SUBJECT.into(),
-            ..Default::default()
-        })
+    stack
+        .runs_stream_payloads(jetcron_core::subjects::FIRE_MISSED_SUBJECT)
         .await
-        .expect("ordered consumer");
-    let pending = consumer.cached_info().num_pending;
-    let mut messages = consumer.messages().await.expect("messages");
-    let mut stored = Vec::new();
-    for read in 0..pending {
-        let Ok(Some(Ok(message))) =
-            tokio::time::timeout(Duration::from_secs(5), messages.next()).await
-        else {
-            panic!("read {read} of {pending} job events");
-        };
-        let event: Value = serde_json::from_slice(&message.payload).expect("json");
-        if event["kind"] == "fire.missed" {
+        .iter()
+        .map(|payload| {
+            let event: Value = serde_json::from_slice(payload).expect("json");
+            assert_eq!(event["kind"], "fire.missed", "{event}");
             let id = event["event_id"].as_str().expect("event_id").to_string();
             let at = jetcron_testkit::instant(&event["scheduled_at"]);
-            stored.push((id, at.timestamp_millis()));
-        }
-    }
-    stored
+            (id, at.timestamp_millis())
+        })
+        .collect()
 }
 
 const MISSED_PANEL_SQL: &str = "SELECT uniqExact(event_id) AS missed_fires\n\

@@ -323,8 +323,9 @@ impl Stack {
         .await
     }
 
-    /// Every run event stored in `JETCRON_RUNS` for `job_id`, in stream order.
-    pub async fn run_events(&self, job_id: &str) -> Vec<jetcron_core::RunEvent> {
+    /// The payload of every message stored in `JETCRON_RUNS` on `subject`
+    /// (wildcards allowed), in stream order.
+    pub async fn runs_stream_payloads(&self, subject: &str) -> Vec<bytes::Bytes> {
         use futures::StreamExt as _;
         let stream = self
             .js
@@ -333,22 +334,38 @@ impl Stack {
             .expect("runs stream");
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: subjects::run_event_subject(job_id, "*"),
+                filter_subject: subject.to_string(),
                 ..Default::default()
             })
             .await
             .expect("ordered consumer");
         let pending = consumer.cached_info().num_pending;
         let mut messages = consumer.messages().await.expect("messages");
-        let mut events = Vec::new();
+        let mut payloads = Vec::new();
         for _ in 0..pending {
             let Ok(Some(Ok(message))) =
                 tokio::time::timeout(Duration::from_secs(5), messages.next()).await
             else {
                 break;
             };
-            events.push(serde_json::from_slice(&message.payload).expect("run event"));
+            payloads.push(message.payload.clone());
         }
+        payloads
+    }
+
+    /// Every run event stored in `JETCRON_RUNS` for `job_id`, in stream order.
+    pub async fn run_events(&self, job_id: &str) -> Vec<jetcron_core::RunEvent> {
+        self.runs_stream_payloads(&subjects::run_event_subject(job_id, "*"))
+            .await
+            .iter()
+            .map(|payload| serde_json::from_slice(payload).expect("run event"))
+            .collect()
+    }
+
+    /// The run events of `run_id` (of `job_id`), in stream order.
+    pub async fn events_of_run(&self, job_id: &str, run_id: &str) -> Vec<jetcron_core::RunEvent> {
+        let mut events = self.run_events(job_id).await;
+        events.retain(|e| e.run_id.as_str() == run_id);
         events
     }
 
