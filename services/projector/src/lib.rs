@@ -117,8 +117,10 @@ pub async fn run_counted(
 
     // Sampled beside the loop: while ClickHouse is down the loop waits on a
     // batch that cannot be stored, and that is when the backlog matters.
-    let sampler = tokio::spawn(sample_backlog(consumer.clone(), shutdown.clone()));
-    let _stop_sampler = AbortOnDrop(sampler);
+    let _sampler = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(sample_backlog(
+        consumer.clone(),
+        shutdown.clone(),
+    )));
     let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
     while !shutdown.is_cancelled() {
         let fetched = consumer
@@ -200,15 +202,6 @@ async fn sample_backlog(
         if sleep_or_shutdown(BACKLOG_SAMPLE_EVERY, &shutdown).await {
             return;
         }
-    }
-}
-
-/// Aborts a task when the owner goes, on every return path.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
