@@ -24,6 +24,9 @@
 //! [`due`] publishes a due event with its dedup header (ticker and gateway), and
 //! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`, and
 //! [`nats_connect`] turns credentials and TLS settings into connect options.
+//! [`retry`] is how every loop waits between tries of NATS or ClickHouse
+//! (jittered, growing) and how often it says so; [`readiness`] tells
+//! `/readyz` which services of the process have verified their topology.
 //! [`telemetry`] sets up `tracing` and [`prometheus`] the metrics registry the
 //! same way for every process.
 
@@ -40,6 +43,8 @@ pub mod job_events;
 pub mod job_schema;
 pub mod nats_connect;
 pub mod prometheus;
+pub mod readiness;
+pub mod retry;
 pub mod run_summary;
 pub mod schedule;
 pub mod subjects;

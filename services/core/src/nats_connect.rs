@@ -11,11 +11,100 @@
 //! start instead of failing in a connect retry loop. A CA or client
 //! certificate makes TLS required: a process told how to check the server
 //! must never fall back to plain text.
+//!
+//! Where the servers are is [`ServerList`]: the comma-separated list that
+//! `--nats-url` takes, as the `nats` CLI and the other NATS tools do. The
+//! client tries every server of the list in turn (and learns the rest of a
+//! cluster from the first one that answers), so a list whose first server is
+//! down connects through the next, and a connection that breaks moves on to
+//! any live node.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use async_nats::ConnectOptions;
+use async_nats::{ConnectOptions, ServerAddr};
+
+/// The NATS servers a process connects to, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerList(Vec<ServerAddr>);
+
+/// Why a `--nats-url` value is not a server list.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ServerListError {
+    #[error("no NATS server given (--nats-url / JETCRON_NATS_URL is empty)")]
+    Empty,
+    #[error("NATS server {position} of the list, {url:?}, is not a server URL: {reason}")]
+    Invalid {
+        position: usize,
+        url: String,
+        reason: String,
+    },
+}
+
+impl ServerList {
+    /// Parse `nats://a:4222,nats://b:4222` (spaces around commas allowed,
+    /// empty items refused, `host:port` taken as `nats://host:port`).
+    pub fn parse(text: &str) -> Result<Self, ServerListError> {
+        let items: Vec<&str> = text.split(',').map(str::trim).collect();
+        if items.iter().all(|item| item.is_empty()) {
+            return Err(ServerListError::Empty);
+        }
+        let mut servers = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let invalid = |reason: String| ServerListError::Invalid {
+                position: index + 1,
+                url: item.to_string(),
+                reason,
+            };
+            if item.is_empty() {
+                return Err(invalid("empty (a stray comma?)".into()));
+            }
+            let addr: ServerAddr = item
+                .parse()
+                .map_err(|e: std::io::Error| invalid(e.to_string()))?;
+            if !matches!(addr.scheme(), "nats" | "tls" | "ws" | "wss") {
+                return Err(invalid(format!(
+                    "scheme {:?} (use nats://, tls://, ws:// or wss://)",
+                    addr.scheme()
+                )));
+            }
+            servers.push(addr);
+        }
+        Ok(Self(servers))
+    }
+
+    pub fn servers(&self) -> &[ServerAddr] {
+        &self.0
+    }
+
+    /// How many servers the list names.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The list as given (without credentials that a URL may carry).
+impl fmt::Display for ServerList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, server) in self.0.iter().enumerate() {
+            if index > 0 {
+                f.write_str(",")?;
+            }
+            write!(
+                f,
+                "{}://{}:{}",
+                server.scheme(),
+                server.host(),
+                server.port()
+            )?;
+        }
+        Ok(())
+    }
+}
 
 /// How to authenticate to NATS and whether (and how) to use TLS.
 ///
@@ -255,6 +344,37 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.0);
         }
+    }
+
+    #[test]
+    fn a_server_list_is_comma_separated_as_nats_tools_take_it() {
+        let list = ServerList::parse("nats://127.0.0.1:4222, nats://127.0.0.1:4223,127.0.0.1:4224")
+            .expect("three servers");
+        assert_eq!(list.len(), 3);
+        assert_eq!(
+            list.to_string(),
+            "nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224"
+        );
+        let one = ServerList::parse("tls://nats.example.com:4443").expect("one server");
+        assert_eq!(one.to_string(), "tls://nats.example.com:4443");
+    }
+
+    #[test]
+    fn a_bad_server_list_names_the_item_and_why() {
+        assert_eq!(ServerList::parse(" "), Err(ServerListError::Empty));
+        let err = ServerList::parse("nats://a:4222,,nats://b:4222").expect_err("empty item");
+        assert_eq!(
+            err.to_string(),
+            "NATS server 2 of the list, \"\", is not a server URL: empty (a stray comma?)"
+        );
+        let err = ServerList::parse("nats://a:4222,nats://b:port").expect_err("bad port");
+        assert!(
+            err.to_string()
+                .starts_with("NATS server 2 of the list, \"nats://b:port\""),
+            "{err}"
+        );
+        let err = ServerList::parse("http://a:4222").expect_err("scheme");
+        assert!(err.to_string().contains("invalid scheme"), "{err}");
     }
 
     #[test]

@@ -36,6 +36,7 @@ use async_nats::jetstream::kv;
 use async_nats::jetstream::{self, consumer::pull};
 use futures::StreamExt as _;
 use jetcron_core::job;
+use jetcron_core::readiness::Readiness;
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio::sync::Semaphore;
@@ -70,6 +71,8 @@ pub struct ExecutorConfig {
     /// Tries of a notification before it is recorded as `notify_failed`.
     pub notify_max_attempts: u32,
     pub topology: TopologyOptions,
+    /// Told when the topology is verified (`/readyz`).
+    pub readiness: Readiness,
 }
 
 /// Default cap on kept output: 64 KiB.
@@ -89,6 +92,7 @@ impl Default for ExecutorConfig {
             notify_backoff: Duration::from_secs(1),
             notify_max_attempts: 5,
             topology: TopologyOptions::default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -123,10 +127,6 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let js = jetstream::new(client.clone());
-    let stream = topology::ensure_due_stream(&js, &config.topology).await?;
-    topology::ensure_runs_stream(&js, &config.topology).await?;
-    topology::ensure_notify_stream(&js, &config.topology).await?;
-    let running = topology::ensure_running_bucket(&js, &config.topology).await?;
     let mut pools = config.pools.clone();
     pools.sort();
     pools.dedup();
@@ -134,12 +134,27 @@ pub async fn run(
         !pools.is_empty(),
         "an executor must serve at least one pool"
     );
-    let mut consumers = Vec::new();
     for pool in &pools {
         job::validate_token("pool", pool)
             .map_err(|e| anyhow::anyhow!("pool {pool:?}: {}", e.message))?;
-        consumers.push((pool.clone(), pool_consumer(&stream, pool, &config).await?));
     }
+    let wanted = &config.topology;
+    let ensured = topology::converge("executor", &config.readiness, &shutdown, || async {
+        let stream = topology::ensure_due_stream(&js, wanted).await?;
+        topology::ensure_runs_stream(&js, wanted).await?;
+        let notify = topology::ensure_notify_stream(&js, wanted).await?;
+        let running = topology::ensure_running_bucket(&js, wanted).await?;
+        let mut consumers = Vec::new();
+        for pool in &pools {
+            consumers.push((pool.clone(), pool_consumer(&stream, pool, &config).await?));
+        }
+        let notifier = notify::notifier_consumer(&notify).await?;
+        Ok((running, consumers, notifier))
+    })
+    .await?;
+    let Some((running, consumers, notifier)) = ensured else {
+        return Ok(());
+    };
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -170,7 +185,7 @@ pub async fn run(
     ));
     helpers.spawn(log_exit(
         "notifier",
-        notify::deliver(ctx.clone(), shutdown.clone()),
+        notify::deliver(ctx.clone(), notifier, shutdown.clone()),
     ));
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();
@@ -227,24 +242,22 @@ async fn pool_consumer(
     stream: &jetstream::stream::Stream,
     pool: &str,
     config: &ExecutorConfig,
-) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+) -> topology::Result<jetstream::consumer::PullConsumer> {
     let name = subjects::executor_consumer(pool);
-    stream
-        .get_or_create_consumer(
-            &name,
-            pull::Config {
-                durable_name: Some(name.clone()),
-                description: Some(format!("jetcron executors of pool {pool}")),
-                filter_subject: subjects::due_pool_filter(pool),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                max_deliver: -1,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
-        )
-        .await
-        .with_context(|| format!("create consumer {name}"))
+    topology::ensure_consumer(
+        stream,
+        pull::Config {
+            durable_name: Some(name),
+            description: Some(format!("jetcron executors of pool {pool}")),
+            filter_subject: subjects::due_pool_filter(pool),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: config.ack_wait,
+            max_deliver: -1,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 /// Pull due events of one pool and start an attempt for each, within the

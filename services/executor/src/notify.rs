@@ -21,6 +21,7 @@ use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::job::NotifyPolicy;
 use jetcron_core::subjects;
+use jetcron_core::topology;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -78,27 +79,30 @@ pub async fn enqueue(
     Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
 }
 
+/// The durable consumer `notifier` on `JETCRON_NOTIFY`, shared by every executor.
+pub async fn notifier_consumer(
+    stream: &jetstream::stream::Stream,
+) -> topology::Result<jetstream::consumer::PullConsumer> {
+    topology::ensure_consumer(
+        stream,
+        pull::Config {
+            durable_name: Some(subjects::NOTIFIER_CONSUMER.to_string()),
+            description: Some("jetcron executors delivering failure notifications".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(60),
+            max_deliver: -1,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Deliver notifications until `shutdown`.
-pub async fn deliver(ctx: Arc<ExecutorContext>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let stream = ctx
-        .js
-        .get_stream(subjects::NOTIFY_STREAM)
-        .await
-        .context("open stream JETCRON_NOTIFY")?;
-    let consumer = stream
-        .get_or_create_consumer(
-            subjects::NOTIFIER_CONSUMER,
-            pull::Config {
-                durable_name: Some(subjects::NOTIFIER_CONSUMER.to_string()),
-                description: Some("jetcron executors delivering failure notifications".into()),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(60),
-                max_deliver: -1,
-                ..Default::default()
-            },
-        )
-        .await
-        .context("create consumer notifier")?;
+pub async fn deliver(
+    ctx: Arc<ExecutorContext>,
+    consumer: jetstream::consumer::PullConsumer,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     while !shutdown.is_cancelled() {
         let mut messages = match consumer
             .stream()

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_core::readiness::Readiness;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -48,6 +49,8 @@ pub struct GatewayConfig {
     /// Bearer tokens of the HTTP API.
     pub http_auth: http::auth::HttpAuth,
     pub limits: limits::Limits,
+    /// Every service of this process, for `/readyz`; the gateway registers itself.
+    pub readiness: Readiness,
 }
 
 /// What request handlers share.
@@ -62,6 +65,8 @@ pub struct GatewayState {
     pub limits: limits::Limits,
     /// Missed fires of the last hour, for `/metrics`.
     pub missed: stats::MissedGauge,
+    /// Every service of this process, for `/readyz`.
+    pub readiness: Readiness,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -72,11 +77,28 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(client.clone());
-    let bucket = topology::ensure_jobs_bucket(&js, &config.topology).await?;
+    // Health and readiness answer while the topology converges (a cluster
+    // electing, a stream an admin has not created yet), saying what is awaited.
+    let listener = listener.into_std().context("gateway listener")?;
+    let starting = http::health::serve_while_starting(
+        listener.try_clone().context("gateway listener")?,
+        config.readiness.clone(),
+    )?;
+    let wanted = &config.topology;
+    let ensured = topology::converge("gateway", &config.readiness, &shutdown, || async {
+        let bucket = topology::ensure_jobs_bucket(&js, wanted).await?;
+        topology::ensure_due_stream(&js, wanted).await?;
+        topology::ensure_runs_stream(&js, wanted).await?;
+        let running = topology::ensure_running_bucket(&js, wanted).await?;
+        Ok((bucket, running))
+    })
+    .await;
+    starting.stop().await;
+    let Some((bucket, running)) = ensured? else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
-    topology::ensure_due_stream(&js, &config.topology).await?;
-    topology::ensure_runs_stream(&js, &config.topology).await?;
-    let running = topology::ensure_running_bucket(&js, &config.topology).await?;
     let index = limits::JobIndex::default();
     let index_task = tokio::spawn(index.clone().follow(bucket.clone(), shutdown.clone()));
     if config.http_auth.has_no_tokens() {
@@ -92,6 +114,7 @@ pub async fn run(
         limits: config.limits.clone(),
         // The scan refreshes the gauge; scrapes in between use its counts.
         missed: stats::MissedGauge::new(config.limits.missed_scan_interval * 2),
+        readiness: config.readiness.clone(),
     });
     let scan = tokio::spawn(missed_fire_scan::run(
         state.clone(),

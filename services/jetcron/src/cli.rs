@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use jetcron_core::nats_connect::NatsAuthOptions;
+use jetcron_core::nats_connect::{NatsAuthOptions, ServerList};
 use jetcron_core::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -41,14 +41,17 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// NATS server URL(s), comma separated.
+    /// NATS server URL(s), comma separated (`nats://a:4222,nats://b:4222`):
+    /// every server of a cluster that this process may use. The client
+    /// connects to any that answers and moves to another when it goes away.
     #[arg(
         long,
         env = "JETCRON_NATS_URL",
         default_value = "nats://127.0.0.1:4222",
+        value_parser = parse_server_list,
         global = true
     )]
-    pub nats_url: String,
+    pub nats_url: ServerList,
     /// NATS user (with --nats-password): the role of this service in
     /// infra/nats/roles.conf (ticker, executor, projector, gateway, …).
     #[arg(long, env = "JETCRON_NATS_USER", global = true)]
@@ -119,6 +122,10 @@ pub struct CommonArgs {
     /// serves them on its own HTTP address anyway.
     #[arg(long, env = "JETCRON_METRICS_ADDR", global = true)]
     pub metrics_addr: Option<SocketAddr>,
+}
+
+fn parse_server_list(text: &str) -> Result<ServerList, String> {
+    ServerList::parse(text).map_err(|e| e.to_string())
 }
 
 impl CommonArgs {

@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_core::clock::SystemClock;
+use jetcron_core::readiness::Readiness;
 use jetcron_core::telemetry;
 use jetcron_core::topology::TopologyOptions;
 use tokio::task::JoinSet;
@@ -44,22 +45,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tokio::spawn(wait_for_signals(shutdown.clone()));
     jetcron_core::prometheus::install().context("install the metrics recorder")?;
     let mut services = JoinSet::new();
+    let readiness = Readiness::default();
     if let Some(addr) = common.metrics_addr {
-        services.spawn(metrics_server::serve(addr, shutdown.clone()));
+        services.spawn(metrics_server::serve(
+            addr,
+            readiness.clone(),
+            shutdown.clone(),
+        ));
     }
+    let process = Process {
+        common: &common,
+        readiness: &readiness,
+        shutdown: &shutdown,
+    };
     match cli.command {
-        Command::Ticker(args) => spawn_ticker(&mut services, &common, args, &shutdown).await?,
-        Command::Executor(args) => spawn_executor(&mut services, &common, args, &shutdown).await?,
-        Command::Projector(args) => {
-            spawn_projector(&mut services, &common, args, &shutdown).await?
-        }
-        Command::Gateway(args) => spawn_gateway(&mut services, &common, args, &shutdown).await?,
+        Command::Ticker(args) => spawn_ticker(&mut services, &process, args).await?,
+        Command::Executor(args) => spawn_executor(&mut services, &process, args).await?,
+        Command::Projector(args) => spawn_projector(&mut services, &process, args).await?,
+        Command::Gateway(args) => spawn_gateway(&mut services, &process, args).await?,
         Command::All(args) => {
             let args = *args;
-            spawn_gateway(&mut services, &common, args.gateway, &shutdown).await?;
-            spawn_projector(&mut services, &common, args.projector, &shutdown).await?;
-            spawn_executor(&mut services, &common, args.executor, &shutdown).await?;
-            spawn_ticker(&mut services, &common, args.ticker, &shutdown).await?;
+            spawn_gateway(&mut services, &process, args.gateway).await?;
+            spawn_projector(&mut services, &process, args.projector).await?;
+            spawn_executor(&mut services, &process, args.executor).await?;
+            spawn_ticker(&mut services, &process, args.ticker).await?;
         }
         Command::Req(_) => unreachable!("handled above"),
     }
@@ -108,7 +117,7 @@ async fn connect(
         .name(format!("jetcron-{name}"));
     let mut delay = Duration::from_millis(200);
     loop {
-        match options.clone().connect(common.nats_url.as_str()).await {
+        match options.clone().connect(common.nats_url.servers()).await {
             Ok(client) => return Ok(client),
             Err(e) if refused(&e) => {
                 return Err(e).with_context(|| {
@@ -142,12 +151,19 @@ fn refused(error: &async_nats::ConnectError) -> bool {
 
 type Services = JoinSet<anyhow::Result<()>>;
 
+/// What every service of this process is started with.
+struct Process<'a> {
+    common: &'a CommonArgs,
+    readiness: &'a Readiness,
+    shutdown: &'a CancellationToken,
+}
+
 async fn spawn_ticker(
     services: &mut Services,
-    common: &CommonArgs,
+    process: &Process<'_>,
     args: TickerArgs,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "ticker", shutdown).await?;
     let mut config = jetcron_ticker::TickerConfig {
         leases: jetcron_ticker::ownership::LeaseOptions {
@@ -156,6 +172,7 @@ async fn spawn_ticker(
         },
         late_threshold: args.late_threshold,
         topology: topology(common),
+        readiness: process.readiness.clone(),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {
@@ -174,10 +191,10 @@ async fn spawn_ticker(
 
 async fn spawn_executor(
     services: &mut Services,
-    common: &CommonArgs,
+    process: &Process<'_>,
     args: ExecutorArgs,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "executor", shutdown).await?;
     let mut config = jetcron_executor::ExecutorConfig {
         max_in_flight: args.max_in_flight,
@@ -191,6 +208,7 @@ async fn spawn_executor(
         ack_wait: args.ack_wait,
         progress_interval: args.progress_interval,
         topology: topology(common),
+        readiness: process.readiness.clone(),
         ..Default::default()
     };
     anyhow::ensure!(
@@ -208,10 +226,10 @@ async fn spawn_executor(
 
 async fn spawn_projector(
     services: &mut Services,
-    common: &CommonArgs,
+    process: &Process<'_>,
     args: ProjectorArgs,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "projector", shutdown).await?;
     let mut config = jetcron_projector::ProjectorConfig::new(clickhouse(common));
     config.batch_size = args.batch_size.max(1);
@@ -221,16 +239,17 @@ async fn spawn_projector(
         .map_err(|e| anyhow::anyhow!("--consumer: {}", e.message))?;
     config.consumer = args.consumer;
     config.topology = topology(common);
+    config.readiness = process.readiness.clone();
     services.spawn(jetcron_projector::run(config, client, shutdown.clone()));
     Ok(())
 }
 
 async fn spawn_gateway(
     services: &mut Services,
-    common: &CommonArgs,
+    process: &Process<'_>,
     args: GatewayArgs,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let (common, shutdown) = (process.common, process.shutdown);
     let listener = tokio::net::TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("bind HTTP {}", args.http_addr))?;
@@ -249,6 +268,7 @@ async fn spawn_gateway(
             missed_scan_interval: args.missed_scan_interval,
             ..Default::default()
         },
+        readiness: process.readiness.clone(),
     };
     services.spawn(jetcron_gateway::run(
         config,
@@ -295,7 +315,7 @@ async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> 
         .connect_options()
         .context("NATS connection options")?
         .name("jetcron-req")
-        .connect(common.nats_url.as_str())
+        .connect(common.nats_url.servers())
         .await
         .with_context(|| format!("connect to {} with {}", common.nats_url, auth.describe()))?;
     let reply = client

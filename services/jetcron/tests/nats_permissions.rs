@@ -162,6 +162,7 @@ fn gateway_config(clickhouse_url: String) -> jetcron_gateway::GatewayConfig {
         http_auth: jetcron_gateway::http::auth::HttpAuth::new(Vec::new(), false)
             .expect("no tokens"),
         limits: Default::default(),
+        readiness: Default::default(),
     }
 }
 

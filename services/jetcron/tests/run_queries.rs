@@ -317,6 +317,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
             http_auth: jetcron_gateway::http::auth::HttpAuth::new(Vec::new(), false)
                 .expect("no tokens"),
             limits,
+            readiness: Default::default(),
         },
         stack.nats.client().await,
         tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
 use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_core::readiness::Readiness;
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +49,8 @@ pub struct ProjectorConfig {
     /// duplicates collapse on `event_id`.
     pub ack_wait: Duration,
     pub topology: TopologyOptions,
+    /// Told when the topology is verified (`/readyz`).
+    pub readiness: Readiness,
 }
 
 impl ProjectorConfig {
@@ -60,6 +62,7 @@ impl ProjectorConfig {
             consumer: subjects::PROJECTOR_CONSUMER.to_string(),
             ack_wait: Duration::from_secs(120),
             topology: TopologyOptions::default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -94,11 +97,12 @@ pub async fn run_counted(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let js = jetstream::new(client);
-    let stream = topology::ensure_runs_stream(&js, &config.topology).await?;
-    topology::ensure_dead_letter_stream(&js, &config.topology).await?;
-    let consumer = stream
-        .get_or_create_consumer(
-            &config.consumer,
+    let wanted = &config.topology;
+    let ensured = topology::converge("projector", &config.readiness, &shutdown, || async {
+        let stream = topology::ensure_runs_stream(&js, wanted).await?;
+        topology::ensure_dead_letter_stream(&js, wanted).await?;
+        topology::ensure_consumer(
+            &stream,
             pull::Config {
                 durable_name: Some(config.consumer.clone()),
                 description: Some("jetcron projector into ClickHouse".into()),
@@ -110,7 +114,11 @@ pub async fn run_counted(
             },
         )
         .await
-        .with_context(|| format!("create consumer {}", config.consumer))?;
+    })
+    .await?;
+    let Some(consumer) = ensured else {
+        return Ok(());
+    };
     let clickhouse = config.clickhouse.client();
     apply_schema_with_retry(&clickhouse, &shutdown).await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");

@@ -1,7 +1,8 @@
 //! The test harness: real servers, real processes, cleaned up on drop.
 //!
 //! - [`NatsServer`] starts `nats-server -js` on a free port with a temporary
-//!   store; [`ClickHouseServer`] starts `clickhouse-server` with a generated
+//!   store; [`NatsCluster`] starts three (or `n`) of them routed into one
+//!   JetStream cluster, each node killable and restartable on its store; [`ClickHouseServer`] starts `clickhouse-server` with a generated
 //!   config on free ports with a temporary data dir. Dropping either kills the
 //!   process and removes its files (as nats.rs' own harness does).
 //! - [`Stack`] runs the jetcron services in-process against them, started by
@@ -10,6 +11,8 @@
 //! - [`grafana`] expands and runs every panel of the Grafana dashboards as
 //!   Grafana and its ClickHouse plugin would; [`chdb`] runs queries on a
 //!   current ClickHouse.
+//! - [`JetcronProcess`] runs a `jetcron` subcommand as its own OS process,
+//!   to SIGKILL and restart as operators would.
 //! - [`nats_jwt`] issues operator, account and user JWTs and `.creds` files
 //!   (what `nsc` does) for a [`NatsServer`] in operator mode.
 //!
@@ -19,14 +22,18 @@
 pub mod chdb;
 mod clickhouse_server;
 pub mod grafana;
+mod nats_cluster;
 pub mod nats_jwt;
 mod nats_server;
+mod process;
 pub mod stack;
 mod wait;
 
 pub use clickhouse_server::ClickHouseServer;
+pub use nats_cluster::NatsCluster;
 pub use nats_jwt::{NatsAccount, NatsOperator};
 pub use nats_server::NatsServer;
+pub use process::JetcronProcess;
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
 pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions, API_TOKEN};

@@ -122,6 +122,7 @@ impl Stack {
         let shutdown = CancellationToken::new();
         let mut services = JoinSet::new();
         let topology = TopologyOptions::default();
+        let readiness = jetcron_core::readiness::Readiness::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway listener");
@@ -136,6 +137,7 @@ impl Stack {
                 )
                 .expect("test token"),
                 limits: options.limits.clone(),
+                readiness: readiness.clone(),
             };
             services.spawn(jetcron_gateway::run(
                 config,
@@ -148,6 +150,7 @@ impl Stack {
             let mut config =
                 jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
             config.batch_wait = Duration::from_millis(100);
+            config.readiness = readiness.clone();
             services.spawn(jetcron_projector::run(
                 config,
                 nats.client().await,
@@ -157,6 +160,7 @@ impl Stack {
         if options.executor {
             let mut config = test_executor_config("test-executor", options.enable_shell);
             config.pools = options.pools.clone();
+            config.readiness = readiness.clone();
             services.spawn(jetcron_executor::run(
                 config,
                 nats.client().await,
@@ -167,6 +171,7 @@ impl Stack {
             let config = jetcron_ticker::TickerConfig {
                 leases: fast_leases(),
                 topology: topology.clone(),
+                readiness: readiness.clone(),
                 ..Default::default()
             };
             services.spawn(jetcron_ticker::run(

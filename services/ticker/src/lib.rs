@@ -32,6 +32,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_core::job::ValidJob;
+use jetcron_core::readiness::Readiness;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -54,6 +55,8 @@ pub struct TickerConfig {
     /// Most due events per batch (capped at `MAX_BATCH / PIPELINE`).
     pub batch_size: usize,
     pub topology: TopologyOptions,
+    /// Told when the topology is verified (`/readyz`).
+    pub readiness: Readiness,
 }
 
 impl Default for TickerConfig {
@@ -64,6 +67,7 @@ impl Default for TickerConfig {
             late_threshold: Duration::from_secs(60),
             batch_size: MAX_BATCH,
             topology: TopologyOptions::default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -107,10 +111,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(client);
-    let jobs = topology::ensure_jobs_bucket(&js, &config.topology).await?;
-    let due_stream = topology::ensure_due_stream(&js, &config.topology).await?;
-    topology::ensure_runs_stream(&js, &config.topology).await?;
-    let ticker_bucket = topology::ensure_ticker_bucket(&js, &config.topology).await?;
+    let wanted = &config.topology;
+    let ensured = topology::converge("ticker", &config.readiness, &shutdown, || async {
+        let jobs = topology::ensure_jobs_bucket(&js, wanted).await?;
+        let due_stream = topology::ensure_due_stream(&js, wanted).await?;
+        topology::ensure_runs_stream(&js, wanted).await?;
+        let ticker_bucket = topology::ensure_ticker_bucket(&js, wanted).await?;
+        Ok((jobs, due_stream, ticker_bucket))
+    })
+    .await?;
+    let Some((jobs, due_stream, ticker_bucket)) = ensured else {
+        return Ok(());
+    };
 
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);

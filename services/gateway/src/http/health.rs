@@ -1,13 +1,72 @@
 //! Liveness and readiness.
+//!
+//! `/readyz` is 200 only when NATS is connected, ClickHouse answers and every
+//! service of the process has verified its NATS topology. Before the
+//! gateway's own topology is there, [`serve_while_starting`] answers the two
+//! probes (503, saying what is awaited) so that an orchestrator sees a live,
+//! starting process rather than a closed port.
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::routing::get;
 use axum::Json;
+use jetcron_core::readiness::Readiness;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::GatewayState;
+
+/// The probes served while the gateway starts; [`Starting::stop`] hands the
+/// port over to the full router.
+pub struct Starting {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Starting {
+    /// Stop answering and wait until the port is free for the full router.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Serve `/healthz` (200) and `/readyz` (503 with the services' states) on
+/// `listener` until [`Starting::stop`].
+pub fn serve_while_starting(
+    listener: std::net::TcpListener,
+    readiness: Readiness,
+) -> anyhow::Result<Starting> {
+    listener.set_nonblocking(true).context("gateway listener")?;
+    let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
+    let app = axum::Router::new().route("/healthz", get(healthz)).route(
+        "/readyz",
+        get(move || {
+            let readiness = readiness.clone();
+            async move {
+                let body = json!({
+                    "ok": false,
+                    "services": readiness.report(),
+                });
+                (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+            }
+        }),
+    );
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stopped.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "serving probes while starting failed");
+        }
+    });
+    Ok(Starting { stop, task })
+}
 
 /// The process answers.
 pub async fn healthz() -> Json<Value> {
@@ -18,7 +77,8 @@ pub async fn healthz() -> Json<Value> {
 pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json<Value>) {
     let nats_ok = state.nats.connection_state() == async_nats::connection::State::Connected;
     let clickhouse = state.runs.ping().await;
-    let ready = nats_ok && clickhouse.is_ok();
+    let topology_ok = state.readiness.all_ready();
+    let ready = nats_ok && clickhouse.is_ok() && topology_ok;
     // How far the projector is behind: grows while ClickHouse is away.
     let backlog = crate::pools::projector_backlog(&state).await.ok().flatten();
     let body = json!({
@@ -26,6 +86,7 @@ pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json
         "projector_backlog": backlog,
         "nats": if nats_ok { "connected".to_string() } else { state.nats.connection_state().to_string() },
         "clickhouse": match &clickhouse { Ok(()) => "ok".to_string(), Err(e) => format!("{e:#}") },
+        "services": state.readiness.report(),
     });
     let status = if ready {
         StatusCode::OK

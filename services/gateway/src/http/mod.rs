@@ -10,7 +10,7 @@
 
 pub mod auth;
 mod control;
-mod health;
+pub mod health;
 mod jobs;
 mod listing;
 pub use listing::MAX_STATS_JOBS;

@@ -1,0 +1,115 @@
+//! A `jetcron` subcommand as a separate OS process, the way operators run
+//! the services: SIGKILL it, SIGTERM it, start it again with the same
+//! command line, read what it logged. Killed and its log removed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// One `jetcron …` process (the binary is the test's `CARGO_BIN_EXE_jetcron`).
+pub struct JetcronProcess {
+    binary: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    log: tempfile::NamedTempFile,
+    starts: u32,
+}
+
+impl JetcronProcess {
+    /// Start `binary args…` with `env` added (`RUST_LOG` defaults to info).
+    pub fn start(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut process = Self {
+            binary: binary.to_path_buf(),
+            args: args.iter().map(ToString::to_string).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            log: tempfile::Builder::new()
+                .prefix("jetcron-process-")
+                .suffix(".log")
+                .tempfile()
+                .expect("process log file"),
+            starts: 0,
+        };
+        process.spawn();
+        process
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.log.path())
+            .expect("open process log");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(&self.args)
+            .env("RUST_LOG", "info,async_nats=warn")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(command.spawn().expect("start jetcron process"));
+        self.starts += 1;
+    }
+
+    /// SIGKILL (nothing is flushed, nothing released).
+    pub fn kill_9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the exit.
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        child.wait().ok()
+    }
+
+    /// Start again with the same command line (after a kill or an exit).
+    pub fn restart(&mut self) {
+        self.kill_9();
+        self.spawn();
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    /// Wait up to `timeout` for the process to exit on its own.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Everything the process wrote to stderr (its log), over all its starts.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// How many times it was started.
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+}
+
+impl Drop for JetcronProcess {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
