@@ -60,19 +60,7 @@ pub async fn kill_run(
     reason: &str,
     wait: Duration,
 ) -> anyhow::Result<Vec<KillReply>> {
-    anyhow::ensure!(is_run_id(run_id), "{run_id:?} is not a run id");
-    let marker = KillMarker {
-        run_id: run_id.to_string(),
-        requested_at_ms: Utc::now().timestamp_millis(),
-        reason: reason.chars().take(MAX_REASON_BYTES).collect(),
-    };
-    running
-        .put(
-            subjects::kill_key(run_id),
-            serde_json::to_vec(&marker)?.into(),
-        )
-        .await
-        .context("record kill request")?;
+    let marker = mark_killed(running, run_id, reason).await?;
     let inbox = client.new_inbox();
     let mut replies = client
         .subscribe(inbox.clone())
@@ -95,6 +83,29 @@ pub async fn kill_run(
         }
     }
     Ok(heard)
+}
+
+/// Record the kill of `run_id` without telling anyone: enough for a run that
+/// has not started (its executor checks the marker before each attempt).
+pub async fn mark_killed(
+    running: &kv::Store,
+    run_id: &str,
+    reason: &str,
+) -> anyhow::Result<KillMarker> {
+    anyhow::ensure!(is_run_id(run_id), "{run_id:?} is not a run id");
+    let marker = KillMarker {
+        run_id: run_id.to_string(),
+        requested_at_ms: Utc::now().timestamp_millis(),
+        reason: reason.chars().take(MAX_REASON_BYTES).collect(),
+    };
+    running
+        .put(
+            subjects::kill_key(run_id),
+            serde_json::to_vec(&marker)?.into(),
+        )
+        .await
+        .context("record kill request")?;
+    Ok(marker)
 }
 
 /// Whether a kill of `run_id` was requested.

@@ -16,9 +16,11 @@ use chrono::Utc;
 use jetcron_core::control;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
+use jetcron_core::retry::RetryDelay;
 use tracing::{info, warn, Instrument as _};
 
 use crate::claims::{self, ClaimHandle, Overlap};
+use crate::ended::{self, Since};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::target::{self, Outcome, RunContext};
@@ -160,6 +162,9 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     } else {
         None
     };
+    if attempt > 1 && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await {
+        return;
+    }
     if let Some(why) = exhausted {
         let event = refuse(why);
         finish(
@@ -212,6 +217,19 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         ConcurrencyPolicy::Allow => None,
         policy => match claims::claim_for_run(ctx, &message, &job, &due, attempt, policy).await {
             Ok(Overlap::Claimed(handle)) => Some(*handle),
+            Ok(Overlap::RunningElsewhere(holder)) => {
+                // Another delivery of this very attempt holds the claim (a
+                // consumer leader handed the message out twice): let it
+                // finish; this delivery comes back when the claim would expire.
+                info!(executor = %holder.executor_id, "this attempt runs on another executor, handing the delivery back");
+                let wait = (holder.expires_at_ms - Utc::now().timestamp_millis()).max(1000);
+                ack(
+                    &message,
+                    AckKind::Nak(Some(std::time::Duration::from_millis(wait as u64))),
+                )
+                .await;
+                return;
+            }
             Ok(Overlap::Declined(holder)) => {
                 info!(holder = %holder, "previous run still going, skipping this fire");
                 let event = publisher.declined(
@@ -231,13 +249,27 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         },
     };
     let started_at = Utc::now();
-    if let Err(e) = publisher
-        .publish(&publisher.started(started_at, max_attempts))
+    let started = publisher.started(started_at, max_attempts);
+    match publisher
+        .publish(&started, store_budget(ctx), &message)
         .await
     {
-        warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
-        hand_back(&message).await;
-        return;
+        Ok(stored) if stored.duplicate => {
+            // Another delivery started this very attempt: it ran, or runs now.
+            if !ended_already(ctx, &message, &due, Since::Sequence(stored.sequence)).await {
+                info!("another delivery started this attempt, handing this one back");
+                hand_back(&message).await;
+            } else if let Some(claim) = claim {
+                claim.release().await;
+            }
+            return;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
+            hand_back(&message).await;
+            return;
+        }
     }
     info!(target_type = job.spec.target.kind(), "attempt started");
     let run = RunContext {
@@ -449,7 +481,7 @@ async fn finish(
     settle: AckKind,
     notify: Option<&job::NotifyPolicy>,
 ) {
-    if let Err(e) = publisher.publish(&event).await {
+    if let Err(e) = publisher.publish(&event, store_budget(ctx), message).await {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
         hand_back(message).await;
         return;
@@ -474,14 +506,68 @@ async fn hand_back(message: &Message) {
     ack(message, AckKind::Nak(Some(tries::handback_delay(delivery)))).await;
 }
 
+/// Settle `message`, waiting for the server's confirmation and retrying
+/// while it does not come (the consumer's leader is being elected: the ack
+/// must reach the next one, or the message is handed out again and its
+/// target called twice). Progress acks are sent once, unconfirmed.
 async fn ack(message: &Message, kind: AckKind) {
-    let result = match kind {
-        // Double ack: wait for the server to confirm the run is settled.
-        AckKind::Ack | AckKind::Term => message.double_ack_with(kind).await,
-        other => message.ack_with(other).await,
-    };
-    if let Err(e) = result {
-        warn!(error = %e, "cannot settle due message");
+    if matches!(kind, AckKind::Progress) {
+        let _ = message.ack_with(kind).await;
+        return;
+    }
+    let started = std::time::Instant::now();
+    let mut delay = RetryDelay::new(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(2),
+    );
+    loop {
+        let error = match message.double_ack_with(kind).await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        let wait = delay.next_delay();
+        if started.elapsed() + wait > ACK_BUDGET {
+            warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
+            return;
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// How long a settle is retried: longer than a leader election (4–9 s).
+const ACK_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// How long a run event may take to be stored before the attempt gives up
+/// and hands its run back: its message's ack wait (kept alive meanwhile).
+fn store_budget(ctx: &ExecutorContext) -> std::time::Duration {
+    ctx.config.ack_wait.max(std::time::Duration::from_secs(1))
+}
+
+/// Whether the run of `due` already ended (a late redelivery): then the
+/// message is settled here without running anything, and `true` returned.
+/// `false` when it did not; a failed lookup hands the message back (`true`).
+async fn ended_already(
+    ctx: &ExecutorContext,
+    message: &Message,
+    due: &DueEvent,
+    since: Since,
+) -> bool {
+    match ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since).await {
+        Ok(None) => false,
+        Ok(Some(kind)) => {
+            info!(
+                ended = kind.as_str(),
+                "run already ended, settling a late delivery without running it"
+            );
+            metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
+            ack(message, AckKind::Ack).await;
+            true
+        }
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot tell whether the run already ended, handing it back");
+            hand_back(message).await;
+            true
+        }
     }
 }
 

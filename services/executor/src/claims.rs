@@ -31,6 +31,9 @@ pub enum Acquired {
     Held(Box<ClaimHandle>),
     /// Another live run holds it.
     Busy(Claim),
+    /// This run holds it, for the same attempt, on another executor: the
+    /// due event was handed out twice and that delivery runs it.
+    SameAttemptElsewhere(Claim),
 }
 
 /// A claim this attempt holds.
@@ -68,6 +71,15 @@ pub async fn acquire(
                     let expired = holder.expires_at_ms <= now.timestamp_millis();
                     if !ours && !released && !expired {
                         return Ok(Acquired::Busy(holder));
+                    }
+                    // A retry has a higher attempt than the holder; the same
+                    // (or a lower) one elsewhere is a second delivery.
+                    let twin = ours
+                        && !expired
+                        && holder.executor_id != claim.executor_id
+                        && holder.attempt >= claim.attempt;
+                    if twin {
+                        return Ok(Acquired::SameAttemptElsewhere(holder));
                     }
                 }
                 store.update(key, value.clone(), entry.revision).await.ok()
@@ -186,6 +198,8 @@ pub enum Overlap {
     Claimed(Box<ClaimHandle>),
     /// `forbid`: the run with this id is still going; this fire is skipped.
     Declined(String),
+    /// This attempt is running on another executor (a second delivery).
+    RunningElsewhere(Claim),
 }
 
 /// How long a `replace` fire waits for the run it killed to let go.
@@ -229,6 +243,7 @@ pub async fn claim_for_run(
         .await?
         {
             Acquired::Held(handle) => return Ok(Overlap::Claimed(handle)),
+            Acquired::SameAttemptElsewhere(holder) => return Ok(Overlap::RunningElsewhere(holder)),
             Acquired::Busy(holder) => holder,
         };
         if policy == ConcurrencyPolicy::Forbid {

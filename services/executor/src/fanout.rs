@@ -19,7 +19,7 @@ pub async fn split(ctx: &ExecutorContext, fire: &DueEvent, shards: u32) -> anyho
     for index in 0..shards {
         let mut part = fire.as_ref();
         part.shard = Some(index);
-        pending.push(due::send_due_event(&ctx.js, part).await?);
+        pending.push(due::send_due_event(&ctx.js, part, None).await?);
     }
     for (index, ack) in pending.into_iter().enumerate() {
         ack.await

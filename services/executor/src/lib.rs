@@ -21,7 +21,9 @@
 
 pub mod attempt;
 pub mod claims;
+pub mod ended;
 pub mod fanout;
+pub mod hold;
 pub mod notify;
 pub mod run_events;
 pub mod running;
@@ -37,6 +39,7 @@ use async_nats::jetstream::{self, consumer::pull};
 use futures::StreamExt as _;
 use jetcron_core::job;
 use jetcron_core::readiness::Readiness;
+use jetcron_core::retry::{LogLimiter, RetryDelay};
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio::sync::Semaphore;
@@ -266,6 +269,8 @@ async fn pool_consumer(
 /// A batch asks for exactly as many messages as it holds free permits (at
 /// most `max_batch`), so a pulled message never waits in a buffer (where its
 /// `ack_wait` would run out and JetStream would hand it to another executor).
+/// A due event stored ahead of its time ([`hold`]) gives its permit back at
+/// once and waits without one.
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pool: String,
@@ -275,6 +280,8 @@ async fn pull_loop(
     tasks: TaskTracker,
     shutdown: CancellationToken,
 ) {
+    let mut delay = RetryDelay::nats();
+    let mut failures = LogLimiter::per_10s();
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -299,12 +306,15 @@ async fn pull_loop(
         let mut messages = match batch {
             Ok(messages) => messages,
             Err(e) => {
-                warn!(pool, error = %e, "cannot pull due events, retrying");
-                drop(reserved);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                // No leader for the consumer (an election), or NATS away.
+                if let Some(failures) = failures.admit() {
+                    warn!(pool, failures, error = %e, "cannot pull due events, retrying");
                 }
+                drop(reserved);
+                if delay.sleep(&shutdown).await {
+                    break;
+                }
+                continue;
             }
         };
         loop {
@@ -314,27 +324,52 @@ async fn pull_loop(
             };
             match next {
                 Some(Ok(message)) => {
+                    delay.reset();
+                    failures.reset();
                     let Some(permit) = reserved.pop() else {
                         // More than asked for: hand it straight back.
                         let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
                         continue;
                     };
                     let ctx = ctx.clone();
-                    let in_flight = metrics::gauge!("jetcron_executor_in_flight");
-                    in_flight.increment(1.0);
+                    if let Some(fire_at) = hold::until(&message) {
+                        drop(permit);
+                        let permits = permits.clone();
+                        let shutdown = shutdown.clone();
+                        tasks.spawn(async move {
+                            if let Some(permit) =
+                                hold::wait(&ctx, &message, fire_at, &permits, &shutdown).await
+                            {
+                                run_attempt(&ctx, message).await;
+                                drop(permit);
+                            }
+                        });
+                        continue;
+                    }
                     tasks.spawn(async move {
-                        attempt::handle(&ctx, message).await;
-                        in_flight.decrement(1.0);
+                        run_attempt(&ctx, message).await;
                         drop(permit);
                     });
                 }
                 Some(Err(e)) => {
-                    warn!(pool, error = %e, "pulling due events failed");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Some(failures) = failures.admit() {
+                        warn!(pool, failures, error = %e, "pulling due events failed");
+                    }
+                    if delay.sleep(&shutdown).await {
+                        break;
+                    }
                     break;
                 }
                 None => break,
             }
         }
     }
+}
+
+/// One attempt, counted in `jetcron_executor_in_flight`.
+async fn run_attempt(ctx: &ExecutorContext, message: jetstream::Message) {
+    let in_flight = metrics::gauge!("jetcron_executor_in_flight");
+    in_flight.increment(1.0);
+    attempt::handle(ctx, message).await;
+    in_flight.decrement(1.0);
 }

@@ -20,6 +20,7 @@ use futures::StreamExt as _;
 use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::job::NotifyPolicy;
+use jetcron_core::retry::{LogLimiter, RetryDelay};
 use jetcron_core::subjects;
 use jetcron_core::topology;
 use serde::{Deserialize, Serialize};
@@ -97,12 +98,21 @@ pub async fn notifier_consumer(
     .await
 }
 
+/// How long the `notified` / `notify_failed` event may take to be stored
+/// (through an election of `JETCRON_RUNS`' leader) before the notification is
+/// handed back.
+const RECORD_BUDGET: Duration = Duration::from_secs(30);
+
 /// Deliver notifications until `shutdown`.
 pub async fn deliver(
     ctx: Arc<ExecutorContext>,
     consumer: jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // While the consumer has no leader every pull fails at once ("no
+    // responders"): wait longer each time, and say so once in a while.
+    let mut delay = RetryDelay::nats();
+    let mut failures = LogLimiter::per_10s();
     while !shutdown.is_cancelled() {
         let mut messages = match consumer
             .stream()
@@ -114,11 +124,13 @@ pub async fn deliver(
         {
             Ok(m) => m,
             Err(e) => {
-                warn!(error = %e, "cannot pull notifications, retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                if let Some(failures) = failures.admit() {
+                    warn!(error = %e, failures, "cannot pull notifications, retrying");
                 }
+                if delay.sleep(&shutdown).await {
+                    break;
+                }
+                continue;
             }
         };
         loop {
@@ -127,13 +139,22 @@ pub async fn deliver(
                 next = messages.next() => next,
             };
             match next {
-                Some(Ok(message)) => handle(&ctx, message).await,
+                Some(Ok(message)) => {
+                    delay.reset();
+                    failures.reset();
+                    handle(&ctx, message).await;
+                }
                 Some(Err(e)) => {
-                    warn!(error = %e, "pulling notifications failed, reopening");
+                    if let Some(failures) = failures.admit() {
+                        warn!(error = %e, failures, "pulling notifications failed, reopening");
+                    }
                     break;
                 }
                 None => break,
             }
+        }
+        if delay.sleep(&shutdown).await {
+            break;
         }
     }
     Ok(())
@@ -192,8 +213,16 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
     event.error = (kind == RunEventKind::NotifyFailed).then_some(text);
     event.outcome = None;
     event.retry_at = None;
-    match publish_run_event(&ctx.js, max_event_payload(&ctx.nats), &event).await {
-        Ok(()) => {
+    match publish_run_event(
+        &ctx.js,
+        max_event_payload(&ctx.nats),
+        &event,
+        RECORD_BUDGET,
+        Some(&message),
+    )
+    .await
+    {
+        Ok(_) => {
             if let Err(e) = message.double_ack_with(settle).await {
                 warn!(error = %e, "cannot settle notification");
             }

@@ -1,15 +1,25 @@
 //! Building and publishing the run events of one attempt.
 //!
 //! Each event goes to `jetcron.runs.<job>.<kind>` with `Nats-Msg-Id` = its
-//! event id, and is awaited until `JETCRON_RUNS` stored it, retrying briefly:
-//! the due message is only settled after its event is durable.
+//! event id, and is awaited until `JETCRON_RUNS` stored it: the due message
+//! is only settled after its event is durable. A failed store is retried
+//! with growing, jittered waits for as long as the caller allows: an
+//! outcome must survive an election of the stream's leader (4–9 s), because
+//! handing the run back instead would run its target again.
+//!
+//! The store's ack says whether the event id was already stored: a `started`
+//! that is a duplicate means another delivery of the same due event started
+//! this very attempt (a consumer leader that died before it recorded the
+//! first delivery hands the message out again).
 
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::{AckKind, Message};
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
+use jetcron_core::retry::RetryDelay;
 use jetcron_core::subjects;
 
 use crate::target::Outcome;
@@ -153,10 +163,25 @@ impl RunEventPublisher {
         event
     }
 
-    /// Store `event` in `JETCRON_RUNS`, retrying a few times.
-    pub async fn publish(&self, event: &RunEvent) -> anyhow::Result<()> {
-        publish_run_event(&self.js, self.max_payload, event).await
+    /// Store `event` in `JETCRON_RUNS`, retrying for up to `budget` (and
+    /// keeping `message` alive with progress acks meanwhile).
+    pub async fn publish(
+        &self,
+        event: &RunEvent,
+        budget: Duration,
+        message: &Message,
+    ) -> anyhow::Result<Stored> {
+        publish_run_event(&self.js, self.max_payload, event, budget, Some(message)).await
     }
+}
+
+/// How a run event was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Its event id was already in the stream (another delivery stored it).
+    pub duplicate: bool,
+    /// Its stream sequence (of the first store, for a duplicate).
+    pub sequence: u64,
 }
 
 /// Metrics of a stored run event: `jetcron_run_events_total{kind}`,
@@ -192,20 +217,25 @@ pub fn max_event_payload(client: &async_nats::Client) -> usize {
         .max(16 * 1024)
 }
 
-/// Store `event` in `JETCRON_RUNS` (`Nats-Msg-Id` = its event id), retrying a
-/// few times; output is cut to fit `max_payload`.
+/// Store `event` in `JETCRON_RUNS` (`Nats-Msg-Id` = its event id), retrying
+/// with jittered waits (100 ms doubling to 2 s) for up to `budget`, sending
+/// a progress ack for `keep_alive` before each wait (the message the event
+/// is about must not be handed out again meanwhile); output is cut to fit
+/// `max_payload`.
 pub async fn publish_run_event(
     js: &async_nats::jetstream::Context,
     max_payload: usize,
     event: &RunEvent,
-) -> anyhow::Result<()> {
+    budget: Duration,
+    keep_alive: Option<&Message>,
+) -> anyhow::Result<Stored> {
     let payload: bytes::Bytes = fit_to_payload(event, max_payload)?.into();
     let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
-    let mut last_error = None;
-    for attempt in 0..5u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-        }
+    let started = std::time::Instant::now();
+    let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.event_id.as_str());
         let stored = async {
@@ -215,17 +245,31 @@ pub async fn publish_run_event(
                 .map_err(anyhow::Error::from)
         }
         .await;
-        match stored {
-            Ok(_) => {
-                record_metrics(event);
-                return Ok(());
+        let error = match stored {
+            Ok(ack) => {
+                if !ack.duplicate {
+                    record_metrics(event);
+                }
+                return Ok(Stored {
+                    duplicate: ack.duplicate,
+                    sequence: ack.sequence,
+                });
             }
-            Err(e) => last_error = Some(e),
+            Err(e) => e,
+        };
+        let wait = delay.next_delay();
+        if started.elapsed() + wait > budget {
+            return Err(error.context(format!(
+                "publish run event {} ({tries} tries in {} ms)",
+                event.event_id,
+                started.elapsed().as_millis()
+            )));
         }
+        if let Some(message) = keep_alive {
+            let _ = message.ack_with(AckKind::Progress).await;
+        }
+        tokio::time::sleep(wait).await;
     }
-    Err(last_error
-        .unwrap_or_else(|| anyhow::anyhow!("no attempt made"))
-        .context(format!("publish run event {}", event.event_id)))
 }
 
 #[cfg(test)]

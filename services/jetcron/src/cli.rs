@@ -160,7 +160,32 @@ pub struct TickerArgs {
     /// older ones follow each job's misfire policy.
     #[arg(long, env = "JETCRON_LATE_THRESHOLD", default_value = "60s", value_parser = humantime::parse_duration)]
     pub late_threshold: Duration,
+    /// Store each fire this long before its time; executors hold it until
+    /// then, so a NATS leader election at the scheduled instant delays
+    /// nothing. A change to a job applies to fires further away than this; a
+    /// delete or pause kills the fires already handed out. Default: 0s with
+    /// --replicas 1, 10s on a cluster (elections take 4-9 s). At most 1m.
+    #[arg(long, env = "JETCRON_LOOKAHEAD", value_parser = humantime::parse_duration)]
+    pub lookahead: Option<Duration>,
+    /// A ticker that cannot get due events stored for this long hands its
+    /// shards to other replicas (which may reach a NATS node it cannot).
+    #[arg(long, env = "JETCRON_PUBLISH_STALL_LIMIT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub publish_stall_limit: Duration,
 }
+
+/// The lookahead when none is given: none on one node, where no election
+/// happens; 10 s on a cluster, longer than nats-server's elections (4-9 s).
+pub fn default_lookahead(replicas: usize) -> Duration {
+    if replicas > 1 {
+        Duration::from_secs(10)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Longest `--lookahead`: fires decided a minute ahead are already a long
+/// time for an edit to wait.
+pub const MAX_LOOKAHEAD: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Args, Clone)]
 pub struct ExecutorArgs {

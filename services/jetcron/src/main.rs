@@ -165,11 +165,29 @@ async fn spawn_ticker(
 ) -> anyhow::Result<()> {
     let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "ticker", shutdown).await?;
+    let lookahead = args
+        .lookahead
+        .unwrap_or_else(|| cli::default_lookahead(common.replicas));
+    anyhow::ensure!(
+        lookahead <= cli::MAX_LOOKAHEAD,
+        "--lookahead {} is longer than {}",
+        humantime::format_duration(lookahead),
+        humantime::format_duration(cli::MAX_LOOKAHEAD)
+    );
+    anyhow::ensure!(
+        args.lease_renew * 2 < args.lease_ttl,
+        "--lease-renew ({}) must be less than half of --lease-ttl ({})",
+        humantime::format_duration(args.lease_renew),
+        humantime::format_duration(args.lease_ttl)
+    );
     let mut config = jetcron_ticker::TickerConfig {
         leases: jetcron_ticker::ownership::LeaseOptions {
             ttl: args.lease_ttl,
             renew_every: args.lease_renew,
+            publish_stall_limit: args.publish_stall_limit,
+            ..Default::default()
         },
+        lookahead,
         late_threshold: args.late_threshold,
         topology: topology(common),
         readiness: process.readiness.clone(),

@@ -27,6 +27,7 @@ use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
 use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_core::readiness::Readiness;
+use jetcron_core::retry::{LogLimiter, RetryDelay};
 use jetcron_core::subjects;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
@@ -130,6 +131,10 @@ pub async fn run_counted(
         shutdown.clone(),
     )));
     let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
+    // While the consumer has no leader every fetch fails at once: wait longer
+    // each time, and say so once in a while.
+    let mut delay = RetryDelay::nats();
+    let mut failures = LogLimiter::per_10s();
     while !shutdown.is_cancelled() {
         let fetched = consumer
             .fetch()
@@ -138,10 +143,16 @@ pub async fn run_counted(
             .messages()
             .await;
         let mut fetched = match fetched {
-            Ok(fetched) => fetched,
+            Ok(fetched) => {
+                delay.reset();
+                failures.reset();
+                fetched
+            }
             Err(e) => {
-                warn!(error = %e, "cannot fetch run events, retrying");
-                if sleep_or_shutdown(Duration::from_secs(1), &shutdown).await {
+                if let Some(failures) = failures.admit() {
+                    warn!(error = %e, failures, "cannot fetch run events, retrying");
+                }
+                if delay.sleep(&shutdown).await {
                     break;
                 }
                 continue;

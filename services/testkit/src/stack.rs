@@ -19,6 +19,7 @@ pub fn fast_leases() -> jetcron_ticker::ownership::LeaseOptions {
     jetcron_ticker::ownership::LeaseOptions {
         ttl: Duration::from_millis(1500),
         renew_every: Duration::from_millis(250),
+        ..Default::default()
     }
 }
 

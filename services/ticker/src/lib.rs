@@ -16,10 +16,12 @@
 //! Owns: the `jetcron_ticker` bucket; creates `jetcron_jobs` and `JETCRON_DUE`
 //! if missing.
 
+pub mod ahead;
 pub mod book;
 pub mod ownership;
 pub mod plan;
 pub mod publish;
+pub mod revoke;
 pub mod shards;
 pub mod verify;
 pub mod watch;
@@ -33,6 +35,7 @@ use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_core::job::ValidJob;
 use jetcron_core::readiness::Readiness;
+use jetcron_core::retry::LogLimiter;
 use jetcron_core::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -54,6 +57,12 @@ pub struct TickerConfig {
     pub late_threshold: Duration,
     /// Most due events per batch (capped at `MAX_BATCH / PIPELINE`).
     pub batch_size: usize,
+    /// Publish each fire this long before its time; executors hold it until
+    /// then. A leader election of `JETCRON_DUE` (4–9 s on nats-server) at the
+    /// scheduled instant then delays nothing. Changes to a job apply to fires
+    /// more than this far away; a delete or pause kills the fires already
+    /// handed out.
+    pub lookahead: Duration,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -66,6 +75,7 @@ impl Default for TickerConfig {
             leases: LeaseOptions::default(),
             late_threshold: Duration::from_secs(60),
             batch_size: MAX_BATCH,
+            lookahead: Duration::ZERO,
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -98,6 +108,10 @@ pub const MAX_BATCH: usize = 4096;
 /// Batches in flight at once (each `MAX_BATCH / PIPELINE` fires at most).
 pub const PIPELINE: usize = 2;
 
+/// Fires waiting to be killed after a delete or pause (beyond it, a
+/// revocation is dropped with a warning: the fires then run).
+const REVOCATION_QUEUE: usize = 4096;
+
 /// Longest the loop sleeps without looking at the clock again.
 const MAX_IDLE: Duration = Duration::from_millis(250);
 /// Pause before retrying after a failed publish.
@@ -117,10 +131,11 @@ pub async fn run(
         let due_stream = topology::ensure_due_stream(&js, wanted).await?;
         topology::ensure_runs_stream(&js, wanted).await?;
         let ticker_bucket = topology::ensure_ticker_bucket(&js, wanted).await?;
-        Ok((jobs, due_stream, ticker_bucket))
+        let running = topology::ensure_running_bucket(&js, wanted).await?;
+        Ok((jobs, due_stream, ticker_bucket, running))
     })
     .await?;
-    let Some((jobs, due_stream, ticker_bucket)) = ensured else {
+    let Some((jobs, due_stream, ticker_bucket, running)) = ensured else {
         return Ok(());
     };
 
@@ -141,6 +156,8 @@ pub async fn run(
         ticker_bucket,
         config.replica_id.clone(),
         config.leases,
+        config.lookahead,
+        Arc::clone(&clock),
         leases.clone(),
         own_tx,
     );
@@ -161,7 +178,12 @@ pub async fn run(
     let mut book = Book::default();
     let mut plans: HashMap<u32, FirePlan> = HashMap::new();
     let mut in_flight = std::collections::VecDeque::new();
-    info!(replica_id = %config.replica_id, "ticker started");
+    let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
+    let mut health = PublishHealth::default();
+    let (revoke_tx, revoke_rx) = tokio::sync::mpsc::channel(REVOCATION_QUEUE);
+    let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx));
+    let mut revoker = revoke::Revoker::new(revoke_tx, !config.lookahead.is_zero());
+    info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 
     loop {
         // Apply what arrived without waiting.
@@ -173,46 +195,55 @@ pub async fn run(
                 change,
                 &mut book,
                 &mut plans,
+                &mut revoker,
                 &ready_tx,
                 recovery.late_threshold,
                 clock.now(),
             );
         }
+        if plans.is_empty() {
+            health.clear(&leases);
+        }
 
-        let now = clock.now();
+        // Fires are taken `lookahead` before their publish instant.
+        let horizon = clock.now() + lookahead;
         // Keep the server fed: send the next batch while the previous one's
         // acks are on their way (at most PIPELINE batches in flight).
         if in_flight.len() < PIPELINE {
             let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
-            let fires = take_due_fires(&mut plans, &leases, now, batch);
+            let fires = take_due_fires(&mut plans, &leases, horizon, batch);
             if !fires.is_empty() {
-                let acks = publish::send_batch(&js, &fires).await;
+                let acks = publish::send_batch(&js, &fires, clock.now()).await;
                 in_flight.push_back((fires, acks));
                 continue;
             }
         }
         if let Some((fires, acks)) = in_flight.pop_front() {
-            let stored = publish::collect_acks(acks).await;
-            let failed = settle(&mut plans, &fires, stored, clock.now());
-            record_watermarks(&plans, &leases, clock.now());
+            let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
+            let now = clock.now();
+            let failed = settle(&mut plans, &fires, &stored, now);
+            revoker.stored(&fires, &stored, now);
+            record_watermarks(&plans, &leases, now + lookahead);
             if failed > 0 {
-                warn!(failed, "due events not stored, retrying");
+                health.failed(&leases, failed);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(PUBLISH_RETRY) => {}
+                    _ = tokio::time::sleep(jetcron_core::retry::jittered(PUBLISH_RETRY)) => {}
                 }
+            } else {
+                health.stored(&leases);
             }
             if shutdown.is_cancelled() {
                 break;
             }
             continue;
         }
-        record_watermarks(&plans, &leases, now);
+        record_watermarks(&plans, &leases, horizon);
         let idle = plans
             .values()
             .filter_map(FirePlan::next_fire_at)
             .min()
-            .and_then(|at| (at - now).to_std().ok())
+            .and_then(|at| (at - horizon).to_std().ok())
             .map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -226,6 +257,7 @@ pub async fn run(
                     change,
                     &mut book,
                     &mut plans,
+                    &mut revoker,
                     &ready_tx,
                     recovery.late_threshold,
                     clock.now(),
@@ -238,10 +270,12 @@ pub async fn run(
     // Settle what is in flight, record final watermarks, then release the
     // shards so a standby resumes at once.
     while let Some((fires, acks)) = in_flight.pop_front() {
-        let stored = publish::collect_acks(acks).await;
-        settle(&mut plans, &fires, stored, clock.now());
+        let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
+        settle(&mut plans, &fires, &stored, clock.now());
     }
-    record_watermarks(&plans, &leases, clock.now());
+    record_watermarks(&plans, &leases, clock.now() + lookahead);
+    drop(revoker);
+    let _ = tokio::time::timeout(Duration::from_secs(5), revoker_task).await;
     ownership_stop.cancel();
     watch_stop.cancel();
     owner_task
@@ -254,6 +288,58 @@ pub async fn run(
         .context("job watcher")?;
     info!(jobs = book.len(), "ticker stopped");
     Ok(())
+}
+
+/// Whether due events get stored, for the log (bounded) and for ownership
+/// (which hands the shards over when it lasts).
+#[derive(Debug)]
+struct PublishHealth {
+    failing_since: Option<std::time::Instant>,
+    log: LogLimiter,
+}
+
+impl Default for PublishHealth {
+    fn default() -> Self {
+        Self {
+            failing_since: None,
+            log: LogLimiter::new(Duration::from_secs(5)),
+        }
+    }
+}
+
+impl PublishHealth {
+    fn failed(&mut self, leases: &Leases, failed: usize) {
+        let since = *self
+            .failing_since
+            .get_or_insert_with(std::time::Instant::now);
+        leases.set_publish_failing_since(Some(since));
+        if let Some(batches) = self.log.admit() {
+            warn!(
+                failed,
+                batches,
+                failing_ms = since.elapsed().as_millis() as u64,
+                "due events not stored, retrying"
+            );
+        }
+    }
+
+    fn stored(&mut self, leases: &Leases) {
+        if let Some(since) = self.failing_since.take() {
+            info!(
+                stalled_ms = since.elapsed().as_millis() as u64,
+                "due events stored again"
+            );
+            leases.set_publish_failing_since(None);
+            self.log.reset();
+        }
+    }
+
+    /// Nothing to publish: nothing is failing.
+    fn clear(&mut self, leases: &Leases) {
+        if self.failing_since.take().is_some() {
+            leases.set_publish_failing_since(None);
+        }
+    }
 }
 
 /// How a taken-over shard resumes.
@@ -324,6 +410,7 @@ fn on_job(
     change: JobChange,
     book: &mut Book,
     plans: &mut HashMap<u32, FirePlan>,
+    revoker: &mut revoke::Revoker,
     ready: &tokio::sync::watch::Sender<bool>,
     late_threshold: chrono::Duration,
     now: DateTime<Utc>,
@@ -339,6 +426,9 @@ fn on_job(
                 return;
             }
             debug!(job_id = %id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job definition seen");
+            if job.spec.paused {
+                revoker.revoke(&id, "job paused before this fire", now);
+            }
             let job: Arc<ValidJob> = Arc::from(job);
             // Written a moment ago (a slow watch, a loaded machine): the
             // times since the write fire late. Older writes are recovery's.
@@ -356,6 +446,7 @@ fn on_job(
             );
         }
         JobChange::Removed { job_id } => {
+            revoker.revoke(&job_id, "job deleted before this fire", now);
             book.remove(&job_id);
             if let Some(plan) = plans.get_mut(&shard_of(&job_id)) {
                 if plan.remove(&job_id) {
@@ -396,12 +487,12 @@ fn take_due_fires(
 fn settle(
     plans: &mut HashMap<u32, FirePlan>,
     fires: &[plan::Fire],
-    stored: Vec<bool>,
+    stored: &[bool],
     now: DateTime<Utc>,
 ) -> usize {
     let mut failed = 0;
     let lag = metrics::histogram!("jetcron_fire_lag_seconds");
-    for (fire, ok) in fires.iter().zip(stored) {
+    for (fire, ok) in fires.iter().zip(stored.iter().copied()) {
         let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) else {
             continue;
         };

@@ -7,13 +7,26 @@
 //! live replicas (heartbeats that changed within `ttl`) to get its fair share
 //! `ceil(SHARDS / live)`, releases shards above it and acquires free or stale
 //! ones below it. A record is stale when its revision has not changed for
-//! `ttl` as seen by this replica's own monotonic clock (no cross-host clock
-//! comparison), or when its server timestamp is older than `3 × ttl`.
+//! [`LeaseOptions::stale_after`] (`ttl − 2 × renew_every`) as seen by this
+//! replica's own monotonic clock (no cross-host clock comparison), or when its
+//! server timestamp is older than `3 × ttl`: a dead owner's shards are taken
+//! over within `ttl` of its death. Only a replica that has loaded the job
+//! bucket writes a heartbeat, so one that is still starting (or dies while
+//! starting) never lowers the others' share.
 //!
 //! An owner publishes for a shard only while its last successful renewal is
 //! younger than `ttl / 2` ([`Leases::is_valid`]): it stops before any standby
-//! can consider the lease expired. Overlap that remains (a paused process, a
-//! slow network) is covered by `Nats-Msg-Id` dedup on the due stream.
+//! can consider the lease expired. Two exceptions, both bounded far below the
+//! due stream's duplicate window, so that `Nats-Msg-Id` dedup covers any
+//! overlap:
+//! - the lease bucket cannot be written (its leader is being elected): nobody
+//!   can take a shard over then, so the owner keeps publishing for up to
+//!   [`LeaseOptions::outage_grace`] after its last renewal, and standbys do not
+//!   count the time they could not write as the owner's silence;
+//! - the owner cannot get due events stored for [`LeaseOptions::publish_stall_limit`]
+//!   while it holds shards (its connection is bad, not the cluster): it hands
+//!   its shards and its heartbeat over and sits out one TTL, so that a replica
+//!   that can publish takes over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +35,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
+use jetcron_core::clock::Clock;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -31,10 +45,16 @@ use crate::shards::{replica_key, shard_key, ShardRecord, SHARDS};
 /// Lease timing.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseOptions {
-    /// A shard whose record did not change for this long is taken over.
+    /// A dead owner's shards are taken over within this long.
     pub ttl: Duration,
     /// How often leases are renewed and watermarks written.
     pub renew_every: Duration,
+    /// How long an owner keeps publishing while the lease bucket cannot be
+    /// written at all (an election of its leader).
+    pub outage_grace: Duration,
+    /// How long an owner may fail to get due events stored before it hands
+    /// its shards to another replica.
+    pub publish_stall_limit: Duration,
 }
 
 impl Default for LeaseOptions {
@@ -42,7 +62,27 @@ impl Default for LeaseOptions {
         Self {
             ttl: Duration::from_secs(5),
             renew_every: Duration::from_secs(1),
+            outage_grace: Duration::from_secs(20),
+            publish_stall_limit: Duration::from_secs(10),
         }
+    }
+}
+
+impl LeaseOptions {
+    /// A record unchanged for this long is stale. Its owner renewed it at most
+    /// one round before dying and a standby looks once a round, so a standby
+    /// acquires it within `ttl` of the death; the owner itself stopped
+    /// publishing `ttl / 2` after its last renewal, before anyone may take over.
+    pub fn stale_after(&self) -> Duration {
+        self.ttl
+            .saturating_sub(self.renew_every * 2)
+            .max(self.ttl / 2 + self.renew_every / 2)
+    }
+
+    /// Scheduled times later than this after its last record the owner of a
+    /// shard cannot have published (the longest it publishes without renewing).
+    pub fn publish_horizon(&self) -> Duration {
+        (self.ttl / 2).max(self.outage_grace)
     }
 }
 
@@ -64,6 +104,8 @@ pub enum OwnershipChange {
 struct LeaseTable {
     valid_until: HashMap<u32, Instant>,
     watermarks: HashMap<u32, DateTime<Utc>>,
+    /// Since when due events of this replica fail to be stored (`None`: they are stored).
+    publish_failing_since: Option<Instant>,
 }
 
 /// Shared between the ticker loop (reads validity, writes watermarks) and the
@@ -95,8 +137,27 @@ impl Leases {
         self.lock().watermarks.get(&shard).copied()
     }
 
+    /// The ticker loop's report: due events fail to be stored since `since`
+    /// (`None`: the last batch was stored).
+    pub fn set_publish_failing_since(&self, since: Option<Instant>) {
+        self.lock().publish_failing_since = since;
+    }
+
+    fn publish_failing_for(&self, now: Instant) -> Duration {
+        self.lock()
+            .publish_failing_since
+            .map_or(Duration::ZERO, |since| now.duration_since(since))
+    }
+
     fn grant(&self, shard: u32, until: Instant) {
         self.lock().valid_until.insert(shard, until);
+    }
+
+    /// Keep `shard` valid until `until` unless it already is for longer.
+    fn extend(&self, shard: u32, until: Instant) {
+        let mut table = self.lock();
+        let current = table.valid_until.entry(shard).or_insert(until);
+        *current = (*current).max(until);
     }
 
     fn revoke(&self, shard: u32) {
@@ -108,6 +169,8 @@ impl Leases {
 
 struct Owned {
     revision: u64,
+    /// When the last successful write of the record started.
+    renewed_at: Instant,
 }
 
 struct Seen {
@@ -143,11 +206,22 @@ pub struct Ownership {
     bucket: kv::Store,
     replica_id: String,
     options: LeaseOptions,
+    /// How far ahead of their time fires are published (recorded so a new
+    /// owner knows which scheduled times the last one may have emitted).
+    lookahead: Duration,
+    /// The schedule's clock: watermarks of new records and `written_at`
+    /// are instants of the plans. (Lease ages use `Instant`, heartbeats
+    /// and server-age checks the wall clock the server also uses.)
+    clock: Arc<dyn Clock>,
     leases: Leases,
     changes: mpsc::Sender<OwnershipChange>,
     owned: HashMap<u32, Owned>,
     shards_seen: HashMap<u32, Seen>,
     replicas_seen: HashMap<String, Seen>,
+    /// After handing everything over for a publish stall: no heartbeat and no
+    /// acquisition until then.
+    sitting_out_until: Option<Instant>,
+    failures: jetcron_core::retry::LogLimiter,
 }
 
 impl Ownership {
@@ -155,6 +229,8 @@ impl Ownership {
         bucket: kv::Store,
         replica_id: String,
         options: LeaseOptions,
+        lookahead: Duration,
+        clock: Arc<dyn Clock>,
         leases: Leases,
         changes: mpsc::Sender<OwnershipChange>,
     ) -> Self {
@@ -162,11 +238,15 @@ impl Ownership {
             bucket,
             replica_id,
             options,
+            lookahead,
+            clock,
             leases,
             changes,
             owned: HashMap::new(),
             shards_seen: HashMap::new(),
             replicas_seen: HashMap::new(),
+            sitting_out_until: None,
+            failures: jetcron_core::retry::LogLimiter::per_10s(),
         }
     }
 
@@ -186,8 +266,19 @@ impl Ownership {
                 _ = ready.changed() => {}
             }
             let is_ready = *ready.borrow();
-            if let Err(e) = self.round(is_ready).await {
-                warn!(error = %format!("{e:#}"), "ticker ownership round failed");
+            match self.round(is_ready).await {
+                Ok(()) => self.failures.reset(),
+                Err(e) => {
+                    // The lease bucket cannot be written (its leader is being
+                    // elected, or this connection is down). Nobody can take a
+                    // shard over through it meanwhile: keep publishing for a
+                    // while, and do not count this time as others' silence.
+                    let now = Instant::now();
+                    self.ride_out_outage(now);
+                    if let Some(failures) = self.failures.admit() {
+                        warn!(error = %format!("{e:#}"), failures, "ticker ownership round failed");
+                    }
+                }
             }
         }
         self.release_all().await;
@@ -197,12 +288,25 @@ impl Ownership {
 
     async fn round(&mut self, ready: bool) -> anyhow::Result<()> {
         let now = Instant::now();
-        self.bucket
-            .put(
-                replica_key(&self.replica_id),
-                jetcron_core::time_format::rfc3339_millis(Utc::now()).into(),
-            )
-            .await?;
+        if let Some(until) = self.sitting_out_until {
+            if now < until {
+                return Ok(());
+            }
+            self.sitting_out_until = None;
+        }
+        let stalled_for = self.leases.publish_failing_for(now);
+        if !self.owned.is_empty() && stalled_for > self.options.publish_stall_limit {
+            self.hand_over(stalled_for).await;
+            return Ok(());
+        }
+        if ready {
+            self.bucket
+                .put(
+                    replica_key(&self.replica_id),
+                    jetcron_core::time_format::rfc3339_millis(Utc::now()).into(),
+                )
+                .await?;
+        }
         let live = self.count_live_replicas(now).await?;
         let mut records = HashMap::new();
         for shard in 0..SHARDS {
@@ -229,19 +333,66 @@ impl Ownership {
                 continue;
             };
             let since = Seen::observe(&mut self.replicas_seen, key.clone(), entry.revision, now);
-            if now.duration_since(since) <= self.options.ttl {
+            let silent_for = now.duration_since(since);
+            if silent_for <= self.options.stale_after() {
                 live += 1;
+            } else if silent_for > self.options.ttl * 10 {
+                // A replica that died long ago: forget its heartbeat (unless
+                // it came back meanwhile, which the revision tells).
+                let _ = self
+                    .bucket
+                    .delete_expect_revision(key.as_str(), Some(entry.revision))
+                    .await;
+                self.replicas_seen.remove(key);
             }
         }
         Ok(live.max(1))
     }
 
+    /// The lease bucket cannot be written: keep owned shards valid up to
+    /// `outage_grace` after their last renewal, and restart every silence
+    /// this replica measures (it could not have seen a renewal either).
+    fn ride_out_outage(&mut self, now: Instant) {
+        for (shard, owned) in &self.owned {
+            self.leases
+                .extend(*shard, owned.renewed_at + self.options.outage_grace);
+        }
+        for seen in self
+            .shards_seen
+            .values_mut()
+            .chain(self.replicas_seen.values_mut())
+        {
+            seen.since = now;
+        }
+    }
+
+    /// Publishing has failed for `stalled_for` while others may be able to:
+    /// release every shard (with its watermark), withdraw the heartbeat so
+    /// the others' share covers them at once, and sit out one TTL.
+    async fn hand_over(&mut self, stalled_for: Duration) {
+        warn!(
+            stalled_ms = stalled_for.as_millis() as u64,
+            shards = self.owned.len(),
+            "due events not stored for too long, handing shards to other replicas"
+        );
+        let shards: Vec<u32> = self.owned.keys().copied().collect();
+        for shard in shards {
+            self.release(shard).await;
+            let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
+        }
+        let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
+        self.leases.set_publish_failing_since(None);
+        self.sitting_out_until = Some(Instant::now() + self.options.ttl);
+    }
+
     fn record_bytes(&self, owner: &str, done: DateTime<Utc>) -> bytes::Bytes {
+        let horizon = self.options.publish_horizon() + self.lookahead;
         let record = ShardRecord {
             owner: owner.to_string(),
             done,
-            written_at: Some(Utc::now()),
+            written_at: Some(self.clock.now()),
             lease_ttl_ms: u64::try_from(self.options.ttl.as_millis()).ok(),
+            emitted_horizon_ms: u64::try_from(horizon.as_millis()).ok(),
         };
         serde_json::to_vec(&record).unwrap_or_default().into()
     }
@@ -272,13 +423,26 @@ impl Ownership {
                 .await
             {
                 Ok(revision) => {
-                    self.owned.insert(shard, Owned { revision });
+                    self.owned.insert(
+                        shard,
+                        Owned {
+                            revision,
+                            renewed_at: started,
+                        },
+                    );
                     self.leases.grant(shard, started + self.options.ttl / 2);
                 }
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                     self.lose(shard, "lease taken by another replica").await;
                 }
-                Err(e) => warn!(shard, error = %e, "cannot renew shard lease"),
+                Err(e) => {
+                    // Not a conflict: the bucket did not answer. Nobody else
+                    // can write the record meanwhile either.
+                    let renewed_at = owned.renewed_at;
+                    self.leases
+                        .extend(shard, renewed_at + self.options.outage_grace);
+                    debug!(shard, error = %e, "cannot renew shard lease");
+                }
             }
         }
     }
@@ -332,7 +496,7 @@ impl Ownership {
             let started = Instant::now();
             let acquired = match records.get(&shard) {
                 None => {
-                    let done = Utc::now();
+                    let done = self.clock.now();
                     let value = self.record_bytes(&self.replica_id, done);
                     self.bucket
                         .create(shard_key(shard), value)
@@ -343,7 +507,7 @@ impl Ownership {
                 Some(entry) => {
                     let Ok(record) = serde_json::from_slice::<ShardRecord>(&entry.value) else {
                         warn!(shard, "unreadable shard record, overwriting from now");
-                        let done = Utc::now();
+                        let done = self.clock.now();
                         let value = self.record_bytes(&self.replica_id, done);
                         let revision = self
                             .bucket
@@ -361,22 +525,27 @@ impl Ownership {
                         .map_or(Duration::ZERO, |s| now.duration_since(s.since));
                     let server_age = (Utc::now() - entry.created).to_std().unwrap_or_default();
                     let free = record.owner.is_empty();
-                    let stale =
-                        unchanged_for > self.options.ttl || server_age > self.options.ttl * 3;
+                    let stale = unchanged_for > self.options.stale_after()
+                        || server_age > self.options.ttl * 3;
                     if !free && !stale {
                         continue;
                     }
                     let value = self.record_bytes(&self.replica_id, record.done);
-                    // The previous owner's TTL bounds how long it published after
-                    // this record; fall back to ours for records without it.
-                    let ttl = record
-                        .lease_ttl_ms
+                    // The previous owner's horizon bounds which scheduled times
+                    // it published after this record; older records name their
+                    // TTL only; fall back to ours for records without either.
+                    let horizon = record
+                        .emitted_horizon_ms
+                        .or(record.lease_ttl_ms)
                         .and_then(|ms| i64::try_from(ms).ok())
                         .map(chrono::Duration::milliseconds)
                         .unwrap_or_else(|| {
-                            chrono::Duration::from_std(self.options.ttl).unwrap_or_default()
+                            chrono::Duration::from_std(
+                                self.options.publish_horizon() + self.lookahead,
+                            )
+                            .unwrap_or_default()
                         });
-                    let emitted_before = record.written_at.unwrap_or(entry.created) + ttl;
+                    let emitted_before = record.written_at.unwrap_or(entry.created) + horizon;
                     self.bucket
                         .update(shard_key(shard), value, entry.revision)
                         .await
@@ -399,7 +568,13 @@ impl Ownership {
         emitted_before: DateTime<Utc>,
         started: Instant,
     ) {
-        self.owned.insert(shard, Owned { revision });
+        self.owned.insert(
+            shard,
+            Owned {
+                revision,
+                renewed_at: started,
+            },
+        );
         self.leases.set_watermark(shard, done);
         self.leases.grant(shard, started + self.options.ttl / 2);
         info!(shard, done = %jetcron_core::time_format::rfc3339_millis(done), "shard acquired");

@@ -154,7 +154,9 @@ impl FirePlan {
         } else {
             job.missed(from, now)
         };
-        self.plan(id, job, revision, catch_up, now);
+        // A previous owner with a lookahead stored fires up to `done`, which
+        // may lie ahead of `now`: the next regular fire comes after both.
+        self.plan(id, job, revision, catch_up, now.max(done));
     }
 
     /// Keep a paused job (no fires), remembering since when it is paused.

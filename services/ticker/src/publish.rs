@@ -3,17 +3,37 @@
 //! The `Nats-Msg-Id` header is the run id, derived from (job id, scheduled
 //! time): any publisher of the same fire (a retry, another replica) produces the
 //! same id and JetStream keeps only the first within the duplicate window.
+//!
+//! A batch is sent without waiting, then its acks are awaited together under
+//! one deadline: when the stream's leader dies, a batch costs one deadline,
+//! not one ack timeout per fire, and the fires without an ack are offered
+//! again (republished with the same `Nats-Msg-Id`, so a fire whose first
+//! publish was stored after all is kept once).
+
+use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
+use futures::StreamExt as _;
 use jetcron_core::due;
 use jetcron_core::events::{DueEventRef, RunId, Trigger};
 use tracing::debug;
 
+/// Longest wait for the acks of one batch. Acks come back in milliseconds
+/// from a healthy stream; a stream without a leader answers "no responders"
+/// at once or not at all, and waiting longer would only delay the retry.
+pub const ACK_DEADLINE: Duration = Duration::from_secs(2);
+
 use crate::plan::Fire;
 
 /// Send every fire without waiting for acks (await them with [`collect_acks`]).
-/// `None` where the send itself failed.
-pub async fn send_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<Option<PublishAckFuture>> {
+/// `None` where the send itself failed. A fire sent before its time (`now`
+/// earlier than its publish instant: the ticker's lookahead) tells executors
+/// to hold it until then.
+pub async fn send_batch(
+    js: &jetstream::Context,
+    fires: &[Fire],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Option<PublishAckFuture>> {
     let mut pending = Vec::with_capacity(fires.len());
     for fire in fires {
         let run_id = RunId::for_fire(&fire.job.spec.id, fire.scheduled_at);
@@ -27,21 +47,30 @@ pub async fn send_batch(js: &jetstream::Context, fires: &[Fire]) -> Vec<Option<P
             job: &fire.job.spec,
             shard: None,
         };
-        pending.push(due::send_due_event(js, event).await.ok());
+        let hold_until = (fire.fire_at > now).then_some(fire.fire_at);
+        pending.push(due::send_due_event(js, event, hold_until).await.ok());
     }
     pending
 }
 
-/// Await the acks of a sent batch: `true` where the event is stored (or was
-/// already, as a duplicate).
-pub async fn collect_acks(pending: Vec<Option<PublishAckFuture>>) -> Vec<bool> {
-    let mut stored = Vec::with_capacity(pending.len());
-    for ack in pending {
-        stored.push(match ack {
-            Some(ack) => ack.await.is_ok(),
-            None => false,
-        });
+/// Await the acks of a sent batch together, for at most `deadline`: `true`
+/// where the event is stored (or was already, as a duplicate), `false` where
+/// the send failed, the ack was an error, or it had not come by the deadline.
+pub async fn collect_acks(pending: Vec<Option<PublishAckFuture>>, deadline: Duration) -> Vec<bool> {
+    let mut stored = vec![false; pending.len()];
+    let mut acks: futures::stream::FuturesUnordered<_> = pending
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, ack)| ack.map(|ack| async move { (index, ack.await.is_ok()) }))
+        .collect();
+    let until = tokio::time::Instant::now() + deadline;
+    while let Ok(Some((index, ok))) = tokio::time::timeout_at(until, acks.next()).await {
+        stored[index] = ok;
     }
-    debug!(fires = stored.len(), "due batch acknowledged");
+    debug!(
+        fires = stored.len(),
+        stored = stored.iter().filter(|ok| **ok).count(),
+        "due batch settled"
+    );
     stored
 }

@@ -51,10 +51,14 @@ pub struct ShardRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub written_at: Option<DateTime<Utc>>,
-    /// The writer's lease TTL in milliseconds: it publishes nothing more than
-    /// half of it after its last renewal.
+    /// The writer's lease TTL in milliseconds (records of older builds: it
+    /// published nothing scheduled more than this after `written_at`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ttl_ms: Option<u64>,
+    /// The writer published nothing scheduled later than `written_at` plus
+    /// this: the longest it publishes without renewing, plus its lookahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emitted_horizon_ms: Option<u64>,
 }
 
 #[cfg(test)]
