@@ -55,6 +55,15 @@ pub const NOTIFIER_CONSUMER: &str = "notifier";
 /// Core-NATS subjects on which executors hear kill requests.
 pub const KILL_CONTROL_FILTER: &str = "jetcron.control.kill.*";
 
+/// Core-NATS subjects on which executors answer whether they run a run.
+pub const RUNNING_PROBE_FILTER: &str = "jetcron.control.running.*";
+
+/// Subject asking every executor whether it runs `run_id` now (request/reply:
+/// those that do answer). Core NATS, so it works while JetStream elects.
+pub fn running_probe_subject(run_id: &str) -> String {
+    format!("jetcron.control.running.{run_id}")
+}
+
 /// Durable consumer of the executors serving `pool`.
 pub fn executor_consumer(pool: &str) -> String {
     format!("executor-{pool}")

@@ -81,58 +81,89 @@ impl TopologyError {
 
 pub type Result<T, E = TopologyError> = std::result::Result<T, E>;
 
-/// Run `ensure` until it succeeds, returns a mismatch, or `shutdown` is
-/// cancelled (then `None`), waiting 100 ms doubling to 5 s (jittered)
-/// between tries and logging at most one line per 10 s. Meanwhile
-/// `readiness` says that `service` waits for its topology, and why; once it
-/// is there, that the service is ready, and a log line says so.
-pub async fn converge<T, F, Fut>(
-    service: &str,
-    readiness: &Readiness,
-    shutdown: &CancellationToken,
-    mut ensure: F,
-) -> anyhow::Result<Option<T>>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let started = Instant::now();
-    let mut delay = RetryDelay::nats();
-    let mut log = LogLimiter::per_10s();
-    readiness.waiting(service, "NATS topology");
-    loop {
-        match ensure().await {
-            Ok(value) => {
-                readiness.ready(service);
-                info!(
-                    service,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "ready: NATS topology verified"
-                );
-                return Ok(Some(value));
-            }
-            Err(TopologyError::Mismatch(message)) => {
-                readiness.waiting(service, message.clone());
-                return Err(anyhow::anyhow!(message));
-            }
-            Err(e) => {
-                readiness.waiting(service, format!("NATS topology: {e}"));
-                if let Some(failures) = log.admit() {
-                    warn!(
-                        service,
-                        failures,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        error = %e,
-                        "NATS topology not available yet, retrying (a cluster electing, \
-                         or a stream only an admin may create)"
-                    );
-                }
-            }
-        }
-        if delay.sleep(shutdown).await {
-            return Ok(None);
+/// A service waiting for its topology, one stream, bucket or consumer at a
+/// time: each [`Converging::ensure`] is retried on its own (100 ms doubling
+/// to 5 s, jittered) until it succeeds, returns a mismatch, or `shutdown` is
+/// cancelled, so what is already there is not asked again while another
+/// stream is still electing. Meanwhile `readiness` says what the service
+/// waits for and why; [`Converging::ready`] marks it ready and logs it.
+pub struct Converging<'a> {
+    service: &'a str,
+    readiness: &'a Readiness,
+    shutdown: &'a CancellationToken,
+    started: Instant,
+    log: LogLimiter,
+}
+
+impl<'a> Converging<'a> {
+    pub fn start(
+        service: &'a str,
+        readiness: &'a Readiness,
+        shutdown: &'a CancellationToken,
+    ) -> Self {
+        readiness.waiting(service, "NATS topology");
+        Self {
+            service,
+            readiness,
+            shutdown,
+            started: Instant::now(),
+            log: LogLimiter::per_10s(),
         }
     }
+
+    /// Retry `ensure` until it succeeds (`Some`), returns a mismatch
+    /// (`Err`), or shutdown is asked for (`None`).
+    pub async fn ensure<T, F, Fut>(&mut self, mut ensure: F) -> anyhow::Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut delay = RetryDelay::nats();
+        loop {
+            match ensure().await {
+                Ok(value) => return Ok(Some(value)),
+                Err(TopologyError::Mismatch(message)) => {
+                    self.readiness.waiting(self.service, message.clone());
+                    return Err(anyhow::anyhow!(message));
+                }
+                Err(e) => {
+                    self.readiness
+                        .waiting(self.service, format!("NATS topology: {e}"));
+                    if let Some(failures) = self.log.admit() {
+                        warn!(
+                            service = self.service,
+                            failures,
+                            waited_ms = self.started.elapsed().as_millis() as u64,
+                            error = %e,
+                            "NATS topology not available yet, retrying (a cluster electing, \
+                             or a stream only an admin may create)"
+                        );
+                    }
+                }
+            }
+            if delay.sleep(self.shutdown).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Everything is there: say so.
+    pub fn ready(self) {
+        self.readiness.ready(self.service);
+        info!(
+            service = self.service,
+            waited_ms = self.started.elapsed().as_millis() as u64,
+            "ready: NATS topology verified"
+        );
+    }
+}
+
+/// The JetStream context for topology requests: a stream without a leader
+/// does not answer, and a short timeout retries sooner.
+pub fn context(client: async_nats::Client) -> jetstream::Context {
+    jetstream::context::ContextBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build(client)
 }
 
 /// What jetcron needs of a stream (or a bucket's stream), beside its name.

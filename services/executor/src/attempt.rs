@@ -24,7 +24,7 @@ use crate::ended::{self, Since};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::target::{self, Outcome, RunContext};
-use crate::tries::{self, Budget, Ledger};
+use crate::tries::{self, Budget, Ledger, Recorded};
 use crate::{fanout, notify, ExecutorContext};
 
 /// Which delivery of which stored due event a message is.
@@ -107,7 +107,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
                 format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
-            finish(ctx, &publisher, &message, event, AckKind::Term, None).await;
+            finish(ctx, &publisher, &message, event, AckKind::Term, None, None).await;
             return;
         }
     };
@@ -133,13 +133,30 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
                 "shard {index} is out of range for {} shards",
                 job.shards
             ));
-            finish(ctx, &publisher, &message, event, AckKind::Term, None).await;
+            finish(ctx, &publisher, &message, event, AckKind::Term, None, None).await;
             return;
         }
     }
     let ledger = Ledger::new(&ctx.running, &due, delivery.due_sequence);
-    let budget = match ledger.budget(attempt).await {
-        Ok(budget) => budget,
+    let budget = match ledger.read(attempt).await {
+        Ok(Recorded {
+            ended: Some(event), ..
+        }) => {
+            // The run ended, but its outcome event was not stored before its
+            // executor went away: store it now, never call the target again.
+            info!(
+                ended = event.kind.as_str(),
+                "run already ended (recorded in its ledger), settling without running it"
+            );
+            let settle = if event.kind == RunEventKind::Succeeded {
+                AckKind::Ack
+            } else {
+                AckKind::Term
+            };
+            finish(ctx, &publisher, &message, event, settle, None, None).await;
+            return;
+        }
+        Ok(recorded) => recorded.budget,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
             hand_back(&message).await;
@@ -174,6 +191,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
             event,
             AckKind::Term,
             job.spec.notify.as_ref(),
+            None,
         )
         .await;
         return;
@@ -198,6 +216,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
                 event,
                 AckKind::Term,
                 job.spec.notify.as_ref(),
+                None,
             )
             .await;
             if job.concurrency != ConcurrencyPolicy::Allow {
@@ -217,19 +236,6 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         ConcurrencyPolicy::Allow => None,
         policy => match claims::claim_for_run(ctx, &message, &job, &due, attempt, policy).await {
             Ok(Overlap::Claimed(handle)) => Some(*handle),
-            Ok(Overlap::RunningElsewhere(holder)) => {
-                // Another delivery of this very attempt holds the claim (a
-                // consumer leader handed the message out twice): let it
-                // finish; this delivery comes back when the claim would expire.
-                info!(executor = %holder.executor_id, "this attempt runs on another executor, handing the delivery back");
-                let wait = (holder.expires_at_ms - Utc::now().timestamp_millis()).max(1000);
-                ack(
-                    &message,
-                    AckKind::Nak(Some(std::time::Duration::from_millis(wait as u64))),
-                )
-                .await;
-                return;
-            }
             Ok(Overlap::Declined(holder)) => {
                 info!(holder = %holder, "previous run still going, skipping this fire");
                 let event = publisher.declined(
@@ -238,7 +244,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
                     format!("run {holder} of this job is still going (concurrency: forbid)"),
                     max_attempts,
                 );
-                finish(ctx, &publisher, &message, event, AckKind::Ack, None).await;
+                finish(ctx, &publisher, &message, event, AckKind::Ack, None, None).await;
                 return;
             }
             Err(e) => {
@@ -248,13 +254,25 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
             }
         },
     };
+    // A redelivery that waited for the run's claim may find the run ended
+    // by the delivery it waited for.
+    if attempt > 1
+        && claim.is_some()
+        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await
+    {
+        release(claim).await;
+        return;
+    }
+    registration.activate();
     let started_at = Utc::now();
     let started = publisher.started(started_at, max_attempts);
-    match publisher
-        .publish(&started, store_budget(ctx), &message)
-        .await
-    {
-        Ok(stored) if stored.duplicate => {
+    // The start is recorded before the target is called, but the call does
+    // not wait longer than STARTED_WAIT for it: while `JETCRON_RUNS` elects a
+    // leader the event is stored later (before the outcome), and the fire
+    // still reaches its target on time.
+    let mut store_started = Box::pin(publisher.publish(&started, store_budget(ctx), &message));
+    let stored_in_time = match tokio::time::timeout(STARTED_WAIT, &mut store_started).await {
+        Ok(Ok(stored)) if stored.duplicate => {
             // Another delivery started this very attempt: it ran, or runs now.
             if !ended_already(ctx, &message, &due, Since::Sequence(stored.sequence)).await {
                 info!("another delivery started this attempt, handing this one back");
@@ -264,13 +282,17 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
             }
             return;
         }
-        Ok(_) => {}
-        Err(e) => {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
             warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
             hand_back(&message).await;
             return;
         }
-    }
+        Err(_) => {
+            info!("start not stored yet, calling the target meanwhile");
+            false
+        }
+    };
     info!(target_type = job.spec.target.kind(), "attempt started");
     let run = RunContext {
         run_id: due.run_id.clone(),
@@ -279,8 +301,27 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         attempt,
         shard: due.shard.map(|index| (index, job.shards)),
     };
-    let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
-    drop(registration);
+    // The attempt stops counting as running (kills, `forbid` probes) as soon
+    // as its target returns, not when its events are stored.
+    let work = async {
+        let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
+        drop(registration);
+        ending
+    };
+    let ending = if stored_in_time {
+        work.await
+    } else {
+        let (ending, stored) = tokio::join!(work, &mut store_started);
+        match stored {
+            Ok(stored) if stored.duplicate => {
+                warn!("another delivery started this attempt too (its start was stored first)")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %format!("{e:#}"), "start of the attempt never stored"),
+        }
+        ending
+    };
+    drop(store_started);
     publisher.started_at = Some(started_at);
     settle(
         ctx, &publisher, &message, &job, &due, &ledger, budget, ending, claim,
@@ -365,7 +406,17 @@ async fn settle(
                 &outcome,
                 max_attempts,
             );
-            finish(ctx, publisher, message, event, AckKind::Ack, None).await;
+            let failed = budget.try_number.saturating_sub(1);
+            finish(
+                ctx,
+                publisher,
+                message,
+                event,
+                AckKind::Ack,
+                None,
+                Some((ledger, failed)),
+            )
+            .await;
             release(claim).await;
             if budget.try_number > 1 {
                 ledger.forget().await;
@@ -382,7 +433,17 @@ async fn settle(
                 &outcome,
                 max_attempts,
             );
-            finish(ctx, publisher, message, event, AckKind::Term, notify).await;
+            let failed = budget.try_number.saturating_sub(1);
+            finish(
+                ctx,
+                publisher,
+                message,
+                event,
+                AckKind::Term,
+                notify,
+                Some((ledger, failed)),
+            )
+            .await;
             release(claim).await;
             return;
         }
@@ -396,7 +457,16 @@ async fn settle(
                 &outcome,
                 max_attempts,
             );
-            finish(ctx, publisher, message, event, AckKind::Nak(None), None).await;
+            finish(
+                ctx,
+                publisher,
+                message,
+                event,
+                AckKind::Nak(None),
+                None,
+                None,
+            )
+            .await;
             return;
         }
         Ending::TimedOut => (
@@ -442,6 +512,7 @@ async fn settle(
             event,
             AckKind::Nak(Some(delay)),
             None,
+            None,
         )
         .await;
         if let (Some(mut claim), Some(retry_at)) = (claim, retry_at) {
@@ -459,7 +530,16 @@ async fn settle(
             _ => RunEventKind::Failed,
         };
         let event = publisher.outcome(kind, ended, finished_at, &outcome, max_attempts);
-        finish(ctx, publisher, message, event, AckKind::Term, notify).await;
+        finish(
+            ctx,
+            publisher,
+            message,
+            event,
+            AckKind::Term,
+            notify,
+            Some((ledger, try_number)),
+        )
+        .await;
         release(claim).await;
     }
 }
@@ -480,8 +560,28 @@ async fn finish(
     event: RunEvent,
     settle: AckKind,
     notify: Option<&job::NotifyPolicy>,
+    called: Option<(&Ledger<'_>, u32)>,
 ) {
-    if let Err(e) = publisher.publish(&event, store_budget(ctx), message).await {
+    let store = publisher.publish(&event, store_budget(ctx), message);
+    let stored = match called {
+        // The target was called: if the event is slow to be stored, write the
+        // run's end in its ledger meanwhile, so that a redelivery (this
+        // executor dying before the store) does not call it again.
+        Some((ledger, failed)) => {
+            tokio::pin!(store);
+            match tokio::time::timeout(STARTED_WAIT, &mut store).await {
+                Ok(stored) => stored,
+                Err(_) => {
+                    if let Err(e) = ledger.record_end(failed, &event).await {
+                        warn!(error = %format!("{e:#}"), "cannot record the run's end in its ledger");
+                    }
+                    store.await
+                }
+            }
+        }
+        None => store.await,
+    };
+    if let Err(e) = stored {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
         hand_back(message).await;
         return;
@@ -533,6 +633,10 @@ async fn ack(message: &Message, kind: AckKind) {
         tokio::time::sleep(wait).await;
     }
 }
+
+/// How long the call of the target waits for the `started` event to be
+/// stored (it is stored meanwhile, before the outcome, when this is not enough).
+const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long a settle is retried: longer than a leader election (4–9 s).
 const ACK_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);

@@ -15,7 +15,10 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tracing::warn;
+use tracing::{debug, warn};
+
+/// How long a release is retried while the bucket has no leader.
+const RELEASE_BUDGET: Duration = Duration::from_secs(10);
 
 /// The value of a claim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,9 +34,10 @@ pub enum Acquired {
     Held(Box<ClaimHandle>),
     /// Another live run holds it.
     Busy(Claim),
-    /// This run holds it, for the same attempt, on another executor: the
-    /// due event was handed out twice and that delivery runs it.
-    SameAttemptElsewhere(Claim),
+    /// Another delivery of this run holds it and is not waiting for a retry:
+    /// it runs the target, or records how that went (a consumer leader
+    /// handed the due event out again meanwhile).
+    SameRunActive(Claim),
 }
 
 /// A claim this attempt holds.
@@ -49,12 +53,15 @@ const MAX_RACES: usize = 32;
 
 /// Take `key` for `claim.run_id`, unless another run holds it and has not
 /// expired. A claim of `take_over_from` counts as free (a `replace` fire that
-/// killed that run).
+/// killed that run). A lost compare-and-swap is retried at once; a bucket
+/// that does not answer (its leader is being elected) is an error, for the
+/// caller to retry later.
 pub async fn acquire(
     store: &kv::Store,
     key: &str,
     claim: Claim,
     take_over_from: Option<&str>,
+    ttl: chrono::Duration,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Acquired> {
     let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
@@ -72,19 +79,29 @@ pub async fn acquire(
                     if !ours && !released && !expired {
                         return Ok(Acquired::Busy(holder));
                     }
-                    // A retry has a higher attempt than the holder; the same
-                    // (or a lower) one elsewhere is a second delivery.
-                    let twin = ours
-                        && !expired
-                        && holder.executor_id != claim.executor_id
-                        && holder.attempt >= claim.attempt;
-                    if twin {
-                        return Ok(Acquired::SameAttemptElsewhere(holder));
+                    // The run's claim, held by another delivery of it: taken
+                    // back by a retry when that delivery waits for it (its
+                    // claim reaches past the refresh horizon); otherwise that
+                    // delivery is still at work, and this one waits.
+                    let same_delivery =
+                        holder.executor_id == claim.executor_id && holder.attempt == claim.attempt;
+                    if ours && !expired && !same_delivery && !waits_for_retry(&holder, ttl, now) {
+                        return Ok(Acquired::SameRunActive(holder));
                     }
                 }
-                store.update(key, value.clone(), entry.revision).await.ok()
+                match store.update(key, value.clone(), entry.revision).await {
+                    Ok(revision) => Some(revision),
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => None,
+                    Err(e) => {
+                        return Err(anyhow::Error::from(e).context(format!("write claim {key}")))
+                    }
+                }
             }
-            _ => store.create(key, value.clone()).await.ok(),
+            _ => match store.create(key, value.clone()).await {
+                Ok(revision) => Some(revision),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => None,
+                Err(e) => return Err(anyhow::Error::from(e).context(format!("create claim {key}"))),
+            },
         };
         if let Some(revision) = written {
             return Ok(Acquired::Held(Box::new(ClaimHandle {
@@ -147,14 +164,32 @@ impl ClaimHandle {
         }
     }
 
-    /// Give the claim up (if it is still ours).
+    /// Give the claim up (if it is still ours), retrying for a few seconds
+    /// while the bucket does not answer; a claim left behind is taken over
+    /// by the next fire once no executor runs its run.
     pub async fn release(self) {
-        if let Err(e) = self
-            .store
-            .delete_expect_revision(&self.key, Some(self.revision))
-            .await
-        {
-            warn!(key = %self.key, error = %e, "claim not released (taken over or gone)");
+        let mut delay = jetcron_core::retry::RetryDelay::new(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        );
+        let started = std::time::Instant::now();
+        loop {
+            match self
+                .store
+                .delete_expect_revision(&self.key, Some(self.revision))
+                .await
+            {
+                Ok(()) => return,
+                Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => {
+                    debug!(key = %self.key, "claim already taken over");
+                    return;
+                }
+                Err(e) if started.elapsed() > RELEASE_BUDGET => {
+                    warn!(key = %self.key, error = %e, "claim not released; the next fire takes it over");
+                    return;
+                }
+                Err(_) => tokio::time::sleep(delay.next_delay()).await,
+            }
         }
     }
 }
@@ -198,8 +233,23 @@ pub enum Overlap {
     Claimed(Box<ClaimHandle>),
     /// `forbid`: the run with this id is still going; this fire is skipped.
     Declined(String),
-    /// This attempt is running on another executor (a second delivery).
-    RunningElsewhere(Claim),
+}
+
+/// How long a `forbid` fire waits for a previous run that is still going
+/// before it is skipped.
+pub const FORBID_GRACE: Duration = Duration::from_secs(2);
+/// How often it looks again meanwhile.
+const FORBID_POLL: Duration = Duration::from_millis(50);
+
+/// How long a probe waits for an executor to say it runs a run.
+const PROBE_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether an executor answers that it runs `run_id` now (core NATS, so
+/// this works while JetStream elects leaders).
+async fn runs_somewhere(client: &async_nats::Client, run_id: &str) -> bool {
+    let subject = jetcron_core::subjects::running_probe_subject(run_id);
+    let request = async_nats::Request::new().timeout(Some(PROBE_WAIT));
+    client.send_request(subject, request).await.is_ok()
 }
 
 /// How long a `replace` fire waits for the run it killed to let go.
@@ -224,8 +274,12 @@ pub async fn claim_for_run(
     // Longest wait for a killed run to release: its claim expires by then.
     let give_up = ttl.to_std().unwrap_or(Duration::from_secs(30)) + Duration::from_secs(5);
     let mut killed: Option<String> = None;
+    // Since when the same other run has been seen running.
+    let mut busy_since: Option<(String, tokio::time::Instant)> = None;
     let mut take_over_from: Option<String> = None;
     let mut last_progress = tokio::time::Instant::now();
+    let mut unavailable =
+        jetcron_core::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let claim = Claim {
             run_id: ours.to_string(),
@@ -233,21 +287,74 @@ pub async fn claim_for_run(
             attempt,
             expires_at_ms: (Utc::now() + ttl).timestamp_millis(),
         };
-        let holder = match acquire(
+        let acquired = match acquire(
             &ctx.running,
             &key,
             claim,
             take_over_from.as_deref(),
+            ttl,
             Utc::now(),
         )
-        .await?
+        .await
         {
+            Ok(acquired) => {
+                unavailable.reset();
+                acquired
+            }
+            Err(e) => {
+                // The bucket has no leader for a moment: wait for the next
+                // one (keeping the message alive) rather than hand the run back.
+                let wait = unavailable.next_delay();
+                if started.elapsed() + wait > ctx.config.ack_wait {
+                    return Err(e);
+                }
+                let _ = message
+                    .ack_with(async_nats::jetstream::AckKind::Progress)
+                    .await;
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let holder = match acquired {
             Acquired::Held(handle) => return Ok(Overlap::Claimed(handle)),
-            Acquired::SameAttemptElsewhere(holder) => return Ok(Overlap::RunningElsewhere(holder)),
+            Acquired::SameRunActive(holder) => {
+                // Wait for the other delivery to finish (it releases the
+                // claim) or die (the claim expires within its TTL).
+                if last_progress.elapsed() >= ctx.config.progress_interval {
+                    let _ = message
+                        .ack_with(async_nats::jetstream::AckKind::Progress)
+                        .await;
+                    last_progress = tokio::time::Instant::now();
+                }
+                tracing::debug!(executor = %holder.executor_id, attempt = holder.attempt, "another delivery of this run holds its claim, waiting");
+                tokio::time::sleep(REPLACE_WAIT_POLL).await;
+                continue;
+            }
             Acquired::Busy(holder) => holder,
         };
         if policy == ConcurrencyPolicy::Forbid {
-            return Ok(Overlap::Declined(holder.run_id));
+            if runs_somewhere(&ctx.nats, &holder.run_id).await {
+                // Fires that waited together (for a leader election, say)
+                // come at once: let a short previous run end first.
+                let since = match &busy_since {
+                    Some((run, since)) if *run == holder.run_id => *since,
+                    _ => {
+                        let now = tokio::time::Instant::now();
+                        busy_since = Some((holder.run_id.clone(), now));
+                        now
+                    }
+                };
+                if since.elapsed() < FORBID_GRACE {
+                    tokio::time::sleep(FORBID_POLL).await;
+                    continue;
+                }
+                return Ok(Overlap::Declined(holder.run_id));
+            }
+            // A claim that outlived its run: its release failed (the bucket
+            // was electing a leader) or its executor died. Take it over.
+            tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
+            take_over_from = Some(holder.run_id);
+            continue;
         }
         if killed.as_deref() != Some(holder.run_id.as_str()) {
             let reason = format!("replaced by run {ours} (concurrency: replace)");

@@ -142,22 +142,50 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!("pool {pool:?}: {}", e.message))?;
     }
     let wanted = &config.topology;
-    let ensured = topology::converge("executor", &config.readiness, &shutdown, || async {
-        let stream = topology::ensure_due_stream(&js, wanted).await?;
-        topology::ensure_runs_stream(&js, wanted).await?;
-        let notify = topology::ensure_notify_stream(&js, wanted).await?;
-        let running = topology::ensure_running_bucket(&js, wanted).await?;
-        let mut consumers = Vec::new();
-        for pool in &pools {
-            consumers.push((pool.clone(), pool_consumer(&stream, pool, &config).await?));
-        }
-        let notifier = notify::notifier_consumer(&notify).await?;
-        Ok((running, consumers, notifier))
-    })
-    .await?;
-    let Some((running, consumers, notifier)) = ensured else {
+    let tjs = topology::context(client.clone());
+    let mut converging = topology::Converging::start("executor", &config.readiness, &shutdown);
+    let Some(stream) = converging
+        .ensure(|| topology::ensure_due_stream(&tjs, wanted))
+        .await?
+    else {
         return Ok(());
     };
+    if converging
+        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let Some(notify) = converging
+        .ensure(|| topology::ensure_notify_stream(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    let Some(running) = converging
+        .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    let mut consumers = Vec::new();
+    for pool in &pools {
+        let Some(consumer) = converging
+            .ensure(|| pool_consumer(&stream, pool, &config))
+            .await?
+        else {
+            return Ok(());
+        };
+        consumers.push((pool.clone(), consumer));
+    }
+    let Some(notifier) = converging
+        .ensure(|| notify::notifier_consumer(&notify))
+        .await?
+    else {
+        return Ok(());
+    };
+    converging.ready();
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()

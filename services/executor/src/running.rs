@@ -5,6 +5,12 @@
 //! (`jetcron.control.kill.*`, core NATS) cancels the registered attempts of
 //! the named run and answers with how many it stopped. The durable half of a
 //! kill (the marker in `jetcron_running`) is checked when an attempt starts.
+//!
+//! The same listener answers probes on `jetcron.control.running.<run_id>`
+//! when the run is registered here: a `forbid` fire that finds the job's
+//! claim held asks whether its holder still runs, because a claim can
+//! outlive its run (its release failed while the bucket elected a leader,
+//! or its executor died).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +33,9 @@ struct Entry {
     id: u64,
     kill: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
+    /// The attempt got past its claim and calls (or is about to call) its
+    /// target: what a `forbid` probe asks about.
+    active: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One attempt's place in [`RunningAttempts`]; removed when dropped.
@@ -37,9 +46,18 @@ pub struct Registration {
     /// Cancelled when the run is killed.
     pub killed: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
+    active: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Registration {
+    /// The attempt holds what it needs and calls its target now: probes
+    /// about its run are answered from here on (not while it waits for a
+    /// claim, say).
+    pub fn activate(&self) {
+        self.active
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Why the run was killed.
     pub fn reason(&self) -> String {
         self.reason
@@ -76,6 +94,7 @@ impl RunningAttempts {
         };
         let killed = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
+        let active = Arc::new(std::sync::atomic::AtomicBool::new(false));
         self.lock_runs()
             .entry(run_id.to_string())
             .or_default()
@@ -83,6 +102,7 @@ impl RunningAttempts {
                 id,
                 kill: killed.clone(),
                 reason: reason.clone(),
+                active: active.clone(),
             });
         Registration {
             attempts: self.clone(),
@@ -90,6 +110,7 @@ impl RunningAttempts {
             id,
             killed,
             reason,
+            active,
         }
     }
 
@@ -106,6 +127,15 @@ impl RunningAttempts {
         u32::try_from(entries.len()).unwrap_or(u32::MAX)
     }
 
+    /// Whether an attempt of `run_id` runs its target here now.
+    pub fn is_active(&self, run_id: &str) -> bool {
+        self.lock_runs().get(run_id).is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.active.load(std::sync::atomic::Ordering::Acquire))
+        })
+    }
+
     /// Number of attempts in progress.
     pub fn len(&self) -> usize {
         self.lock_runs().values().map(Vec::len).sum()
@@ -116,14 +146,16 @@ impl RunningAttempts {
     }
 }
 
-/// Answer kill requests until `shutdown`.
+/// Answer kill requests and running probes until `shutdown`.
 pub async fn listen_for_kills(
     client: async_nats::Client,
     attempts: Arc<RunningAttempts>,
     executor_id: String,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut requests = client.subscribe(subjects::KILL_CONTROL_FILTER).await?;
+    let kills = client.subscribe(subjects::KILL_CONTROL_FILTER).await?;
+    let probes = client.subscribe(subjects::RUNNING_PROBE_FILTER).await?;
+    let mut requests = futures::stream::select(kills, probes);
     loop {
         let message = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -135,6 +167,12 @@ pub async fn listen_for_kills(
         let Some(run_id) = message.subject.rsplit('.').next() else {
             continue;
         };
+        if message.subject.starts_with("jetcron.control.running.") {
+            if let (true, Some(reply)) = (attempts.is_active(run_id), message.reply) {
+                let _ = client.publish(reply, executor_id.clone().into()).await;
+            }
+            continue;
+        }
         let reason = serde_json::from_slice::<KillMarker>(&message.payload)
             .map(|m| m.reason)
             .unwrap_or_else(|_| "killed".into());
@@ -173,5 +211,21 @@ mod tests {
         drop((a, b));
         assert_eq!(attempts.kill("r1", "again"), 0);
         assert_eq!(attempts.len(), 1);
+    }
+
+    #[test]
+    fn only_attempts_past_their_claim_count_as_running() {
+        let attempts = Arc::new(RunningAttempts::default());
+        let waiting = attempts.register("r1");
+        assert!(
+            !attempts.is_active("r1"),
+            "registered, waiting for its claim"
+        );
+        let running = attempts.register("r1");
+        running.activate();
+        assert!(attempts.is_active("r1"));
+        drop(running);
+        assert!(!attempts.is_active("r1"));
+        drop(waiting);
     }
 }

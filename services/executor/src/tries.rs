@@ -17,12 +17,19 @@
 //! Deliveries that do not count are still bounded: after
 //! [`MAX_UNCOUNTED_DELIVERIES`] of them the run fails, so a target that kills
 //! its executor every time (out of memory, say) cannot loop forever.
+//!
+//! The ledger also keeps the *end* of a run whose outcome event is slow to be
+//! stored (`JETCRON_RUNS` electing a leader): the target was called, and an
+//! executor that dies before the event is stored must not leave a
+//! redelivery that calls it again. The end is written only on that slow
+//! path ([`Ledger::record_end`]); a redelivery finds it, stores the event
+//! and settles the message without running anything.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv;
-use jetcron_core::events::DueEvent;
+use jetcron_core::events::{DueEvent, RunEvent};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -45,7 +52,7 @@ pub fn handback_delay(delivery: u32) -> Duration {
 }
 
 /// The ledger's value.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct FailedTries {
     /// Attempts that failed or timed out.
     failed: u32,
@@ -54,6 +61,17 @@ struct FailedTries {
     /// starts afresh instead of inheriting an old count.
     #[serde(default)]
     due_sequence: u64,
+    /// The terminal event of the run, when its store was slow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ended: Option<RunEvent>,
+}
+
+/// What a redelivery learns from the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    pub budget: Budget,
+    /// The run ended already with this event (the target was called).
+    pub ended: Option<RunEvent>,
 }
 
 /// Where a delivery stands in its run's retry budget.
@@ -111,13 +129,16 @@ impl<'a> Ledger<'a> {
         jetcron_core::subjects::tries_key(self.run_id, self.shard)
     }
 
-    /// The budget of delivery number `delivery`.
-    pub async fn budget(&self, delivery: u32) -> anyhow::Result<Budget> {
+    /// What the ledger holds for delivery number `delivery`.
+    pub async fn read(&self, delivery: u32) -> anyhow::Result<Recorded> {
         if delivery <= 1 {
-            return Ok(Budget::FIRST);
+            return Ok(Recorded {
+                budget: Budget::FIRST,
+                ended: None,
+            });
         }
         let key = self.key();
-        let failed = match self
+        let (failed, ended) = match self
             .store
             .get(&key)
             .await
@@ -126,13 +147,32 @@ impl<'a> Ledger<'a> {
             // An unreadable value is our own bug or a stranger's write: count
             // every earlier delivery, the conservative side.
             Some(value) => match serde_json::from_slice::<FailedTries>(&value) {
-                Ok(tries) if tries.due_sequence == self.due_sequence => tries.failed,
-                Ok(_) => 0,
-                Err(_) => delivery - 1,
+                Ok(tries) if tries.due_sequence == self.due_sequence => (tries.failed, tries.ended),
+                Ok(_) => (0, None),
+                Err(_) => (delivery - 1, None),
             },
-            None => 0,
+            None => (0, None),
         };
-        Ok(Budget::of(delivery, failed))
+        Ok(Recorded {
+            budget: Budget::of(delivery, failed),
+            ended,
+        })
+    }
+
+    /// Record that the run ended with `event` after `failed` failed tries
+    /// (its store in `JETCRON_RUNS` is slow; see the module docs).
+    pub async fn record_end(&self, failed: u32, event: &RunEvent) -> anyhow::Result<()> {
+        let key = self.key();
+        let value = serde_json::to_vec(&FailedTries {
+            failed,
+            due_sequence: self.due_sequence,
+            ended: Some(event.clone()),
+        })?;
+        self.store
+            .put(&key, value.into())
+            .await
+            .with_context(|| format!("write retry ledger {key}"))?;
+        Ok(())
     }
 
     /// Record that try `try_number` failed.
@@ -141,6 +181,7 @@ impl<'a> Ledger<'a> {
         let value = serde_json::to_vec(&FailedTries {
             failed: try_number,
             due_sequence: self.due_sequence,
+            ended: None,
         })?;
         self.store
             .put(&key, value.into())

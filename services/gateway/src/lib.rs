@@ -85,13 +85,38 @@ pub async fn run(
         config.readiness.clone(),
     )?;
     let wanted = &config.topology;
-    let ensured = topology::converge("gateway", &config.readiness, &shutdown, || async {
-        let bucket = topology::ensure_jobs_bucket(&js, wanted).await?;
-        topology::ensure_due_stream(&js, wanted).await?;
-        topology::ensure_runs_stream(&js, wanted).await?;
-        let running = topology::ensure_running_bucket(&js, wanted).await?;
-        Ok((bucket, running))
-    })
+    let tjs = topology::context(client.clone());
+    let ensured = async {
+        let mut converging = topology::Converging::start("gateway", &config.readiness, &shutdown);
+        let Some(bucket) = converging
+            .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
+            .await?
+        else {
+            return Ok(None);
+        };
+        if converging
+            .ensure(|| topology::ensure_due_stream(&tjs, wanted))
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        if converging
+            .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let Some(running) = converging
+            .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
+            .await?
+        else {
+            return Ok(None);
+        };
+        converging.ready();
+        anyhow::Ok(Some((bucket, running)))
+    }
     .await;
     starting.stop().await;
     let Some((bucket, running)) = ensured? else {

@@ -37,6 +37,9 @@ pub enum Command {
     All(Box<AllArgs>),
     /// Send a NATS request and print the reply (a stand-in for `nats req`).
     Req(ReqArgs),
+    /// Move jetcron's streams and buckets to another replica count (R1 to
+    /// R3 when a single node grows into a cluster), keeping every message.
+    Migrate(MigrateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -169,7 +172,9 @@ pub struct TickerArgs {
     pub lookahead: Option<Duration>,
     /// A ticker that cannot get due events stored for this long hands its
     /// shards to other replicas (which may reach a NATS node it cannot).
-    #[arg(long, env = "JETCRON_PUBLISH_STALL_LIMIT", default_value = "10s", value_parser = humantime::parse_duration)]
+    /// Longer than back-to-back elections (each 4-9 s), which stall every
+    /// replica alike.
+    #[arg(long, env = "JETCRON_PUBLISH_STALL_LIMIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub publish_stall_limit: Duration,
 }
 
@@ -297,4 +302,19 @@ pub struct ReqArgs {
     /// How long to wait for the reply.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The replica count the streams and buckets should have.
+    #[arg(long)]
+    pub replicas: usize,
+    /// The servers that hold the existing streams when they are not the
+    /// ones of --nats-url (a standalone server whose data moves into a new
+    /// cluster); default: --nats-url.
+    #[arg(long, value_parser = parse_server_list)]
+    pub from: Option<ServerList>,
+    /// Say what would change, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }

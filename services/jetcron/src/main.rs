@@ -4,6 +4,7 @@
 
 mod cli;
 mod metrics_server;
+mod migrate;
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -38,9 +39,11 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = cli.common;
-    if let Command::Req(args) = cli.command {
-        return request(&common, args).await;
-    }
+    let command = match cli.command {
+        Command::Req(args) => return request(&common, args).await,
+        Command::Migrate(args) => return migrate::run(&common, args).await,
+        command => command,
+    };
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signals(shutdown.clone()));
     jetcron_core::prometheus::install().context("install the metrics recorder")?;
@@ -58,7 +61,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         readiness: &readiness,
         shutdown: &shutdown,
     };
-    match cli.command {
+    match command {
         Command::Ticker(args) => spawn_ticker(&mut services, &process, args).await?,
         Command::Executor(args) => spawn_executor(&mut services, &process, args).await?,
         Command::Projector(args) => spawn_projector(&mut services, &process, args).await?,
@@ -70,7 +73,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
         }
-        Command::Req(_) => unreachable!("handled above"),
+        Command::Req(_) | Command::Migrate(_) => unreachable!("handled above"),
     }
     // A service that ends (or fails) takes the process down with it.
     let mut result = Ok(());

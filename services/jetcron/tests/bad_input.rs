@@ -1152,7 +1152,11 @@ fn report(cases: &[Case], results: &Results) {
                         passed += 1;
                         "ok"
                     }
-                    Verdict::Fail(_) => "FAIL",
+                    Verdict::Fail(why) => {
+                        // The reason on the row itself: CI shows the report, not always the panic.
+                        let why: String = why.chars().take(300).collect();
+                        return format!("{door}=FAIL ({why})");
+                    }
                     Verdict::KnownBug { bug, observed } => {
                         bugs.push(format!(
                             "{} [{door}]: {bug}\n      observed: {observed}",

@@ -99,27 +99,37 @@ pub async fn run_counted(
 ) -> anyhow::Result<()> {
     let js = jetstream::new(client);
     let wanted = &config.topology;
-    let ensured = topology::converge("projector", &config.readiness, &shutdown, || async {
-        let stream = topology::ensure_runs_stream(&js, wanted).await?;
-        topology::ensure_dead_letter_stream(&js, wanted).await?;
-        topology::ensure_consumer(
-            &stream,
-            pull::Config {
-                durable_name: Some(config.consumer.clone()),
-                description: Some("jetcron projector into ClickHouse".into()),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                max_deliver: -1,
-                max_ack_pending: (config.batch_size * 4).max(1000) as i64,
-                ..Default::default()
-            },
-        )
-        .await
-    })
-    .await?;
-    let Some(consumer) = ensured else {
+    let tjs = topology::context(js.client());
+    let mut converging = topology::Converging::start("projector", &config.readiness, &shutdown);
+    let Some(stream) = converging
+        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
+        .await?
+    else {
         return Ok(());
     };
+    if converging
+        .ensure(|| topology::ensure_dead_letter_stream(&tjs, wanted))
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let consumer_config = pull::Config {
+        durable_name: Some(config.consumer.clone()),
+        description: Some("jetcron projector into ClickHouse".into()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: config.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: (config.batch_size * 4).max(1000) as i64,
+        ..Default::default()
+    };
+    let Some(consumer) = converging
+        .ensure(|| topology::ensure_consumer(&stream, consumer_config.clone()))
+        .await?
+    else {
+        return Ok(());
+    };
+    converging.ready();
     let clickhouse = config.clickhouse.client();
     apply_schema_with_retry(&clickhouse, &shutdown).await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");

@@ -7,6 +7,8 @@
 //! given rows (`JSONEachRow` text per table, e.g. exported from the 18.16
 //! server) and answers each query with its columns and rows. Without chdb it
 //! fails with a message pointing at `infra/test.sh`, which installs it.
+//! `run_statements_on_chdb` runs any statements in a fresh session instead,
+//! without the schema (the replicated DDL's checks use it).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -25,7 +27,7 @@ except ImportError as e:
 spec = json.load(sys.stdin)
 s = session.Session()
 try:
-    for path in sorted(glob.glob(os.path.join(spec["schema_dir"], "*.sql"))):
+    for path in sorted(glob.glob(os.path.join(spec["schema_dir"], "*.sql"))) if spec["schema_dir"] else []:
         with open(path) as f:
             text = "\n".join(l for l in f.read().splitlines() if not l.lstrip().startswith("--"))
         for statement in text.split(";"):
@@ -63,7 +65,31 @@ pub async fn run_on_chdb(inserts: Value, queries: &[&str]) -> (String, Vec<Value
         "inserts": inserts,
         "queries": queries,
     });
-    let workdir = std::env::temp_dir().join(format!("jetcron-chdb-{}", std::process::id()));
+    run_script(input, queries.len()).await
+}
+
+/// Run `statements` in order in one fresh chdb session, without jetcron's
+/// schema: DDL, inserts and queries alike, each answered as by
+/// [`run_on_chdb`] (`{"error": …}` for a statement chdb refused; the next
+/// statement still runs). For DDL that is not the single-node schema, e.g.
+/// `schemas/clickhouse/replicated/` made single-node, or parsed by
+/// `formatQuery`.
+pub async fn run_statements_on_chdb(statements: &[String]) -> (String, Vec<Value>) {
+    let input = json!({
+        "schema_dir": Value::Null,
+        "inserts": {},
+        "queries": statements,
+    });
+    run_script(input, statements.len()).await
+}
+
+/// Run [`CHDB_SCRIPT`] on `input` in its own working directory; `expected`
+/// results.
+async fn run_script(input: Value, expected: usize) -> (String, Vec<Value>) {
+    // One directory per call: a test may run several chdb sessions at once.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let workdir = std::env::temp_dir().join(format!("jetcron-chdb-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&workdir).expect("chdb working directory");
     let mut child = tokio::process::Command::new("python3")
         .arg("-c")
@@ -104,7 +130,7 @@ pub async fn run_on_chdb(inserts: Value, queries: &[&str]) -> (String, Vec<Value
         );
     }
     let results = answer["results"].as_array().expect("results").clone();
-    assert_eq!(results.len(), queries.len());
+    assert_eq!(results.len(), expected);
     let _ = std::fs::remove_dir_all(&workdir);
     let version = answer["version"].as_str().unwrap_or_default().to_string();
     (version, results)

@@ -117,8 +117,9 @@ impl NatsCluster {
         }
     }
 
-    /// Index of the node leading `stream`'s raft group, if it has a leader now.
-    pub async fn stream_leader(&self, js: &jetstream::Context, stream: &str) -> Option<usize> {
+    /// Index of the node leading `stream`'s raft group, if it has a leader
+    /// now (asked through `js`, a client of a cluster started here).
+    pub async fn stream_leader(js: &jetstream::Context, stream: &str) -> Option<usize> {
         let mut handle = js.get_stream(stream).await.ok()?;
         let info = handle.info().await.ok()?;
         let leader = info.cluster.as_ref()?.leader.clone()?;

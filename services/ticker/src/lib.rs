@@ -124,20 +124,42 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let tjs = topology::context(client.clone());
     let js = async_nats::jetstream::new(client);
     let wanted = &config.topology;
-    let ensured = topology::converge("ticker", &config.readiness, &shutdown, || async {
-        let jobs = topology::ensure_jobs_bucket(&js, wanted).await?;
-        let due_stream = topology::ensure_due_stream(&js, wanted).await?;
-        topology::ensure_runs_stream(&js, wanted).await?;
-        let ticker_bucket = topology::ensure_ticker_bucket(&js, wanted).await?;
-        let running = topology::ensure_running_bucket(&js, wanted).await?;
-        Ok((jobs, due_stream, ticker_bucket, running))
-    })
-    .await?;
-    let Some((jobs, due_stream, ticker_bucket, running)) = ensured else {
+    let mut converging = topology::Converging::start("ticker", &config.readiness, &shutdown);
+    let Some(jobs) = converging
+        .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
+        .await?
+    else {
         return Ok(());
     };
+    let Some(due_stream) = converging
+        .ensure(|| topology::ensure_due_stream(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    if converging
+        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let Some(ticker_bucket) = converging
+        .ensure(|| topology::ensure_ticker_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    let Some(running) = converging
+        .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    converging.ready();
 
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
@@ -224,13 +246,15 @@ pub async fn run(
             let failed = settle(&mut plans, &fires, &stored, now);
             revoker.stored(&fires, &stored, now);
             record_watermarks(&plans, &leases, now + lookahead);
-            if failed > 0 {
+            if failed == fires.len() {
                 health.failed(&leases, failed);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(jetcron_core::retry::jittered(PUBLISH_RETRY)) => {}
                 }
             } else {
+                // Some were stored: the path to the stream works; the rest
+                // are offered again at once.
                 health.stored(&leases);
             }
             if shutdown.is_cancelled() {

@@ -63,7 +63,7 @@ impl Default for LeaseOptions {
             ttl: Duration::from_secs(5),
             renew_every: Duration::from_secs(1),
             outage_grace: Duration::from_secs(20),
-            publish_stall_limit: Duration::from_secs(10),
+            publish_stall_limit: Duration::from_secs(30),
         }
     }
 }
@@ -221,6 +221,9 @@ pub struct Ownership {
     /// After handing everything over for a publish stall: no heartbeat and no
     /// acquisition until then.
     sitting_out_until: Option<Instant>,
+    /// When this replica last took an orphaned shard beyond its share: no
+    /// rebalancing for a while after that (no give-and-take-back loop).
+    orphans_taken_at: Option<Instant>,
     failures: jetcron_core::retry::LogLimiter,
 }
 
@@ -246,6 +249,7 @@ impl Ownership {
             shards_seen: HashMap::new(),
             replicas_seen: HashMap::new(),
             sitting_out_until: None,
+            orphans_taken_at: None,
             failures: jetcron_core::retry::LogLimiter::per_10s(),
         }
     }
@@ -318,7 +322,7 @@ impl Ownership {
         }
         self.renew(&records).await;
         let share = SHARDS.div_ceil(live.max(1)) as usize;
-        self.release_above(share).await;
+        self.release_above(share, &records, now).await;
         if ready {
             self.acquire_up_to(share, &records, now).await;
         }
@@ -447,15 +451,36 @@ impl Ownership {
         }
     }
 
-    async fn release_above(&mut self, share: usize) {
-        while self.owned.len() > share {
-            let Some(shard) = self.owned.keys().copied().max() else {
-                break;
-            };
-            self.release(shard).await;
-            let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
-            info!(shard, share, "shard released to rebalance");
+    /// Hand shards above the fair share to the others, one per round and
+    /// only once the last one handed over was taken: a replica that joined
+    /// and died at once must not leave several shards without an owner.
+    async fn release_above(
+        &mut self,
+        share: usize,
+        records: &HashMap<u32, kv::Entry>,
+        now: Instant,
+    ) {
+        if self.owned.len() <= share {
+            return;
         }
+        if self
+            .orphans_taken_at
+            .is_some_and(|at| now.duration_since(at) < self.options.ttl * 6)
+        {
+            return;
+        }
+        let any_free = records.values().any(|entry| {
+            serde_json::from_slice::<ShardRecord>(&entry.value).is_ok_and(|r| r.owner.is_empty())
+        });
+        if any_free {
+            return;
+        }
+        let Some(shard) = self.owned.keys().copied().max() else {
+            return;
+        };
+        self.release(shard).await;
+        let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
+        info!(shard, share, "shard released to rebalance");
     }
 
     /// Give `shard` up: stop publishing for it, then write its final
@@ -487,10 +512,17 @@ impl Ownership {
         now: Instant,
     ) {
         for shard in 0..SHARDS {
-            if self.owned.len() >= share {
-                return;
-            }
             if self.owned.contains_key(&shard) {
+                continue;
+            }
+            let unchanged_for = self
+                .shards_seen
+                .get(&shard)
+                .map_or(Duration::ZERO, |s| now.duration_since(s.since));
+            // A shard nobody took for a while (released to a replica that
+            // died, or whose owner died) is taken beyond the fair share.
+            let orphaned = unchanged_for > self.options.stale_after();
+            if self.owned.len() >= share && !(orphaned && records.contains_key(&shard)) {
                 continue;
             }
             let started = Instant::now();
@@ -519,10 +551,6 @@ impl Ownership {
                         }
                         continue;
                     };
-                    let unchanged_for = self
-                        .shards_seen
-                        .get(&shard)
-                        .map_or(Duration::ZERO, |s| now.duration_since(s.since));
                     let server_age = (Utc::now() - entry.created).to_std().unwrap_or_default();
                     let free = record.owner.is_empty();
                     let stale = unchanged_for > self.options.stale_after()
@@ -554,6 +582,10 @@ impl Ownership {
                 }
             };
             if let Some((revision, done, emitted_before)) = acquired {
+                if self.owned.len() >= share {
+                    self.orphans_taken_at = Some(now);
+                    info!(shard, share, "orphaned shard taken beyond the fair share");
+                }
                 self.take(shard, revision, done, emitted_before, started)
                     .await;
             }

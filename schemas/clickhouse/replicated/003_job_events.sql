@@ -1,0 +1,21 @@
+-- Job events (`job.rejected`, `fire.missed`): the replicated variant of
+-- ../003_job_events.sql, with the same columns, sorting key and partitioning.
+-- A repeated event has the same event_id and sorting key and collapses here;
+-- an identical retried block is dropped by replicated insert deduplication.
+CREATE TABLE IF NOT EXISTS jetcron.job_events ON CLUSTER '{cluster}'
+(
+    event_id  String,
+    kind      String,
+    source    String,
+    job_id    String,
+    revision  UInt64,
+    at_ms     Int64,
+    size      UInt64,
+    fields    Array(String),
+    codes     Array(String),
+    message   String,
+    problems  String
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/jetcron/job_events', '{replica}')
+PARTITION BY toYYYYMM(toDateTime(intDiv(at_ms, 1000)))
+ORDER BY (at_ms, event_id);

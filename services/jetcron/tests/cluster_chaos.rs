@@ -1,0 +1,733 @@
+//! The clustered form under fire, as operators run it: three nats-server
+//! nodes (R3 topology), two tickers, two executors, a projector and a gateway
+//! as separate processes, 25 jobs firing every second with
+//! `concurrency: forbid` and a NATS target this test answers.
+//!
+//! Two scenarios of two minutes each:
+//! - the leader of `JETCRON_DUE` is SIGKILLed every 10 s and started again
+//!   on its store 3 s later (the target of docs/operations.md);
+//! - failures one at a time: a node every 20 s (the next one in turn,
+//!   restarted on its store 5 s later), and between them, once the cluster
+//!   settled, a ticker (again while it restarts), an executor, the
+//!   projector, the other ticker, the other executor.
+//!
+//! Then: every scheduled second of every job called its target exactly
+//! once, with its own run id; every run is in ClickHouse, read through the
+//! gateway, once, succeeded; and the lag bounds hold. The figures are
+//! printed for docs/benchmarks.md:
+//! `cargo nextest run -E 'test(/^cluster_chaos::/)' --no-capture`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use jetcron_core::events::{DueEvent, RunId};
+use jetcron_core::subjects;
+use jetcron_testkit::{wait_until, ClickHouseServer, JetcronProcess, NatsCluster};
+
+const JOBS: usize = 25;
+const CHAOS_SECS: u64 = 120;
+
+fn jetcron() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_jetcron"))
+}
+
+/// How long a scenario lasts (`JETCRON_CHAOS_SECS` shortens it by hand).
+fn chaos_length() -> Duration {
+    Duration::from_secs(
+        std::env::var("JETCRON_CHAOS_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(CHAOS_SECS),
+    )
+}
+
+/// One call of the target, as the target saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    job: String,
+    run_id: String,
+    scheduled_at: DateTime<Utc>,
+    attempt: u32,
+    at: DateTime<Utc>,
+}
+
+type Calls = Arc<Mutex<Vec<Call>>>;
+/// Run id → (scheduled time, when its due event was last published).
+type DueSeen = Arc<Mutex<BTreeMap<String, (DateTime<Utc>, DateTime<Utc>)>>>;
+
+/// Answer every `svc.chaos.*` request with "ok", recording it.
+async fn serve_target(client: async_nats::Client) -> (Calls, tokio::task::JoinHandle<()>) {
+    let calls: Calls = Arc::default();
+    let mut requests = client
+        .subscribe("svc.chaos.*")
+        .await
+        .expect("subscribe target");
+    let recorded = calls.clone();
+    let task = tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let at = Utc::now();
+            let header = |name: &str| {
+                request
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_default()
+            };
+            let call = Call {
+                job: request
+                    .subject
+                    .as_str()
+                    .trim_start_matches("svc.chaos.")
+                    .to_string(),
+                run_id: header("Jetcron-Run-Id"),
+                scheduled_at: DateTime::parse_from_rfc3339(&header("Jetcron-Scheduled-At"))
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_default(),
+                attempt: header("Jetcron-Attempt").parse().unwrap_or(0),
+                at,
+            };
+            recorded.lock().expect("calls").push(call);
+            if let Some(reply) = request.reply {
+                let _ = client.publish(reply, "ok".into()).await;
+            }
+        }
+    });
+    (calls, task)
+}
+
+/// The last publish of every due event seen on the wire (a core
+/// subscription sees each publish, stored or not; the last one of a run is
+/// the one that was stored).
+async fn watch_due_events(client: async_nats::Client) -> (DueSeen, tokio::task::JoinHandle<()>) {
+    let seen: DueSeen = Arc::default();
+    let mut due = client
+        .subscribe("jetcron.due.>")
+        .await
+        .expect("subscribe due");
+    let recorded = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Some(message) = due.next().await {
+            let at = Utc::now();
+            if let Ok(event) = serde_json::from_slice::<DueEvent>(&message.payload) {
+                recorded
+                    .lock()
+                    .expect("due")
+                    .insert(event.run_id.as_str().to_string(), (event.scheduled_at, at));
+            }
+        }
+    });
+    (seen, task)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Print and return (p50, p99, max).
+fn summary(scenario: &str, name: &str, mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let (p50, p99) = (percentile(&values, 50.0), percentile(&values, 99.0));
+    let max = values.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "chaos {scenario}: {name}: n={} p50={p50:.3}s p99={p99:.3}s max={max:.3}s",
+        values.len()
+    );
+    (p50, p99, max)
+}
+
+/// A log without its terminal colour codes.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Instants (the RFC 3339 stamp that opens each log line) at which a log says `needle`.
+fn log_instants(log: &str, needle: &str) -> Vec<DateTime<Utc>> {
+    plain(log)
+        .lines()
+        .filter(|line| line.contains(needle))
+        .filter_map(|line| {
+            let stamp = line.split_whitespace().next()?;
+            DateTime::parse_from_rfc3339(stamp)
+                .ok()
+                .map(|t| t.with_timezone(&Utc))
+        })
+        .collect()
+}
+
+/// Values of `field=<number>` on the log lines that say `needle`.
+fn log_numbers(log: &str, needle: &str, field: &str) -> Vec<f64> {
+    plain(log)
+        .lines()
+        .filter(|line| line.contains(needle))
+        .filter_map(|line| line.split(&format!("{field}=")).nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .collect()
+}
+
+/// The whole clustered deployment, firing.
+struct Deployment {
+    _clickhouse: ClickHouseServer,
+    cluster: NatsCluster,
+    client: async_nats::Client,
+    http_addr: String,
+    gateway: JetcronProcess,
+    tickers: Vec<JetcronProcess>,
+    executors: Vec<JetcronProcess>,
+    projector: JetcronProcess,
+    calls: Calls,
+    due_seen: DueSeen,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Deployment {
+    async fn start() -> Self {
+        let clickhouse = ClickHouseServer::start();
+        let cluster = NatsCluster::start(3).await;
+        let urls = cluster.urls();
+        let clickhouse_url = clickhouse.url();
+        let env: Vec<(&str, &str)> = vec![
+            ("JETCRON_NATS_URL", urls.as_str()),
+            ("JETCRON_REPLICAS", "3"),
+            ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
+        ];
+        let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+        let executor_args = [
+            "executor",
+            "--ack-wait",
+            "10s",
+            "--progress-interval",
+            "2s",
+            "--shutdown-grace",
+            "5s",
+        ];
+        let gateway = JetcronProcess::start(
+            jetcron(),
+            &[
+                "gateway",
+                "--http-addr",
+                &http_addr,
+                "--missed-scan-interval",
+                "0s",
+            ],
+            &env,
+        );
+        let tickers = ["t0", "t1"]
+            .iter()
+            .map(|id| JetcronProcess::start(jetcron(), &["ticker", "--replica-id", id], &env))
+            .collect();
+        let executors = (0..2)
+            .map(|_| JetcronProcess::start(jetcron(), &executor_args, &env))
+            .collect();
+        let projector = JetcronProcess::start(jetcron(), &["projector"], &env);
+        let client = cluster.client().await;
+        let (calls, target) = serve_target(client.clone()).await;
+        let (due_seen, due_watch) = watch_due_events(client.clone()).await;
+        let deployment = Self {
+            _clickhouse: clickhouse,
+            cluster,
+            client,
+            http_addr,
+            gateway,
+            tickers,
+            executors,
+            projector,
+            calls,
+            due_seen,
+            tasks: vec![target, due_watch],
+        };
+        let readyz = format!("http://{}/readyz", deployment.http_addr);
+        wait_until("the gateway ready", Duration::from_secs(60), || {
+            let readyz = readyz.clone();
+            async move {
+                let response = jetcron_testkit::reqwest::get(&readyz).await.ok()?;
+                (response.status() == 200).then_some(())
+            }
+        })
+        .await;
+        // 25 jobs, as a user puts them: `nats req jetcron.api.jobs.put`.
+        for i in 0..JOBS {
+            let job = format!(
+                r#"{{"id":"chaos-{i}","schedule":"* * * * * *","concurrency":"forbid","timeout":"5s","retry":{{"max_attempts":5,"backoff":"500ms"}},"target":{{"type":"nats","subject":"svc.chaos.chaos-{i}"}}}}"#
+            );
+            let reply = deployment
+                .client
+                .request(subjects::API_JOBS_PUT, job.into())
+                .await
+                .expect("put job");
+            let text = String::from_utf8_lossy(&reply.payload).to_string();
+            assert!(text.contains(r#""ok":true"#), "{text}");
+        }
+        let calls = deployment.calls.clone();
+        wait_until("every job firing", Duration::from_secs(30), || {
+            let calls = calls.clone();
+            async move {
+                let jobs: BTreeSet<String> = calls
+                    .lock()
+                    .expect("calls")
+                    .iter()
+                    .map(|c| c.job.clone())
+                    .collect();
+                (jobs.len() == JOBS).then_some(())
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        deployment
+    }
+
+    /// A JetStream context that gives up after 2 s (a stream without a
+    /// leader does not answer).
+    fn probe(&self) -> async_nats::jetstream::Context {
+        jetcron_core::topology::context(self.client.clone())
+    }
+
+    fn processes(&self) -> Vec<(&'static str, &JetcronProcess)> {
+        vec![
+            ("t0", &self.tickers[0]),
+            ("t1", &self.tickers[1]),
+            ("e0", &self.executors[0]),
+            ("e1", &self.executors[1]),
+            ("projector", &self.projector),
+            ("gateway", &self.gateway),
+        ]
+    }
+
+    /// With `JETCRON_CHAOS_LOGS=<dir>`, write every process's log there.
+    fn dump_logs(&self, scenario: &str) {
+        if let Ok(dir) = std::env::var("JETCRON_CHAOS_LOGS") {
+            let _ = std::fs::create_dir_all(&dir);
+            for (name, process) in self.processes() {
+                let _ = std::fs::write(
+                    format!("{dir}/{scenario}-{name}.log"),
+                    plain(&process.log()),
+                );
+            }
+        }
+    }
+
+    /// Check every fire scheduled in `window` and print the figures; returns
+    /// (fire lag p99, fire lag max, target-call lag max).
+    async fn verify(&self, scenario: &str, window: (DateTime<Utc>, DateTime<Utc>)) -> Figures {
+        let (window_start, window_end) = window;
+        let expected: BTreeSet<(String, DateTime<Utc>)> = (0..JOBS)
+            .flat_map(|i| {
+                let job = format!("chaos-{i}");
+                (window_start.timestamp() + 1..=window_end.timestamp())
+                    .map(move |s| (job.clone(), DateTime::from_timestamp(s, 0).expect("second")))
+            })
+            .collect();
+        let called = || -> BTreeSet<(String, DateTime<Utc>)> {
+            self.calls
+                .lock()
+                .expect("calls")
+                .iter()
+                .map(|c| (c.job.clone(), c.scheduled_at))
+                .collect()
+        };
+        // Every fire of the window reaches its target (late ones included).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let missing = loop {
+            let missing: Vec<_> = expected.difference(&called()).cloned().collect();
+            if missing.is_empty() || Instant::now() > deadline {
+                break missing;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        self.dump_logs(scenario);
+        if !missing.is_empty() {
+            self.explain_missing(scenario, &missing, window_start).await;
+        }
+
+        // Exactly once per fire, with the fire's own run id.
+        let calls: Vec<Call> = self.calls.lock().expect("calls").clone();
+        let mut per_fire: BTreeMap<(String, DateTime<Utc>), Vec<&Call>> = BTreeMap::new();
+        for call in &calls {
+            let fire = (call.job.clone(), call.scheduled_at);
+            if expected.contains(&fire) {
+                per_fire.entry(fire).or_default().push(call);
+            }
+        }
+        for ((job, scheduled), calls) in &per_fire {
+            let run_id = RunId::for_fire(job, *scheduled).as_str().to_string();
+            assert!(
+                calls.iter().all(|c| c.run_id == run_id),
+                "{job} {scheduled}: {calls:?}"
+            );
+        }
+        let doubled: Vec<_> = per_fire
+            .iter()
+            .filter(|(_, calls)| calls.len() > 1)
+            .map(|(fire, calls)| {
+                let at: Vec<_> = calls.iter().map(|c| (c.attempt, c.at)).collect();
+                (fire.clone(), at)
+            })
+            .collect();
+
+        // The figures.
+        let target_lag: Vec<f64> = per_fire
+            .values()
+            .map(|calls| {
+                let first = calls.iter().map(|c| c.at).min().expect("a call");
+                (first - calls[0].scheduled_at).num_milliseconds() as f64 / 1000.0
+            })
+            .collect();
+        let due = self.due_seen.lock().expect("due").clone();
+        let fire_lag: Vec<f64> = expected
+            .iter()
+            .filter_map(|(job, scheduled)| {
+                let (_, stored) = due.get(RunId::for_fire(job, *scheduled).as_str())?;
+                Some(((*stored - *scheduled).num_milliseconds() as f64 / 1000.0).max(0.0))
+            })
+            .collect();
+        let (_, fire_p99, fire_max) = summary(
+            scenario,
+            "fire lag (due event stored - scheduled; 0 when stored ahead)",
+            fire_lag,
+        );
+        let (_, target_p99, target_max) = summary(
+            scenario,
+            "target-call lag (target called - scheduled)",
+            target_lag,
+        );
+        let stalls: Vec<f64> = self
+            .tickers
+            .iter()
+            .flat_map(|t| log_numbers(&t.log(), "due events stored again", "stalled_ms"))
+            .map(|ms| ms / 1000.0)
+            .collect();
+        summary(
+            scenario,
+            "ticker publish stalls (first failed to first stored batch)",
+            stalls,
+        );
+        println!(
+            "chaos {scenario}: {} fires, {} target calls, doubled {doubled:?}",
+            expected.len(),
+            calls.len()
+        );
+
+        // Every run in ClickHouse, once, succeeded, through the gateway.
+        let http = jetcron_testkit::reqwest::Client::new();
+        for i in 0..JOBS {
+            let job = format!("chaos-{i}");
+            let url = format!(
+                "http://{}/v1/runs?job={job}&limit=500&from={}&to={}",
+                self.http_addr,
+                jetcron_core::time_format::rfc3339_millis(window_start),
+                jetcron_core::time_format::rfc3339_millis(
+                    window_end + chrono::Duration::seconds(1)
+                )
+            );
+            let wanted: BTreeSet<DateTime<Utc>> = expected
+                .iter()
+                .filter(|(j, _)| *j == job)
+                .map(|(_, t)| *t)
+                .collect();
+            let runs = wait_until("runs in ClickHouse", Duration::from_secs(90), || {
+                let (http, url, wanted) = (http.clone(), url.clone(), wanted.clone());
+                async move {
+                    let body: serde_json::Value =
+                        http.get(&url).send().await.ok()?.json().await.ok()?;
+                    let runs = body["runs"].as_array()?.clone();
+                    let succeeded: BTreeSet<DateTime<Utc>> = runs
+                        .iter()
+                        .filter(|r| r["status"] == "succeeded")
+                        .filter_map(|r| r["scheduled_at"].as_str())
+                        .filter_map(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| t.with_timezone(&Utc))
+                        .collect();
+                    wanted.is_subset(&succeeded).then_some(runs)
+                }
+            })
+            .await;
+            let mut ids = BTreeSet::new();
+            for run in &runs {
+                let id = run["run_id"].as_str().expect("run id").to_string();
+                assert!(ids.insert(id.clone()), "{job}: run {id} listed twice");
+            }
+        }
+        assert!(
+            doubled.is_empty(),
+            "{scenario}: targets called twice: {doubled:?}"
+        );
+        Figures {
+            fire_p99,
+            fire_max,
+            target_p99,
+            target_max,
+        }
+    }
+
+    /// Say what became of fires that never reached their target, and fail.
+    async fn explain_missing(
+        &self,
+        scenario: &str,
+        missing: &[(String, DateTime<Utc>)],
+        window_start: DateTime<Utc>,
+    ) {
+        let mut by_second: BTreeMap<i64, usize> = BTreeMap::new();
+        for (_, t) in missing {
+            *by_second
+                .entry(t.timestamp() - window_start.timestamp())
+                .or_default() += 1;
+        }
+        for (job, t) in missing.iter().take(3) {
+            let run_id = RunId::for_fire(job, *t);
+            let url = format!("http://{}/v1/runs/{run_id}", self.http_addr);
+            let text = match jetcron_testkit::reqwest::get(url).await {
+                Ok(response) => response.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            };
+            println!(
+                "chaos {scenario}: {job} {t}: {}",
+                text.chars().take(800).collect::<String>()
+            );
+        }
+        panic!(
+            "{scenario}: {} fires never called their target; by second of the window: {by_second:?}",
+            missing.len()
+        );
+    }
+
+    fn stop(mut self) {
+        for process in self
+            .tickers
+            .iter_mut()
+            .chain(self.executors.iter_mut())
+            .chain([&mut self.projector, &mut self.gateway])
+        {
+            assert!(process.is_running(), "a process exited:\n{}", process.log());
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+struct Figures {
+    fire_p99: f64,
+    fire_max: f64,
+    target_p99: f64,
+    target_max: f64,
+}
+
+/// How long the stream takes to have a leader again after `killed_at`.
+fn measure_election(
+    probe: async_nats::jetstream::Context,
+    killed_at: Instant,
+) -> tokio::task::JoinHandle<Option<f64>> {
+    tokio::spawn(async move {
+        while killed_at.elapsed() < Duration::from_secs(30) {
+            if NatsCluster::stream_leader(&probe, subjects::DUE_STREAM)
+                .await
+                .is_some()
+            {
+                return Some(killed_at.elapsed().as_secs_f64());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
+    let mut deployment = Deployment::start().await;
+    let window_start = Utc::now() + chrono::Duration::seconds(1);
+    let started = Instant::now();
+    let mut elections = Vec::new();
+    let mut next_kill = Duration::from_secs(5);
+    let mut down: Option<(usize, Instant)> = None;
+    while started.elapsed() < chaos_length() {
+        if let Some((node, since)) = down {
+            if since.elapsed() >= Duration::from_secs(3) {
+                deployment.cluster.restart(node);
+                down = None;
+            }
+        }
+        if down.is_none() && started.elapsed() >= next_kill {
+            let probe = deployment.probe();
+            if let Some(leader) = NatsCluster::stream_leader(&probe, subjects::DUE_STREAM).await {
+                let killed_at = Instant::now();
+                deployment.cluster.kill(leader);
+                down = Some((leader, killed_at));
+                elections.push(measure_election(probe, killed_at));
+            }
+            next_kill += Duration::from_secs(10);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some((node, _)) = down {
+        deployment.cluster.restart(node);
+    }
+    let window_end = Utc::now() - chrono::Duration::seconds(1);
+    let mut election_times = Vec::new();
+    for election in elections {
+        if let Ok(Some(took)) = election.await {
+            election_times.push(took);
+        }
+    }
+    let scenario = "leader-kills";
+    summary(
+        scenario,
+        "JETCRON_DUE without a leader after SIGKILL of its leader",
+        election_times,
+    );
+    let figures = deployment
+        .verify(scenario, (window_start, window_end))
+        .await;
+    assert!(
+        figures.fire_p99 <= 5.0,
+        "fire lag p99 {:.3}s > 5 s",
+        figures.fire_p99
+    );
+    assert!(
+        figures.fire_max <= 15.0,
+        "fire lag max {:.3}s > 15 s",
+        figures.fire_max
+    );
+    assert!(
+        figures.target_max <= 15.0,
+        "target-call lag max {:.3}s > 15 s (p99 {:.3}s)",
+        figures.target_max,
+        figures.target_p99
+    );
+    deployment.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
+    let mut deployment = Deployment::start().await;
+    let window_start = Utc::now() + chrono::Duration::seconds(1);
+    let started = Instant::now();
+    // (second, action), one failure at a time: a node every 20 s, a
+    // process in between once the cluster has settled.
+    let mut plan: Vec<(u64, &str)> = vec![
+        (5, "kill node"),
+        (10, "restart node"),
+        (17, "kill ticker t0"),
+        (19, "restart ticker t0"),
+        (20, "kill ticker t0"),
+        (23, "restart ticker t0"),
+        (25, "kill node"),
+        (30, "restart node"),
+        (37, "kill executor 0"),
+        (40, "restart executor 0"),
+        (45, "kill node"),
+        (50, "restart node"),
+        (57, "kill projector"),
+        (62, "restart projector"),
+        (65, "kill node"),
+        (70, "restart node"),
+        (77, "kill ticker t1"),
+        (82, "restart ticker t1"),
+        (85, "kill node"),
+        (90, "restart node"),
+        (97, "kill executor 1"),
+        (100, "restart executor 1"),
+        (105, "kill node"),
+        (110, "restart node"),
+    ];
+    plan.retain(|(at, _)| Duration::from_secs(*at) < chaos_length());
+    plan.reverse();
+    let mut node = 0;
+    let mut ticker_kills: Vec<(usize, DateTime<Utc>)> = Vec::new();
+    while started.elapsed() < chaos_length() {
+        while let Some((at, action)) = plan.last().copied() {
+            if started.elapsed() < Duration::from_secs(at) {
+                break;
+            }
+            plan.pop();
+            match action {
+                "kill node" => deployment.cluster.kill(node),
+                "restart node" => {
+                    deployment.cluster.restart(node);
+                    node = (node + 1) % deployment.cluster.len();
+                }
+                "kill ticker t0" | "kill ticker t1" => {
+                    let index = usize::from(action.ends_with("t1"));
+                    deployment.tickers[index].kill_9();
+                    ticker_kills.push((index, Utc::now()));
+                }
+                "restart ticker t0" => deployment.tickers[0].restart(),
+                "restart ticker t1" => deployment.tickers[1].restart(),
+                "kill executor 0" => deployment.executors[0].kill_9(),
+                "restart executor 0" => deployment.executors[0].restart(),
+                "kill executor 1" => deployment.executors[1].kill_9(),
+                "restart executor 1" => deployment.executors[1].restart(),
+                "kill projector" => deployment.projector.kill_9(),
+                "restart projector" => deployment.projector.restart(),
+                other => unreachable!("{other}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let window_end = Utc::now() - chrono::Duration::seconds(1);
+    let scenario = "one-at-a-time";
+    // Takeover: from a ticker's SIGKILL to the other's first acquisition.
+    let takeovers: Vec<f64> = ticker_kills
+        .iter()
+        .filter_map(|(killed, at)| {
+            let survivor = &deployment.tickers[1 - killed];
+            let first = log_instants(&survivor.log(), "shard acquired")
+                .into_iter()
+                .filter(|t| t > at)
+                .min()?;
+            Some((first - *at).num_milliseconds() as f64 / 1000.0)
+        })
+        .collect();
+    summary(
+        scenario,
+        "shards taken over after a ticker SIGKILL",
+        takeovers.clone(),
+    );
+    let figures = deployment
+        .verify(scenario, (window_start, window_end))
+        .await;
+    assert!(
+        figures.fire_p99 <= 5.0,
+        "fire lag p99 {:.3}s > 5 s",
+        figures.fire_p99
+    );
+    assert!(
+        figures.fire_max <= 15.0,
+        "fire lag max {:.3}s > 15 s",
+        figures.fire_max
+    );
+    assert!(
+        figures.target_max <= 15.0,
+        "target-call lag max {:.3}s > 15 s (p99 {:.3}s)",
+        figures.target_max,
+        figures.target_p99
+    );
+    // The first kill finds t0 with half the shards on a settled cluster.
+    if let Some(first) = takeovers.first() {
+        assert!(
+            *first <= 5.0,
+            "takeover after {first:.3}s, over the 5 s TTL"
+        );
+    }
+    deployment.stop();
+}
