@@ -14,6 +14,7 @@
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::Utc;
 use jetcron_core::control;
+use jetcron_core::due;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use jetcron_core::retry::RetryDelay;
@@ -254,10 +255,14 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
             }
         },
     };
-    // A redelivery that waited for the run's claim may find the run ended
-    // by the delivery it waited for.
-    if attempt > 1
-        && claim.is_some()
+    // Another delivery of this run may have run it while this one waited
+    // for the claim: a redelivery; a delivery that saw the other one hold
+    // the claim; or a fire stored ahead, which two executors can hold at
+    // once when a consumer leader election outlasts its progress acks.
+    let maybe_ran_elsewhere = claim.as_ref().is_some_and(|c| {
+        attempt > 1 || c.after_other_delivery() || due::fire_at(message.headers.as_ref()).is_some()
+    });
+    if maybe_ran_elsewhere
         && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await
     {
         release(claim).await;

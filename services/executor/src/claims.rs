@@ -46,6 +46,9 @@ pub struct ClaimHandle {
     key: String,
     revision: u64,
     claim: Claim,
+    /// Another delivery of the same run held the claim before this one got
+    /// it: that delivery may have run the target already.
+    after_other_delivery: bool,
 }
 
 /// How many compare-and-swap races one acquisition tolerates.
@@ -109,6 +112,7 @@ pub async fn acquire(
                 key: key.to_string(),
                 revision,
                 claim,
+                after_other_delivery: false,
             })));
         }
     }
@@ -118,6 +122,12 @@ pub async fn acquire(
 impl ClaimHandle {
     pub fn claim(&self) -> &Claim {
         &self.claim
+    }
+
+    /// Whether another delivery of this run held the claim first (see
+    /// [`claim_for_run`]): the run may have ended meanwhile.
+    pub fn after_other_delivery(&self) -> bool {
+        self.after_other_delivery
     }
 
     /// Move the expiry to `now + ttl`. `false` when the claim is no longer
@@ -227,6 +237,20 @@ fn waits_for_retry(holder: &Claim, ttl: chrono::Duration, now: DateTime<Utc>) ->
     holder.expires_at_ms > (now + ttl + refresh).timestamp_millis()
 }
 
+/// Whether `holder` went unrefreshed for two refresh periods and a second:
+/// a running attempt refreshes its claim every `refresh` (its expiry is then
+/// `ttl` ahead), so its executor is likely dead, or cut off from the bucket.
+fn missed_refreshes(
+    holder: &Claim,
+    ttl: chrono::Duration,
+    refresh: Duration,
+    now: DateTime<Utc>,
+) -> bool {
+    let refreshed_at = holder.expires_at_ms - ttl.num_milliseconds();
+    let allowance = i64::try_from(refresh.as_millis() * 2).unwrap_or(i64::MAX / 2) + 1_000;
+    now.timestamp_millis() - refreshed_at > allowance
+}
+
 /// What the overlap policy decided for an attempt.
 pub enum Overlap {
     /// The attempt holds the job's claim and may run.
@@ -278,6 +302,7 @@ pub async fn claim_for_run(
     let mut busy_since: Option<(String, tokio::time::Instant)> = None;
     let mut take_over_from: Option<String> = None;
     let mut last_progress = tokio::time::Instant::now();
+    let mut saw_other_delivery = false;
     let mut unavailable =
         jetcron_core::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
@@ -316,8 +341,12 @@ pub async fn claim_for_run(
             }
         };
         let holder = match acquired {
-            Acquired::Held(handle) => return Ok(Overlap::Claimed(handle)),
+            Acquired::Held(mut handle) => {
+                handle.after_other_delivery = saw_other_delivery;
+                return Ok(Overlap::Claimed(handle));
+            }
             Acquired::SameRunActive(holder) => {
+                saw_other_delivery = true;
                 // Wait for the other delivery to finish (it releases the
                 // claim) or die (the claim expires within its TTL).
                 if last_progress.elapsed() >= ctx.config.progress_interval {
@@ -333,7 +362,10 @@ pub async fn claim_for_run(
             Acquired::Busy(holder) => holder,
         };
         if policy == ConcurrencyPolicy::Forbid {
-            if runs_somewhere(&ctx.nats, &holder.run_id).await {
+            let dead = !waits_for_retry(&holder, ttl, Utc::now())
+                && missed_refreshes(&holder, ttl, ctx.config.progress_interval, Utc::now())
+                && !runs_somewhere(&ctx.nats, &holder.run_id).await;
+            if !dead {
                 // Fires that waited together (for a leader election, say)
                 // come at once: let a short previous run end first.
                 let since = match &busy_since {
@@ -350,8 +382,9 @@ pub async fn claim_for_run(
                 }
                 return Ok(Overlap::Declined(holder.run_id));
             }
-            // A claim that outlived its run: its release failed (the bucket
-            // was electing a leader) or its executor died. Take it over.
+            // A claim that outlived its run: its executor died (or its
+            // release failed while the bucket elected a leader), it missed
+            // two refreshes and no executor says it runs it. Take it over.
             tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
             take_over_from = Some(holder.run_id);
             continue;
@@ -426,5 +459,22 @@ mod tests {
             ttl,
             now
         ));
+    }
+
+    #[test]
+    fn a_claim_unrefreshed_for_two_periods_and_a_second_missed_its_refreshes() {
+        let now = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("time");
+        let refresh = Duration::from_secs(2);
+        let ttl = claim_ttl(refresh);
+        let refreshed =
+            |ago_ms: i64| claim_expiring(now - chrono::Duration::milliseconds(ago_ms) + ttl);
+        assert!(!missed_refreshes(&refreshed(0), ttl, refresh, now));
+        assert!(!missed_refreshes(&refreshed(4_900), ttl, refresh, now));
+        assert!(missed_refreshes(&refreshed(5_100), ttl, refresh, now));
+        // Held through a backoff: refreshed "in the future".
+        assert!(!missed_refreshes(&refreshed(-60_000), ttl, refresh, now));
     }
 }

@@ -393,6 +393,7 @@ impl Deployment {
                 (first - calls[0].scheduled_at).num_milliseconds() as f64 / 1000.0
             })
             .collect();
+        print_late_calls(scenario, &per_fire);
         let due = self.due_seen.lock().expect("due").clone();
         let fire_lag: Vec<f64> = expected
             .iter()
@@ -406,7 +407,7 @@ impl Deployment {
             "fire lag (due event stored - scheduled; 0 when stored ahead)",
             fire_lag,
         );
-        let (_, target_p99, target_max) = summary(
+        let (target_p50, target_p99, target_max) = summary(
             scenario,
             "target-call lag (target called - scheduled)",
             target_lag,
@@ -475,6 +476,7 @@ impl Deployment {
         Figures {
             fire_p99,
             fire_max,
+            target_p50,
             target_p99,
             target_max,
         }
@@ -529,11 +531,64 @@ impl Deployment {
 struct Figures {
     fire_p99: f64,
     fire_max: f64,
+    target_p50: f64,
     target_p99: f64,
     target_max: f64,
 }
 
+/// Bound of the target-call lag. Past the due event, a `forbid` fire needs
+/// the `jetcron_running` bucket's leader at its instant (kill check and
+/// claim), so a node kill costs the fires of that moment one election
+/// (nats-server: 4-9 s, more when kills stack up on a node still catching
+/// up); an executor's SIGKILL costs the fires it held one `--ack-wait`
+/// (10 s here). docs/operations.md explains both.
+const TARGET_LAG_MAX_SECS: f64 = 45.0;
+
+impl Figures {
+    fn check_target_lag(&self) {
+        assert!(
+            self.target_p50 <= 1.0,
+            "target-call lag p50 {:.3}s > 1 s",
+            self.target_p50
+        );
+        assert!(
+            self.target_max <= TARGET_LAG_MAX_SECS,
+            "target-call lag max {:.3}s > {TARGET_LAG_MAX_SECS} s (p99 {:.3}s)",
+            self.target_max,
+            self.target_p99
+        );
+    }
+}
+
 /// How long the stream takes to have a leader again after `killed_at`.
+/// The fires whose target was called over 2 s late, by scheduled second
+/// (how many, lag range, attempts): where a failure cost time.
+fn print_late_calls(scenario: &str, per_fire: &BTreeMap<(String, DateTime<Utc>), Vec<&Call>>) {
+    let mut by_second: BTreeMap<DateTime<Utc>, Vec<(f64, u32)>> = BTreeMap::new();
+    for ((_, scheduled), calls) in per_fire {
+        let Some(first) = calls.iter().min_by_key(|c| c.at) else {
+            continue;
+        };
+        let lag = (first.at - *scheduled).num_milliseconds() as f64 / 1000.0;
+        if lag > 2.0 {
+            by_second
+                .entry(*scheduled)
+                .or_default()
+                .push((lag, first.attempt));
+        }
+    }
+    for (second, late) in by_second.iter().take(60) {
+        let lo = late.iter().map(|l| l.0).fold(f64::MAX, f64::min);
+        let hi = late.iter().map(|l| l.0).fold(0.0, f64::max);
+        let attempts: BTreeSet<u32> = late.iter().map(|l| l.1).collect();
+        println!(
+            "chaos {scenario}: late calls of {}: {} fires, lag {lo:.1}-{hi:.1}s, attempts {attempts:?}",
+            second.format("%H:%M:%S"),
+            late.len()
+        );
+    }
+}
+
 fn measure_election(
     probe: async_nats::jetstream::Context,
     killed_at: Instant,
@@ -571,6 +626,11 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
             let probe = deployment.probe();
             if let Some(leader) = NatsCluster::stream_leader(&probe, subjects::DUE_STREAM).await {
                 let killed_at = Instant::now();
+                println!(
+                    "chaos leader-kills: {} kill node {leader} (leader of {})",
+                    Utc::now().format("%H:%M:%S%.3f"),
+                    subjects::DUE_STREAM
+                );
                 deployment.cluster.kill(leader);
                 down = Some((leader, killed_at));
                 elections.push(measure_election(probe, killed_at));
@@ -608,12 +668,7 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    assert!(
-        figures.target_max <= 15.0,
-        "target-call lag max {:.3}s > 15 s (p99 {:.3}s)",
-        figures.target_max,
-        figures.target_p99
-    );
+    figures.check_target_lag();
     deployment.stop();
 }
 
@@ -654,12 +709,17 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
     plan.reverse();
     let mut node = 0;
     let mut ticker_kills: Vec<(usize, DateTime<Utc>)> = Vec::new();
+    let mut acquired_before_start = [0usize; 2];
     while started.elapsed() < chaos_length() {
         while let Some((at, action)) = plan.last().copied() {
             if started.elapsed() < Duration::from_secs(at) {
                 break;
             }
             plan.pop();
+            println!(
+                "chaos one-at-a-time: {} {action}",
+                Utc::now().format("%H:%M:%S%.3f")
+            );
             match action {
                 "kill node" => deployment.cluster.kill(node),
                 "restart node" => {
@@ -668,11 +728,22 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
                 }
                 "kill ticker t0" | "kill ticker t1" => {
                     let index = usize::from(action.ends_with("t1"));
+                    // A takeover is measured when the killed ticker owned
+                    // shards (not when it died before acquiring any).
+                    let owned = log_instants(&deployment.tickers[index].log(), "shard acquired")
+                        .len()
+                        > acquired_before_start[index];
                     deployment.tickers[index].kill_9();
-                    ticker_kills.push((index, Utc::now()));
+                    if owned {
+                        ticker_kills.push((index, Utc::now()));
+                    }
                 }
-                "restart ticker t0" => deployment.tickers[0].restart(),
-                "restart ticker t1" => deployment.tickers[1].restart(),
+                "restart ticker t0" | "restart ticker t1" => {
+                    let index = usize::from(action.ends_with("t1"));
+                    acquired_before_start[index] =
+                        log_instants(&deployment.tickers[index].log(), "shard acquired").len();
+                    deployment.tickers[index].restart();
+                }
                 "kill executor 0" => deployment.executors[0].kill_9(),
                 "restart executor 0" => deployment.executors[0].restart(),
                 "kill executor 1" => deployment.executors[1].kill_9(),
@@ -716,12 +787,7 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    assert!(
-        figures.target_max <= 15.0,
-        "target-call lag max {:.3}s > 15 s (p99 {:.3}s)",
-        figures.target_max,
-        figures.target_p99
-    );
+    figures.check_target_lag();
     // The first kill finds t0 with half the shards on a settled cluster.
     if let Some(first) = takeovers.first() {
         assert!(

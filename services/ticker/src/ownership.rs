@@ -454,6 +454,8 @@ impl Ownership {
     /// Hand shards above the fair share to the others, one per round and
     /// only once the last one handed over was taken: a replica that joined
     /// and died at once must not leave several shards without an owner.
+    /// After taking a dead replica's shards it waits two TTLs first, so a
+    /// replica that comes back and dies again costs one shard's takeover.
     async fn release_above(
         &mut self,
         share: usize,
@@ -465,7 +467,7 @@ impl Ownership {
         }
         if self
             .orphans_taken_at
-            .is_some_and(|at| now.duration_since(at) < self.options.ttl * 6)
+            .is_some_and(|at| now.duration_since(at) < self.options.ttl * 2)
         {
             return;
         }
