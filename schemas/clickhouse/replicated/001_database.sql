@@ -1,6 +1,11 @@
 -- The database holding jetcron's run history, on every host of the cluster.
--- Replicated variant of ../001_database.sql; apply the files of this folder in
--- order with clickhouse-client before the first projector starts (README.md).
+-- Replicated variant of ../001_database.sql for a cluster of one shard with
+-- several replicas and ClickHouse Keeper (docs/clickhouse-replication.md).
+-- Apply the four files of this folder in order, once, with clickhouse-client
+-- on any one host, before the first projector or gateway starts:
+--   clickhouse-client --multiquery < 001_database.sql   (and so on)
+-- Applying them again is harmless (IF NOT EXISTS everywhere) and is how a
+-- replica added later gets the tables.
 -- '{cluster}' is the `cluster` macro of each server's <macros>; write the
 -- cluster's name from <remote_servers> instead where no such macro is set.
 CREATE DATABASE IF NOT EXISTS jetcron ON CLUSTER '{cluster}';

@@ -3,14 +3,22 @@
 -- key and partitioning (services/jetcron/tests/clickhouse_replicated.rs checks
 -- that they stay equal). Instants are Int64 milliseconds since the Unix epoch.
 --
--- Retries are idempotent twice over: ReplicatedMergeTree drops a block it has
--- already stored (same rows in the same order, the projector's retry of a
--- batch), whichever replica takes the retry, within the table's
--- replicated_deduplication_window; an event stored again in another batch (a
--- redelivery, a replay) collapses in the ReplacingMergeTree on the sorting key,
--- which ends in event_id, and every query dedups on event_id meanwhile.
--- Keeper path: one per shard and table; {shard} and {replica} are macros of
--- each server's <macros>.
+-- Stored once whatever is retried:
+-- * the projector retries a failed INSERT with the same rows in the same
+--   order; ReplicatedMergeTree keeps the hash of every block it stored in
+--   Keeper, shared by all replicas, and drops an identical block, whichever
+--   replica the retry reaches (replicated_deduplication_window[_seconds]: the
+--   last 10,000 blocks within 1 hour by default on 26.x);
+-- * an event stored again in another block (a redelivery after the ack wait,
+--   a replay, a batch split around a refused row) has the same sorting key,
+--   which ends in event_id, and collapses in merges; every query of the
+--   gateway dedups on event_id meanwhile.
+--
+-- Keeper path: one per shard and table. {shard} and {replica} are macros of
+-- each server's <macros>; {database} and {table} are filled in at CREATE. The
+-- path is explicit rather than the default (/clickhouse/tables/{uuid}/{shard})
+-- so that a table created on one host by hand, without ON CLUSTER, still joins
+-- the others.
 CREATE TABLE IF NOT EXISTS jetcron.run_events ON CLUSTER '{cluster}'
 (
     event_id         String,
@@ -38,6 +46,6 @@ CREATE TABLE IF NOT EXISTS jetcron.run_events ON CLUSTER '{cluster}'
     shard            Nullable(UInt32),
     shards           Nullable(UInt32)
 )
-ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/jetcron/run_events', '{replica}')
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')
 PARTITION BY toYYYYMM(toDateTime(intDiv(scheduled_ms, 1000)))
 ORDER BY (job_id, scheduled_ms, run_id, event_id);

@@ -1,7 +1,9 @@
 -- Job events (`job.rejected`, `fire.missed`): the replicated variant of
 -- ../003_job_events.sql, with the same columns, sorting key and partitioning.
--- A repeated event has the same event_id and sorting key and collapses here;
--- an identical retried block is dropped by replicated insert deduplication.
+-- A block the projector retries is dropped by replicated insert deduplication
+-- on whichever replica; an event stored again in another block has the same
+-- event_id and sorting key and collapses in merges, and queries dedup on
+-- event_id meanwhile. Keeper path: as in 002_run_events.sql.
 CREATE TABLE IF NOT EXISTS jetcron.job_events ON CLUSTER '{cluster}'
 (
     event_id  String,
@@ -16,6 +18,6 @@ CREATE TABLE IF NOT EXISTS jetcron.job_events ON CLUSTER '{cluster}'
     message   String,
     problems  String
 )
-ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/jetcron/job_events', '{replica}')
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')
 PARTITION BY toYYYYMM(toDateTime(intDiv(at_ms, 1000)))
 ORDER BY (at_ms, event_id);

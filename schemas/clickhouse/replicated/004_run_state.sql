@@ -1,21 +1,23 @@
 -- The latest state of every run, kept by ClickHouse itself: the replicated
--- variant of ../004_run_state.sql, with the same columns, keys, view queries
--- and partitioning. Only aggregates that a repeated event cannot change are
+-- variant of ../004_run_state.sql, with the same columns, keys, partitioning
+-- and view queries. Only aggregates that a repeated event cannot change are
 -- used (min, max, argMax, uniqExact, any), so an event folded in twice, or an
 -- aggregate block stored twice, leaves every answer as it was.
 --
--- A materialized view fires on the replica that takes an INSERT into
--- run_events, and writes its block into that replica's run_state, which
--- replicates it like any insert; parts of run_events fetched by the other
--- replicas do not fire their views, so each block is folded in once. Give
--- jetcron's ClickHouse user deduplicate_blocks_in_dependent_materialized_views
--- = 1 (the default since 26.2; README.md): then a retried INSERT whose
--- run_events block is a duplicate still reaches the view, and run_state stores
--- the view's block only if the earlier attempt did not.
+-- The materialized view fires on the replica that takes an INSERT into
+-- run_events and writes its block into that replica's run_state, which
+-- replicates it like any insert; parts of run_events that other replicas
+-- fetch do not fire their views, so each block is folded in once. A retried
+-- INSERT whose run_events block is a duplicate still reaches the view when
+-- deduplicate_blocks_in_dependent_materialized_views = 1 (the default since
+-- 26.2; set it for jetcron's ClickHouse user on older servers), and run_state
+-- stores the view's block only if the earlier attempt did not: so a retry
+-- after a failure between the two writes does not lose the run's state.
 --
--- `v` orders events of a run: at_ms, then the step (started < retrying <
--- skipped < an outcome), so a terminal event wins a tie. Notifications do not
--- change a run's state and are left out.
+-- The view orders the events of a run by at_ms, then the step (started <
+-- retrying < skipped < an outcome), so a terminal event wins a tie.
+-- Notifications do not change a run's state and are left out. The views
+-- `runs` and `job_state` hold no data and are created on every host.
 CREATE TABLE IF NOT EXISTS jetcron.run_state ON CLUSTER '{cluster}'
 (
     job_id               String,
@@ -38,7 +40,7 @@ CREATE TABLE IF NOT EXISTS jetcron.run_state ON CLUSTER '{cluster}'
     s_failed_shard_kind  AggregateFunction(argMinIf, String, Int64, UInt8),
     s_succeeded_shards   AggregateFunction(uniqExactIf, UInt32, UInt8)
 )
-ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/jetcron/run_state', '{replica}')
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')
 PARTITION BY toYYYYMM(toDateTime(intDiv(scheduled_ms, 1000)))
 ORDER BY (job_id, scheduled_ms, run_id);
 

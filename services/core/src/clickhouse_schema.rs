@@ -41,7 +41,43 @@ pub struct ClickHouseOptions {
     pub url: String,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// Who makes the tables: jetcron (single node) or the operator.
+    pub schema: SchemaMode,
 }
+
+/// Who creates jetcron's tables, and what is checked at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaMode {
+    /// jetcron applies `schemas/clickhouse/*.sql` (idempotently).
+    #[default]
+    Single,
+    /// The operator applied `schemas/clickhouse/replicated/` with
+    /// `ON CLUSTER`; jetcron creates nothing and waits until every table is
+    /// there with a Replicated engine (a table it created itself would be
+    /// on one server only, and the `ON CLUSTER` DDL would skip it).
+    Replicated,
+    /// The operator owns the schema entirely; nothing is checked.
+    None,
+}
+
+impl std::str::FromStr for SchemaMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "single" => Ok(Self::Single),
+            "replicated" => Ok(Self::Replicated),
+            "none" => Ok(Self::None),
+            other => Err(format!(
+                "{other:?} is not a schema mode: single, replicated or none"
+            )),
+        }
+    }
+}
+
+/// The tables (with a MergeTree engine) and views the services need.
+const TABLES: [&str; 3] = ["run_events", "job_events", "run_state"];
+const VIEWS: [&str; 3] = ["run_state_mv", "runs", "job_state"];
 
 impl ClickHouseOptions {
     pub fn new(url: impl Into<String>) -> Self {
@@ -49,6 +85,7 @@ impl ClickHouseOptions {
             url: url.into(),
             user: None,
             password: None,
+            schema: SchemaMode::Single,
         }
     }
 
@@ -93,6 +130,59 @@ pub async fn apply(client: &clickhouse::Client) -> anyhow::Result<()> {
                 .with_context(|| format!("apply ClickHouse migration {name}"))?;
         }
     }
+    Ok(())
+}
+
+/// Make the schema ready as `mode` says: apply it, or check the replicated
+/// one the operator applied (an error names what is missing or not
+/// replicated; callers retry).
+pub async fn prepare(client: &clickhouse::Client, mode: SchemaMode) -> anyhow::Result<()> {
+    match mode {
+        SchemaMode::Single => apply(client).await,
+        SchemaMode::Replicated => check_replicated(client).await,
+        SchemaMode::None => Ok(()),
+    }
+}
+
+#[derive(Debug, clickhouse::Row, Deserialize)]
+struct TableRow {
+    name: String,
+    engine: String,
+}
+
+async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
+    let found: Vec<TableRow> = client
+        .query("SELECT name, engine FROM system.tables WHERE database = 'jetcron'")
+        .fetch_all()
+        .await
+        .context("read jetcron's tables from system.tables")?;
+    let engine = |name: &str| {
+        found
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.engine.as_str())
+    };
+    let mut problems = Vec::new();
+    for table in TABLES {
+        match engine(table) {
+            None => problems.push(format!("jetcron.{table} is missing")),
+            Some(e) if !e.starts_with("Replicated") => problems.push(format!(
+                "jetcron.{table} has engine {e}, not a Replicated one"
+            )),
+            Some(_) => {}
+        }
+    }
+    for view in VIEWS {
+        if engine(view).is_none() {
+            problems.push(format!("jetcron.{view} is missing"));
+        }
+    }
+    anyhow::ensure!(
+        problems.is_empty(),
+        "--clickhouse-schema replicated: {}; apply schemas/clickhouse/replicated/ ON CLUSTER \
+         (docs/clickhouse-replication.md)",
+        problems.join(", ")
+    );
     Ok(())
 }
 

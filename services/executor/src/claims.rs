@@ -237,20 +237,6 @@ fn waits_for_retry(holder: &Claim, ttl: chrono::Duration, now: DateTime<Utc>) ->
     holder.expires_at_ms > (now + ttl + refresh).timestamp_millis()
 }
 
-/// Whether `holder` went unrefreshed for two refresh periods and a second:
-/// a running attempt refreshes its claim every `refresh` (its expiry is then
-/// `ttl` ahead), so its executor is likely dead, or cut off from the bucket.
-fn missed_refreshes(
-    holder: &Claim,
-    ttl: chrono::Duration,
-    refresh: Duration,
-    now: DateTime<Utc>,
-) -> bool {
-    let refreshed_at = holder.expires_at_ms - ttl.num_milliseconds();
-    let allowance = i64::try_from(refresh.as_millis() * 2).unwrap_or(i64::MAX / 2) + 1_000;
-    now.timestamp_millis() - refreshed_at > allowance
-}
-
 /// What the overlap policy decided for an attempt.
 pub enum Overlap {
     /// The attempt holds the job's claim and may run.
@@ -262,6 +248,10 @@ pub enum Overlap {
 /// How long a `forbid` fire waits for a previous run that is still going
 /// before it is skipped.
 pub const FORBID_GRACE: Duration = Duration::from_secs(2);
+/// How long no executor may say it runs the holder's run before a `forbid`
+/// fire takes the claim over: longer than an executor's reconnection to
+/// another NATS server, during which it cannot answer.
+const SILENCE_BEFORE_TAKEOVER: Duration = Duration::from_secs(1);
 /// How often it looks again meanwhile.
 const FORBID_POLL: Duration = Duration::from_millis(50);
 
@@ -300,6 +290,8 @@ pub async fn claim_for_run(
     let mut killed: Option<String> = None;
     // Since when the same other run has been seen running.
     let mut busy_since: Option<(String, tokio::time::Instant)> = None;
+    // Since when no executor has said it runs that run.
+    let mut silent_since: Option<tokio::time::Instant> = None;
     let mut take_over_from: Option<String> = None;
     let mut last_progress = tokio::time::Instant::now();
     let mut saw_other_delivery = false;
@@ -362,32 +354,40 @@ pub async fn claim_for_run(
             Acquired::Busy(holder) => holder,
         };
         if policy == ConcurrencyPolicy::Forbid {
-            let dead = !waits_for_retry(&holder, ttl, Utc::now())
-                && missed_refreshes(&holder, ttl, ctx.config.progress_interval, Utc::now())
-                && !runs_somewhere(&ctx.nats, &holder.run_id).await;
-            if !dead {
-                // Fires that waited together (for a leader election, say)
-                // come at once: let a short previous run end first.
-                let since = match &busy_since {
-                    Some((run, since)) if *run == holder.run_id => *since,
-                    _ => {
-                        let now = tokio::time::Instant::now();
-                        busy_since = Some((holder.run_id.clone(), now));
-                        now
-                    }
-                };
-                if since.elapsed() < FORBID_GRACE {
-                    tokio::time::sleep(FORBID_POLL).await;
+            let now = tokio::time::Instant::now();
+            let since = match &busy_since {
+                Some((run, since)) if *run == holder.run_id => *since,
+                _ => {
+                    busy_since = Some((holder.run_id.clone(), now));
+                    silent_since = None;
+                    now
+                }
+            };
+            // Going: an executor says it runs the holder's target, or the
+            // holder waits for a retry.
+            let going = waits_for_retry(&holder, ttl, Utc::now())
+                || runs_somewhere(&ctx.nats, &holder.run_id).await;
+            if going {
+                silent_since = None;
+            } else {
+                let silent = *silent_since.get_or_insert(now);
+                if silent.elapsed() >= SILENCE_BEFORE_TAKEOVER {
+                    // A claim that outlived its run's call: its executor
+                    // died, or the run only records how it went (its events
+                    // or its release wait for a leader election).
+                    tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
+                    take_over_from = Some(holder.run_id);
                     continue;
                 }
-                return Ok(Overlap::Declined(holder.run_id));
             }
-            // A claim that outlived its run: its executor died (or its
-            // release failed while the bucket elected a leader), it missed
-            // two refreshes and no executor says it runs it. Take it over.
-            tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
-            take_over_from = Some(holder.run_id);
-            continue;
+            // Fires that waited together (for a leader election, say) come
+            // at once: let a short previous run end first; and an executor
+            // that reconnects answers again within the silence allowed.
+            if since.elapsed() < FORBID_GRACE || !going {
+                tokio::time::sleep(FORBID_POLL).await;
+                continue;
+            }
+            return Ok(Overlap::Declined(holder.run_id));
         }
         if killed.as_deref() != Some(holder.run_id.as_str()) {
             let reason = format!("replaced by run {ours} (concurrency: replace)");
@@ -459,22 +459,5 @@ mod tests {
             ttl,
             now
         ));
-    }
-
-    #[test]
-    fn a_claim_unrefreshed_for_two_periods_and_a_second_missed_its_refreshes() {
-        let now = Utc
-            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("time");
-        let refresh = Duration::from_secs(2);
-        let ttl = claim_ttl(refresh);
-        let refreshed =
-            |ago_ms: i64| claim_expiring(now - chrono::Duration::milliseconds(ago_ms) + ttl);
-        assert!(!missed_refreshes(&refreshed(0), ttl, refresh, now));
-        assert!(!missed_refreshes(&refreshed(4_900), ttl, refresh, now));
-        assert!(missed_refreshes(&refreshed(5_100), ttl, refresh, now));
-        // Held through a backoff: refreshed "in the future".
-        assert!(!missed_refreshes(&refreshed(-60_000), ttl, refresh, now));
     }
 }

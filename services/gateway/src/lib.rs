@@ -146,7 +146,11 @@ pub async fn run(
         config.limits.missed_scan_interval,
         shutdown.clone(),
     ));
-    let schema = tokio::spawn(apply_schema_when_possible(clickhouse, shutdown.clone()));
+    let schema = tokio::spawn(apply_schema_when_possible(
+        clickhouse,
+        config.clickhouse.schema,
+        shutdown.clone(),
+    ));
     // The API ending on its own (a bug, a panic) must not leave a process that
     // looks healthy but answers nothing: it stops the whole gateway.
     let api = {
@@ -184,13 +188,17 @@ pub async fn run(
     Ok(())
 }
 
-async fn apply_schema_when_possible(client: clickhouse::Client, shutdown: CancellationToken) {
+async fn apply_schema_when_possible(
+    client: clickhouse::Client,
+    mode: clickhouse_schema::SchemaMode,
+    shutdown: CancellationToken,
+) {
     let mut delay = Duration::from_millis(250);
     loop {
-        match clickhouse_schema::apply(&client).await {
+        match clickhouse_schema::prepare(&client, mode).await {
             Ok(()) => return,
             Err(e) => {
-                warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying")
+                warn!(error = %format!("{e:#}"), "ClickHouse schema not ready yet, retrying")
             }
         }
         tokio::select! {

@@ -110,6 +110,17 @@ pub struct CommonArgs {
         hide_env_values = true
     )]
     pub clickhouse_password: Option<String>,
+    /// Who makes the ClickHouse tables: `single` (jetcron applies
+    /// schemas/clickhouse/ at start), `replicated` (the operator applied
+    /// schemas/clickhouse/replicated/ ON CLUSTER; jetcron waits until every
+    /// table is there with a Replicated engine), or `none` (not checked).
+    #[arg(
+        long,
+        env = "JETCRON_CLICKHOUSE_SCHEMA",
+        default_value = "single",
+        global = true
+    )]
+    pub clickhouse_schema: jetcron_core::clickhouse_schema::SchemaMode,
     /// Replicas of the streams and bucket jetcron creates (3 on a NATS cluster).
     #[arg(long, env = "JETCRON_REPLICAS", default_value_t = 1, global = true)]
     pub replicas: usize,

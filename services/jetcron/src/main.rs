@@ -103,6 +103,7 @@ fn clickhouse(common: &CommonArgs) -> ClickHouseOptions {
         url: common.clickhouse_url.clone(),
         user: common.clickhouse_user.clone(),
         password: common.clickhouse_password.clone(),
+        schema: common.clickhouse_schema,
     }
 }
 

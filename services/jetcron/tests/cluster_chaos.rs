@@ -59,45 +59,53 @@ type Calls = Arc<Mutex<Vec<Call>>>;
 /// Run id → (scheduled time, when its due event was last published).
 type DueSeen = Arc<Mutex<BTreeMap<String, (DateTime<Utc>, DateTime<Utc>)>>>;
 
-/// Answer every `svc.chaos.*` request with "ok", recording it.
-async fn serve_target(client: async_nats::Client) -> (Calls, tokio::task::JoinHandle<()>) {
+/// Answer every `svc.chaos.*` request with "ok", recording it: one
+/// responder per node in a queue group, as a service that itself runs
+/// highly available (a responder whose node is killed is gone until it
+/// reconnects; the others answer meanwhile).
+async fn serve_target(
+    clients: Vec<async_nats::Client>,
+) -> (Calls, Vec<tokio::task::JoinHandle<()>>) {
     let calls: Calls = Arc::default();
-    let mut requests = client
-        .subscribe("svc.chaos.*")
-        .await
-        .expect("subscribe target");
-    let recorded = calls.clone();
-    let task = tokio::spawn(async move {
-        while let Some(request) = requests.next().await {
-            let at = Utc::now();
-            let header = |name: &str| {
-                request
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(name))
-                    .map(|v| v.as_str().to_string())
-                    .unwrap_or_default()
-            };
-            let call = Call {
-                job: request
-                    .subject
-                    .as_str()
-                    .trim_start_matches("svc.chaos.")
-                    .to_string(),
-                run_id: header("Jetcron-Run-Id"),
-                scheduled_at: DateTime::parse_from_rfc3339(&header("Jetcron-Scheduled-At"))
-                    .map(|t| t.with_timezone(&Utc))
-                    .unwrap_or_default(),
-                attempt: header("Jetcron-Attempt").parse().unwrap_or(0),
-                at,
-            };
-            recorded.lock().expect("calls").push(call);
-            if let Some(reply) = request.reply {
-                let _ = client.publish(reply, "ok".into()).await;
+    let mut tasks = Vec::new();
+    for client in clients {
+        let mut requests = client
+            .queue_subscribe("svc.chaos.*", "chaos-target".to_string())
+            .await
+            .expect("subscribe target");
+        let recorded = calls.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(request) = requests.next().await {
+                let at = Utc::now();
+                let header = |name: &str| {
+                    request
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(name))
+                        .map(|v| v.as_str().to_string())
+                        .unwrap_or_default()
+                };
+                let call = Call {
+                    job: request
+                        .subject
+                        .as_str()
+                        .trim_start_matches("svc.chaos.")
+                        .to_string(),
+                    run_id: header("Jetcron-Run-Id"),
+                    scheduled_at: DateTime::parse_from_rfc3339(&header("Jetcron-Scheduled-At"))
+                        .map(|t| t.with_timezone(&Utc))
+                        .unwrap_or_default(),
+                    attempt: header("Jetcron-Attempt").parse().unwrap_or(0),
+                    at,
+                };
+                recorded.lock().expect("calls").push(call);
+                if let Some(reply) = request.reply {
+                    let _ = client.publish(reply, "ok".into()).await;
+                }
             }
-        }
-    });
-    (calls, task)
+        }));
+    }
+    (calls, tasks)
 }
 
 /// The last publish of every due event seen on the wire (a core
@@ -242,7 +250,11 @@ impl Deployment {
             .collect();
         let projector = JetcronProcess::start(jetcron(), &["projector"], &env);
         let client = cluster.client().await;
-        let (calls, target) = serve_target(client.clone()).await;
+        let mut node_clients = Vec::new();
+        for node in 0..cluster.len() {
+            node_clients.push(cluster.node(node).client().await);
+        }
+        let (calls, mut target) = serve_target(node_clients).await;
         let (due_seen, due_watch) = watch_due_events(client.clone()).await;
         let deployment = Self {
             _clickhouse: clickhouse,
@@ -255,7 +267,10 @@ impl Deployment {
             projector,
             calls,
             due_seen,
-            tasks: vec![target, due_watch],
+            tasks: {
+                target.push(due_watch);
+                target
+            },
         };
         let readyz = format!("http://{}/readyz", deployment.http_addr);
         wait_until("the gateway ready", Duration::from_secs(60), || {

@@ -739,7 +739,7 @@ async fn one_executor_serves_several_pools_without_one_starving_the_other() {
 }
 
 #[tokio::test]
-async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
+async fn a_crashed_executors_overlap_claim_is_taken_over_but_a_retry_wait_blocks() {
     let stack = Stack::start(StackOptions::with_shell()).await;
     stack
         .put_job(
@@ -747,43 +747,64 @@ async fn a_crashed_executors_overlap_claim_blocks_until_it_expires() {
             "target":{"type":"shell","command":"echo ran"}}"#,
         )
         .await;
-    // What an executor killed with SIGKILL mid-run leaves behind: its claim,
-    // refreshed for the last time just now, never released.
     let running = stack
         .js
         .get_key_value("jetcron_running")
         .await
         .expect("running bucket");
-    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(3);
-    let claim = serde_json::json!({
-        "run_id": "00000000-0000-4000-8000-000000000001",
-        "executor_id": "crashed",
-        "attempt": 1,
-        "expires_at_ms": expires_at.timestamp_millis(),
-    });
+    let claim = |run: &str, expires_at: chrono::DateTime<chrono::Utc>| {
+        serde_json::json!({
+            "run_id": run,
+            "executor_id": "crashed",
+            "attempt": 1,
+            "expires_at_ms": expires_at.timestamp_millis(),
+        })
+        .to_string()
+    };
+    // A run waiting five minutes for its retry holds the claim: the fire
+    // is skipped, naming it.
+    let waiting = "00000000-0000-4000-8000-000000000002";
     running
-        .put("claim.exclusive", claim.to_string().into())
+        .put(
+            "claim.exclusive",
+            claim(waiting, chrono::Utc::now() + chrono::Duration::minutes(5)).into(),
+        )
         .await
-        .expect("stale claim");
+        .expect("claim of a run waiting for a retry");
     let blocked = stack.trigger("exclusive").await;
     let skipped = wait_for_event(&stack, "exclusive", &blocked, RunEventKind::Skipped).await;
     assert!(
         skipped
             .error
             .as_deref()
-            .is_some_and(|e| e.contains("00000000-0000-4000-8000-000000000001")),
+            .is_some_and(|e| e.contains(waiting)),
         "{skipped:?}"
     );
-    // Once the dead holder's claim expires, the next fire runs.
-    let wait = (expires_at - chrono::Utc::now())
-        .to_std()
-        .unwrap_or_default();
-    tokio::time::sleep(wait + Duration::from_millis(500)).await;
+    // What an executor killed with SIGKILL mid-run leaves behind: its claim,
+    // refreshed for the last time just now (expiry: 3 x the stack's 1 s
+    // progress interval ahead), never released. No executor answers for its
+    // run, so the next fire takes it over after 1 s, before it expires.
+    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    running
+        .put(
+            "claim.exclusive",
+            claim("00000000-0000-4000-8000-000000000001", expires_at).into(),
+        )
+        .await
+        .expect("stale claim");
     let freed = stack.trigger("exclusive").await;
     let run = stack
         .wait_for_run_status(&freed, "succeeded", Duration::from_secs(20))
         .await;
     assert_eq!(run["output"], "ran\n");
+    let started = run["started_at"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .expect("started_at");
+    assert!(
+        started < expires_at,
+        "started {started}, after the claim expired at {expires_at}: not taken over"
+    );
     stack.stop().await;
 }
 

@@ -31,8 +31,12 @@ const TRANSIENT_CODES: &[u32] = &[
     202, // TOO_MANY_SIMULTANEOUS_QUERIES
     209, // SOCKET_TIMEOUT
     210, // NETWORK_ERROR
+    225, // NO_ZOOKEEPER: a replicated table without its Keeper
     241, // MEMORY_LIMIT_EXCEEDED
     242, // TABLE_IS_READ_ONLY
+    285, // TOO_FEW_LIVE_REPLICAS (insert_quorum)
+    286, // UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE
+    319, // UNKNOWN_STATUS_OF_INSERT: retried, deduplicated if it landed
     999, // KEEPER_EXCEPTION
 ];
 
@@ -206,6 +210,15 @@ mod tests {
             "Code: 60. DB::Exception: Table jetcron.run_events doesn't exist"
         ));
         assert!(!is_refusal("Code: 241, Memory limit exceeded"));
+        assert!(!is_refusal(
+            "Code: 285. DB::Exception: Number of alive replicas (1) is less than requested quorum (2)"
+        ));
+        assert!(!is_refusal(
+            "Code: 319. DB::Exception: Unknown status, client must retry"
+        ));
+        assert!(!is_refusal(
+            "Code: 225. DB::Exception: Cannot get ZooKeeper"
+        ));
         assert!(is_refusal("Code: 27. DB::Exception: Cannot parse input"));
         assert!(!is_refusal("connection refused"));
     }

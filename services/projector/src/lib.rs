@@ -131,7 +131,7 @@ pub async fn run_counted(
     };
     converging.ready();
     let clickhouse = config.clickhouse.client();
-    apply_schema_with_retry(&clickhouse, &shutdown).await;
+    apply_schema_with_retry(&clickhouse, config.clickhouse.schema, &shutdown).await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
     // Sampled beside the loop: while ClickHouse is down the loop waits on a
@@ -360,13 +360,17 @@ async fn park(
     }
 }
 
-async fn apply_schema_with_retry(client: &clickhouse::Client, shutdown: &CancellationToken) {
+async fn apply_schema_with_retry(
+    client: &clickhouse::Client,
+    mode: clickhouse_schema::SchemaMode,
+    shutdown: &CancellationToken,
+) {
     let mut delay = Duration::from_millis(250);
     loop {
-        match clickhouse_schema::apply(client).await {
+        match clickhouse_schema::prepare(client, mode).await {
             Ok(()) => return,
             Err(e) => {
-                warn!(error = %format!("{e:#}"), "cannot apply ClickHouse schema yet, retrying")
+                warn!(error = %format!("{e:#}"), "ClickHouse schema not ready yet, retrying")
             }
         }
         if sleep_or_shutdown(delay, shutdown).await {
