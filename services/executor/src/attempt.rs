@@ -268,6 +268,20 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         release(claim).await;
         return;
     }
+    // A redelivery, or one that waited for another delivery of its run: if
+    // that delivery still calls the target or stores its outcome (which
+    // `ended_already` cannot see yet), it is not called again.
+    let redelivered = claim
+        .as_ref()
+        .is_some_and(|c| attempt > 1 || c.after_other_delivery());
+    if redelivered
+        && claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting
+    {
+        info!("another delivery of this run calls its target or records it, handing this one back");
+        release(claim).await;
+        hand_back(&message).await;
+        return;
+    }
     registration.activate();
     let started_at = Utc::now();
     let started = publisher.started(started_at, max_attempts);
@@ -310,7 +324,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     // as its target returns, not when its events are stored.
     let work = async {
         let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
-        drop(registration);
+        registration.recording();
         ending
     };
     let ending = if stored_in_time {

@@ -260,10 +260,15 @@ const PROBE_WAIT: Duration = Duration::from_millis(500);
 
 /// Whether an executor answers that it runs `run_id` now (core NATS, so
 /// this works while JetStream elects leaders).
-async fn runs_somewhere(client: &async_nats::Client, run_id: &str) -> bool {
+/// How far an attempt of `run_id` got on any executor, as the first one to
+/// answer says (`Waiting` when none answers within [`PROBE_WAIT`]).
+pub async fn probe_run(client: &async_nats::Client, run_id: &str) -> crate::running::Stage {
     let subject = jetcron_core::subjects::running_probe_subject(run_id);
     let request = async_nats::Request::new().timeout(Some(PROBE_WAIT));
-    client.send_request(subject, request).await.is_ok()
+    match client.send_request(subject, request).await {
+        Ok(reply) => crate::running::Stage::from_reply(&reply.payload),
+        Err(_) => crate::running::Stage::Waiting,
+    }
 }
 
 /// How long a `replace` fire waits for the run it killed to let go.
@@ -363,10 +368,11 @@ pub async fn claim_for_run(
                     now
                 }
             };
-            // Going: an executor says it runs the holder's target, or the
-            // holder waits for a retry.
+            // Going: an executor says it calls the holder's target, or the
+            // holder waits for a retry (one that only records its outcome
+            // does not hold the next fire back).
             let going = waits_for_retry(&holder, ttl, Utc::now())
-                || runs_somewhere(&ctx.nats, &holder.run_id).await;
+                || probe_run(&ctx.nats, &holder.run_id).await == crate::running::Stage::Calling;
             if going {
                 silent_since = None;
             } else {

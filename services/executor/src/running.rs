@@ -7,10 +7,13 @@
 //! kill (the marker in `jetcron_running`) is checked when an attempt starts.
 //!
 //! The same listener answers probes on `jetcron.control.running.<run_id>`
-//! when the run is registered here: a `forbid` fire that finds the job's
-//! claim held asks whether its holder still runs, because a claim can
-//! outlive its run (its release failed while the bucket elected a leader,
-//! or its executor died).
+//! when an attempt of the run is past its claim here, with `calling` (its
+//! target is being called) or `recording` (the target returned, its events
+//! are being stored). A `forbid` fire that finds the job's claim held asks
+//! whether its holder still calls its target, because a claim can outlive
+//! the call (its events or release wait for a leader election, or its
+//! executor died); a redelivery asks whether another delivery of its own
+//! run is calling or recording, because then it must not call again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,9 +36,47 @@ struct Entry {
     id: u64,
     kill: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
-    /// The attempt got past its claim and calls (or is about to call) its
-    /// target: what a `forbid` probe asks about.
-    active: Arc<std::sync::atomic::AtomicBool>,
+    /// Where the attempt stands: what a probe asks about.
+    stage: Arc<std::sync::atomic::AtomicU8>,
+}
+
+/// Where an attempt stands, as probes see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Registered, not past its claim yet (or not calling anything).
+    Waiting = 0,
+    /// Calls (or is about to call) its target.
+    Calling = 1,
+    /// Its target returned; its outcome is being stored.
+    Recording = 2,
+}
+
+impl Stage {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Stage::Calling,
+            2 => Stage::Recording,
+            _ => Stage::Waiting,
+        }
+    }
+
+    /// The probe's answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Waiting => "waiting",
+            Stage::Calling => "calling",
+            Stage::Recording => "recording",
+        }
+    }
+
+    /// Read a probe's answer (older executors answered with their id: calling).
+    pub fn from_reply(payload: &[u8]) -> Self {
+        match payload {
+            b"recording" => Stage::Recording,
+            b"waiting" => Stage::Waiting,
+            _ => Stage::Calling,
+        }
+    }
 }
 
 /// One attempt's place in [`RunningAttempts`]; removed when dropped.
@@ -46,7 +87,7 @@ pub struct Registration {
     /// Cancelled when the run is killed.
     pub killed: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
-    active: Arc<std::sync::atomic::AtomicBool>,
+    stage: Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl Registration {
@@ -54,8 +95,17 @@ impl Registration {
     /// about its run are answered from here on (not while it waits for a
     /// claim, say).
     pub fn activate(&self) {
-        self.active
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.set(Stage::Calling);
+    }
+
+    /// The target returned; the outcome is being stored.
+    pub fn recording(&self) {
+        self.set(Stage::Recording);
+    }
+
+    fn set(&self, stage: Stage) {
+        self.stage
+            .store(stage as u8, std::sync::atomic::Ordering::Release);
     }
 
     /// Why the run was killed.
@@ -94,7 +144,7 @@ impl RunningAttempts {
         };
         let killed = CancellationToken::new();
         let reason = Arc::new(Mutex::new(None));
-        let active = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stage = Arc::new(std::sync::atomic::AtomicU8::new(Stage::Waiting as u8));
         self.lock_runs()
             .entry(run_id.to_string())
             .or_default()
@@ -102,7 +152,7 @@ impl RunningAttempts {
                 id,
                 kill: killed.clone(),
                 reason: reason.clone(),
-                active: active.clone(),
+                stage: stage.clone(),
             });
         Registration {
             attempts: self.clone(),
@@ -110,7 +160,7 @@ impl RunningAttempts {
             id,
             killed,
             reason,
-            active,
+            stage,
         }
     }
 
@@ -127,13 +177,26 @@ impl RunningAttempts {
         u32::try_from(entries.len()).unwrap_or(u32::MAX)
     }
 
-    /// Whether an attempt of `run_id` runs its target here now.
-    pub fn is_active(&self, run_id: &str) -> bool {
-        self.lock_runs().get(run_id).is_some_and(|entries| {
-            entries
-                .iter()
-                .any(|e| e.active.load(std::sync::atomic::Ordering::Acquire))
-        })
+    /// The furthest an attempt of `run_id` got here: calling beats
+    /// recording beats waiting (or not here at all).
+    pub fn stage(&self, run_id: &str) -> Stage {
+        let stages: Vec<Stage> = self
+            .lock_runs()
+            .get(run_id)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| Stage::from_u8(e.stage.load(std::sync::atomic::Ordering::Acquire)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if stages.contains(&Stage::Calling) {
+            Stage::Calling
+        } else if stages.contains(&Stage::Recording) {
+            Stage::Recording
+        } else {
+            Stage::Waiting
+        }
     }
 
     /// Number of attempts in progress.
@@ -168,8 +231,9 @@ pub async fn listen_for_kills(
             continue;
         };
         if message.subject.starts_with("jetcron.control.running.") {
-            if let (true, Some(reply)) = (attempts.is_active(run_id), message.reply) {
-                let _ = client.publish(reply, executor_id.clone().into()).await;
+            let stage = attempts.stage(run_id);
+            if let (false, Some(reply)) = (stage == Stage::Waiting, message.reply) {
+                let _ = client.publish(reply, stage.as_str().into()).await;
             }
             continue;
         }
@@ -217,15 +281,27 @@ mod tests {
     fn only_attempts_past_their_claim_count_as_running() {
         let attempts = Arc::new(RunningAttempts::default());
         let waiting = attempts.register("r1");
-        assert!(
-            !attempts.is_active("r1"),
-            "registered, waiting for its claim"
+        assert_eq!(
+            attempts.stage("r1"),
+            Stage::Waiting,
+            "waiting for its claim"
         );
         let running = attempts.register("r1");
         running.activate();
-        assert!(attempts.is_active("r1"));
-        drop(running);
-        assert!(!attempts.is_active("r1"));
+        assert_eq!(attempts.stage("r1"), Stage::Calling);
+        running.recording();
+        assert_eq!(attempts.stage("r1"), Stage::Recording);
+        let other = attempts.register("r1");
+        other.activate();
+        assert_eq!(
+            attempts.stage("r1"),
+            Stage::Calling,
+            "calling beats recording"
+        );
+        drop((running, other));
+        assert_eq!(attempts.stage("r1"), Stage::Waiting);
         drop(waiting);
+        assert_eq!(Stage::from_reply(b"recording"), Stage::Recording);
+        assert_eq!(Stage::from_reply(b"calling"), Stage::Calling);
     }
 }
