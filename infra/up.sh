@@ -4,13 +4,38 @@
 #   the HTTP gateway on 127.0.0.1:8080. Data and logs in .local/ (JETCRON_HOME).
 # Reads the variables of start-nats.sh and start-clickhouse.sh, and
 #   JETCRON_HTTP_ADDR (127.0.0.1:8080), JETCRON_ENABLE_SHELL (unset: shell targets off).
+#
+# Cluster mode: `./infra/up.sh --cluster` (or JETCRON_CLUSTER=1) starts three
+#   nats-server nodes with routes instead (infra/start-nats-cluster.sh; ports
+#   4222-4224), R3 topology (infra/cluster.env), and the services as separate
+#   processes: two tickers, two executors, a projector and the gateway, so
+#   that failover can be watched on one machine (docs/cluster-local.md).
 set -euo pipefail
 # shellcheck source=infra/lib.sh
 source "$(dirname "$0")/lib.sh"
 
+cluster="${JETCRON_CLUSTER:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --cluster) cluster=1 ;;
+    *) die "unknown argument '$arg' (expected: --cluster)" ;;
+  esac
+done
+# The processes of cluster mode, by pid-file name (each name appears in its
+# command line, which is how lib.sh recognises it).
+cluster_services=(gateway projector executor-1 executor-2 ticker-1 ticker-2)
+
 command -v curl >/dev/null || apt_install curl ca-certificates
 command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
-"$INFRA_DIR/start-nats.sh"
+if [[ "$cluster" == 1 ]]; then
+  is_running jetcron && die "single-node jetcron runs: ./infra/stop.sh first"
+  "$INFRA_DIR/start-nats-cluster.sh"
+else
+  for name in "${cluster_services[@]}" n1 n2 n3; do
+    is_running "$name" && die "the cluster mode runs ($name): ./infra/stop.sh first"
+  done
+  "$INFRA_DIR/start-nats.sh"
+fi
 "$INFRA_DIR/start-clickhouse.sh"
 
 log "building jetcron (release)"
@@ -27,13 +52,39 @@ if [[ ! -s "$token_file" ]]; then
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file")
 fi
 export JETCRON_API_TOKEN_FILE="$token_file"
-if is_running jetcron; then
-  log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new build"
-  stop_pid jetcron 45
+if [[ "$cluster" == 1 ]]; then
+  set -a
+  # shellcheck source=infra/cluster.env
+  source "$INFRA_DIR/cluster.env"
+  set +a
+  for name in "${cluster_services[@]}"; do
+    if is_running "$name"; then
+      log "$name already running; restarting it with the new build"
+      stop_pid "$name" 45
+    fi
+  done
+  # Each command line holds its pid file's name (lib.sh's is_running checks).
+  for name in "${cluster_services[@]}"; do
+    case "$name" in
+      gateway) args=(gateway) ;;
+      projector) args=(projector) ;;
+      executor-*) args=(executor --executor-id "$name") ;;
+      ticker-*) args=(ticker --replica-id "$name") ;;
+    esac
+    log "starting jetcron ${args[*]} (log: $LOG_DIR/$name.log)"
+    start_bg "$name" "$LOG_DIR/$name.log" "$bin" "${args[@]}"
+  done
+  # 503 until every service verified its streams and buckets on the cluster.
+  wait_for "jetcron gateway" 120 curl -sf "http://$http_addr/readyz"
+else
+  if is_running jetcron; then
+    log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new build"
+    stop_pid jetcron 45
+  fi
+  log "starting jetcron all (log: $LOG_DIR/jetcron.log)"
+  start_bg jetcron "$LOG_DIR/jetcron.log" "$bin" all
+  wait_for "jetcron gateway" 60 curl -sf "http://$http_addr/readyz"
 fi
-log "starting jetcron all (log: $LOG_DIR/jetcron.log)"
-start_bg jetcron "$LOG_DIR/jetcron.log" "$bin" all
-wait_for "jetcron gateway" 60 curl -sf "http://$http_addr/readyz"
 
 # The demo job calls the gateway's own /healthz; point it at the chosen address.
 demo="$(sed "s|127.0.0.1:8080|$http_addr|" "$INFRA_DIR/demo/hello.json")"
@@ -50,3 +101,14 @@ jetcron is running.
   logs:                  $LOG_DIR/
   stop:                  ./infra/stop.sh
 MSG
+if [[ "$cluster" == 1 ]]; then
+  cat <<MSG
+Cluster mode: nodes n1-n3 on ports 4222-4224, R3 streams and buckets, two
+tickers, two executors (docs/cluster-local.md). Watch a failover:
+  kill a node:           kill -9 \$(cat $RUN_DIR/n1.pid)
+  or a ticker:           kill -9 \$(cat $RUN_DIR/ticker-1.pid)
+  the runs go on:        curl -s http://$http_addr/v1/jobs/hello/runs
+  who leads what:        curl -s http://127.0.0.1:8223/jsz?streams=true
+  start what you killed: ./infra/up.sh --cluster
+MSG
+fi

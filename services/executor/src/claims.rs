@@ -371,13 +371,20 @@ pub async fn claim_for_run(
             // Going: an executor says it calls the holder's target, or the
             // holder waits for a retry (one that only records its outcome
             // does not hold the next fire back).
-            let going = waits_for_retry(&holder, ttl, Utc::now())
-                || probe_run(&ctx.nats, &holder.run_id).await == crate::running::Stage::Calling;
+            let stage = if waits_for_retry(&holder, ttl, Utc::now()) {
+                crate::running::Stage::Calling
+            } else {
+                probe_run(&ctx.nats, &holder.run_id).await
+            };
+            let going = stage == crate::running::Stage::Calling;
             if going {
                 silent_since = None;
             } else {
+                // An executor that says the holder only records its outcome
+                // ends the wait at once; silence must last a moment.
                 let silent = *silent_since.get_or_insert(now);
-                if silent.elapsed() >= SILENCE_BEFORE_TAKEOVER {
+                let recording = stage == crate::running::Stage::Recording;
+                if recording || silent.elapsed() >= SILENCE_BEFORE_TAKEOVER {
                     // A claim that outlived its run's call: its executor
                     // died, or the run only records how it went (its events
                     // or its release wait for a leader election).
