@@ -392,9 +392,12 @@ impl Deployment {
             self.explain_missing(scenario, &unexplained, window_start)
                 .await;
         }
+        // A target request lost with a killed node holds its job for the
+        // job's timeout (5 s here): a few seconds of one job's fires per
+        // kill at most. The bound only catches a regression.
         assert!(
-            skipped.len() * 100 <= expected.len() * 2,
-            "{scenario}: {} of {} fires skipped by forbid, over 2 %",
+            skipped.len() * 100 <= expected.len() * 5,
+            "{scenario}: {} of {} fires skipped by forbid, over 5 %",
             skipped.len(),
             expected.len()
         );
