@@ -8,6 +8,7 @@ mod api;
 mod bad_input;
 mod clickhouse_replicated;
 mod cluster_chaos;
+mod cluster_migration;
 mod cluster_startup;
 mod executor_failover;
 mod gateway_queries;
