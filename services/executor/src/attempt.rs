@@ -14,7 +14,6 @@
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::Utc;
 use jetcron_core::control;
-use jetcron_core::due;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use jetcron_core::retry::RetryDelay;
@@ -180,7 +179,15 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     } else {
         None
     };
-    if attempt > 1 && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await {
+    // A redelivery may come after its run ended (an ack lost with a consumer
+    // leader). A job with an overlap claim learns that from its claim; the
+    // others look at `JETCRON_RUNS`.
+    if attempt > 1
+        && job.concurrency == ConcurrencyPolicy::Allow
+        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at))
+            .await
+            .settled()
+    {
         return;
     }
     if let Some(why) = exhausted {
@@ -237,6 +244,12 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         ConcurrencyPolicy::Allow => None,
         policy => match claims::claim_for_run(ctx, &message, &job, &due, attempt, policy).await {
             Ok(Overlap::Claimed(handle)) => Some(*handle),
+            Ok(Overlap::RanAlready) => {
+                info!("run already ended (its claim says so), settling a late delivery without running it");
+                metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
+                ack(&message, AckKind::Ack).await;
+                return;
+            }
             Ok(Overlap::Declined(holder)) => {
                 info!(holder = %holder, "previous run still going, skipping this fire");
                 let event = publisher.declined(
@@ -255,32 +268,34 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
             }
         },
     };
-    // Another delivery of this run may have run it while this one waited
-    // for the claim: a redelivery; a delivery that saw the other one hold
-    // the claim; or a fire stored ahead, which two executors can hold at
-    // once when a consumer leader election outlasts its progress acks.
-    let maybe_ran_elsewhere = claim.as_ref().is_some_and(|c| {
-        attempt > 1 || c.after_other_delivery() || due::fire_at(message.headers.as_ref()).is_some()
-    });
-    if maybe_ran_elsewhere
-        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await
-    {
-        release(claim).await;
-        return;
-    }
-    // A redelivery, or one that waited for another delivery of its run: if
-    // that delivery still calls the target or stores its outcome (which
-    // `ended_already` cannot see yet), it is not called again.
-    let redelivered = claim
+    // Another delivery of this run may have run it: the claim was taken
+    // from a delivery of it that stopped refreshing, or from a run scheduled
+    // no earlier (this is a late delivery), or this delivery waited while
+    // another held it. Then `JETCRON_RUNS` says whether the run ended, and a
+    // probe whether that delivery still calls its target or records it
+    // (which `ended_already` cannot see yet); either way it is not called
+    // again. A fresh claim (the common case) needs neither.
+    let uncertain = claim
         .as_ref()
-        .is_some_and(|c| attempt > 1 || c.after_other_delivery());
-    if redelivered
-        && claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting
-    {
-        info!("another delivery of this run calls its target or records it, handing this one back");
-        release(claim).await;
-        hand_back(&message).await;
-        return;
+        .is_some_and(|c| c.history() == claims::History::Uncertain || c.after_other_delivery());
+    if uncertain {
+        match ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await {
+            RunEnd::NotYet => {}
+            // Its outcome is stored: the claim can say so.
+            RunEnd::Ended => {
+                release(claim).await;
+                return;
+            }
+            RunEnd::Unknown => return,
+        }
+        if claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting
+        {
+            info!("another delivery of this run calls its target or records it, handing this one back");
+            // The claim stays as it is: that delivery refreshes it again.
+            drop(claim);
+            hand_back(&message).await;
+            return;
+        }
     }
     registration.activate();
     let started_at = Utc::now();
@@ -293,11 +308,13 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     let stored_in_time = match tokio::time::timeout(STARTED_WAIT, &mut store_started).await {
         Ok(Ok(stored)) if stored.duplicate => {
             // Another delivery started this very attempt: it ran, or runs now.
-            if !ended_already(ctx, &message, &due, Since::Sequence(stored.sequence)).await {
-                info!("another delivery started this attempt, handing this one back");
-                hand_back(&message).await;
-            } else if let Some(claim) = claim {
-                claim.release().await;
+            match ended_already(ctx, &message, &due, Since::Sequence(stored.sequence)).await {
+                RunEnd::NotYet => {
+                    info!("another delivery started this attempt, handing this one back");
+                    hand_back(&message).await;
+                }
+                RunEnd::Ended => release(claim).await,
+                RunEnd::Unknown => {}
             }
             return;
         }
@@ -666,17 +683,35 @@ fn store_budget(ctx: &ExecutorContext) -> std::time::Duration {
     ctx.config.ack_wait.max(std::time::Duration::from_secs(1))
 }
 
+/// What a look at `JETCRON_RUNS` found about the run of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// No terminal event: the run has not ended.
+    NotYet,
+    /// It ended: the message was settled here without running anything.
+    Ended,
+    /// The lookup failed: the message was handed back.
+    Unknown,
+}
+
+impl RunEnd {
+    /// Whether this delivery is done with (settled or handed back).
+    fn settled(self) -> bool {
+        self != RunEnd::NotYet
+    }
+}
+
 /// Whether the run of `due` already ended (a late redelivery): then the
-/// message is settled here without running anything, and `true` returned.
-/// `false` when it did not; a failed lookup hands the message back (`true`).
+/// message is settled here without running anything. A failed lookup hands
+/// the message back.
 async fn ended_already(
     ctx: &ExecutorContext,
     message: &Message,
     due: &DueEvent,
     since: Since,
-) -> bool {
+) -> RunEnd {
     match ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since).await {
-        Ok(None) => false,
+        Ok(None) => RunEnd::NotYet,
         Ok(Some(kind)) => {
             info!(
                 ended = kind.as_str(),
@@ -684,12 +719,12 @@ async fn ended_already(
             );
             metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
             ack(message, AckKind::Ack).await;
-            true
+            RunEnd::Ended
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot tell whether the run already ended, handing it back");
             hand_back(message).await;
-            true
+            RunEnd::Unknown
         }
     }
 }

@@ -27,17 +27,42 @@ pub struct Claim {
     pub executor_id: String,
     pub attempt: u32,
     pub expires_at_ms: i64,
+    /// The run ended and its outcome is stored: the claim is free for the
+    /// next run, and a late delivery of this run must not call it again.
+    #[serde(default)]
+    pub ended: bool,
+    /// Latest scheduled time (Unix ms) of any run that took this claim or
+    /// was skipped because of it. A run scheduled later has never been
+    /// here, so no other delivery of it can have run it; one scheduled at or
+    /// before it may have, and is checked against `JETCRON_RUNS` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_scheduled_ms: Option<i64>,
 }
 
 /// Result of trying to take a claim.
 pub enum Acquired {
     Held(Box<ClaimHandle>),
-    /// Another live run holds it.
-    Busy(Claim),
+    /// Another live run holds it (at this revision of the claim).
+    Busy(Claim, u64),
     /// Another delivery of this run holds it and is not waiting for a retry:
     /// it runs the target, or records how that went (a consumer leader
     /// handed the due event out again meanwhile).
     SameRunActive(Claim),
+    /// This run took the claim before and ended: a late delivery.
+    RanAlready,
+}
+
+/// What the claim says about the history of the run that takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum History {
+    /// Scheduled after every run that was here: no delivery of it ran.
+    Fresh,
+    /// Taken back from this very run: the same delivery, or the run waiting
+    /// for its retry.
+    Retry,
+    /// Another delivery of it may have run (its claim expired, or a run
+    /// scheduled no earlier was here): look at `JETCRON_RUNS` first.
+    Uncertain,
 }
 
 /// A claim this attempt holds.
@@ -46,6 +71,7 @@ pub struct ClaimHandle {
     key: String,
     revision: u64,
     claim: Claim,
+    history: History,
     /// Another delivery of the same run held the claim before this one got
     /// it: that delivery may have run the target already.
     after_other_delivery: bool,
@@ -54,53 +80,130 @@ pub struct ClaimHandle {
 /// How many compare-and-swap races one acquisition tolerates.
 const MAX_RACES: usize = 32;
 
-/// Take `key` for `claim.run_id`, unless another run holds it and has not
-/// expired. A claim of `take_over_from` counts as free (a `replace` fire that
-/// killed that run). A lost compare-and-swap is retried at once; a bucket
-/// that does not answer (its leader is being elected) is an error, for the
-/// caller to retry later.
+/// Who wants the claim.
+#[derive(Debug, Clone)]
+pub struct Claimant {
+    pub run_id: String,
+    pub executor_id: String,
+    pub attempt: u32,
+    pub scheduled_at: DateTime<Utc>,
+}
+
+/// What to do about the claim as it stands (`None`: no claim yet).
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    Take(History),
+    Busy,
+    SameRunActive,
+    RanAlready,
+}
+
+/// Decide from the current claim, if any; `deleted` when the key holds a
+/// delete marker (a claim released by an older jetcron: its history is gone).
+fn decide(
+    holder: Option<&Claim>,
+    deleted: bool,
+    claimant: &Claimant,
+    take_over_from: Option<&str>,
+    ttl: chrono::Duration,
+    now: DateTime<Utc>,
+) -> Decision {
+    let Some(holder) = holder else {
+        return Decision::Take(if deleted {
+            History::Uncertain
+        } else {
+            History::Fresh
+        });
+    };
+    let expired = holder.expires_at_ms <= now.timestamp_millis();
+    if holder.run_id == claimant.run_id {
+        if holder.ended {
+            return Decision::RanAlready;
+        }
+        let same_delivery =
+            holder.executor_id == claimant.executor_id && holder.attempt == claimant.attempt;
+        if same_delivery || waits_for_retry(holder, ttl, now) {
+            return Decision::Take(History::Retry);
+        }
+        // A delivery that stopped refreshing: it died, or its refreshes wait
+        // for a leader election while it still calls the target.
+        return if expired {
+            Decision::Take(History::Uncertain)
+        } else {
+            Decision::SameRunActive
+        };
+    }
+    let released = take_over_from == Some(holder.run_id.as_str());
+    if !holder.ended && !released && !expired {
+        return Decision::Busy;
+    }
+    let scheduled = claimant.scheduled_at.timestamp_millis();
+    match holder.latest_scheduled_ms {
+        Some(latest) if latest < scheduled => Decision::Take(History::Fresh),
+        _ => Decision::Take(History::Uncertain),
+    }
+}
+
+/// Take `key` for `claimant`, unless another run holds it and has not
+/// ended or expired. A claim of `take_over_from` counts as free (a `replace`
+/// fire that killed that run). A lost compare-and-swap is retried at once; a
+/// bucket that does not answer (its leader is being elected) is an error,
+/// for the caller to retry later.
 pub async fn acquire(
     store: &kv::Store,
     key: &str,
-    claim: Claim,
+    claimant: &Claimant,
     take_over_from: Option<&str>,
     ttl: chrono::Duration,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Acquired> {
-    let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
+    let scheduled = claimant.scheduled_at.timestamp_millis();
     for _ in 0..MAX_RACES {
         let entry = store
             .entry(key)
             .await
             .with_context(|| format!("read claim {key}"))?;
-        let written = match entry {
+        let (holder, deleted, revision) = match &entry {
             Some(entry) if entry.operation == Operation::Put => {
-                if let Ok(holder) = serde_json::from_slice::<Claim>(&entry.value) {
-                    let ours = holder.run_id == claim.run_id;
-                    let released = take_over_from == Some(holder.run_id.as_str());
-                    let expired = holder.expires_at_ms <= now.timestamp_millis();
-                    if !ours && !released && !expired {
-                        return Ok(Acquired::Busy(holder));
-                    }
-                    // The run's claim, held by another delivery of it: taken
-                    // back by a retry when that delivery waits for it (its
-                    // claim reaches past the refresh horizon); otherwise that
-                    // delivery is still at work, and this one waits.
-                    let same_delivery =
-                        holder.executor_id == claim.executor_id && holder.attempt == claim.attempt;
-                    if ours && !expired && !same_delivery && !waits_for_retry(&holder, ttl, now) {
-                        return Ok(Acquired::SameRunActive(holder));
-                    }
-                }
-                match store.update(key, value.clone(), entry.revision).await {
-                    Ok(revision) => Some(revision),
-                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => None,
-                    Err(e) => {
-                        return Err(anyhow::Error::from(e).context(format!("write claim {key}")))
-                    }
-                }
+                // An unreadable value is nobody's claim.
+                (
+                    serde_json::from_slice::<Claim>(&entry.value).ok(),
+                    false,
+                    Some(entry.revision),
+                )
             }
-            _ => match store.create(key, value.clone()).await {
+            Some(entry) => (None, true, Some(entry.revision)),
+            None => (None, false, None),
+        };
+        let history = match decide(holder.as_ref(), deleted, claimant, take_over_from, ttl, now) {
+            Decision::Take(history) => history,
+            Decision::Busy => {
+                let holder = holder.expect("busy means held");
+                return Ok(Acquired::Busy(holder, revision.unwrap_or(0)));
+            }
+            Decision::SameRunActive => return Ok(Acquired::SameRunActive(holder.expect("held"))),
+            Decision::RanAlready => return Ok(Acquired::RanAlready),
+        };
+        let latest = holder
+            .as_ref()
+            .and_then(|h| h.latest_scheduled_ms)
+            .map_or(scheduled, |latest| latest.max(scheduled));
+        let claim = Claim {
+            run_id: claimant.run_id.clone(),
+            executor_id: claimant.executor_id.clone(),
+            attempt: claimant.attempt,
+            expires_at_ms: (now + ttl).timestamp_millis(),
+            ended: false,
+            latest_scheduled_ms: Some(latest),
+        };
+        let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
+        let written = match revision {
+            Some(revision) => match store.update(key, value, revision).await {
+                Ok(revision) => Some(revision),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => None,
+                Err(e) => return Err(anyhow::Error::from(e).context(format!("write claim {key}"))),
+            },
+            None => match store.create(key, value).await {
                 Ok(revision) => Some(revision),
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => None,
                 Err(e) => return Err(anyhow::Error::from(e).context(format!("create claim {key}"))),
@@ -112,6 +215,7 @@ pub async fn acquire(
                 key: key.to_string(),
                 revision,
                 claim,
+                history,
                 after_other_delivery: false,
             })));
         }
@@ -119,9 +223,41 @@ pub async fn acquire(
     anyhow::bail!("claim {key}: lost {MAX_RACES} compare-and-swap races in a row")
 }
 
+/// Raise the claim's watermark to `scheduled_at` (a `forbid` fire skipped
+/// because of `holder`, at `revision`), so that a late delivery of the
+/// skipped run looks at `JETCRON_RUNS` before running. `Ok(false)` when the
+/// claim changed meanwhile (decide again).
+async fn note_skipped(
+    store: &kv::Store,
+    key: &str,
+    holder: &Claim,
+    revision: u64,
+    scheduled_at: DateTime<Utc>,
+) -> anyhow::Result<bool> {
+    let scheduled = scheduled_at.timestamp_millis();
+    if holder.latest_scheduled_ms.is_some_and(|l| l >= scheduled) {
+        return Ok(true);
+    }
+    let mut raised = holder.clone();
+    raised.latest_scheduled_ms = Some(scheduled);
+    match store
+        .update(key, serde_json::to_vec(&raised)?.into(), revision)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+        Err(e) => Err(anyhow::Error::from(e).context(format!("mark skipped fire in {key}"))),
+    }
+}
+
 impl ClaimHandle {
     pub fn claim(&self) -> &Claim {
         &self.claim
+    }
+
+    /// What the claim said about this run when it was taken.
+    pub fn history(&self) -> History {
+        self.history
     }
 
     /// Whether another delivery of this run held the claim first (see
@@ -174,10 +310,17 @@ impl ClaimHandle {
         }
     }
 
-    /// Give the claim up (if it is still ours), retrying for a few seconds
-    /// while the bucket does not answer; a claim left behind is taken over
-    /// by the next fire once no executor runs its run.
-    pub async fn release(self) {
+    /// The run ended and its outcome is stored: mark the claim ended (if it
+    /// is still ours), retrying for a few seconds while the bucket does not
+    /// answer. A claim left unmarked is taken over by the next fire once no
+    /// executor says it calls its run. The claim is kept, not deleted: it
+    /// carries the watermark that tells later runs they are fresh.
+    pub async fn release(mut self) {
+        self.claim.ended = true;
+        let Ok(value) = serde_json::to_vec(&self.claim) else {
+            return;
+        };
+        let value: bytes::Bytes = value.into();
         let mut delay = jetcron_core::retry::RetryDelay::new(
             Duration::from_millis(100),
             Duration::from_secs(1),
@@ -186,11 +329,11 @@ impl ClaimHandle {
         loop {
             match self
                 .store
-                .delete_expect_revision(&self.key, Some(self.revision))
+                .update(&self.key, value.clone(), self.revision)
                 .await
             {
-                Ok(()) => return,
-                Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => {
+                Ok(_) => return,
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
                     debug!(key = %self.key, "claim already taken over");
                     return;
                 }
@@ -204,21 +347,27 @@ impl ClaimHandle {
     }
 }
 
-/// Delete the claim at `key` if `run_id` holds it (a run that ends without
-/// an attempt of its own, e.g. killed while it waited for a retry).
+/// Mark the claim at `key` ended if `run_id` holds it (a run that ends
+/// without an attempt of its own, e.g. killed while it waited for a retry).
 pub async fn release_if_held_by(store: &kv::Store, key: &str, run_id: &str) {
     let Ok(Some(entry)) = store.entry(key).await else {
         return;
     };
-    let held = entry.operation == Operation::Put
-        && serde_json::from_slice::<Claim>(&entry.value).is_ok_and(|c| c.run_id == run_id);
-    if held {
-        if let Err(e) = store
-            .delete_expect_revision(key, Some(entry.revision))
-            .await
-        {
-            warn!(key, error = %e, "claim not released (taken over or gone)");
-        }
+    if entry.operation != Operation::Put {
+        return;
+    }
+    let Ok(mut claim) = serde_json::from_slice::<Claim>(&entry.value) else {
+        return;
+    };
+    if claim.run_id != run_id || claim.ended {
+        return;
+    }
+    claim.ended = true;
+    let Ok(value) = serde_json::to_vec(&claim) else {
+        return;
+    };
+    if let Err(e) = store.update(key, value.into(), entry.revision).await {
+        warn!(key, error = %e, "claim not released (taken over or gone)");
     }
 }
 
@@ -243,6 +392,9 @@ pub enum Overlap {
     Claimed(Box<ClaimHandle>),
     /// `forbid`: the run with this id is still going; this fire is skipped.
     Declined(String),
+    /// This run took the claim before and ended: a late delivery, settled
+    /// without running anything.
+    RanAlready,
 }
 
 /// How long a `forbid` fire waits for a previous run that is still going
@@ -302,17 +454,17 @@ pub async fn claim_for_run(
     let mut saw_other_delivery = false;
     let mut unavailable =
         jetcron_core::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
+    let claimant = Claimant {
+        run_id: ours.to_string(),
+        executor_id: ctx.config.executor_id.clone(),
+        attempt,
+        scheduled_at: due.scheduled_at,
+    };
     loop {
-        let claim = Claim {
-            run_id: ours.to_string(),
-            executor_id: ctx.config.executor_id.clone(),
-            attempt,
-            expires_at_ms: (Utc::now() + ttl).timestamp_millis(),
-        };
         let acquired = match acquire(
             &ctx.running,
             &key,
-            claim,
+            &claimant,
             take_over_from.as_deref(),
             ttl,
             Utc::now(),
@@ -356,8 +508,10 @@ pub async fn claim_for_run(
                 tokio::time::sleep(REPLACE_WAIT_POLL).await;
                 continue;
             }
-            Acquired::Busy(holder) => holder,
+            Acquired::RanAlready => return Ok(Overlap::RanAlready),
+            Acquired::Busy(holder, revision) => (holder, revision),
         };
+        let (holder, revision) = holder;
         if policy == ConcurrencyPolicy::Forbid {
             let now = tokio::time::Instant::now();
             let since = match &busy_since {
@@ -400,7 +554,20 @@ pub async fn claim_for_run(
                 tokio::time::sleep(FORBID_POLL).await;
                 continue;
             }
-            return Ok(Overlap::Declined(holder.run_id));
+            // The skip is recorded in the claim before it is final, so a late
+            // delivery of this run knows to look for its end first.
+            match note_skipped(&ctx.running, &key, &holder, revision, due.scheduled_at).await {
+                Ok(true) => return Ok(Overlap::Declined(holder.run_id)),
+                Ok(false) => continue,
+                Err(e) => {
+                    let wait = unavailable.next_delay();
+                    if started.elapsed() + wait > ctx.config.ack_wait {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
         }
         if killed.as_deref() != Some(holder.run_id.as_str()) {
             let reason = format!("replaced by run {ours} (concurrency: replace)");
@@ -448,7 +615,127 @@ mod tests {
             executor_id: "e".into(),
             attempt: 1,
             expires_at_ms: at.timestamp_millis(),
+            ended: false,
+            latest_scheduled_ms: Some(at.timestamp_millis() - 60_000),
         }
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("time")
+    }
+
+    fn claimant(run_id: &str, scheduled_at: DateTime<Utc>) -> Claimant {
+        Claimant {
+            run_id: run_id.into(),
+            executor_id: "e2".into(),
+            attempt: 1,
+            scheduled_at,
+        }
+    }
+
+    fn decide_now(holder: Option<&Claim>, claimant: &Claimant) -> Decision {
+        let ttl = claim_ttl(Duration::from_secs(2));
+        decide(holder, false, claimant, None, ttl, now())
+    }
+
+    #[test]
+    fn a_run_scheduled_after_every_run_that_held_the_claim_is_fresh() {
+        let ttl = claim_ttl(Duration::from_secs(2));
+        let mut previous = claim_expiring(now() + ttl);
+        previous.ended = true;
+        previous.latest_scheduled_ms =
+            Some((now() - chrono::Duration::seconds(1)).timestamp_millis());
+        assert_eq!(
+            decide_now(Some(&previous), &claimant("next", now())),
+            Decision::Take(History::Fresh)
+        );
+        // Nobody ever held it.
+        assert_eq!(
+            decide_now(None, &claimant("first", now())),
+            Decision::Take(History::Fresh)
+        );
+    }
+
+    #[test]
+    fn a_run_scheduled_no_later_than_the_watermark_is_uncertain() {
+        let ttl = claim_ttl(Duration::from_secs(2));
+        let mut newer = claim_expiring(now() + ttl);
+        newer.ended = true;
+        newer.latest_scheduled_ms = Some(now().timestamp_millis());
+        // A late delivery of an older (or equally old) fire: it may have run.
+        for scheduled in [now(), now() - chrono::Duration::seconds(5)] {
+            assert_eq!(
+                decide_now(Some(&newer), &claimant("older", scheduled)),
+                Decision::Take(History::Uncertain)
+            );
+        }
+        // A claim from before the watermark existed, or released by deletion.
+        newer.latest_scheduled_ms = None;
+        assert_eq!(
+            decide_now(Some(&newer), &claimant("next", now() + ttl)),
+            Decision::Take(History::Uncertain)
+        );
+        assert_eq!(
+            decide(None, true, &claimant("next", now()), None, ttl, now()),
+            Decision::Take(History::Uncertain)
+        );
+    }
+
+    #[test]
+    fn the_claim_of_a_live_run_is_busy_until_it_ends_expires_or_is_replaced() {
+        let ttl = claim_ttl(Duration::from_secs(2));
+        let live = claim_expiring(now() + ttl);
+        let next = claimant("next", now());
+        assert_eq!(decide_now(Some(&live), &next), Decision::Busy);
+        let expired = claim_expiring(now() - chrono::Duration::seconds(1));
+        assert_eq!(
+            decide_now(Some(&expired), &next),
+            Decision::Take(History::Fresh)
+        );
+        assert_eq!(
+            decide(Some(&live), false, &next, Some("r"), ttl, now()),
+            Decision::Take(History::Fresh)
+        );
+    }
+
+    #[test]
+    fn a_delivery_of_the_holding_run_waits_retries_or_learns_it_ended() {
+        let ttl = claim_ttl(Duration::from_secs(2));
+        let mut ours = claim_expiring(now() + ttl);
+        let other_delivery = claimant("r", now());
+        // Another delivery of the run is at work.
+        assert_eq!(
+            decide_now(Some(&ours), &other_delivery),
+            Decision::SameRunActive
+        );
+        // It stopped refreshing: it may have called the target.
+        let stale = claim_expiring(now() - chrono::Duration::seconds(1));
+        assert_eq!(
+            decide_now(Some(&stale), &other_delivery),
+            Decision::Take(History::Uncertain)
+        );
+        // It waits for its retry: this delivery is that retry.
+        let waiting = claim_expiring(now() + chrono::Duration::minutes(5));
+        assert_eq!(
+            decide_now(Some(&waiting), &other_delivery),
+            Decision::Take(History::Retry)
+        );
+        // It ended: never run again.
+        ours.ended = true;
+        assert_eq!(
+            decide_now(Some(&ours), &other_delivery),
+            Decision::RanAlready
+        );
+    }
+
+    #[test]
+    fn claims_written_by_an_older_jetcron_still_read() {
+        let old = br#"{"run_id":"r","executor_id":"e","attempt":1,"expires_at_ms":5}"#;
+        let claim: Claim = serde_json::from_slice(old).expect("old claim");
+        assert!(!claim.ended);
+        assert_eq!(claim.latest_scheduled_ms, None);
     }
 
     #[test]
