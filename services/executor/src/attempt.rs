@@ -17,6 +17,7 @@ use jetcron_core::control;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use jetcron_core::retry::RetryDelay;
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn, Instrument as _};
 
 use crate::claims::{self, ClaimHandle, Overlap};
@@ -36,8 +37,12 @@ struct Delivery {
     due_sequence: u64,
 }
 
-/// Handle one due-event message to the end (ack, nak or term).
-pub async fn handle(ctx: &ExecutorContext, message: Message) {
+/// Handle one due-event message to the end (ack, nak or term). `permit` is
+/// its place among `--max-in-flight` attempts: it bounds the targets being
+/// called, so it is given back when the target returns, and the storing of
+/// the outcome and the settling of the message (which wait out leader
+/// elections) do not keep other fires from their targets.
+pub async fn handle(ctx: &ExecutorContext, message: Message, permit: OwnedSemaphorePermit) {
     let delivery = match message.info() {
         Ok(info) => Delivery {
             number: u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
@@ -62,7 +67,7 @@ pub async fn handle(ctx: &ExecutorContext, message: Message) {
         return;
     }
     let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = delivery.number);
-    run_attempt(ctx, message, due, delivery)
+    run_attempt(ctx, message, due, delivery, permit)
         .instrument(span)
         .await;
 }
@@ -94,7 +99,13 @@ fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, delivery: Delivery) {
+async fn run_attempt(
+    ctx: &ExecutorContext,
+    message: Message,
+    due: DueEvent,
+    delivery: Delivery,
+    permit: OwnedSemaphorePermit,
+) {
     let attempt = delivery.number;
     let mut publisher = RunEventPublisher::new(ctx, &due, attempt);
     let job = match job::validate(due.job.clone()) {
@@ -242,61 +253,11 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     }
     let mut claim = match job.concurrency {
         ConcurrencyPolicy::Allow => None,
-        policy => match claims::claim_for_run(ctx, &message, &job, &due, attempt, policy).await {
-            Ok(Overlap::Claimed(handle)) => Some(*handle),
-            Ok(Overlap::RanAlready) => {
-                info!("run already ended (its claim says so), settling a late delivery without running it");
-                metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
-                ack(&message, AckKind::Ack).await;
-                return;
-            }
-            Ok(Overlap::Declined(holder)) => {
-                info!(holder = %holder, "previous run still going, skipping this fire");
-                let event = publisher.declined(
-                    RunEventKind::Skipped,
-                    Utc::now(),
-                    format!("run {holder} of this job is still going (concurrency: forbid)"),
-                    max_attempts,
-                );
-                finish(ctx, &publisher, &message, event, AckKind::Ack, None, None).await;
-                return;
-            }
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
-                hand_back(&message).await;
-                return;
-            }
+        policy => match take_claim(ctx, &message, &job, &due, attempt, policy, &publisher).await {
+            Some(claim) => Some(claim),
+            None => return,
         },
     };
-    // Another delivery of this run may have run it: the claim was taken
-    // from a delivery of it that stopped refreshing, or from a run scheduled
-    // no earlier (this is a late delivery), or this delivery waited while
-    // another held it. Then `JETCRON_RUNS` says whether the run ended, and a
-    // probe whether that delivery still calls its target or records it
-    // (which `ended_already` cannot see yet); either way it is not called
-    // again. A fresh claim (the common case) needs neither.
-    let uncertain = claim
-        .as_ref()
-        .is_some_and(|c| c.history() == claims::History::Uncertain || c.after_other_delivery());
-    if uncertain {
-        match ended_already(ctx, &message, &due, Since::Time(due.scheduled_at)).await {
-            RunEnd::NotYet => {}
-            // Its outcome is stored: the claim can say so.
-            RunEnd::Ended => {
-                release(claim).await;
-                return;
-            }
-            RunEnd::Unknown => return,
-        }
-        if claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting
-        {
-            info!("another delivery of this run calls its target or records it, handing this one back");
-            // The claim stays as it is: that delivery refreshes it again.
-            drop(claim);
-            hand_back(&message).await;
-            return;
-        }
-    }
     registration.activate();
     let started_at = Utc::now();
     let started = publisher.started(started_at, max_attempts);
@@ -342,6 +303,7 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
     let work = async {
         let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
         registration.recording();
+        drop(permit);
         ending
     };
     let ending = if stored_in_time {
@@ -363,6 +325,104 @@ async fn run_attempt(ctx: &ExecutorContext, message: Message, due: DueEvent, del
         ctx, &publisher, &message, &job, &due, &ledger, budget, ending, claim,
     )
     .await;
+}
+
+/// Take the overlap claim of `due`'s job under `policy` (`forbid` or
+/// `replace`). `None` when this delivery is done with: skipped, a late
+/// delivery of a run that ended, or handed back.
+///
+/// When the claim cannot vouch that no other delivery of this run ran it
+/// (see [`crate::claim_state`]), `JETCRON_RUNS` says whether the run ended
+/// and a probe whether another delivery still calls its target or records it
+/// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
+/// the job is not held while those answers come. A delivery that waited while
+/// another delivery of its run held the claim checks the same once it holds it.
+async fn take_claim(
+    ctx: &ExecutorContext,
+    message: &Message,
+    job: &ValidJob,
+    due: &DueEvent,
+    attempt: u32,
+    policy: ConcurrencyPolicy,
+    publisher: &RunEventPublisher,
+) -> Option<ClaimHandle> {
+    let max_attempts = job.max_attempts;
+    let mut checked = false;
+    loop {
+        let overlap = claims::claim_for_run(ctx, message, job, due, attempt, policy, checked).await;
+        let claim = match overlap {
+            Ok(Overlap::Claimed(handle)) => *handle,
+            Ok(Overlap::Uncertain) => {
+                if ran_elsewhere(ctx, message, due).await != Elsewhere::No {
+                    return None;
+                }
+                checked = true;
+                continue;
+            }
+            Ok(Overlap::RanAlready) => {
+                info!("run already ended (its claim says so), settling a late delivery without running it");
+                metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
+                ack(message, AckKind::Ack).await;
+                return None;
+            }
+            Ok(Overlap::Declined(holder)) => {
+                info!(holder = %holder, "previous run still going, skipping this fire");
+                let event = publisher.declined(
+                    RunEventKind::Skipped,
+                    Utc::now(),
+                    format!("run {holder} of this job is still going (concurrency: forbid)"),
+                    max_attempts,
+                );
+                finish(ctx, publisher, message, event, AckKind::Ack, None, None).await;
+                return None;
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
+                hand_back(message).await;
+                return None;
+            }
+        };
+        if claim.after_other_delivery() {
+            match ran_elsewhere(ctx, message, due).await {
+                Elsewhere::No => {}
+                // Its outcome is stored: the claim can say so.
+                Elsewhere::Ended => {
+                    claim.release().await;
+                    return None;
+                }
+                // The claim stays as it is, for the delivery that refreshes it.
+                Elsewhere::Maybe => return None,
+            }
+        }
+        return Some(claim);
+    }
+}
+
+/// Whether another delivery of this run ran it, for a delivery the claim
+/// cannot vouch for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elsewhere {
+    /// Not ended, and nobody calls it: this delivery may run it.
+    No,
+    /// It ended: the message is settled.
+    Ended,
+    /// Another delivery calls or records it, or nobody could tell: the
+    /// message is handed back.
+    Maybe,
+}
+
+async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent) -> Elsewhere {
+    match ended_already(ctx, message, due, Since::Time(due.scheduled_at)).await {
+        RunEnd::NotYet => {}
+        RunEnd::Ended => return Elsewhere::Ended,
+        RunEnd::Unknown => return Elsewhere::Maybe,
+    }
+    if claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting {
+        info!("another delivery of this run calls its target or records it, handing this one back");
+        hand_back(message).await;
+        return Elsewhere::Maybe;
+    }
+    Elsewhere::No
 }
 
 /// How an attempt that started came to an end.

@@ -1,43 +1,27 @@
 //! Overlap claims: which run of a job holds it, for `concurrency: forbid` and
 //! `replace`, shared by every executor through `jetcron_running`.
 //!
-//! A claim is the KV entry `claim.<job>[.<shard>]` = {run id, executor,
-//! expiry}. It is taken with compare-and-swap on the entry's revision, so two
-//! executors that receive two fires at once cannot both win. The holder
-//! refreshes the expiry while it runs (with its in-progress acks) and deletes
-//! the claim when the run ends; a crashed executor's claim simply expires.
-//! The claim belongs to the run, not the attempt: a retry of the same run
-//! takes it back, and it is held through the wait between attempts.
+//! A claim is the KV entry `claim.<job>[.<shard>]` (its value and the rules
+//! that read it are in [`crate::claim_state`]). It is taken with
+//! compare-and-swap on the entry's revision, so two executors that receive
+//! two fires at once cannot both win. The holder refreshes the expiry while
+//! it runs (with its in-progress acks) and marks the claim ended when its
+//! outcome is stored; a crashed executor's claim simply expires. The claim
+//! belongs to the run, not the attempt: a retry of the same run takes it
+//! back, and it is held through the wait between attempts.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
+
+use crate::claim_state::{self, waits_for_retry, Current, Decision};
+pub use crate::claim_state::{claim_ttl, Claim, Claimant, History};
 
 /// How long a release is retried while the bucket has no leader.
 const RELEASE_BUDGET: Duration = Duration::from_secs(10);
-
-/// The value of a claim.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Claim {
-    pub run_id: String,
-    pub executor_id: String,
-    pub attempt: u32,
-    pub expires_at_ms: i64,
-    /// The run ended and its outcome is stored: the claim is free for the
-    /// next run, and a late delivery of this run must not call it again.
-    #[serde(default)]
-    pub ended: bool,
-    /// Latest scheduled time (Unix ms) of any run that took this claim or
-    /// was skipped because of it. A run scheduled later has never been
-    /// here, so no other delivery of it can have run it; one scheduled at or
-    /// before it may have, and is checked against `JETCRON_RUNS` first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latest_scheduled_ms: Option<i64>,
-}
 
 /// Result of trying to take a claim.
 pub enum Acquired {
@@ -48,20 +32,9 @@ pub enum Acquired {
     /// it runs the target, or records how that went (a consumer leader
     /// handed the due event out again meanwhile).
     SameRunActive(Claim),
-    /// This run took the claim before and ended: a late delivery.
+    /// This run was here and ended: a late delivery.
     RanAlready,
-}
-
-/// What the claim says about the history of the run that takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum History {
-    /// Scheduled after every run that was here: no delivery of it ran.
-    Fresh,
-    /// Taken back from this very run: the same delivery, or the run waiting
-    /// for its retry.
-    Retry,
-    /// Another delivery of it may have run (its claim expired, or a run
-    /// scheduled no earlier was here): look at `JETCRON_RUNS` first.
+    /// Another delivery of this run may have run it: check first.
     Uncertain,
 }
 
@@ -80,122 +53,48 @@ pub struct ClaimHandle {
 /// How many compare-and-swap races one acquisition tolerates.
 const MAX_RACES: usize = 32;
 
-/// Who wants the claim.
-#[derive(Debug, Clone)]
-pub struct Claimant {
-    pub run_id: String,
-    pub executor_id: String,
-    pub attempt: u32,
-    pub scheduled_at: DateTime<Utc>,
-}
-
-/// What to do about the claim as it stands (`None`: no claim yet).
-#[derive(Debug, Clone, PartialEq)]
-enum Decision {
-    Take(History),
-    Busy,
-    SameRunActive,
-    RanAlready,
-}
-
-/// Decide from the current claim, if any; `deleted` when the key holds a
-/// delete marker (a claim released by an older jetcron: its history is gone).
-fn decide(
-    holder: Option<&Claim>,
-    deleted: bool,
-    claimant: &Claimant,
-    take_over_from: Option<&str>,
-    ttl: chrono::Duration,
-    now: DateTime<Utc>,
-) -> Decision {
-    let Some(holder) = holder else {
-        return Decision::Take(if deleted {
-            History::Uncertain
-        } else {
-            History::Fresh
-        });
-    };
-    let expired = holder.expires_at_ms <= now.timestamp_millis();
-    if holder.run_id == claimant.run_id {
-        if holder.ended {
-            return Decision::RanAlready;
-        }
-        let same_delivery =
-            holder.executor_id == claimant.executor_id && holder.attempt == claimant.attempt;
-        if same_delivery || waits_for_retry(holder, ttl, now) {
-            return Decision::Take(History::Retry);
-        }
-        // A delivery that stopped refreshing: it died, or its refreshes wait
-        // for a leader election while it still calls the target.
-        return if expired {
-            Decision::Take(History::Uncertain)
-        } else {
-            Decision::SameRunActive
-        };
-    }
-    let released = take_over_from == Some(holder.run_id.as_str());
-    if !holder.ended && !released && !expired {
-        return Decision::Busy;
-    }
-    let scheduled = claimant.scheduled_at.timestamp_millis();
-    match holder.latest_scheduled_ms {
-        Some(latest) if latest < scheduled => Decision::Take(History::Fresh),
-        _ => Decision::Take(History::Uncertain),
-    }
-}
-
-/// Take `key` for `claimant`, unless another run holds it and has not
-/// ended or expired. A claim of `take_over_from` counts as free (a `replace`
-/// fire that killed that run). A lost compare-and-swap is retried at once; a
-/// bucket that does not answer (its leader is being elected) is an error,
-/// for the caller to retry later.
+/// Take `key` for `claimant` as [`claim_state::decide`] allows. A lost
+/// compare-and-swap is retried at once; a bucket that does not answer (its
+/// leader is being elected) is an error, for the caller to retry later.
 pub async fn acquire(
     store: &kv::Store,
     key: &str,
     claimant: &Claimant,
+    checked: bool,
     take_over_from: Option<&str>,
     ttl: chrono::Duration,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Acquired> {
-    let scheduled = claimant.scheduled_at.timestamp_millis();
     for _ in 0..MAX_RACES {
         let entry = store
             .entry(key)
             .await
             .with_context(|| format!("read claim {key}"))?;
-        let (holder, deleted, revision) = match &entry {
-            Some(entry) if entry.operation == Operation::Put => {
-                // An unreadable value is nobody's claim.
-                (
-                    serde_json::from_slice::<Claim>(&entry.value).ok(),
-                    false,
-                    Some(entry.revision),
-                )
-            }
-            Some(entry) => (None, true, Some(entry.revision)),
-            None => (None, false, None),
-        };
-        let history = match decide(holder.as_ref(), deleted, claimant, take_over_from, ttl, now) {
-            Decision::Take(history) => history,
-            Decision::Busy => {
-                let holder = holder.expect("busy means held");
-                return Ok(Acquired::Busy(holder, revision.unwrap_or(0)));
-            }
-            Decision::SameRunActive => return Ok(Acquired::SameRunActive(holder.expect("held"))),
-            Decision::RanAlready => return Ok(Acquired::RanAlready),
-        };
-        let latest = holder
+        let holder = entry
             .as_ref()
-            .and_then(|h| h.latest_scheduled_ms)
-            .map_or(scheduled, |latest| latest.max(scheduled));
-        let claim = Claim {
-            run_id: claimant.run_id.clone(),
-            executor_id: claimant.executor_id.clone(),
-            attempt: claimant.attempt,
-            expires_at_ms: (now + ttl).timestamp_millis(),
-            ended: false,
-            latest_scheduled_ms: Some(latest),
+            .filter(|e| e.operation == Operation::Put)
+            // An unreadable value is nobody's claim (and has no history).
+            .and_then(|e| serde_json::from_slice::<Claim>(&e.value).ok());
+        let current = match (&entry, &holder) {
+            (_, Some(holder)) => Current::Held(holder),
+            (Some(_), None) => Current::Deleted,
+            (None, None) => Current::Absent,
         };
+        let revision = entry.as_ref().map(|e| e.revision);
+        let history =
+            match claim_state::decide(current, claimant, checked, take_over_from, ttl, now) {
+                Decision::Take(history) => history,
+                Decision::Busy => {
+                    let holder = holder.expect("busy means held");
+                    return Ok(Acquired::Busy(holder, revision.unwrap_or(0)));
+                }
+                Decision::SameRunActive => {
+                    return Ok(Acquired::SameRunActive(holder.expect("held")))
+                }
+                Decision::RanAlready => return Ok(Acquired::RanAlready),
+                Decision::Uncertain => return Ok(Acquired::Uncertain),
+            };
+        let claim = claim_state::taken(holder.as_ref(), claimant, ttl, now);
         let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
         let written = match revision {
             Some(revision) => match store.update(key, value, revision).await {
@@ -223,30 +122,29 @@ pub async fn acquire(
     anyhow::bail!("claim {key}: lost {MAX_RACES} compare-and-swap races in a row")
 }
 
-/// Raise the claim's watermark to `scheduled_at` (a `forbid` fire skipped
-/// because of `holder`, at `revision`), so that a late delivery of the
-/// skipped run looks at `JETCRON_RUNS` before running. `Ok(false)` when the
-/// claim changed meanwhile (decide again).
+/// Note in the claim that `claimant`'s run was skipped because of `holder`
+/// (at `revision`), before the skip is final, so that a late delivery of
+/// the skipped run checks for its end first. `Ok(false)` when the claim
+/// changed meanwhile (decide again).
 async fn note_skipped(
     store: &kv::Store,
     key: &str,
     holder: &Claim,
     revision: u64,
-    scheduled_at: DateTime<Utc>,
+    claimant: &Claimant,
 ) -> anyhow::Result<bool> {
-    let scheduled = scheduled_at.timestamp_millis();
-    if holder.latest_scheduled_ms.is_some_and(|l| l >= scheduled) {
+    let mut noted = holder.clone();
+    noted.visit(&claimant.run_id, claimant.scheduled_at);
+    if noted == *holder {
         return Ok(true);
     }
-    let mut raised = holder.clone();
-    raised.latest_scheduled_ms = Some(scheduled);
     match store
-        .update(key, serde_json::to_vec(&raised)?.into(), revision)
+        .update(key, serde_json::to_vec(&noted)?.into(), revision)
         .await
     {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
-        Err(e) => Err(anyhow::Error::from(e).context(format!("mark skipped fire in {key}"))),
+        Err(e) => Err(anyhow::Error::from(e).context(format!("note skipped fire in {key}"))),
     }
 }
 
@@ -316,7 +214,7 @@ impl ClaimHandle {
     /// executor says it calls its run. The claim is kept, not deleted: it
     /// carries the watermark that tells later runs they are fresh.
     pub async fn release(mut self) {
-        self.claim.ended = true;
+        self.claim.end();
         let Ok(value) = serde_json::to_vec(&self.claim) else {
             return;
         };
@@ -362,28 +260,13 @@ pub async fn release_if_held_by(store: &kv::Store, key: &str, run_id: &str) {
     if claim.run_id != run_id || claim.ended {
         return;
     }
-    claim.ended = true;
+    claim.end();
     let Ok(value) = serde_json::to_vec(&claim) else {
         return;
     };
     if let Err(e) = store.update(key, value.into(), entry.revision).await {
         warn!(key, error = %e, "claim not released (taken over or gone)");
     }
-}
-
-/// Expiry of a claim refreshed every `refresh`: three missed refreshes.
-pub fn claim_ttl(refresh: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(refresh * 3).unwrap_or(chrono::Duration::seconds(30))
-}
-
-/// Whether `holder` is a run waiting between attempts rather than one that
-/// is running: a running attempt refreshes its claim to at most `ttl` ahead,
-/// while a run waiting for a retry holds it until its retry time plus `ttl`.
-/// One refresh period of slack keeps clock skew between executors from making
-/// a running claim look like a waiting one.
-fn waits_for_retry(holder: &Claim, ttl: chrono::Duration, now: DateTime<Utc>) -> bool {
-    let refresh = ttl / 3;
-    holder.expires_at_ms > (now + ttl + refresh).timestamp_millis()
 }
 
 /// What the overlap policy decided for an attempt.
@@ -395,6 +278,9 @@ pub enum Overlap {
     /// This run took the claim before and ended: a late delivery, settled
     /// without running anything.
     RanAlready,
+    /// Another delivery of this run may have run it (see
+    /// [`crate::claim_state`]): check, then ask again with `checked`.
+    Uncertain,
 }
 
 /// How long a `forbid` fire waits for a previous run that is still going
@@ -436,6 +322,7 @@ pub async fn claim_for_run(
     due: &jetcron_core::events::DueEvent,
     attempt: u32,
     policy: jetcron_core::job::ConcurrencyPolicy,
+    checked: bool,
 ) -> anyhow::Result<Overlap> {
     use jetcron_core::job::ConcurrencyPolicy;
     let ttl = claim_ttl(ctx.config.progress_interval);
@@ -465,6 +352,7 @@ pub async fn claim_for_run(
             &ctx.running,
             &key,
             &claimant,
+            checked,
             take_over_from.as_deref(),
             ttl,
             Utc::now(),
@@ -509,6 +397,7 @@ pub async fn claim_for_run(
                 continue;
             }
             Acquired::RanAlready => return Ok(Overlap::RanAlready),
+            Acquired::Uncertain => return Ok(Overlap::Uncertain),
             Acquired::Busy(holder, revision) => (holder, revision),
         };
         let (holder, revision) = holder;
@@ -556,7 +445,7 @@ pub async fn claim_for_run(
             }
             // The skip is recorded in the claim before it is final, so a late
             // delivery of this run knows to look for its end first.
-            match note_skipped(&ctx.running, &key, &holder, revision, due.scheduled_at).await {
+            match note_skipped(&ctx.running, &key, &holder, revision, &claimant).await {
                 Ok(true) => return Ok(Overlap::Declined(holder.run_id)),
                 Ok(false) => continue,
                 Err(e) => {
@@ -601,163 +490,5 @@ pub async fn claim_for_run(
             last_progress = tokio::time::Instant::now();
         }
         tokio::time::sleep(REPLACE_WAIT_POLL).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone as _;
-
-    fn claim_expiring(at: DateTime<Utc>) -> Claim {
-        Claim {
-            run_id: "r".into(),
-            executor_id: "e".into(),
-            attempt: 1,
-            expires_at_ms: at.timestamp_millis(),
-            ended: false,
-            latest_scheduled_ms: Some(at.timestamp_millis() - 60_000),
-        }
-    }
-
-    fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("time")
-    }
-
-    fn claimant(run_id: &str, scheduled_at: DateTime<Utc>) -> Claimant {
-        Claimant {
-            run_id: run_id.into(),
-            executor_id: "e2".into(),
-            attempt: 1,
-            scheduled_at,
-        }
-    }
-
-    fn decide_now(holder: Option<&Claim>, claimant: &Claimant) -> Decision {
-        let ttl = claim_ttl(Duration::from_secs(2));
-        decide(holder, false, claimant, None, ttl, now())
-    }
-
-    #[test]
-    fn a_run_scheduled_after_every_run_that_held_the_claim_is_fresh() {
-        let ttl = claim_ttl(Duration::from_secs(2));
-        let mut previous = claim_expiring(now() + ttl);
-        previous.ended = true;
-        previous.latest_scheduled_ms =
-            Some((now() - chrono::Duration::seconds(1)).timestamp_millis());
-        assert_eq!(
-            decide_now(Some(&previous), &claimant("next", now())),
-            Decision::Take(History::Fresh)
-        );
-        // Nobody ever held it.
-        assert_eq!(
-            decide_now(None, &claimant("first", now())),
-            Decision::Take(History::Fresh)
-        );
-    }
-
-    #[test]
-    fn a_run_scheduled_no_later_than_the_watermark_is_uncertain() {
-        let ttl = claim_ttl(Duration::from_secs(2));
-        let mut newer = claim_expiring(now() + ttl);
-        newer.ended = true;
-        newer.latest_scheduled_ms = Some(now().timestamp_millis());
-        // A late delivery of an older (or equally old) fire: it may have run.
-        for scheduled in [now(), now() - chrono::Duration::seconds(5)] {
-            assert_eq!(
-                decide_now(Some(&newer), &claimant("older", scheduled)),
-                Decision::Take(History::Uncertain)
-            );
-        }
-        // A claim from before the watermark existed, or released by deletion.
-        newer.latest_scheduled_ms = None;
-        assert_eq!(
-            decide_now(Some(&newer), &claimant("next", now() + ttl)),
-            Decision::Take(History::Uncertain)
-        );
-        assert_eq!(
-            decide(None, true, &claimant("next", now()), None, ttl, now()),
-            Decision::Take(History::Uncertain)
-        );
-    }
-
-    #[test]
-    fn the_claim_of_a_live_run_is_busy_until_it_ends_expires_or_is_replaced() {
-        let ttl = claim_ttl(Duration::from_secs(2));
-        let live = claim_expiring(now() + ttl);
-        let next = claimant("next", now());
-        assert_eq!(decide_now(Some(&live), &next), Decision::Busy);
-        let expired = claim_expiring(now() - chrono::Duration::seconds(1));
-        assert_eq!(
-            decide_now(Some(&expired), &next),
-            Decision::Take(History::Fresh)
-        );
-        assert_eq!(
-            decide(Some(&live), false, &next, Some("r"), ttl, now()),
-            Decision::Take(History::Fresh)
-        );
-    }
-
-    #[test]
-    fn a_delivery_of_the_holding_run_waits_retries_or_learns_it_ended() {
-        let ttl = claim_ttl(Duration::from_secs(2));
-        let mut ours = claim_expiring(now() + ttl);
-        let other_delivery = claimant("r", now());
-        // Another delivery of the run is at work.
-        assert_eq!(
-            decide_now(Some(&ours), &other_delivery),
-            Decision::SameRunActive
-        );
-        // It stopped refreshing: it may have called the target.
-        let stale = claim_expiring(now() - chrono::Duration::seconds(1));
-        assert_eq!(
-            decide_now(Some(&stale), &other_delivery),
-            Decision::Take(History::Uncertain)
-        );
-        // It waits for its retry: this delivery is that retry.
-        let waiting = claim_expiring(now() + chrono::Duration::minutes(5));
-        assert_eq!(
-            decide_now(Some(&waiting), &other_delivery),
-            Decision::Take(History::Retry)
-        );
-        // It ended: never run again.
-        ours.ended = true;
-        assert_eq!(
-            decide_now(Some(&ours), &other_delivery),
-            Decision::RanAlready
-        );
-    }
-
-    #[test]
-    fn claims_written_by_an_older_jetcron_still_read() {
-        let old = br#"{"run_id":"r","executor_id":"e","attempt":1,"expires_at_ms":5}"#;
-        let claim: Claim = serde_json::from_slice(old).expect("old claim");
-        assert!(!claim.ended);
-        assert_eq!(claim.latest_scheduled_ms, None);
-    }
-
-    #[test]
-    fn a_claim_held_past_the_refresh_horizon_is_a_run_waiting_for_a_retry() {
-        let now = Utc
-            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("time");
-        let ttl = claim_ttl(Duration::from_secs(10));
-        // Refreshed a moment ago by a running attempt.
-        assert!(!waits_for_retry(&claim_expiring(now + ttl), ttl, now));
-        // Refreshed by an executor whose clock runs 5 s ahead.
-        assert!(!waits_for_retry(
-            &claim_expiring(now + ttl + chrono::Duration::seconds(5)),
-            ttl,
-            now
-        ));
-        // Held through a 5-minute backoff.
-        assert!(waits_for_retry(
-            &claim_expiring(now + chrono::Duration::minutes(5) + ttl),
-            ttl,
-            now
-        ));
     }
 }

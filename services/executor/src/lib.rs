@@ -20,6 +20,7 @@
 //! sharded fire, [`notify`] delivers failure notifications.
 
 pub mod attempt;
+mod claim_state;
 pub mod claims;
 pub mod ended;
 pub mod fanout;
@@ -368,15 +369,13 @@ async fn pull_loop(
                             if let Some(permit) =
                                 hold::wait(&ctx, &message, fire_at, &permits, &shutdown).await
                             {
-                                run_attempt(&ctx, message).await;
-                                drop(permit);
+                                run_attempt(&ctx, message, permit).await;
                             }
                         });
                         continue;
                     }
                     tasks.spawn(async move {
-                        run_attempt(&ctx, message).await;
-                        drop(permit);
+                        run_attempt(&ctx, message, permit).await;
                     });
                 }
                 Some(Err(e)) => {
@@ -394,10 +393,16 @@ async fn pull_loop(
     }
 }
 
-/// One attempt, counted in `jetcron_executor_in_flight`.
-async fn run_attempt(ctx: &ExecutorContext, message: jetstream::Message) {
+/// One attempt, counted in `jetcron_executor_in_flight`. Its in-flight
+/// `permit` is given back as soon as its target returns (see
+/// [`attempt::handle`]).
+async fn run_attempt(
+    ctx: &ExecutorContext,
+    message: jetstream::Message,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
     let in_flight = metrics::gauge!("jetcron_executor_in_flight");
     in_flight.increment(1.0);
-    attempt::handle(ctx, message).await;
+    attempt::handle(ctx, message, permit).await;
     in_flight.decrement(1.0);
 }

@@ -673,25 +673,53 @@ struct Figures {
     target_max: f64,
 }
 
-/// Bound of the target-call lag. Past the due event, a `forbid` fire needs
-/// the `jetcron_running` bucket's leader at its instant (kill check and
-/// claim), so a node kill costs the fires of that moment one election
-/// (nats-server: 4-9 s, more when kills stack up on a node still catching
-/// up); an executor's SIGKILL costs the fires it held one `--ack-wait`
-/// (10 s here). docs/operations.md explains both.
-const TARGET_LAG_MAX_SECS: f64 = 45.0;
+/// Bounds of the target-call lag (seconds): p50, p99, max.
+///
+/// Past the due event, a `forbid` fire needs the `jetcron_running` bucket's
+/// leader at its instant (its claim is a compare-and-swap), so a node kill
+/// that takes that leader costs the fires of that moment one election
+/// (nats-server: 4-9 s). Leader kills alone stay within one election
+/// (`LEADER_KILLS`). An executor's SIGKILL costs the fires it held one
+/// `--ack-wait` (10 s here) past its last progress ack, and kills that
+/// stack up on a node still catching up cost more (`ONE_AT_A_TIME`).
+/// docs/operations.md explains both.
+struct TargetLagBounds {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+const LEADER_KILLS: TargetLagBounds = TargetLagBounds {
+    p50: 1.0,
+    p99: 10.0,
+    max: 15.0,
+};
+
+const ONE_AT_A_TIME: TargetLagBounds = TargetLagBounds {
+    p50: 1.0,
+    p99: 30.0,
+    max: 45.0,
+};
 
 impl Figures {
-    fn check_target_lag(&self) {
+    fn check_target_lag(&self, bounds: TargetLagBounds) {
         assert!(
-            self.target_p50 <= 1.0,
-            "target-call lag p50 {:.3}s > 1 s",
-            self.target_p50
+            self.target_p50 <= bounds.p50,
+            "target-call lag p50 {:.3}s > {} s",
+            self.target_p50,
+            bounds.p50
         );
         assert!(
-            self.target_max <= TARGET_LAG_MAX_SECS,
-            "target-call lag max {:.3}s > {TARGET_LAG_MAX_SECS} s (p99 {:.3}s)",
+            self.target_p99 <= bounds.p99,
+            "target-call lag p99 {:.3}s > {} s",
+            self.target_p99,
+            bounds.p99
+        );
+        assert!(
+            self.target_max <= bounds.max,
+            "target-call lag max {:.3}s > {} s (p99 {:.3}s)",
             self.target_max,
+            bounds.max,
             self.target_p99
         );
     }
@@ -753,8 +781,6 @@ fn measure_election(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails about one run in four: two deliveries of one run called its target 46 ms apart \
-            (issue 11 stays open); run with --run-ignored"]
 async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
     let mut deployment = Deployment::start().await;
     let window_start = Utc::now() + chrono::Duration::seconds(1);
@@ -815,7 +841,7 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    figures.check_target_lag();
+    figures.check_target_lag(LEADER_KILLS);
     deployment.stop();
 }
 
@@ -934,7 +960,7 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    figures.check_target_lag();
+    figures.check_target_lag(ONE_AT_A_TIME);
     // The first kill finds t0 with half the shards on a settled cluster.
     if let Some(first) = takeovers.first() {
         assert!(
