@@ -4,10 +4,9 @@
 //!
 //! Rules (documented in `docs/schedules.md`):
 //! - `start_at` / `end_at` bound the *scheduled* times, both inclusive.
-//! - Cron lines are read in the job's zone. A wall time inside a spring-forward
-//!   gap fires once, right after the gap (croner's rule). A wall time that
-//!   occurs twice in a fall-back overlap fires once, at its first occurrence:
-//!   the second occurrence is skipped, for every cron line.
+//! - Cron lines are read in the job's zone under Vixie cron(8)'s DST rule
+//!   ([`crate::wall_clock`]): fixed-time lines fire each match once (after a
+//!   gap, at the first occurrence), wildcard lines follow real time.
 //! - Jitter delays the publish of a fire by an offset in `[0, jitter)` derived
 //!   from the run id, so it is the same on every replica; the scheduled time
 //!   (and so the run id) does not change.
@@ -17,7 +16,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, LocalResult, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use crate::events::RunId;
@@ -25,18 +24,6 @@ use crate::job::{MisfirePolicy, ValidJob};
 
 /// Most fires a `fire_all` recovery emits for one job.
 pub const MAX_CATCHUP_FIRES: usize = 1000;
-
-/// Iterations a search may take to step over repeated wall times.
-const MAX_SKIPS: usize = 10_000;
-
-/// Whether `t` is the second occurrence of a wall time repeated by a fall-back.
-fn is_repeated_wall_time(t: DateTime<Utc>, tz: Tz) -> bool {
-    let local = t.with_timezone(&tz).naive_local();
-    match tz.from_local_datetime(&local) {
-        LocalResult::Ambiguous(first, _) => first.with_timezone(&Utc) != t,
-        _ => false,
-    }
-}
 
 impl ValidJob {
     /// The first scheduled time strictly after `after`, within the job's bounds.
@@ -48,38 +35,24 @@ impl ValidJob {
                 cursor = just_before;
             }
         }
-        for _ in 0..MAX_SKIPS {
-            let t = self.schedule.next_fire(cursor, self.timezone)?;
-            if self.end_at.is_some_and(|end| t > end) {
-                return None;
-            }
-            if self.schedule.is_cron() && is_repeated_wall_time(t, self.timezone) {
-                cursor = t;
-                continue;
-            }
-            return Some(t);
+        let t = self.schedule.next_fire(cursor, self.timezone)?;
+        if self.end_at.is_some_and(|end| t > end) {
+            return None;
         }
-        None
+        Some(t)
     }
 
     /// The last scheduled time at or before `at`, within the job's bounds.
     pub fn previous_scheduled(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let mut cursor = match self.end_at {
+        let cursor = match self.end_at {
             Some(end) if end < at => end,
             _ => at,
         };
-        for _ in 0..MAX_SKIPS {
-            let t = self.schedule.previous_fire(cursor, self.timezone)?;
-            if self.start_at.is_some_and(|start| t < start) {
-                return None;
-            }
-            if self.schedule.is_cron() && is_repeated_wall_time(t, self.timezone) {
-                cursor = t - chrono::Duration::seconds(1);
-                continue;
-            }
-            return Some(t);
+        let t = self.schedule.previous_fire(cursor, self.timezone)?;
+        if self.start_at.is_some_and(|start| t < start) {
+            return None;
         }
-        None
+        Some(t)
     }
 
     /// When the due event of `scheduled` is published: `scheduled` plus the
@@ -141,19 +114,12 @@ impl ValidJob {
         if self.next_scheduled(written_at).is_some() {
             return None;
         }
-        Some(crate::job::FieldError::new(
-            "schedule",
-            "never_fires",
-            format!(
-                "{:?} has no fire time after {}{}",
-                self.spec.schedule,
-                crate::time_format::rfc3339_millis(written_at),
-                if self.end_at.is_some() {
-                    " (check end_at)"
-                } else {
-                    ""
-                }
-            ),
+        Some(never_fires_problem(
+            &self.spec.schedule,
+            &self.schedule,
+            self.timezone,
+            self.end_at.is_some(),
+            written_at,
         ))
     }
 
@@ -179,6 +145,44 @@ impl ValidJob {
         }
         Ok(times)
     }
+}
+
+/// Why `schedule` (written as `text`, read in `tz`) has no fire after
+/// `after`: said the same way by a job put and a schedule preview. `bounded`:
+/// the job has an `end_at`.
+pub fn never_fires_problem(
+    text: &str,
+    schedule: &crate::schedule::Schedule,
+    tz: Tz,
+    bounded: bool,
+    after: DateTime<Utc>,
+) -> crate::job::FieldError {
+    let only_in_gaps = match schedule {
+        crate::schedule::Schedule::Cron(line) => {
+            !bounded && !line.is_fixed_time() && line.matches_after(after, tz)
+        }
+        _ => false,
+    };
+    let why = if only_in_gaps {
+        format!(
+            ": every wall time it matches from then on falls in a daylight-saving gap of {}, \
+             and a line whose minute or hour field starts with * follows real time, so those \
+             times do not fire (give the minute and hour as numbers to fire right after the gap)",
+            tz.name()
+        )
+    } else if bounded {
+        " (check end_at)".to_string()
+    } else {
+        String::new()
+    };
+    crate::job::FieldError::new(
+        "schedule",
+        "never_fires",
+        format!(
+            "{text:?} has no fire time after {}{why}",
+            crate::time_format::rfc3339_millis(after),
+        ),
+    )
 }
 
 /// Offset in `[0, max)` for the fire of `job_id` at `scheduled`, derived from

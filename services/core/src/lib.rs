@@ -8,6 +8,10 @@
 //! - [`backoff`]: the delay between attempts (exponential, capped, jittered).
 //! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
+//! - [`wall_clock`]: a cron line on a zone's wall clock, and the DST rule
+//!   (Vixie cron(8)'s) that turns its matches into instants.
+//! - [`schedule_preview`]: a line's next fires with wall times, DST notes
+//!   and an English description, shown before a job is saved.
 //! - [`events`]: the due event (ticker → executor) and the run event
 //!   (executor → projector), with the stable run id.
 //! - [`job_events`]: `job.rejected`, for definitions refused with nobody to
@@ -47,10 +51,12 @@ pub mod readiness;
 pub mod retry;
 pub mod run_summary;
 pub mod schedule;
+pub mod schedule_preview;
 pub mod subjects;
 pub mod telemetry;
 pub mod time_format;
 pub mod topology;
+pub mod wall_clock;
 pub mod wire_schemas;
 
 pub use events::{DueEvent, RunEvent, RunEventKind, RunId, Trigger};

@@ -20,16 +20,19 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
+use crate::wall_clock::CronLine;
+
 /// Shortest `@every` period accepted.
 pub const MIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A parsed schedule.
 #[derive(Debug, Clone)]
 pub enum Schedule {
-    /// A cron line (already normalized from macros). Shared: a parsed line
-    /// holds several KiB (croner keeps a byte per possible value, years
-    /// included), so holders of many jobs intern equal lines.
-    Cron(Arc<Cron>),
+    /// A cron line (already normalized from macros), read on the job zone's
+    /// wall clock ([`CronLine`]). Shared: a parsed line holds several KiB
+    /// (croner keeps a byte per possible value, years included), so holders
+    /// of many jobs intern equal lines.
+    Cron(Arc<CronLine>),
     /// A fixed period in milliseconds, fire instants at every multiple since the epoch.
     Every { period_ms: i64 },
     /// A single instant.
@@ -69,13 +72,7 @@ impl Schedule {
     /// `None` when the schedule never fires again.
     pub fn next_fire(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
         match self {
-            Schedule::Cron(cron) => {
-                // croner works at whole seconds: search from the second `after`
-                // falls in; non-inclusive, so the result is strictly later.
-                let floor = floor_to_second(after.with_timezone(&tz));
-                let next = cron.find_next_occurrence(&floor, false).ok()?;
-                Some(next.with_timezone(&Utc))
-            }
+            Schedule::Cron(line) => line.next_fire(after, tz),
             Schedule::Every { period_ms } => {
                 let after_ms = after.timestamp_millis();
                 let next_ms = after_ms.div_euclid(*period_ms) * period_ms + period_ms;
@@ -91,11 +88,7 @@ impl Schedule {
     /// `None` when the schedule never fired by then.
     pub fn previous_fire(&self, at: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
         match self {
-            Schedule::Cron(cron) => {
-                let floor = floor_to_second(at.with_timezone(&tz));
-                let prev = cron.find_previous_occurrence(&floor, true).ok()?;
-                Some(prev.with_timezone(&Utc))
-            }
+            Schedule::Cron(line) => line.previous_fire(at, tz),
             Schedule::Every { period_ms } => {
                 let ms = at.timestamp_millis().div_euclid(*period_ms) * period_ms;
                 Utc.timestamp_millis_opt(ms).single()
@@ -121,7 +114,7 @@ impl FromStr for Schedule {
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Schedule::Cron(cron) => write!(f, "{}", cron.pattern),
+            Schedule::Cron(line) => write!(f, "{}", line.pattern()),
             Schedule::Every { period_ms } => write!(f, "@every {period_ms}ms"),
             Schedule::At(at) => write!(f, "@at {}", crate::time_format::rfc3339_millis(*at)),
         }
@@ -246,13 +239,8 @@ fn parse_cron(line: &str) -> Result<Schedule, ScheduleError> {
     if cron.find_next_occurrence(&probe, false).is_err() {
         return Err(ScheduleError(format!("cron line {line:?} never fires")));
     }
-    Ok(Schedule::Cron(Arc::new(cron)))
-}
-
-/// `t` without its sub-second part (croner searches whole seconds).
-fn floor_to_second<T: TimeZone>(t: DateTime<T>) -> DateTime<T> {
-    use chrono::Timelike;
-    t.with_nanosecond(0).unwrap_or(t)
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    Ok(Schedule::Cron(Arc::new(CronLine::new(cron, &fields))))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The ticker through real DST nights in America/New_York, driven by a
-//! manual clock (in-process ticker on a real nats-server): a wall time in the
-//! spring-forward gap fires once right after it, a repeated wall time in the
-//! fall-back overlap fires once, at its first occurrence.
+//! manual clock (in-process ticker on a real nats-server), under Vixie
+//! cron(8)'s rule (docs/schedules.md): a fixed-time line fires a match in the
+//! spring-forward gap once right after it and a repeated wall time once, at
+//! its first occurrence; a wildcard line follows real time (nothing in the
+//! gap, both copies of the repeated hour).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +123,11 @@ async fn spring_forward_night() {
 async fn fall_back_night() {
     // 2026-11-01: 02:00 EDT falls back to 01:00 EST (06:00Z); 01:xx happens twice.
     let fires = tick_through(
-        &[("daily-0130", "30 1 * * *"), ("hourly", "0 * * * *")],
+        &[
+            ("daily-0130", "30 1 * * *"),
+            ("hourly", "0 * * * *"),
+            ("half-hours-at-1", "*/30 1 * * *"),
+        ],
         "2026-11-01T03:10:00Z", // 23:10 EDT on Oct 31
         "2026-11-01T08:30:00Z", // 03:30 EST
         chrono::Duration::minutes(15),
@@ -131,8 +137,13 @@ async fn fall_back_night() {
         ("daily-0130", "2026-11-01T05:30:00.000Z"), // 01:30 EDT, not again at 01:30 EST
         ("hourly", "2026-11-01T04:00:00.000Z"),     // 00:00 EDT
         ("hourly", "2026-11-01T05:00:00.000Z"),     // 01:00 EDT
-        ("hourly", "2026-11-01T07:00:00.000Z"),     // 02:00 EST (01:00 EST skipped)
+        ("hourly", "2026-11-01T06:00:00.000Z"),     // 01:00 EST, again: real time
+        ("hourly", "2026-11-01T07:00:00.000Z"),     // 02:00 EST
         ("hourly", "2026-11-01T08:00:00.000Z"),     // 03:00 EST
+        ("half-hours-at-1", "2026-11-01T05:00:00.000Z"), // 01:00 EDT
+        ("half-hours-at-1", "2026-11-01T05:30:00.000Z"), // 01:30 EDT
+        ("half-hours-at-1", "2026-11-01T06:00:00.000Z"), // 01:00 EST
+        ("half-hours-at-1", "2026-11-01T06:30:00.000Z"), // 01:30 EST
     ]
     .iter()
     .map(|(j, t)| (j.to_string(), t.to_string()))
