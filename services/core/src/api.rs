@@ -104,6 +104,15 @@ impl ApiError {
         }
     }
 
+    /// A request (not a definition) with problems in named fields; the
+    /// first names the field, all are listed.
+    pub fn invalid_request(problems: Vec<FieldError>) -> Self {
+        Self {
+            code: ErrorCode::InvalidRequest,
+            ..Self::invalid_job(problems)
+        }
+    }
+
     /// A field-level problem with the request itself (not the definition).
     pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {

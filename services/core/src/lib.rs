@@ -11,7 +11,8 @@
 //! - [`wall_clock`]: a cron line on a zone's wall clock, and the DST rule
 //!   (Vixie cron(8)'s) that turns its matches into instants.
 //! - [`schedule_preview`]: a line's next fires with wall times, DST notes
-//!   and an English description, shown before a job is saved.
+//!   and an English description ([`schedule_words`]), shown before a job
+//!   is saved.
 //! - [`events`]: the due event (ticker → executor) and the run event
 //!   (executor → projector), with the stable run id.
 //! - [`job_events`]: `job.rejected`, for definitions refused with nobody to
@@ -52,6 +53,7 @@ pub mod retry;
 pub mod run_summary;
 pub mod schedule;
 pub mod schedule_preview;
+pub mod schedule_words;
 pub mod subjects;
 pub mod telemetry;
 pub mod time_format;

@@ -30,6 +30,10 @@ pub const API_JOBS_PUT: &str = "jetcron.api.jobs.put";
 pub const API_JOBS_TRIGGER: &str = "jetcron.api.jobs.trigger";
 /// `jetcron.api.jobs.backfill`: run a job's scheduled times of a past range.
 pub const API_JOBS_BACKFILL: &str = "jetcron.api.jobs.backfill";
+/// Subject prefix of the schedule endpoints.
+pub const API_SCHEDULES_GROUP: &str = "jetcron.api.schedules";
+/// `jetcron.api.schedules.preview`: a line's next fires before it is saved.
+pub const API_SCHEDULES_PREVIEW: &str = "jetcron.api.schedules.preview";
 /// Subject prefix of the run endpoints.
 pub const API_RUNS_GROUP: &str = "jetcron.api.runs";
 /// `jetcron.api.runs.kill`: stop a run wherever it is.

@@ -43,6 +43,8 @@ const GAP_SEARCH_SECS: i64 = 18 * 3600;
 #[derive(Debug, Clone)]
 pub struct CronLine {
     cron: Cron,
+    /// The fields as written (macros expanded), single-spaced.
+    text: String,
     fixed_time: bool,
 }
 
@@ -91,13 +93,14 @@ impl CronLine {
         let wildcard = |f: &str| f.starts_with('*') || f.starts_with('?');
         CronLine {
             fixed_time: !wildcard(minute) && !wildcard(hour),
+            text: fields.join(" "),
             cron,
         }
     }
 
     /// The line as written.
-    pub fn pattern(&self) -> String {
-        self.cron.pattern.to_string()
+    pub fn pattern(&self) -> &str {
+        &self.text
     }
 
     /// Whether neither the minute nor the hour field starts with `*`.
@@ -107,7 +110,7 @@ impl CronLine {
 
     /// The line in English, without time zone ("At 02:30, Monday through Friday").
     pub fn describe(&self) -> String {
-        self.cron.describe().trim_end_matches('.').to_string()
+        crate::schedule_words::describe(&self.text.split(' ').collect::<Vec<_>>())
     }
 
     /// The first wall time matching after (or at, when `inclusive`) `wall`.

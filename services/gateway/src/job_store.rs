@@ -148,7 +148,7 @@ impl JobStore {
     /// (0: the job must not exist yet); it is taken out of the stored
     /// definition, which is then the re-encoded rest.
     /// Store a definition: the job, its new revision, and whether it is new
-    /// (as far as this gateway has seen the bucket).
+    /// (as the bucket was just before the write).
     pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64, bool), ApiError> {
         let (stored, expected_revision) = split_expected_revision(body)?;
         let body = stored.as_deref().unwrap_or(body);
@@ -166,8 +166,18 @@ impl JobStore {
         if let Some(problem) = job.never_fires_after(chrono::Utc::now()) {
             return Err(ApiError::invalid_job(vec![problem]));
         }
-        let existed = self.check_room_for(&job.spec.id).await?;
+        let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
+        if !existed && expected_revision.is_none() {
+            // This gateway's view lags its own writes by the watch's delay:
+            // ask the bucket, so a put right after a create is no "create".
+            existed = self
+                .bucket
+                .entry(key)
+                .await
+                .map_err(unavailable)?
+                .is_some_and(|e| e.operation == Operation::Put);
+        }
         let value: bytes::Bytes = body.to_vec().into();
         let revision = match expected_revision {
             None => self.bucket.put(key, value).await.map_err(unavailable),
@@ -193,8 +203,9 @@ impl JobStore {
                     })
             }
         }?;
-        // Whether it is new: exact for compare-and-swap writes, as far as
-        // this gateway's view of the bucket goes for plain puts.
+        // Whether it is new: exact for compare-and-swap writes; for plain
+        // puts, as the bucket was just before (two writers racing on one
+        // new id may both be told "created").
         let created = match expected_revision {
             Some(0) => true,
             Some(_) => false,

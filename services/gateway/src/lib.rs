@@ -29,6 +29,7 @@ pub mod rejections;
 pub mod run_control;
 pub mod run_history;
 pub mod run_list;
+pub mod schedule_requests;
 pub mod stats;
 
 use std::sync::Arc;

@@ -6,7 +6,9 @@
 //! - `jetcron.api.jobs.get | list | delete | pause | resume` ([`job_requests`]);
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
 //! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
-//! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`.
+//! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`;
+//! - `jetcron.api.schedules.preview`: `{"schedule","timezone"?,"count"?,"from"?}`
+//!   → `{"ok":true,"fires":[...],"description",...}` ([`schedule_requests`]).
 //!
 //! Failures answer `{"ok":false,"error":{...}}` with `Nats-Service-Error` /
 //! `Nats-Service-Error-Code` set. A request without a reply subject
@@ -26,7 +28,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{job_requests, manual_runs, run_control, GatewayState};
+use crate::{job_requests, manual_runs, run_control, schedule_requests, GatewayState};
 
 #[derive(Debug, Clone, Copy)]
 enum Endpoint {
@@ -39,6 +41,7 @@ enum Endpoint {
     Pause,
     Resume,
     Kill,
+    Preview,
 }
 
 /// Serve the API until `shutdown`.
@@ -64,6 +67,7 @@ pub async fn serve(
         (subjects::API_JOBS_GROUP, "pause", Endpoint::Pause),
         (subjects::API_JOBS_GROUP, "resume", Endpoint::Resume),
         (subjects::API_RUNS_GROUP, "kill", Endpoint::Kill),
+        (subjects::API_SCHEDULES_GROUP, "preview", Endpoint::Preview),
     ] {
         let stream = service
             .group(prefix)
@@ -73,7 +77,7 @@ pub async fn serve(
         endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
     }
     let mut requests = futures::stream::select_all(endpoints);
-    info!("NATS API serving on jetcron.api.jobs.* and jetcron.api.runs.*");
+    info!("NATS API serving on jetcron.api.jobs.*, jetcron.api.runs.* and jetcron.api.schedules.*");
     loop {
         let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -116,6 +120,7 @@ impl Endpoint {
             Endpoint::Pause => "jobs.pause",
             Endpoint::Resume => "jobs.resume",
             Endpoint::Kill => "runs.kill",
+            Endpoint::Preview => "schedules.preview",
         }
     }
 }
@@ -143,6 +148,16 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
         Endpoint::Pause => job_requests::set_paused(state, body, true).await,
         Endpoint::Resume => job_requests::set_paused(state, body, false).await,
         Endpoint::Kill => run_control::kill(state, body).await,
+        Endpoint::Preview => {
+            let request = schedule_requests::decode(body)?;
+            let reply = schedule_requests::preview(&request, chrono::Utc::now())?;
+            serde_json::to_value(reply).map_err(|e| {
+                ApiError::new(
+                    jetcron_core::api::ErrorCode::Internal,
+                    format!("encode preview: {e}"),
+                )
+            })
+        }
     }
 }
 

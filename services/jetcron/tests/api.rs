@@ -153,7 +153,8 @@ async fn the_service_is_discoverable_with_nats_micro() {
             "jetcron.api.jobs.put",
             "jetcron.api.jobs.resume",
             "jetcron.api.jobs.trigger",
-            "jetcron.api.runs.kill"
+            "jetcron.api.runs.kill",
+            "jetcron.api.schedules.preview"
         ]
     );
     stack.stop().await;

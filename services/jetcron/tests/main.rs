@@ -26,6 +26,7 @@ mod retention;
 mod run_control;
 mod run_lifecycle;
 mod run_queries;
+mod schedule_preview;
 mod scheduling;
 mod shell_target;
 mod ticker_dst;

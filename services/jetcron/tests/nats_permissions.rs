@@ -555,6 +555,13 @@ async fn each_role_is_refused_what_it_must_not_do() {
     let viewer = connect(&url, &as_role("viewer")).await;
     let listed = viewer.request_json("jetcron.api.jobs.list", "{}").await;
     assert_eq!(listed["ok"], true, "the viewer reads: {listed}");
+    let preview = viewer
+        .request_json(
+            "jetcron.api.schedules.preview",
+            r#"{"schedule":"30 2 * * *","timezone":"Europe/Berlin","count":2}"#,
+        )
+        .await;
+    assert_eq!(preview["ok"], true, "the viewer previews: {preview}");
 
     // Nothing got through.
     assert!(

@@ -7,6 +7,7 @@ use axum::Json;
 use chrono::Utc;
 use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::job::validate_id;
+use jetcron_core::schedule_preview;
 use jetcron_core::time_format::rfc3339_millis;
 use serde_json::{json, Value};
 
@@ -47,11 +48,31 @@ pub async fn list(
     Ok(Json(shown(&state, reply)))
 }
 
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetQuery {
+    /// How many next fires to list.
+    next: Option<usize>,
+}
+
+/// `GET /v1/jobs/{id}[?next=N]`: the definition, its next fires (a paused
+/// job's are the ones a resume would run, and say so), with the preview's
+/// wall times and DST notes, and the last run.
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    query: Result<axum::extract::Query<GetQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let count = query.next.unwrap_or(NEXT_FIRES);
+    if !(1..=schedule_preview::MAX_COUNT).contains(&count) {
+        return Err(HttpError(ApiError::invalid_field(
+            "next",
+            format!("must be 1 to {}, got {count}", schedule_preview::MAX_COUNT),
+        )));
+    }
     validate_id(&id).map_err(|p| ApiError::invalid_job(vec![p]))?;
     let (stored, valid) = state
         .jobs
@@ -59,19 +80,35 @@ pub async fn get_one(
         .await
         .map_err(unavailable)?
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no job {id:?}")))?;
-    let mut next_fires = Vec::new();
-    if let Some(job) = valid.filter(|j| !j.spec.paused) {
-        let mut after = Utc::now();
-        while next_fires.len() < NEXT_FIRES {
-            match job.schedule.next_fire(after, job.timezone) {
-                Some(at) => {
-                    next_fires.push(rfc3339_millis(at));
-                    after = at;
+    let now = Utc::now();
+    let (next_fires, preview, paused) = match &valid {
+        Some(job) => {
+            let mut fires = Vec::new();
+            let mut after = now;
+            while fires.len() < count {
+                match job.next_scheduled(after) {
+                    Some(at) => {
+                        fires.push(at);
+                        after = at;
+                    }
+                    None => break,
                 }
-                None => break,
             }
+            let preview = schedule_preview::describe(
+                &job.spec.schedule,
+                &job.schedule,
+                job.timezone,
+                now,
+                &fires,
+            );
+            (
+                fires.into_iter().map(rfc3339_millis).collect::<Vec<_>>(),
+                Some(preview),
+                job.spec.paused,
+            )
         }
-    }
+        None => (Vec::new(), None, false),
+    };
     // The last run is a convenience: a ClickHouse outage must not hide the definition.
     let last_run = state
         .runs
@@ -80,7 +117,6 @@ pub async fn get_one(
         .ok()
         .and_then(|(mut runs, _)| runs.pop());
     // Likewise the last day's figures.
-    let now = Utc::now();
     let last_24h = crate::stats::run_stats(
         state.runs.client(),
         now - chrono::Duration::hours(24),
@@ -96,6 +132,8 @@ pub async fn get_one(
             "ok": true,
             "job": stored,
             "next_fires": next_fires,
+            "next_fires_if_resumed": paused,
+            "schedule_preview": preview,
             "last_run": last_run,
             "success_rate_24h": last_24h.as_ref().and_then(|s| s.success_rate),
             "runs_24h": last_24h.as_ref().map(|s| s.runs).unwrap_or(0),

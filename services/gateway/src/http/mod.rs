@@ -17,6 +17,7 @@ pub use listing::MAX_STATS_JOBS;
 pub mod openapi;
 mod redact;
 mod runs;
+mod schedules;
 mod writes;
 
 use std::sync::Arc;
@@ -93,7 +94,7 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::POST, "/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)),
         route(Method::POST, "/v1/jobs:pause", Write, "Pause every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::pause_selected)),
         route(Method::POST, "/v1/jobs:resume", Write, "Resume every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::resume_selected)),
-        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times, last run", &[], None, 200, get(jobs::get_one)),
+        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", &[("next", "how many next fires, 1 to 1000 (default 5)")], None, 200, get(jobs::get_one)),
         route(Method::PUT, "/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<JobSpec>, "a job definition; its id, if given, must be {id}")), 200, put(writes::replace)),
         route(Method::DELETE, "/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(writes::delete)),
         route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)),
@@ -108,6 +109,7 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)),
         route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)),
         route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
+        route(Method::GET, "/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", &[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")], None, 200, get(schedules::preview)),
         route(Method::GET, "/v1/pools", Read, "Pools: queued due events and consumers", &[], None, 200, get(control::pools)),
     ]
 }

@@ -19,9 +19,9 @@ instants are worked out by hand below (nearest_weekday, last_weekday,
 every, at). Run from the repository root:
 
     python3 -m pip install croniter==6.0.0
-    python3 services/core/tests/schedule_reference/generate.py
+    python3 services/core/tests/schedules/reference/generate.py
 
-The Rust test services/core/tests/schedule_conformance.rs reads cases.json.
+The Rust test services/core/tests/schedules/conformance.rs reads cases.json.
 """
 
 import calendar
@@ -300,7 +300,7 @@ def main():
     lines = {(c["line"], c["timezone"]) for c in cases}
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json")
     with open(out, "w") as f:
-        json.dump({"generated_by": "services/core/tests/schedule_reference/generate.py",
+        json.dump({"generated_by": "services/core/tests/schedules/reference/generate.py",
                    "reference": "croniter 6.0.0 for wall-clock matches; zoneinfo for the DST rule",
                    "cases": cases}, f, indent=1)
         f.write("\n")

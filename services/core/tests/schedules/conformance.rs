@@ -1,7 +1,7 @@
 //! Conformance of the schedule maths with an independent reference.
 //!
-//! `schedule_reference/cases.json` holds lines, zones and their next fires,
-//! written by `schedule_reference/generate.py`: croniter (Python) finds the
+//! `reference/cases.json` holds lines, zones and their next fires,
+//! written by `reference/generate.py`: croniter (Python) finds the
 //! wall-clock matches, the standard library's zoneinfo applies Vixie
 //! cron(8)'s DST rule by resolving every match to the set of instants it
 //! fires at (the Rust code walks real time instead), and `W`, `LW`, `@every`
@@ -57,7 +57,7 @@ fn computed(case: &Case) -> Vec<DateTime<Utc>> {
 
 #[test]
 fn next_fires_agree_with_the_reference() {
-    let text = include_str!("schedule_reference/cases.json");
+    let text = include_str!("reference/cases.json");
     let reference: Reference = serde_json::from_str(text).expect("cases.json");
     let lines: std::collections::BTreeSet<_> = reference
         .cases

@@ -1,0 +1,41 @@
+//! The schedule preview operation, one typed function behind both doors:
+//! `jetcron.api.schedules.preview` (JSON body) and `GET
+//! /v1/schedules/preview` (query string) decode into the same
+//! [`PreviewRequest`] and answer the same [`Preview`]. The maths is pure and
+//! lives in core ([`jetcron_core::schedule_preview`]); nothing here touches
+//! NATS or ClickHouse, so a preview works while either is away.
+
+use chrono::{DateTime, Utc};
+use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::schedule_preview::{self, Preview, PreviewRequest};
+use serde::Serialize;
+
+/// The answer with the API's `ok` flag.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct PreviewReply {
+    /// Always `true`.
+    pub ok: bool,
+    #[serde(flatten)]
+    pub preview: Preview,
+}
+
+/// The next fires of `request`'s line after its `from` (default `now`).
+pub fn preview(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewReply, ApiError> {
+    let checked = request.check(now).map_err(ApiError::invalid_request)?;
+    Ok(PreviewReply {
+        ok: true,
+        preview: schedule_preview::preview(&request.schedule, &checked),
+    })
+}
+
+/// `body` (a NATS request) as a preview request.
+pub fn decode(body: &[u8]) -> Result<PreviewRequest, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "a preview request is {{\"schedule\",\"timezone\"?,\"count\"?,\"from\"?}}: {e}"
+            ),
+        )
+    })
+}
