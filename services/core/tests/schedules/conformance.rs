@@ -59,11 +59,8 @@ fn computed(case: &Case) -> Vec<DateTime<Utc>> {
 fn next_fires_agree_with_the_reference() {
     let text = include_str!("reference/cases.json");
     let reference: Reference = serde_json::from_str(text).expect("cases.json");
-    let lines: std::collections::BTreeSet<_> = reference
-        .cases
-        .iter()
-        .map(|c| (c.line.as_str(), c.timezone.as_str()))
-        .collect();
+    let lines: std::collections::BTreeSet<_> =
+        reference.cases.iter().map(|c| c.line.as_str()).collect();
     assert!(lines.len() >= 200, "only {} lines", lines.len());
     let mut failures = Vec::new();
     for case in &reference.cases {

@@ -16,7 +16,9 @@ members. Rust walks real time forwards instead.
 
 croniter reads neither 'W' nor 'LW', nor '@every' / '@at': those days and
 instants are worked out by hand below (nearest_weekday, last_weekday,
-every, at). Run from the repository root:
+every, at). Two croniter 6.0.0 readings differ from cron(8) and are kept out
+of the lines: a range with equal ends (23-23, read as every hour) and a
+day-of-month step alone (*/10 skips 1 March after February's 21st). Run from the repository root:
 
     python3 -m pip install croniter==6.0.0
     python3 services/core/tests/schedules/reference/generate.py
@@ -219,6 +221,14 @@ def general_cases():
         "0 0 1 * MON", "0 0 13 * 5", "0 0 1,15 * 3", "0 12 L * 0",
         # macros
         "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly",
+        # more shapes: lists of ranges, steps from a value, names in ranges
+        "0 9,12,18 * * *", "10-20 8 * * *", "0 0-6/3 * * *", "5-59/20 * * * *", "0 4 * * 1-5", "15 3 * * 0,6", "0 */4 * * 1", "20 4 1,15 * *", "0 0 * 6-8 1", "0 18 * * fri", "0 2 1 jan *", "30 12 */10 * 1",
+        "0 0 1-7,15-21 * *", "0 6 * * TUE,THU", "0 6 * * SAT-SUN", "0 0 1 JAN-MAR *",
+        "0 12 15 */2 *", "0 0 10-20/5 * *", "45 23 * * 5", "0 0 * * 3-5",
+        "30 5 1,L * *", "0 0 2-31/2 * *", "0 7 * 2,4,6,8,10,12 *", "0 8 1 * 1-5",
+        "0 30 1 * * 0", "10,20,30 0 0 * * *", "0 0 8 * * 1#1,3#3", "0 0 0 1 1 * 2026-2035/3",
+        "0 15 10 * * ? 2027", "0 0 12 ? * WED", "59 59 23 31 12 *", "0 0 0 L 2 * 2028",
+        "0 0 0 LW 6 * 2026-2027",
     ]
     cases = []
     for zone in ["UTC", "Asia/Kathmandu", "Asia/Tokyo"]:
@@ -285,6 +295,13 @@ def dst_cases():
                     "*/15 * * * *",
                     "0 */30 * * * *",
                     f"0 {sh} * * *",
+                    f"{mi} {h},{(h + 1) % 24} * * *",  # fixed, two hours
+                    f"0 {mi}-59/10 {h} * * *",  # fixed-time (no leading *)
+                    f"{mi} */2 * * *",  # wildcard hour
+                    f"0 0-59/20 * * * *",  # fixed-time minute, wildcard hour
+                    # wildcard; croniter 6.0.0 reads a range like 23-23 as
+                    # every hour, so the range always has two ends
+                    f"*/45 * {sh}-{min(sh + 2, 23)} * * *" if sh < 23 else "*/45 * 23 * * *",
                 ]
                 search_from = t - timedelta(hours=4)
                 for line in lines:
