@@ -161,23 +161,11 @@ pub fn preview(text: &str, checked: &Checked) -> Preview {
             None => break,
         }
     }
-    describe(
-        text,
-        &checked.schedule,
-        checked.timezone,
-        checked.from,
-        &fires,
-    )
+    describe(text, &checked.schedule, checked.timezone, &fires)
 }
 
-/// The preview of `fires` (fires of `schedule` in `tz` after `from`).
-pub fn describe(
-    text: &str,
-    schedule: &Schedule,
-    tz: Tz,
-    from: DateTime<Utc>,
-    fires: &[DateTime<Utc>],
-) -> Preview {
+/// The preview of `fires` (consecutive fires of `schedule` in `tz`).
+pub fn describe(text: &str, schedule: &Schedule, tz: Tz, fires: &[DateTime<Utc>]) -> Preview {
     let (kind, description) = match schedule {
         Schedule::Cron(line) => (
             if line.is_fixed_time() {
@@ -216,9 +204,11 @@ pub fn describe(
             }
         })
         .collect();
-    let dropped = match (schedule, fires.last()) {
-        (Schedule::Cron(line), Some(last)) => line
-            .dropped_between(from, *last, tz, MAX_COUNT)
+    // Between the first fire shown and the last (a job's first fire may be
+    // far past `from`, at its `start_at`).
+    let dropped = match (schedule, fires.first(), fires.last()) {
+        (Schedule::Cron(line), Some(first), Some(last)) => line
+            .dropped_between(*first - chrono::Duration::seconds(1), *last, tz, MAX_COUNT)
             .into_iter()
             .map(|d| match d {
                 DroppedMatch::InGap { wall_time } => Dropped {

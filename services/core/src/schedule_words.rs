@@ -148,61 +148,65 @@ fn field_words(
 
 fn time_words(sec: &str, min: &str, hour: &str) -> String {
     let (s, m, h) = (single(sec), single(min), single(hour));
-    if let (Some(m), Some(h)) = (m, h) {
+    if let (Some(s), Some(m), Some(h)) = (s, m, h) {
         return match s {
-            Some(0) => format!("At {h:02}:{m:02}"),
-            Some(s) => format!("At {h:02}:{m:02}:{s:02}"),
-            None => format!(
-                "At {h:02}:{m:02}, {}",
-                field_words(sec, "second", &|v| format!("second {v}"), &[], 0)
-            ),
+            0 => format!("At {h:02}:{m:02}"),
+            s => format!("At {h:02}:{m:02}:{s:02}"),
         };
     }
-    let mut parts = Vec::new();
-    match s {
-        Some(0) => {}
-        Some(v) => parts.push(format!("at second {v}")),
-        None if is_all(sec) => parts.push("every second".to_string()),
-        None => parts.push(field_words(
+    // Each field says itself, the smallest first; a field given as values
+    // (not a step or every value) is tied to the next by "of".
+    let values = |f: &str| !is_all(f) && !f.contains('/');
+    // Second 0 (always, in five fields) goes unsaid.
+    let sec_values = s != Some(0) && values(sec);
+    let seconds = match s {
+        Some(0) => None,
+        Some(v) => Some(format!("at second {v}")),
+        None if is_all(sec) => Some("every second".to_string()),
+        None => Some(field_words(
             sec,
             "second",
             &|v| format!("second {v}"),
             &[],
             0,
         )),
-    }
-    if is_all(min) {
-        if s != Some(0) {
-            // Seconds already say how often.
+    };
+    let minutes = if is_all(min) {
+        match &seconds {
+            None => Some("every minute".to_string()),
+            Some(_) if sec_values => Some("of every minute".to_string()),
+            Some(_) => None,
+        }
+    } else {
+        let words = match m {
+            Some(v) => format!("minute {v}"),
+            None => field_words(min, "minute", &|v| format!("minute {v}"), &[], 0),
+        };
+        Some(match &seconds {
+            None if values(min) => format!("at {words}"),
+            None => words,
+            Some(_) if sec_values => format!("of {words}"),
+            Some(_) => format!("during {words}"),
+        })
+    };
+    let hours = if is_all(hour) {
+        values(min).then(|| "of every hour".to_string())
+    } else {
+        let words = match h {
+            Some(v) => format!("hour {v:02}"),
+            None => field_words(hour, "hour", &|v| format!("hour {v:02}"), &[], 0),
+        };
+        Some(if values(min) {
+            format!("of {words}")
         } else {
-            parts.push("every minute".to_string());
-        }
-    } else {
-        match m {
-            Some(v) => parts.push(format!("at minute {v}")),
-            None => parts.push(field_words(
-                min,
-                "minute",
-                &|v| format!("minute {v}"),
-                &[],
-                0,
-            )),
-        }
-    }
-    if is_all(hour) {
-        if !is_all(min) && s == Some(0) && m.is_some() {
-            parts.push("past every hour".to_string());
-        }
-    } else {
-        parts.push(match h {
-            Some(v) => format!("during hour {v:02}"),
-            None => format!(
-                "during {}",
-                field_words(hour, "hour", &|v| format!("hour {v:02}"), &[], 0)
-            ),
-        });
-    }
-    let text = parts.join(" ");
+            format!("during {words}")
+        })
+    };
+    let text = [seconds, minutes, hours]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut chars = text.chars();
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect(),
@@ -218,13 +222,35 @@ fn day_of_month_words(dom: &str) -> String {
     if upper == "LW" {
         return "on the last weekday of the month".into();
     }
-    if let Some(day) = upper.strip_suffix('W') {
+    if let Some(day) = upper.strip_suffix('W').filter(|d| d.parse::<u32>().is_ok()) {
         return format!("on the weekday nearest day {day} of the month");
     }
-    format!(
-        "on {} of the month",
-        field_words(dom, "day", &|v| format!("day {v}"), &[], 0)
-    )
+    // A step names the days it means (`*/10`: 1, 11, 21, 31), not a period.
+    let Some(parsed) = items(dom, &[], 0) else {
+        return format!("on day-of-month {dom:?}");
+    };
+    let mut days = Vec::new();
+    for item in parsed {
+        match item {
+            Item::Every(n) => {
+                days.extend((1..=31).step_by(n.max(1) as usize).map(|d| d.to_string()))
+            }
+            Item::From(a, n) => {
+                days.extend((a..=31).step_by(n.max(1) as usize).map(|d| d.to_string()))
+            }
+            Item::Range(a, z, n) if n > 1 => {
+                days.extend((a..=z).step_by(n as usize).map(|d| d.to_string()))
+            }
+            Item::Range(a, z, _) => days.push(format!("{a} through {z}")),
+            Item::One(v) => days.push(v.to_string()),
+        }
+    }
+    let noun = if days.len() == 1 && !days[0].contains(' ') {
+        "day"
+    } else {
+        "days"
+    };
+    format!("on {noun} {} of the month", list(&days))
 }
 
 fn day_of_week_words(dow: &str) -> String {
@@ -317,10 +343,21 @@ mod tests {
             ("30 2 * * 1-5", "At 02:30, Monday through Friday"),
             ("30 2 * * MON-FRI", "At 02:30, Monday through Friday"),
             ("*/15 * * * *", "Every 15 minutes"),
-            ("0 * * * *", "At minute 0 past every hour"),
+            ("0 * * * *", "At minute 0 of every hour"),
+            ("0,30 * * * *", "At minute 0 and minute 30 of every hour"),
             ("* * * * *", "Every minute"),
             ("*/10 * * * * *", "Every 10 seconds"),
             ("* * * * * *", "Every second"),
+            ("30 * * * * *", "At second 30 of every minute"),
+            ("15 0 * * * *", "At second 15 of minute 0 of every hour"),
+            (
+                "*/10 30 2 * * *",
+                "Every 10 seconds during minute 30 of hour 02",
+            ),
+            (
+                "0 */15 9-17 * * *",
+                "Every 15 minutes during hour 09 through hour 17",
+            ),
             (
                 "0 */15 2 14 3 * 2027",
                 "Every 15 minutes during hour 02, on day 14 of the month, in March, in 2027",
@@ -330,6 +367,11 @@ mod tests {
             (
                 "0 0 15W * *",
                 "At 00:00, on the weekday nearest day 15 of the month",
+            ),
+            ("0 0 1,15W * *", "At 00:00, on day-of-month \"1,15W\""),
+            (
+                "0 0 */10 * *",
+                "At 00:00, on days 1, 11, 21 and 31 of the month",
             ),
             (
                 "0 0 * * MON#2",
@@ -342,17 +384,15 @@ mod tests {
                 "At 00:00, on day 1 of the month when it is Monday",
             ),
             ("5 4 * * sun", "At 04:05, Sunday"),
-            ("0 0 1,15 * *", "At 00:00, on day 1 and day 15 of the month"),
+            ("0 0 1,15 * *", "At 00:00, on days 1 and 15 of the month"),
+            ("0 0 1-7 * *", "At 00:00, on days 1 through 7 of the month"),
             ("0 0 * JAN,JUL *", "At 00:00, in January and July"),
             (
                 "23 0-23/2 * * *",
-                "At minute 23 during every 2 hours from hour 00 through hour 23",
+                "At minute 23 of every 2 hours from hour 00 through hour 23",
             ),
             ("30 0 12 * * *", "At 12:00:30"),
-            (
-                "0 0 9-17 * * *",
-                "At minute 0 during hour 09 through hour 17",
-            ),
+            ("0 0 9-17 * * *", "At minute 0 of hour 09 through hour 17"),
         ];
         for (line, expected) in cases {
             assert_eq!(words(line), expected, "{line}");

@@ -27,8 +27,8 @@ use chrono_tz::Tz;
 use croner::Cron;
 
 /// Probe step when looking for an offset change between two instants. Two
-/// changes closer together than this (none in the database since 2000)
-/// would be seen as none.
+/// changes closer together than this would be seen as none; in the time
+/// zone database (2025b) no two are less than 6.9 days apart.
 const PROBE_STEP_SECS: i64 = 86_400;
 
 /// Searches stop after this many steps (segments or skipped matches): far
@@ -154,16 +154,22 @@ impl CronLine {
     /// monotone in the wall time, and no match at or before `after`'s wall
     /// time resolves after `after`, so the walk starts there.
     fn next_fixed_time(&self, after: i64, tz: Tz) -> Option<i64> {
-        let mut wall = wall_time(tz, after)?;
+        let (mut wall, mut inclusive) = (wall_time(tz, after)?, false);
         for _ in 0..MAX_STEPS {
-            let candidate = self.wall_next(wall, false)?;
+            let candidate = self.wall_next(wall, inclusive)?;
             let fire = resolve_fixed_time(tz, candidate)?;
             if fire > after {
                 return Some(fire);
             }
-            // In the second copy of a repeated period: this match fired in
-            // the first copy.
-            wall = candidate;
+            // `after` is in the second copy of a repeated period: every match
+            // in it fired in the first copy. Go on from the period's end (a
+            // fall-back of hours holds thousands of matches of a line with a
+            // seconds step).
+            let offset = offset_secs(tz, fire);
+            (wall, inclusive) = match first_change(tz, fire, fire + PROBE_STEP_SECS, offset) {
+                Some(change) => (naive(change + offset)?, true),
+                None => (candidate, false),
+            };
         }
         None
     }
@@ -174,6 +180,7 @@ impl CronLine {
     fn previous_fixed_time(&self, at: i64, tz: Tz) -> Option<i64> {
         let now = offset_secs(tz, at);
         let went_back = (offset_secs(tz, at - PROBE_STEP_SECS) - now).max(0);
+        let at_wall = naive(at + now)?;
         let mut wall = naive(at + now + went_back)?;
         let mut inclusive = true;
         for _ in 0..MAX_STEPS {
@@ -182,8 +189,13 @@ impl CronLine {
             if fire <= at {
                 return Some(fire);
             }
-            wall = candidate;
-            inclusive = false;
+            // A match past `at`'s own wall time that is still to come: every
+            // match up to `at`'s wall time resolves at or before `at`.
+            (wall, inclusive) = if candidate > at_wall {
+                (at_wall, true)
+            } else {
+                (candidate, false)
+            };
         }
         None
     }
@@ -276,8 +288,9 @@ impl CronLine {
         }
     }
 
-    /// Matches in wall time from `from`'s to `to`'s (plus any repeated
-    /// period reaching past it) that do not fire, at most `limit`.
+    /// Matches that would have fired in `(from, to]` but do not: a wildcard
+    /// line's in a gap, a fixed-time line's second occurrences; at most
+    /// `limit`.
     pub fn dropped_between(
         &self,
         from: DateTime<Utc>,
@@ -286,8 +299,13 @@ impl CronLine {
         limit: usize,
     ) -> Vec<DroppedMatch> {
         let mut dropped = Vec::new();
+        // From the first copy of a repeated period, its wall times behind
+        // `from`'s come again after `from`: start as far back as the clock
+        // will go back within a day.
+        let start = from.timestamp();
+        let back = (offset_secs(tz, start) - offset_secs(tz, start + PROBE_STEP_SECS)).max(0);
         let (Some(mut wall), Some(end)) = (
-            wall_time(tz, from.timestamp()),
+            wall_time(tz, start).map(|w| w - chrono::Duration::seconds(back)),
             wall_time(tz, to.timestamp()),
         ) else {
             return dropped;
@@ -303,7 +321,9 @@ impl CronLine {
                 break;
             }
             match tz.from_local_datetime(&m) {
-                LocalResult::None if !self.fixed_time => {
+                LocalResult::None
+                    if !self.fixed_time && gap_end(tz, m).is_some_and(|end| end > start) =>
+                {
                     dropped.push(DroppedMatch::InGap { wall_time: m });
                 }
                 LocalResult::Ambiguous(a, b) if self.fixed_time => {

@@ -541,7 +541,15 @@ async fn nats_request(stack: &Stack, subject: &str, body: Vec<u8>) -> Outcome {
 async fn http_request(stack: &Stack, case: &Case, method: Method, segments: &[&str]) -> Outcome {
     let mut url = Url::parse(&stack.http_base).expect("gateway URL");
     url.path_segments_mut().expect("base URL").extend(segments);
-    let mut request = stack.http.request(method, url).body(case.body.clone());
+    // A fresh connection per case: after an early answer (413 before the
+    // body was read) the gateway closes its side, and a pooled client can
+    // write the next case into that closing socket (a broken pipe that says
+    // nothing about the case).
+    let client = jetcron_testkit::reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("HTTP client");
+    let mut request = client.request(method, url).body(case.body.clone());
     if let Some(token) = &case.token {
         request = request.bearer_auth(token);
     }

@@ -341,3 +341,47 @@ fn the_preview_says_what_moved_and_what_was_dropped() {
         }]
     );
 }
+
+/// Antarctica/Casey went from +11 to +08 at 2023-03-08T16:00:00Z: three
+/// hours of wall time repeated, 10,800 matches of a line with a seconds
+/// wildcard, all fired in the first copy (found by review).
+#[test]
+fn a_long_fall_back_is_crossed_in_one_step() {
+    let casey = parse_timezone("Antarctica/Casey").expect("zone");
+    let l = line("* 0-59 0-23 * * *");
+    assert!(l.is_fixed_time());
+    assert_eq!(
+        l.next_fire(utc("2023-03-08T16:00:00Z"), casey),
+        Some(utc("2023-03-08T19:00:00Z"))
+    );
+    assert_eq!(
+        l.next_fire(utc("2023-03-08T15:59:58Z"), casey),
+        Some(utc("2023-03-08T15:59:59Z"))
+    );
+    assert_eq!(
+        l.previous_fire(utc("2023-03-09T04:00:00Z"), casey),
+        Some(utc("2023-03-09T04:00:00Z"))
+    );
+    assert_eq!(
+        l.previous_fire(utc("2023-03-08T18:59:59Z"), casey),
+        Some(utc("2023-03-08T15:59:59Z"))
+    );
+}
+
+#[test]
+fn second_occurrences_ahead_of_a_first_copy_are_dropped() {
+    let ny = parse_timezone("America/New_York").expect("zone");
+    // From 01:45 EDT, 01:30 comes again at 01:30 EST (06:30Z) and does not fire.
+    assert_eq!(
+        line("30 1 * * *").dropped_between(
+            utc("2027-11-07T05:45:00Z"),
+            utc("2027-11-09T07:00:00Z"),
+            ny,
+            10
+        ),
+        [DroppedMatch::SecondOccurrence {
+            wall_time: utc("2027-11-07T01:30:00Z").naive_utc(),
+            at: utc("2027-11-07T06:30:00Z")
+        }]
+    );
+}

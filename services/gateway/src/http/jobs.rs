@@ -94,13 +94,8 @@ pub async fn get_one(
                     None => break,
                 }
             }
-            let preview = schedule_preview::describe(
-                &job.spec.schedule,
-                &job.schedule,
-                job.timezone,
-                now,
-                &fires,
-            );
+            let preview =
+                schedule_preview::describe(&job.spec.schedule, &job.schedule, job.timezone, &fires);
             (
                 fires.into_iter().map(rfc3339_millis).collect::<Vec<_>>(),
                 Some(preview),
