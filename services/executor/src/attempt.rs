@@ -24,7 +24,7 @@ use crate::claims::{self, ClaimHandle, Overlap};
 use crate::ended::{self, Since};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
-use crate::target::{self, Outcome, RunContext};
+use crate::targets::{self, Outcome, RunContext};
 use crate::tries::{self, Budget, Ledger, Recorded};
 use crate::{fanout, notify, ExecutorContext};
 
@@ -444,7 +444,7 @@ async fn supervise(
     registration: &Registration,
     mut claim: Option<&mut ClaimHandle>,
 ) -> Ending {
-    let work = tokio::time::timeout(job.timeout, target::run(ctx, &job.spec.target, run));
+    let work = tokio::time::timeout(job.timeout, targets::run(ctx, &job.spec.target, run));
     tokio::pin!(work);
     let mut ticks = tokio::time::interval(ctx.config.progress_interval);
     ticks.tick().await;

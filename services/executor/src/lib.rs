@@ -13,7 +13,7 @@
 //! `jetcron.control.kill.*`, takes overlap claims in `jetcron_running`, and
 //! delivers failure notifications from `JETCRON_NOTIFY`.
 //!
-//! Layout: [`attempt`] handles one delivery, [`target`] runs the three target
+//! Layout: [`attempt`] handles one delivery, [`targets`] runs the three target
 //! types (and waits for asynchronous completions), [`run_events`] publishes
 //! run events, [`claims`] implements `concurrency: forbid | replace`,
 //! [`running`] registers attempts so kills reach them, [`fanout`] splits a
@@ -28,7 +28,7 @@ pub mod hold;
 pub mod notify;
 pub mod run_events;
 pub mod running;
-pub mod target;
+pub mod targets;
 pub mod tries;
 
 use std::sync::Arc;
@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-pub use target::shell::ShellOptions;
+pub use targets::shell::ShellOptions;
 
 use running::RunningAttempts;
 

@@ -22,7 +22,7 @@ use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::retry::RetryDelay;
 use jetcron_core::subjects;
 
-use crate::target::Outcome;
+use crate::targets::Outcome;
 use crate::ExecutorContext;
 
 /// Publishes the events of one attempt of one run.
