@@ -16,10 +16,10 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 use chrono::{DateTime, TimeZone as _, Utc};
 use clap::{Parser, Subcommand};
-use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_core::events::{RunEvent, RunEventKind, RunId, Trigger};
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::{ClickHouseServer, NatsServer};
 use tokio_util::sync::CancellationToken;
 

@@ -24,7 +24,7 @@ use futures::StreamExt as _;
 use jetcron_core::clock::SystemClock;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 

@@ -1,22 +1,17 @@
 //! Messages that steer runs in progress: kill requests and the completions of
 //! asynchronous targets.
 //!
+//! Sending and recording them is `jetcron_io::control`.
+//!
 //! A kill is recorded twice on purpose. The marker `kill.<run_id>` in
 //! `jetcron_running` is durable: an attempt that starts later (a retry waiting
 //! in `JETCRON_DUE`, a redelivery) sees it and records `killed` without
 //! running. The core-NATS request on `jetcron.control.kill.<run_id>` reaches
 //! the executors running the run right now; each answers with what it stopped.
 
-use std::time::Duration;
-
-use anyhow::Context as _;
-use async_nats::jetstream::kv;
-use chrono::Utc;
-use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
 use crate::events::{RunEvent, RunEventKind};
-use crate::subjects;
 
 /// Body of `jetcron.api.runs.kill`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -49,75 +44,6 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// Whether `run_id` is a run id as jetcron writes them (lowercase hyphenated UUID).
 pub fn is_run_id(run_id: &str) -> bool {
     uuid::Uuid::parse_str(run_id).is_ok_and(|u| u.hyphenated().to_string() == run_id)
-}
-
-/// Record the kill of `run_id` and tell the executors running it; returns
-/// the answers heard within `wait`.
-pub async fn kill_run(
-    client: &async_nats::Client,
-    running: &kv::Store,
-    run_id: &str,
-    reason: &str,
-    wait: Duration,
-) -> anyhow::Result<Vec<KillReply>> {
-    let marker = mark_killed(running, run_id, reason).await?;
-    let inbox = client.new_inbox();
-    let mut replies = client
-        .subscribe(inbox.clone())
-        .await
-        .context("subscribe to kill replies")?;
-    client
-        .publish_with_reply(
-            subjects::kill_control_subject(run_id),
-            inbox,
-            serde_json::to_vec(&marker)?.into(),
-        )
-        .await
-        .context("publish kill request")?;
-    client.flush().await.context("flush kill request")?;
-    let mut heard = Vec::new();
-    let deadline = tokio::time::Instant::now() + wait;
-    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, replies.next()).await {
-        if let Ok(reply) = serde_json::from_slice::<KillReply>(&message.payload) {
-            heard.push(reply);
-        }
-    }
-    Ok(heard)
-}
-
-/// Record the kill of `run_id` without telling anyone: enough for a run that
-/// has not started (its executor checks the marker before each attempt).
-pub async fn mark_killed(
-    running: &kv::Store,
-    run_id: &str,
-    reason: &str,
-) -> anyhow::Result<KillMarker> {
-    anyhow::ensure!(is_run_id(run_id), "{run_id:?} is not a run id");
-    let marker = KillMarker {
-        run_id: run_id.to_string(),
-        requested_at_ms: Utc::now().timestamp_millis(),
-        reason: reason.chars().take(MAX_REASON_BYTES).collect(),
-    };
-    running
-        .put(
-            subjects::kill_key(run_id),
-            serde_json::to_vec(&marker)?.into(),
-        )
-        .await
-        .context("record kill request")?;
-    Ok(marker)
-}
-
-/// Whether a kill of `run_id` was requested.
-pub async fn kill_requested(
-    running: &kv::Store,
-    run_id: &str,
-) -> anyhow::Result<Option<KillMarker>> {
-    let entry = running
-        .get(subjects::kill_key(run_id))
-        .await
-        .context("read kill request")?;
-    Ok(entry.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
 }
 
 /// What an asynchronous target reports on `jetcron.runs.<run_id>.complete`.

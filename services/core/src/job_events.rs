@@ -28,7 +28,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::clickhouse_schema::JobEventRow;
 use crate::events::RunId;
 use crate::job::FieldError;
 use crate::subjects;
@@ -189,32 +188,6 @@ impl FireMissed {
     }
 }
 
-/// The row of a missed fire: `at_ms` is the scheduled time (so repeats
-/// collapse in the table's `(at_ms, event_id)` key), `source` is `gateway`,
-/// and `message` names the run id and the time; nothing in it depends on
-/// which gateway found it or when.
-impl From<&FireMissed> for JobEventRow {
-    fn from(e: &FireMissed) -> Self {
-        Self {
-            event_id: e.event_id.clone(),
-            kind: e.kind.clone(),
-            source: "gateway".into(),
-            job_id: e.job_id.clone(),
-            revision: 0,
-            at_ms: e.scheduled_at.timestamp_millis(),
-            size: 0,
-            fields: Vec::new(),
-            codes: Vec::new(),
-            message: format!(
-                "no run of {} scheduled at {}",
-                e.run_id.as_str(),
-                time_format::rfc3339_millis(e.scheduled_at)
-            ),
-            problems: "[]".into(),
-        }
-    }
-}
-
 /// Any event on the job-events subject.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobEvent {
@@ -266,57 +239,6 @@ impl JobEvent {
             JobEvent::FireMissed(_) => FIRE_MISSED_KIND,
         }
     }
-
-    /// The row of `jetcron.job_events`.
-    pub fn row(&self) -> JobEventRow {
-        match self {
-            JobEvent::Rejected(e) => JobEventRow::from(e),
-            JobEvent::FireMissed(e) => JobEventRow::from(e),
-        }
-    }
-}
-
-/// Publish `event` with its id as `Nats-Msg-Id` and wait for the stream's ack.
-pub async fn publish(
-    js: &async_nats::jetstream::Context,
-    event: &JobRejected,
-) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let payload = serde_json::to_vec(event).context("encode job.rejected")?;
-    publish_job_event(js, subjects::JOB_REJECTED_SUBJECT, &event.event_id, payload)
-        .await
-        .context("publish job.rejected")?;
-    Ok(())
-}
-
-/// Publish a missed fire like [`publish`]; true when the stream stored it,
-/// false when it was a duplicate of one stored inside its duplicate window.
-pub async fn publish_fire_missed(
-    js: &async_nats::jetstream::Context,
-    event: &FireMissed,
-) -> anyhow::Result<bool> {
-    use anyhow::Context as _;
-    let payload = serde_json::to_vec(event).context("encode fire.missed")?;
-    publish_job_event(js, subjects::FIRE_MISSED_SUBJECT, &event.event_id, payload)
-        .await
-        .context("publish fire.missed")
-}
-
-async fn publish_job_event(
-    js: &async_nats::jetstream::Context,
-    subject: &'static str,
-    event_id: &str,
-    payload: Vec<u8>,
-) -> anyhow::Result<bool> {
-    use anyhow::Context as _;
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(async_nats::header::NATS_MESSAGE_ID, event_id);
-    let ack = js
-        .publish_with_headers(subject, headers, payload.into())
-        .await?
-        .await
-        .context("store")?;
-    Ok(!ack.duplicate)
 }
 
 #[cfg(test)]
@@ -363,17 +285,6 @@ mod tests {
         assert_eq!(
             first.event_id,
             format!("{}:fire.missed", RunId::for_fire("nightly", at).as_str())
-        );
-        let row = JobEventRow::from(&first);
-        assert_eq!(row, JobEventRow::from(&again), "rows do not depend on when");
-        assert_eq!(
-            (row.kind.as_str(), row.at_ms),
-            ("fire.missed", at.timestamp_millis())
-        );
-        assert!(
-            row.message.contains(first.run_id.as_str()),
-            "{}",
-            row.message
         );
 
         let encoded = serde_json::to_vec(&first).expect("encode");

@@ -24,43 +24,56 @@
 //! - [`clock`]: time as a dependency, so tests can control it.
 //! - [`wire_schemas`]: the JSON Schemas in `schemas/`, generated from these types.
 //!
-//! Three modules do I/O on purpose, because several services need them and they
-//! must agree: [`control`] records and broadcasts kill requests, [`topology`] creates the NATS streams and buckets idempotently,
-//! [`due`] publishes a due event with its dedup header (ticker and gateway), and
-//! [`clickhouse_schema`] applies the DDL in `schemas/clickhouse/`, and
-//! [`nats_connect`] turns credentials and TLS settings into connect options.
-//! [`retry`] is how every loop waits between tries of NATS or ClickHouse
-//! (jittered, growing) and how often it says so; [`readiness`] tells
-//! `/readyz` which services of the process have verified their topology.
-//! [`telemetry`] sets up `tracing` and [`prometheus`] the metrics registry the
-//! same way for every process.
+//! - [`control`]: kill requests, kill markers, completions of asynchronous
+//!   targets and failure notices, as messages.
+//!
+//! Nothing here does I/O or reads a clock by itself: the crate builds
+//! without tokio, async-nats or clickhouse. Talking to NATS and ClickHouse
+//! (topology, publishing, DDL, connection, telemetry) is `jetcron-io`.
 
 pub mod api;
 pub mod backoff;
-pub mod clickhouse_schema;
 pub mod clock;
 pub mod control;
-pub mod due;
 pub mod events;
 pub mod fire_times;
 pub mod job;
 pub mod job_events;
 pub mod job_schema;
-pub mod nats_connect;
-pub mod prometheus;
-pub mod readiness;
-pub mod retry;
 pub mod run_summary;
 pub mod schedule;
 pub mod schedule_preview;
 pub mod schedule_words;
 pub mod subjects;
-pub mod telemetry;
 pub mod time_format;
-pub mod topology;
 pub mod wall_clock;
 pub mod wire_schemas;
 
 pub use events::{DueEvent, RunEvent, RunEventKind, RunId, Trigger};
 pub use job::{JobSpec, Target};
 pub use schedule::Schedule;
+
+#[cfg(test)]
+mod tests {
+    /// The domain crate stays free of I/O: its manifest names no runtime,
+    /// NATS or ClickHouse crate (those belong in `jetcron-io`).
+    #[test]
+    fn the_domain_crate_depends_on_no_io_crate() {
+        let manifest = include_str!("../Cargo.toml");
+        for io_crate in [
+            "tokio",
+            "async-nats",
+            "clickhouse",
+            "tokio-util",
+            "tracing-subscriber",
+        ] {
+            assert!(
+                !manifest
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{io_crate}."))
+                        || l.trim_start().starts_with(&format!("{io_crate} "))),
+                "jetcron-core depends on {io_crate}"
+            );
+        }
+    }
+}

@@ -13,10 +13,10 @@
 
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::Utc;
-use jetcron_core::control;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
-use jetcron_core::retry::RetryDelay;
+use jetcron_io::control;
+use jetcron_io::retry::RetryDelay;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn, Instrument as _};
 

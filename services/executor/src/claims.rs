@@ -219,10 +219,8 @@ impl ClaimHandle {
             return;
         };
         let value: bytes::Bytes = value.into();
-        let mut delay = jetcron_core::retry::RetryDelay::new(
-            Duration::from_millis(100),
-            Duration::from_secs(1),
-        );
+        let mut delay =
+            jetcron_io::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(1));
         let started = std::time::Instant::now();
         loop {
             match self
@@ -340,7 +338,7 @@ pub async fn claim_for_run(
     let mut last_progress = tokio::time::Instant::now();
     let mut saw_other_delivery = false;
     let mut unavailable =
-        jetcron_core::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
+        jetcron_io::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
     let claimant = Claimant {
         run_id: ours.to_string(),
         executor_id: ctx.config.executor_id.clone(),
@@ -460,12 +458,13 @@ pub async fn claim_for_run(
         }
         if killed.as_deref() != Some(holder.run_id.as_str()) {
             let reason = format!("replaced by run {ours} (concurrency: replace)");
-            let stopped = jetcron_core::control::kill_run(
+            let stopped = jetcron_io::control::kill_run(
                 &ctx.nats,
                 &ctx.running,
                 &holder.run_id,
                 &reason,
                 Duration::from_millis(500),
+                Utc::now(),
             )
             .await?;
             tracing::info!(holder = %holder.run_id, executors = stopped.len(), "killed the previous run to replace it");

@@ -8,8 +8,8 @@
 //! pool runs them, in parallel, each with its own attempts and retries.
 
 use anyhow::Context as _;
-use jetcron_core::due;
 use jetcron_core::events::DueEvent;
+use jetcron_io::due;
 
 use crate::ExecutorContext;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
 use chrono::{DateTime, Utc};
-use jetcron_core::due;
+use jetcron_io::due;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;

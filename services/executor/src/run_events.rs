@@ -19,8 +19,8 @@ use async_nats::jetstream::{AckKind, Message};
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
-use jetcron_core::retry::RetryDelay;
 use jetcron_core::subjects;
+use jetcron_io::retry::RetryDelay;
 
 use crate::targets::Outcome;
 use crate::ExecutorContext;

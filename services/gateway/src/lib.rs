@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
-use jetcron_core::readiness::Readiness;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_io::readiness::Readiness;
+use jetcron_io::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

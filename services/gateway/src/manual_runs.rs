@@ -12,10 +12,10 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use jetcron_core::api::{ApiError, ErrorCode};
-use jetcron_core::due::publish_due_event;
 use jetcron_core::events::{DueEvent, RunId, Trigger};
 use jetcron_core::job::{validate_id, FieldError, ValidJob};
 use jetcron_core::time_format::rfc3339_millis;
+use jetcron_io::due::publish_due_event;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -28,7 +28,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt as _, TryStreamExt as _};
-use jetcron_core::job_events::{self, FireMissed};
+use jetcron_core::job_events::FireMissed;
+use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 

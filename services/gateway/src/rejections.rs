@@ -7,10 +7,10 @@
 //! the kind.
 
 use anyhow::Context as _;
-use jetcron_core::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
 use jetcron_core::job::FieldError;
 use jetcron_core::job_events::JOB_REJECTED_KIND;
 use jetcron_core::time_format::rfc3339_millis;
+use jetcron_io::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
 use serde::Serialize;
 
 /// One rejection as the API shows it.

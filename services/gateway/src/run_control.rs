@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use jetcron_core::api::{ApiError, ErrorCode};
-use jetcron_core::control::{self, Completion, KillRequest};
+use jetcron_core::control::{is_run_id, Completion, KillRequest, MAX_REASON_BYTES};
 use jetcron_core::subjects;
+use jetcron_io::control;
 use serde_json::{json, Value};
 
 use crate::manual_runs::parse_body;
@@ -18,7 +19,7 @@ use crate::GatewayState;
 const KILL_REPLY_WAIT: Duration = Duration::from_millis(500);
 
 fn check_run_id(run_id: &str) -> Result<(), ApiError> {
-    if control::is_run_id(run_id) {
+    if is_run_id(run_id) {
         return Ok(());
     }
     Err(ApiError {
@@ -47,18 +48,25 @@ pub async fn kill_run(
 ) -> Result<Value, ApiError> {
     check_run_id(run_id)?;
     let reason = reason.unwrap_or("killed by request");
-    if reason.len() > control::MAX_REASON_BYTES {
+    if reason.len() > MAX_REASON_BYTES {
         return Err(ApiError {
             field: Some("reason".into()),
             ..ApiError::new(
                 ErrorCode::InvalidRequest,
-                format!("must be at most {} bytes", control::MAX_REASON_BYTES),
+                format!("must be at most {} bytes", MAX_REASON_BYTES),
             )
         });
     }
-    let stopped = control::kill_run(&state.nats, &state.running, run_id, reason, KILL_REPLY_WAIT)
-        .await
-        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?;
+    let stopped = control::kill_run(
+        &state.nats,
+        &state.running,
+        run_id,
+        reason,
+        KILL_REPLY_WAIT,
+        chrono::Utc::now(),
+    )
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?;
     tracing::info!(run_id, executors = stopped.len(), "run killed");
     Ok(json!({
         "ok": true,

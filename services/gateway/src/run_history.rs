@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
-use jetcron_core::clickhouse_schema::{RunEventRow, RUN_EVENT_COLUMNS};
 use jetcron_core::run_summary::{summarize, RunSummary};
+use jetcron_io::clickhouse_schema::{RunEventRow, RUN_EVENT_COLUMNS};
 
 /// Read access to run history.
 #[derive(Clone)]

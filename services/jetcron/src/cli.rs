@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use jetcron_core::nats_connect::{NatsAuthOptions, ServerList};
-use jetcron_core::telemetry::LogFormat;
+use jetcron_io::nats_connect::{NatsAuthOptions, ServerList};
+use jetcron_io::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -120,7 +120,7 @@ pub struct CommonArgs {
         default_value = "single",
         global = true
     )]
-    pub clickhouse_schema: jetcron_core::clickhouse_schema::SchemaMode,
+    pub clickhouse_schema: jetcron_io::clickhouse_schema::SchemaMode,
     /// Replicas of the streams and bucket jetcron creates (3 on a NATS cluster).
     #[arg(long, env = "JETCRON_REPLICAS", default_value_t = 1, global = true)]
     pub replicas: usize,

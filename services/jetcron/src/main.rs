@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_core::clock::SystemClock;
-use jetcron_core::readiness::Readiness;
-use jetcron_core::telemetry;
-use jetcron_core::topology::TopologyOptions;
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::readiness::Readiness;
+use jetcron_io::telemetry;
+use jetcron_io::topology::TopologyOptions;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -46,7 +46,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signals(shutdown.clone()));
-    jetcron_core::prometheus::install().context("install the metrics recorder")?;
+    jetcron_io::prometheus::install().context("install the metrics recorder")?;
     let mut services = JoinSet::new();
     let readiness = Readiness::default();
     if let Some(addr) = common.metrics_addr {

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use axum::http::{header, StatusCode};
 use axum::routing::get;
 use axum::Json;
-use jetcron_core::readiness::Readiness;
+use jetcron_io::readiness::Readiness;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,7 @@ pub async fn serve(
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    jetcron_core::prometheus::install()?;
+    jetcron_io::prometheus::install()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("bind metrics address {addr}"))?;
@@ -30,7 +30,7 @@ pub async fn serve(
             get(|| async {
                 (
                     [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    jetcron_core::prometheus::render(),
+                    jetcron_io::prometheus::render(),
                 )
             }),
         )

@@ -21,7 +21,7 @@
 //!   missing or not replicated (on the 18.16 server, which has no Keeper:
 //!   the accepting case is not run here).
 
-use jetcron_core::clickhouse_schema::{statements, MIGRATIONS};
+use jetcron_io::clickhouse_schema::{statements, MIGRATIONS};
 use jetcron_testkit::chdb::run_statements_on_chdb;
 use serde_json::Value;
 
@@ -467,7 +467,7 @@ async fn the_sql_of_the_replication_guide_parses() {
 
 #[tokio::test]
 async fn replicated_mode_creates_nothing_and_names_what_is_missing_or_not_replicated() {
-    use jetcron_core::clickhouse_schema::{self, ClickHouseOptions, SchemaMode};
+    use jetcron_io::clickhouse_schema::{self, ClickHouseOptions, SchemaMode};
     let server = jetcron_testkit::ClickHouseServer::start();
     let client = ClickHouseOptions::new(server.url()).client();
     // An empty server: nothing is created, every object is named.

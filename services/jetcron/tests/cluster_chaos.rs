@@ -317,7 +317,7 @@ impl Deployment {
     /// A JetStream context that gives up after 2 s (a stream without a
     /// leader does not answer).
     fn probe(&self) -> async_nats::jetstream::Context {
-        jetcron_core::topology::context(self.client.clone())
+        jetcron_io::topology::context(self.client.clone())
     }
 
     fn processes(&self) -> Vec<(&'static str, &JetcronProcess)> {

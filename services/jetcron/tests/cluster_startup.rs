@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::{wait_until, ClickHouseServer, JetcronProcess, NatsCluster};
 
 fn jetcron() -> &'static Path {

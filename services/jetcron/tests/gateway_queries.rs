@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use jetcron_core::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 use serde_json::{json, Value};
 

@@ -95,7 +95,7 @@ async fn make_history(stack: &Stack) -> u64 {
         chrono::Duration::minutes(2),
     );
     for _ in 0..2 {
-        jetcron_core::job_events::publish_fire_missed(&stack.js, &missed)
+        jetcron_io::job_events::publish_fire_missed(&stack.js, &missed)
             .await
             .expect("publish fire.missed");
     }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use jetcron_core::nats_connect::NatsAuthOptions;
 use jetcron_core::subjects;
+use jetcron_io::nats_connect::NatsAuthOptions;
 use jetcron_testkit::{free_port, init_test_logging, NatsOperator, NatsServer};
 
 /// `jetcron <args>` against `nats`, with no NATS credentials from the

@@ -16,11 +16,11 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::push, kv};
 use async_nats::{Client, ConnectErrorKind, Event};
 use futures::StreamExt as _;
-use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_core::clock::SystemClock;
-use jetcron_core::nats_connect::NatsAuthOptions;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::nats_connect::NatsAuthOptions;
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::{
     fast_leases, init_test_logging, test_executor_config, wait_until, ClickHouseServer, NatsServer,
 };

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use jetcron_core::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
 use jetcron_projector::ProjectorConfig;
 use jetcron_testkit::{grafana, wait_until, Stack, StackOptions};
 use serde_json::{json, Value};

@@ -310,7 +310,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
     let second_stop = tokio_util::sync::CancellationToken::new();
     let second = tokio::spawn(jetcron_gateway::run(
         jetcron_gateway::GatewayConfig {
-            clickhouse: jetcron_core::clickhouse_schema::ClickHouseOptions::new(
+            clickhouse: jetcron_io::clickhouse_schema::ClickHouseOptions::new(
                 stack.clickhouse.url(),
             ),
             topology: Default::default(),
@@ -584,7 +584,7 @@ async fn fires_are_not_called_missed_while_the_projector_is_behind() {
     assert_eq!(queued(&stats)["runs"], 0, "nothing projected yet: {stats}");
     // Once the projector drains the queue the runs are there, still none missed.
     let mut config = jetcron_projector::ProjectorConfig::new(
-        jetcron_core::clickhouse_schema::ClickHouseOptions::new(stack.clickhouse.url()),
+        jetcron_io::clickhouse_schema::ClickHouseOptions::new(stack.clickhouse.url()),
     );
     config.batch_wait = Duration::from_millis(100);
     stack.spawn_projector(config).await;

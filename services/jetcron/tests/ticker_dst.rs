@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use jetcron_core::clock::ManualClock;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::{fast_leases, NatsServer};
 use tokio_util::sync::CancellationToken;
 

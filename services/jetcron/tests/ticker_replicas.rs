@@ -13,7 +13,7 @@ use async_nats::jetstream;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
 
 /// One `jetcron ticker` process; killed on drop.

@@ -2,10 +2,10 @@
 //! not be decoded.
 
 use async_nats::jetstream::Message;
-use jetcron_core::clickhouse_schema::{JobEventRow, RunEventRow};
 use jetcron_core::events::RunEvent;
 use jetcron_core::job_events::JobEvent;
 use jetcron_core::subjects;
+use jetcron_io::clickhouse_schema::{JobEventRow, RunEventRow};
 
 /// A row for one of the two tables.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
     // Job events (`job.rejected`, `fire.missed`) share one table.
     if subject == subjects::JOB_REJECTED_SUBJECT || subject == subjects::FIRE_MISSED_SUBJECT {
         return match JobEvent::decode_on(subject, payload) {
-            Ok(event) => Decoded::Row(Row::Job(Box::new(event.row()))),
+            Ok(event) => Decoded::Row(Row::Job(Box::new(JobEventRow::from(&event)))),
             Err(reason) => Decoded::Poison(reason),
         };
     }

@@ -9,8 +9,8 @@
 //! rows inserted twice by a retry change no answer.
 
 use anyhow::Context as _;
-use jetcron_core::clickhouse_schema::{JobEventRow, RunEventRow};
 use jetcron_core::subjects;
+use jetcron_io::clickhouse_schema::{JobEventRow, RunEventRow};
 
 use crate::batch::Row;
 

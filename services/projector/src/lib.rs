@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
-use jetcron_core::clickhouse_schema::{self, ClickHouseOptions};
-use jetcron_core::readiness::Readiness;
-use jetcron_core::retry::{LogLimiter, RetryDelay};
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_io::readiness::Readiness;
+use jetcron_io::retry::{LogLimiter, RetryDelay};
+use jetcron_io::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use jetcron_core::clickhouse_schema::ClickHouseOptions;
 use jetcron_core::clock::SystemClock;
 use jetcron_core::subjects;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::topology::{self, TopologyOptions};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -115,7 +115,7 @@ impl Stack {
     pub async fn start(options: StackOptions) -> Self {
         crate::init_test_logging();
         // Record metrics as the binary does, so /metrics can be checked.
-        jetcron_core::prometheus::install().expect("metrics recorder");
+        jetcron_io::prometheus::install().expect("metrics recorder");
         let nats = NatsServer::start();
         let clickhouse = ClickHouseServer::start();
         let client = nats.client().await;
@@ -123,7 +123,7 @@ impl Stack {
         let shutdown = CancellationToken::new();
         let mut services = JoinSet::new();
         let topology = TopologyOptions::default();
-        let readiness = jetcron_core::readiness::Readiness::default();
+        let readiness = jetcron_io::readiness::Readiness::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway listener");

@@ -34,9 +34,9 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_core::job::ValidJob;
-use jetcron_core::readiness::Readiness;
-use jetcron_core::retry::LogLimiter;
-use jetcron_core::topology::{self, TopologyOptions};
+use jetcron_io::readiness::Readiness;
+use jetcron_io::retry::LogLimiter;
+use jetcron_io::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -203,7 +203,7 @@ pub async fn run(
     let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
     let mut health = PublishHealth::default();
     let (revoke_tx, revoke_rx) = tokio::sync::mpsc::channel(REVOCATION_QUEUE);
-    let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx));
+    let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx, clock.clone()));
     let mut revoker = revoke::Revoker::new(revoke_tx, !config.lookahead.is_zero());
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 
@@ -250,7 +250,7 @@ pub async fn run(
                 health.failed(&leases, failed);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(jetcron_core::retry::jittered(PUBLISH_RETRY)) => {}
+                    _ = tokio::time::sleep(jetcron_io::retry::jittered(PUBLISH_RETRY)) => {}
                 }
             } else {
                 // Some were stored: the path to the stream works; the rest

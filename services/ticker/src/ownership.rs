@@ -224,7 +224,7 @@ pub struct Ownership {
     /// When this replica last took an orphaned shard beyond its share: no
     /// rebalancing for a while after that (no give-and-take-back loop).
     orphans_taken_at: Option<Instant>,
-    failures: jetcron_core::retry::LogLimiter,
+    failures: jetcron_io::retry::LogLimiter,
 }
 
 impl Ownership {
@@ -250,7 +250,7 @@ impl Ownership {
             replicas_seen: HashMap::new(),
             sitting_out_until: None,
             orphans_taken_at: None,
-            failures: jetcron_core::retry::LogLimiter::per_10s(),
+            failures: jetcron_io::retry::LogLimiter::per_10s(),
         }
     }
 

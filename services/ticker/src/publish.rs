@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use futures::StreamExt as _;
-use jetcron_core::due;
 use jetcron_core::events::{DueEventRef, RunId, Trigger};
+use jetcron_io::due;
 use tracing::debug;
 
 /// Longest wait for the acks of one batch. Acks come back in milliseconds

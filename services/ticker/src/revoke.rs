@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
-use jetcron_core::control;
 use jetcron_core::events::RunId;
-use jetcron_core::retry::{LogLimiter, RetryDelay};
+use jetcron_io::control;
+use jetcron_io::retry::{LogLimiter, RetryDelay};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -84,14 +84,22 @@ impl Revoker {
 }
 
 /// Write a kill marker for every revocation until the queue closes.
-pub async fn kill_revoked(running: kv::Store, mut queue: mpsc::Receiver<Revocation>) {
+pub async fn kill_revoked(
+    running: kv::Store,
+    mut queue: mpsc::Receiver<Revocation>,
+    clock: std::sync::Arc<dyn jetcron_core::clock::Clock>,
+) {
     let mut failures = LogLimiter::per_10s();
     while let Some(revocation) = queue.recv().await {
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(1));
         for _ in 0..20 {
-            match control::mark_killed(&running, revocation.run_id.as_str(), revocation.reason)
-                .await
-            {
+            let marked = control::mark_killed(
+                &running,
+                revocation.run_id.as_str(),
+                revocation.reason,
+                clock.now(),
+            );
+            match marked.await {
                 Ok(_) => {
                     info!(job_id = %revocation.job_id, run_id = %revocation.run_id, reason = revocation.reason, "fire handed out ahead of time killed");
                     break;

@@ -17,8 +17,9 @@ use futures::StreamExt as _;
 use std::collections::HashMap;
 
 use jetcron_core::job::{parse_job_with, ValidJob};
-use jetcron_core::job_events::{self, JobRejected};
+use jetcron_core::job_events::JobRejected;
 use jetcron_core::schedule::{Schedule, ScheduleError};
+use jetcron_io::job_events;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};

@@ -62,7 +62,7 @@ pub async fn metrics(
         .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
     // What this process recorded (every service it runs), then the gauges
     // read from NATS and ClickHouse at scrape time.
-    let mut text = jetcron_core::prometheus::render();
+    let mut text = jetcron_io::prometheus::render();
     text.push_str(&pools::render_metrics(&pools));
     // A projector in this process reports its own backlog; one series only.
     let recorded = text.contains("\njetcron_projector_backlog ");

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Json;
-use jetcron_core::readiness::Readiness;
+use jetcron_io::readiness::Readiness;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -15,8 +15,8 @@ use async_nats::jetstream::{self, context::PublishAckFuture};
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
 
-use crate::events::{DueEvent, DueEventRef};
-use crate::subjects;
+use jetcron_core::events::{DueEvent, DueEventRef};
+use jetcron_core::subjects;
 
 /// Header of a due event published ahead of its time: the instant (Unix
 /// milliseconds) before which no executor starts it.
@@ -40,7 +40,7 @@ pub async fn send_due_event(
     let mut headers = HeaderMap::new();
     headers.insert(
         "Nats-Msg-Id",
-        crate::events::due_msg_id(event.run_id, event.shard).as_str(),
+        jetcron_core::events::due_msg_id(event.run_id, event.shard).as_str(),
     );
     if let Some(at) = fire_at {
         headers.insert(FIRE_AT_HEADER, at.timestamp_millis().to_string().as_str());

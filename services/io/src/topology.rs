@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use crate::readiness::Readiness;
 use crate::retry::{LogLimiter, RetryDelay};
-use crate::subjects;
+use jetcron_core::subjects;
 
 /// Knobs of the topology; defaults suit one machine.
 #[derive(Debug, Clone)]
@@ -358,7 +358,7 @@ fn jobs_bucket_stream(options: &TopologyOptions) -> stream::Config {
         subjects: vec![format!("$KV.{}.>", subjects::JOBS_BUCKET)],
         max_messages_per_subject: options.jobs_history.max(1),
         // The server refuses bigger values, `nats kv put` included.
-        max_message_size: crate::job::MAX_DEFINITION_BYTES as i32,
+        max_message_size: jetcron_core::job::MAX_DEFINITION_BYTES as i32,
         storage: stream::StorageType::File,
         num_replicas: options.replicas.max(1),
         discard: stream::DiscardPolicy::New,

@@ -11,8 +11,9 @@ use anyhow::Context as _;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
-use crate::job_events::JobRejected;
+use jetcron_core::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
+use jetcron_core::job_events::{FireMissed, JobEvent, JobRejected};
+use jetcron_core::time_format;
 
 /// The DDL files, in the order they apply.
 pub const MIGRATIONS: &[(&str, &str)] = &[
@@ -331,6 +332,41 @@ impl From<&JobRejected> for JobEventRow {
     }
 }
 
+/// The row of a missed fire: `at_ms` is the scheduled time (so repeats
+/// collapse in the table's `(at_ms, event_id)` key), `source` is `gateway`,
+/// and `message` names the run id and the time; nothing in it depends on
+/// which gateway found it or when.
+impl From<&FireMissed> for JobEventRow {
+    fn from(e: &FireMissed) -> Self {
+        Self {
+            event_id: e.event_id.clone(),
+            kind: e.kind.clone(),
+            source: "gateway".into(),
+            job_id: e.job_id.clone(),
+            revision: 0,
+            at_ms: e.scheduled_at.timestamp_millis(),
+            size: 0,
+            fields: Vec::new(),
+            codes: Vec::new(),
+            message: format!(
+                "no run of {} scheduled at {}",
+                e.run_id.as_str(),
+                time_format::rfc3339_millis(e.scheduled_at)
+            ),
+            problems: "[]".into(),
+        }
+    }
+}
+
+impl From<&JobEvent> for JobEventRow {
+    fn from(event: &JobEvent) -> Self {
+        match event {
+            JobEvent::Rejected(e) => JobEventRow::from(e),
+            JobEvent::FireMissed(e) => JobEventRow::from(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,5 +383,27 @@ mod tests {
         assert!(all[2].contains("jetcron.job_events"));
         assert!(all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv"));
         assert!(all.iter().all(|s| !s.contains("--")));
+    }
+
+    #[test]
+    fn a_missed_fire_row_does_not_depend_on_when_it_was_found() {
+        let at = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
+            .expect("instant")
+            .with_timezone(&Utc);
+        let grace = chrono::Duration::minutes(2);
+        let first = FireMissed::new("nightly", at, at + grace, grace);
+        let again = FireMissed::new("nightly", at, at + grace * 5, grace);
+        let row = JobEventRow::from(&first);
+        assert_eq!(row, JobEventRow::from(&again), "rows do not depend on when");
+        assert_eq!(
+            (row.kind.as_str(), row.at_ms),
+            ("fire.missed", at.timestamp_millis())
+        );
+        assert!(
+            row.message.contains(first.run_id.as_str()),
+            "{}",
+            row.message
+        );
+        assert_eq!(JobEventRow::from(&JobEvent::FireMissed(first)), row);
     }
 }

@@ -1,0 +1,31 @@
+//! How jetcron's services talk to NATS and ClickHouse, the same way in
+//! every process: what is here must agree between services, so it is
+//! written once.
+//!
+//! - [`topology`]: creates the NATS streams and buckets idempotently,
+//!   verifies existing ones and waits while a cluster forms.
+//! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
+//! - [`control`]: records and broadcasts kill requests.
+//! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
+//! - [`clickhouse_schema`]: the rows jetcron writes to ClickHouse and the
+//!   DDL of `schemas/clickhouse/`, applied at start.
+//! - [`nats_connect`]: server lists, credentials and TLS as connect options.
+//! - [`retry`]: how every loop waits between tries (jittered, growing) and
+//!   how often it says so.
+//! - [`readiness`]: which services of a process have verified their
+//!   topology, for `/readyz`.
+//! - [`telemetry`] sets up `tracing`, [`prometheus`] the metrics registry.
+//!
+//! The messages themselves (events, requests, names) are `jetcron-core`,
+//! which does no I/O.
+
+pub mod clickhouse_schema;
+pub mod control;
+pub mod due;
+pub mod job_events;
+pub mod nats_connect;
+pub mod prometheus;
+pub mod readiness;
+pub mod retry;
+pub mod telemetry;
+pub mod topology;
