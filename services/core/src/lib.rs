@@ -2,9 +2,8 @@
 //! and where those words travel.
 //!
 //! Layout:
-//! - [`job`]: the job definition (`JobSpec`), its targets and its validation.
-//! - [`job_schema`]: the definition's JSON Schema, with the validator's rules;
-//!   used to report every structural problem of a refused definition at once.
+//! - [`job`]: the job definition (`JobSpec`), its targets, its validation,
+//!   its JSON Schema and when it fires.
 //! - [`backoff`]: the delay between attempts (exponential, capped, jittered).
 //! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
 //!   `next_fire` maths. No I/O, no clock: callers pass the instant.
@@ -36,10 +35,8 @@ pub mod backoff;
 pub mod clock;
 pub mod control;
 pub mod events;
-pub mod fire_times;
 pub mod job;
 pub mod job_events;
-pub mod job_schema;
 pub mod run_summary;
 pub mod schedule;
 pub mod schedule_preview;

@@ -11,7 +11,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::fire_times::never_fires_problem;
+use crate::job::fire_times::never_fires_problem;
 use crate::job::FieldError;
 use crate::schedule::{parse_timezone, Schedule};
 use crate::time_format::rfc3339_millis;

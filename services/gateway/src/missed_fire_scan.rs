@@ -21,7 +21,7 @@
 //! recorded afterwards; `/v1/stats` still computes them for any range. The
 //! counts of each scan also feed the `jetcron_missed_fires` gauge.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,15 +33,13 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::stats::{self, CurrentJob, Missed};
+use crate::stats::{self, missed_by_job, Missed, MAX_STATS_JOBS};
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 /// How far back each scan looks (the gauge's window).
 pub const SCAN_WINDOW: chrono::Duration = stats::GAUGE_WINDOW;
-/// Jobs asked about in one ClickHouse lookup.
-const JOBS_PER_QUERY: usize = crate::http::MAX_STATS_JOBS;
 /// Publishes waiting for their ack at once.
 const PUBLISHES_IN_FLIGHT: usize = 64;
 
@@ -102,35 +100,6 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
     }
 }
 
-/// Missed fires of the last [`SCAN_WINDOW`] before `now`, of every valid job.
-pub async fn missed_by_job(
-    state: &GatewayState,
-    now: DateTime<Utc>,
-) -> anyhow::Result<BTreeMap<String, Missed>> {
-    let jobs: Vec<CurrentJob> = state
-        .jobs
-        .valid_jobs()
-        .await?
-        .into_iter()
-        .map(|(job, written_at)| CurrentJob { job, written_at })
-        .collect();
-    let mut missed = BTreeMap::new();
-    for chunk in jobs.chunks(JOBS_PER_QUERY) {
-        missed.extend(
-            stats::missed_fires(
-                state.runs.client(),
-                chunk,
-                now - SCAN_WINDOW,
-                now,
-                now,
-                state.limits.missed_grace,
-            )
-            .await?,
-        );
-    }
-    Ok(missed)
-}
-
 /// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
 /// record every missed fire not yet stored, and give the
 /// gauge the counts.
@@ -144,7 +113,7 @@ pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<
         .filter(|(_, m)| !m.times.is_empty())
         .map(|(id, m)| (id.as_str(), m))
         .collect();
-    for chunk in with_times.chunks(JOBS_PER_QUERY) {
+    for chunk in with_times.chunks(MAX_STATS_JOBS) {
         let recorded = recorded(state, chunk).await?;
         let events: Vec<FireMissed> = chunk
             .iter()

@@ -29,6 +29,9 @@ use serde::{Deserialize, Serialize};
 pub const MISSED_GRACE: Duration = Duration::minutes(2);
 /// Most expected fires enumerated per job and request.
 pub const MAX_EXPECTED_PER_JOB: usize = 10_000;
+/// Most jobs whose missed fires one statistics request (or one lookup of
+/// the scan) checks.
+pub const MAX_STATS_JOBS: usize = 2_000;
 
 /// Counts and percentiles of one job, as ClickHouse aggregates them.
 #[derive(Debug, Clone, clickhouse::Row, Deserialize)]
@@ -370,7 +373,7 @@ impl MissedGauge {
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < self.fresh_for);
         if !fresh {
-            let missed = crate::missed_fire_scan::missed_by_job(state, Utc::now()).await?;
+            let missed = missed_by_job(state, Utc::now()).await?;
             *latest = Some((std::time::Instant::now(), counts_of(&missed)));
         }
         let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
@@ -397,6 +400,36 @@ pub fn counts_of(missed: &BTreeMap<String, Missed>) -> BTreeMap<String, u64> {
         .iter()
         .map(|(id, m)| (id.clone(), m.times.len() as u64))
         .collect()
+}
+
+/// Missed fires of the last [`GAUGE_WINDOW`] before `now`, of every valid job
+/// (the missed-fire scan and the gauge), [`MAX_STATS_JOBS`] jobs per lookup.
+pub async fn missed_by_job(
+    state: &crate::GatewayState,
+    now: DateTime<Utc>,
+) -> anyhow::Result<BTreeMap<String, Missed>> {
+    let jobs: Vec<CurrentJob> = state
+        .jobs
+        .valid_jobs()
+        .await?
+        .into_iter()
+        .map(|(job, written_at)| CurrentJob { job, written_at })
+        .collect();
+    let mut missed = BTreeMap::new();
+    for chunk in jobs.chunks(MAX_STATS_JOBS) {
+        missed.extend(
+            missed_fires(
+                state.runs.client(),
+                chunk,
+                now - GAUGE_WINDOW,
+                now,
+                now,
+                state.limits.missed_grace,
+            )
+            .await?,
+        );
+    }
+    Ok(missed)
 }
 
 #[cfg(test)]

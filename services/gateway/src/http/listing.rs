@@ -15,15 +15,13 @@ use serde_json::{json, Value};
 
 use super::{unavailable, HttpError};
 use crate::run_list::{self, RunFilter, STATUSES};
-use crate::stats::{self, CurrentJob};
+use crate::stats::{self, CurrentJob, MAX_STATS_JOBS};
 use crate::GatewayState;
 
 /// Longest range of scheduled times one listing may cover.
 pub const MAX_RUNS_RANGE: Duration = Duration::days(92);
 /// Longest range of one statistics request.
 pub const MAX_STATS_RANGE: Duration = Duration::days(31);
-/// Most jobs whose missed fires one statistics request checks.
-pub const MAX_STATS_JOBS: usize = 2_000;
 
 type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 

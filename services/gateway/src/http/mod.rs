@@ -13,7 +13,6 @@ mod control;
 pub mod health;
 mod jobs;
 mod listing;
-pub use listing::MAX_STATS_JOBS;
 pub mod openapi;
 mod redact;
 mod runs;

@@ -1,0 +1,352 @@
+//! The job definition's types, as users write them ([`JobSpec`]) and as the
+//! ticker and executor use them once valid ([`ValidJob`]); the JSON Schema's
+//! rules ride on them as attributes (patterns from [`super::patterns`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+use super::patterns::{
+    COMMAND_PATTERN, DURATION_PATTERN, ENV_NAME_PATTERN, HTTP_HEADER_NAME_PATTERN,
+    HTTP_HEADER_VALUE_PATTERN, HTTP_URL_PATTERN, ID_PATTERN, INSTANT_PATTERN, LABEL_KEY_PATTERN,
+    NATS_HEADER_NAME_PATTERN, NATS_HEADER_VALUE_PATTERN, NO_CONTROL_PATTERN, NO_NUL_PATTERN,
+    SCHEDULE_PATTERN, SUBJECT_PATTERN, WORKING_DIR_PATTERN,
+};
+use crate::backoff::Backoff;
+use crate::schedule::Schedule;
+
+/// Largest accepted definition, in bytes of JSON.
+pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
+/// Longest job id.
+pub const MAX_ID_LEN: usize = 128;
+/// Attempts when the job does not say.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Attempt timeout when the job does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest timeout, and longest delay between attempts.
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+/// Most shards per fire.
+pub const MAX_SHARDS: u32 = 64;
+/// Most environment variables of a shell target.
+pub const MAX_ENV_VARS: usize = 64;
+/// Methods of an `http` target (the schema lists them too).
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+/// Most attempts of a run.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// A job definition as users write it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Job id: `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`, safe as a KV key and a subject token.
+    /// May be omitted in a direct KV write, where the key is the id.
+    #[serde(default)]
+    #[schemars(regex(pattern = ID_PATTERN))]
+    pub id: String,
+    /// Free text, at most 4096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub description: Option<String>,
+    /// Schedule line, see [`Schedule`]: 5 to 7 cron fields, a macro such as
+    /// `@daily`, `@every <duration>` or `@at <RFC 3339 instant>`.
+    #[schemars(regex(pattern = SCHEDULE_PATTERN))]
+    pub schedule: String,
+    /// IANA time zone the schedule is read in; UTC when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub timezone: Option<String>,
+    /// A paused job stays defined but does not fire.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    pub target: Target,
+    /// First instant the job may fire (RFC 3339); no bound when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = INSTANT_PATTERN))]
+    pub start_at: Option<String>,
+    /// Last instant the job may fire (RFC 3339), later than `start_at`; no
+    /// bound when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = INSTANT_PATTERN))]
+    pub end_at: Option<String>,
+    /// Largest random delay added to each fire, e.g. `"30s"`; deterministic per
+    /// (job, scheduled time). 0 to 1h, default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub jitter: Option<String>,
+    /// What to do with fire times nobody fired (ticker down, job paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<MisfirePolicy>,
+    /// How far back `fire_all` catches up; 1s to 7d, default 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub catchup_window: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Per-attempt timeout, e.g. `"30s"`; 1s to 24h, default 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub timeout: Option<String>,
+    /// Executor pool that runs the job (same characters as an id); default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = ID_PATTERN))]
+    pub pool: Option<String>,
+    /// Parallel parts of every run, 1 to 64, default 1: each part runs on any
+    /// executor of the pool and is told its index; the run succeeds when all do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SHARDS))]
+    pub shards: Option<u32>,
+    /// What a fire does while the previous run of the job is still going.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencyPolicy>,
+    /// Where to report a run that ended badly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<NotifyPolicy>,
+    /// Free key/values for grouping (`pause`/`resume`/`list` select on them):
+    /// at most 32; keys `[A-Za-z0-9][A-Za-z0-9_.-]{0,62}`, values up to 255 bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = MAX_LABELS,
+        "propertyNames" = {"pattern": LABEL_KEY_PATTERN},
+        "additionalProperties" = {"type": "string", "maxLength": 255, "pattern": NO_CONTROL_PATTERN},
+    ))]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Most labels per job.
+pub const MAX_LABELS: usize = 32;
+
+/// Overlap of runs of one job.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrencyPolicy {
+    /// Runs may overlap.
+    #[default]
+    Allow,
+    /// A fire that finds the previous run still going is recorded as `skipped`.
+    Forbid,
+    /// A fire that finds the previous run still going kills it and starts.
+    Replace,
+}
+
+impl ConcurrencyPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConcurrencyPolicy::Allow => "allow",
+            ConcurrencyPolicy::Forbid => "forbid",
+            ConcurrencyPolicy::Replace => "replace",
+        }
+    }
+}
+
+/// Notification of a run that failed, timed out or was killed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyPolicy {
+    /// `http` or `https` URL that receives a JSON summary by POST.
+    #[schemars(regex(pattern = HTTP_URL_PATTERN))]
+    pub webhook: String,
+    /// Extra request headers (an authorization token, say): names are HTTP
+    /// tokens, values without control characters but tab.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": HTTP_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": HTTP_HEADER_VALUE_PATTERN},
+    ))]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Recovery of missed fire times.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MisfirePolicy {
+    /// Fire nothing that was missed; continue with the next time.
+    Skip,
+    /// One catch-up fire for the latest missed time.
+    #[default]
+    FireOnce,
+    /// Every missed time within `catchup_window`.
+    FireAll,
+}
+
+/// What runs when the job fires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Target {
+    /// A NATS request; success is a reply without a service error header.
+    Nats(NatsTarget),
+    /// An HTTP request; success is a 2xx status.
+    Http(HttpTarget),
+    /// A command run by `/bin/sh -c`; success is exit status 0.
+    Shell(ShellTarget),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NatsTarget {
+    /// Subject to send the request to: dot-separated tokens without
+    /// whitespace or wildcards, not under `jetcron.`, `$` or `_INBOX.`.
+    #[schemars(regex(pattern = SUBJECT_PATTERN), length(max = 1024))]
+    pub subject: String,
+    /// Request body; any JSON value (a string is sent as its text). When absent
+    /// the run context (`run_id`, `job_id`, `scheduled_at`, `attempt`) is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Value>,
+    /// Extra headers: names visible ASCII without `:`, values without CR, LF or NUL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": NATS_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": NATS_HEADER_VALUE_PATTERN},
+    ))]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTarget {
+    /// `http` or `https` URL.
+    #[schemars(regex(pattern = HTTP_URL_PATTERN))]
+    pub url: String,
+    /// HTTP method, default `GET`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", null]))]
+    pub method: Option<String>,
+    /// Extra headers: names are HTTP tokens, values without control characters but tab.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "propertyNames" = {"pattern": HTTP_HEADER_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": HTTP_HEADER_VALUE_PATTERN},
+    ))]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellTarget {
+    /// Command line for `/bin/sh -c`: not blank, no NUL bytes.
+    #[schemars(regex(pattern = COMMAND_PATTERN))]
+    pub command: String,
+    /// Absolute working directory; the executor's `--shell-workdir` (or its
+    /// own) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = WORKING_DIR_PATTERN), length(max = 4096))]
+    pub working_dir: Option<String>,
+    /// Extra environment variables (names `[A-Za-z_][A-Za-z0-9_]*`, not `JETCRON_*`),
+    /// at most 64.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = MAX_ENV_VARS,
+        "propertyNames" = {"pattern": ENV_NAME_PATTERN},
+        "additionalProperties" = {"type": "string", "pattern": NO_NUL_PATTERN},
+    ))]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, including the first; 1 to 100, default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
+    pub max_attempts: Option<u32>,
+    /// Delay before the second attempt; 100ms to 24h, default 1s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub backoff: Option<String>,
+    /// Factor applied to the delay for each later attempt; 1 to 10, default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub multiplier: Option<f64>,
+    /// Longest delay; from `backoff` to 24h, default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub max_backoff: Option<String>,
+    /// Fraction of each delay taken off at random (deterministic per run and
+    /// attempt); 0 to 1, default 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
+    pub jitter: Option<f64>,
+}
+
+impl Target {
+    /// `nats`, `http` or `shell`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Nats(_) => "nats",
+            Target::Http(_) => "http",
+            Target::Shell(_) => "shell",
+        }
+    }
+}
+
+/// One problem with a definition: which field, a stable code, and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FieldError {
+    pub field: String,
+    pub code: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// Default of `catchup_window`.
+pub const DEFAULT_CATCHUP_WINDOW: Duration = Duration::from_secs(3600);
+/// Largest `jitter`.
+pub const MAX_JITTER: Duration = Duration::from_secs(3600);
+
+/// A definition that passed validation, with its parsed parts.
+#[derive(Debug, Clone)]
+pub struct ValidJob {
+    pub spec: JobSpec,
+    pub schedule: Schedule,
+    pub timezone: Tz,
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub pool: String,
+    pub shards: u32,
+    pub concurrency: ConcurrencyPolicy,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub jitter: Duration,
+    pub misfire: MisfirePolicy,
+    pub catchup_window: Duration,
+}
+
+impl ValidJob {
+    /// Delay before attempt `next_attempt` (2, 3, ...) of the run (or shard) named `seed`.
+    pub fn retry_delay(&self, next_attempt: u32, seed: &str) -> Duration {
+        self.backoff.delay(next_attempt, seed)
+    }
+}
+
+/// Most problems one answer lists: a 64 KiB definition can hold thousands
+/// of bad fields, and their list must still fit a NATS reply and a
+/// `job.rejected` event.
+pub const MAX_PROBLEMS: usize = 50;

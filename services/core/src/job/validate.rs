@@ -1,0 +1,527 @@
+//! The semantic checks of a decoded definition: every field, all problems
+//! at once, into a [`ValidJob`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::spec::*;
+use crate::backoff::{self, Backoff};
+use crate::schedule::{parse_timezone, Schedule, ScheduleError};
+use crate::subjects::DEFAULT_POOL;
+use crate::time_format::duration_text;
+
+/// Check a label selector or a job's labels: key syntax and value size.
+pub fn validate_labels(field: &str, labels: &BTreeMap<String, String>) -> Vec<FieldError> {
+    let mut problems = Vec::new();
+    if labels.len() > MAX_LABELS {
+        problems.push(FieldError::new(
+            field,
+            "too_many",
+            format!("at most {MAX_LABELS} labels, got {}", labels.len()),
+        ));
+    }
+    for (key, value) in labels {
+        let key_ok = key.len() <= 63
+            && key
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !key_ok {
+            problems.push(FieldError::new(
+                format!("{field}.{}", key.escape_debug()),
+                "invalid_label",
+                "label keys must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}",
+            ));
+        }
+        if value.len() > 255 || value.chars().any(char::is_control) {
+            problems.push(FieldError::new(
+                format!("{field}.{}", key.escape_debug()),
+                "invalid_label",
+                "label values must be at most 255 bytes without control characters",
+            ));
+        }
+    }
+    problems
+}
+
+/// Check every field of `spec`, returning all problems at once.
+pub fn validate(spec: JobSpec) -> Result<ValidJob, Vec<FieldError>> {
+    validate_with(spec, &mut Schedule::parse)
+}
+
+/// [`validate`] with the schedule line parsed by `parse_schedule`.
+pub fn validate_with(
+    spec: JobSpec,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+) -> Result<ValidJob, Vec<FieldError>> {
+    let mut problems = Vec::new();
+    if let Err(p) = validate_id(&spec.id) {
+        problems.push(p);
+    }
+    let schedule = parse_schedule(&spec.schedule)
+        .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
+        .ok();
+    let timezone = match &spec.timezone {
+        None => Some(chrono_tz::UTC),
+        Some(name) => parse_timezone(name)
+            .map_err(|e| problems.push(FieldError::new("timezone", "invalid_timezone", e.0)))
+            .ok(),
+    };
+    let timeout = match &spec.timeout {
+        None => Some(DEFAULT_TIMEOUT),
+        Some(text) => parse_bounded_duration("timeout", text, Duration::from_secs(1), MAX_DURATION)
+            .map_err(|p| problems.push(p))
+            .ok(),
+    };
+    let max_attempts = spec
+        .retry
+        .as_ref()
+        .and_then(|r| r.max_attempts)
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
+        problems.push(FieldError::new(
+            "retry.max_attempts",
+            "out_of_range",
+            format!("must be between 1 and {MAX_ATTEMPTS}, got {max_attempts}"),
+        ));
+    }
+    let backoff = validate_backoff(spec.retry.as_ref(), &mut problems);
+    let pool = match &spec.pool {
+        None => Some(DEFAULT_POOL.to_string()),
+        Some(pool) => validate_token("pool", pool)
+            .map_err(|p| problems.push(p))
+            .ok()
+            .map(|()| pool.clone()),
+    };
+    let shards = spec.shards.unwrap_or(1);
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        problems.push(FieldError::new(
+            "shards",
+            "out_of_range",
+            format!("must be between 1 and {MAX_SHARDS}, got {shards}"),
+        ));
+    }
+    if let Some(notify) = &spec.notify {
+        validate_http_url("notify.webhook", &notify.webhook, &mut problems);
+        validate_headers("notify.headers", &notify.headers, &mut problems);
+        validate_http_headers("notify.headers", &notify.headers, &mut problems);
+    }
+    let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
+    let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
+    if let (Some(Some(start)), Some(Some(end))) = (start_at, end_at) {
+        if end <= start {
+            problems.push(FieldError::new(
+                "end_at",
+                "out_of_range",
+                "must be later than start_at",
+            ));
+        }
+    }
+    let jitter = match &spec.jitter {
+        None => Some(Duration::ZERO),
+        Some(text) => parse_bounded_duration("jitter", text, Duration::ZERO, MAX_JITTER)
+            .map_err(|p| problems.push(p))
+            .ok(),
+    };
+    let catchup_window = match &spec.catchup_window {
+        None => Some(DEFAULT_CATCHUP_WINDOW),
+        Some(text) => parse_bounded_duration(
+            "catchup_window",
+            text,
+            Duration::from_secs(1),
+            Duration::from_secs(7 * 86_400),
+        )
+        .map_err(|p| problems.push(p))
+        .ok(),
+    };
+    validate_target(&spec.target, &mut problems);
+    problems.extend(validate_labels("labels", &spec.labels));
+    if let Some(d) = &spec.description {
+        if d.len() > 4096 {
+            problems.push(FieldError::new(
+                "description",
+                "too_long",
+                format!("must be at most 4096 bytes, got {}", d.len()),
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    match (
+        (schedule, timezone, timeout, backoff),
+        (start_at, end_at, jitter, catchup_window),
+        pool,
+    ) {
+        (
+            (Some(schedule), Some(timezone), Some(timeout), Some(backoff)),
+            (Some(start_at), Some(end_at), Some(jitter), Some(catchup_window)),
+            Some(pool),
+        ) => Ok(ValidJob {
+            misfire: spec.misfire.unwrap_or_default(),
+            concurrency: spec.concurrency.unwrap_or_default(),
+            spec,
+            schedule,
+            timezone,
+            timeout,
+            max_attempts,
+            backoff,
+            pool,
+            shards,
+            start_at,
+            end_at,
+            jitter,
+            catchup_window,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// Check a job id against the documented character set and length.
+pub fn validate_id(id: &str) -> Result<(), FieldError> {
+    validate_token("id", id)
+}
+
+/// Check a name that becomes a subject token and a KV key (job id, pool).
+pub fn validate_token(field: &str, id: &str) -> Result<(), FieldError> {
+    if id.is_empty() {
+        return Err(FieldError::new(field, "required", "must not be empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(FieldError::new(
+            field,
+            "too_long",
+            format!("must be at most {MAX_ID_LEN} characters, got {}", id.len()),
+        ));
+    }
+    let mut chars = id.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !first_ok || !rest_ok {
+        return Err(FieldError::new(
+            field,
+            "invalid_id",
+            format!(
+                "{id:?} must start with a letter or digit and contain only letters, digits, '-' and '_'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
+    match target {
+        Target::Nats(t) => {
+            if !is_valid_publish_subject(&t.subject) {
+                problems.push(FieldError::new(
+                    "target.subject",
+                    "invalid_subject",
+                    format!(
+                        "{:?} is not a NATS subject: dot-separated non-empty tokens without spaces or wildcards",
+                        t.subject
+                    ),
+                ));
+            }
+            if let Some(prefix) = reserved_subject_prefix(&t.subject) {
+                problems.push(FieldError::new(
+                    "target.subject",
+                    "reserved_subject",
+                    format!(
+                        "{:?} is under {prefix:?}, which jetcron and NATS use themselves (a job could forge due or run events through it)",
+                        t.subject
+                    ),
+                ));
+            }
+            validate_headers("target.headers", &t.headers, problems);
+        }
+        Target::Http(t) => {
+            validate_http_url("target.url", &t.url, problems);
+            if let Some(m) = &t.method {
+                if !HTTP_METHODS.contains(&m.as_str()) {
+                    problems.push(FieldError::new(
+                        "target.method",
+                        "invalid_method",
+                        format!("must be one of {}, got {m:?}", HTTP_METHODS.join(" ")),
+                    ));
+                }
+            }
+            validate_headers("target.headers", &t.headers, problems);
+            validate_http_headers("target.headers", &t.headers, problems);
+        }
+        Target::Shell(t) => {
+            if t.command.trim().is_empty() {
+                problems.push(FieldError::new(
+                    "target.command",
+                    "required",
+                    "must not be empty",
+                ));
+            }
+            if t.command.contains('\0') {
+                problems.push(FieldError::new(
+                    "target.command",
+                    "invalid_command",
+                    "must not contain NUL bytes",
+                ));
+            }
+            validate_shell_options(t, problems);
+        }
+    }
+}
+
+fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
+    if let Some(dir) = &t.working_dir {
+        if !dir.starts_with('/') || dir.contains('\0') || dir.len() > 4096 {
+            problems.push(FieldError::new(
+                "target.working_dir",
+                "invalid_path",
+                format!(
+                    "must be an absolute path without NUL bytes, at most 4096 bytes, got {dir:?}"
+                ),
+            ));
+        }
+    }
+    if t.env.len() > MAX_ENV_VARS {
+        problems.push(FieldError::new(
+            "target.env",
+            "too_many",
+            format!("at most {MAX_ENV_VARS} variables, got {}", t.env.len()),
+        ));
+    }
+    for (name, value) in &t.env {
+        let field = format!("target.env.{}", name.escape_debug());
+        let name_ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok {
+            problems.push(FieldError::new(
+                field.clone(),
+                "invalid_env",
+                "names must match [A-Za-z_][A-Za-z0-9_]*",
+            ));
+        } else if name.to_ascii_uppercase().starts_with("JETCRON_") {
+            problems.push(FieldError::new(
+                field.clone(),
+                "reserved_env",
+                "JETCRON_* variables are set by the executor (run context)",
+            ));
+        }
+        if value.contains('\0') {
+            problems.push(FieldError::new(
+                field,
+                "invalid_env",
+                "values must not contain NUL bytes",
+            ));
+        }
+    }
+}
+
+fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
+    // The URL parser drops tabs and line breaks: the stored text would not be
+    // the URL that runs.
+    if text.chars().any(char::is_control) {
+        problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("{text:?} contains control characters"),
+        ));
+        return;
+    }
+    match url::Url::parse(text) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+        Ok(u) => problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("scheme must be http or https, got {:?}", u.scheme()),
+        )),
+        Err(e) => problems.push(FieldError::new(
+            field,
+            "invalid_url",
+            format!("{text:?} is not a URL: {e}"),
+        )),
+    }
+}
+
+fn validate_http_headers(
+    field: &str,
+    headers: &BTreeMap<String, String>,
+    problems: &mut Vec<FieldError>,
+) {
+    for (name, value) in headers {
+        let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && http::HeaderValue::from_str(value).is_ok();
+        if !ok {
+            problems.push(FieldError::new(
+                format!("{field}.{}", name.escape_debug()),
+                "invalid_header",
+                "not a valid HTTP header: names are tokens (letters, digits, !#$%&'*+-.^_`|~), values visible ASCII, space or tab",
+            ));
+        }
+    }
+}
+
+/// `retry.backoff`, `retry.multiplier`, `retry.max_backoff`, `retry.jitter`.
+fn validate_backoff(
+    retry: Option<&RetryPolicy>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Backoff> {
+    let Some(retry) = retry else {
+        return Some(Backoff::default());
+    };
+    let before = problems.len();
+    let initial = match &retry.backoff {
+        None => backoff::DEFAULT_INITIAL,
+        Some(text) => parse_bounded_duration(
+            "retry.backoff",
+            text,
+            Duration::from_millis(100),
+            MAX_DURATION,
+        )
+        .map_err(|p| problems.push(p))
+        .unwrap_or(backoff::DEFAULT_INITIAL),
+    };
+    let max = match &retry.max_backoff {
+        None => backoff::DEFAULT_MAX.max(initial),
+        Some(text) => parse_bounded_duration("retry.max_backoff", text, initial, MAX_DURATION)
+            .map_err(|mut p| {
+                if p.code == "out_of_range" {
+                    p.message = format!(
+                        "must be between retry.backoff ({}) and 24h, got {text:?}",
+                        duration_text(initial)
+                    );
+                }
+                problems.push(p)
+            })
+            .unwrap_or(backoff::DEFAULT_MAX),
+    };
+    let multiplier = retry.multiplier.unwrap_or(backoff::DEFAULT_MULTIPLIER);
+    if !(1.0..=10.0).contains(&multiplier) {
+        problems.push(FieldError::new(
+            "retry.multiplier",
+            "out_of_range",
+            format!("must be between 1 and 10, got {multiplier}"),
+        ));
+    }
+    let jitter = retry.jitter.unwrap_or(backoff::DEFAULT_JITTER);
+    if !(0.0..=1.0).contains(&jitter) {
+        problems.push(FieldError::new(
+            "retry.jitter",
+            "out_of_range",
+            format!("must be between 0 and 1, got {jitter}"),
+        ));
+    }
+    (problems.len() == before).then_some(Backoff {
+        initial,
+        multiplier,
+        max,
+        jitter,
+    })
+}
+
+fn validate_headers(
+    field: &str,
+    headers: &BTreeMap<String, String>,
+    problems: &mut Vec<FieldError>,
+) {
+    for (name, value) in headers {
+        let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+        if !name_ok {
+            problems.push(FieldError::new(
+                format!("{field}.{}", name.escape_debug()),
+                "invalid_header",
+                "header names must be visible ASCII without ':'",
+            ));
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            problems.push(FieldError::new(
+                format!("{field}.{}", name.escape_debug()),
+                "invalid_header",
+                "header values must not contain CR, LF or NUL",
+            ));
+        }
+    }
+}
+
+/// A subject one can publish to: non-empty dot-separated tokens, no wildcards or whitespace.
+/// Subject prefixes a `nats` target may not use: the executor publishes a
+/// target's request with its own permissions, so a job aimed at jetcron's own
+/// subjects (`jetcron.due.…`, `jetcron.runs.…`), the JetStream and system
+/// APIs (`$JS.…`, `$KV.…`, `$SYS.…`) or reply inboxes could forge events.
+pub const RESERVED_SUBJECT_PREFIXES: [&str; 3] = ["jetcron.", "$", "_INBOX."];
+
+/// The reserved prefix `subject` falls under, if any.
+pub fn reserved_subject_prefix(subject: &str) -> Option<&'static str> {
+    RESERVED_SUBJECT_PREFIXES
+        .into_iter()
+        .find(|p| subject.starts_with(p) || subject == p.trim_end_matches('.'))
+}
+
+pub fn is_valid_publish_subject(subject: &str) -> bool {
+    !subject.is_empty()
+        && subject.len() <= 1024
+        && subject.split('.').all(|token| {
+            !token.is_empty()
+                && token != "*"
+                && token != ">"
+                && !token.chars().any(|c| c.is_whitespace() || c.is_control())
+        })
+}
+
+/// `Some(None)`: absent; `Some(Some(t))`: valid; `None`: invalid (problem recorded).
+fn parse_instant(
+    field: &str,
+    text: Option<&str>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Option<DateTime<Utc>>> {
+    let Some(text) = text else {
+        return Some(None);
+    };
+    match DateTime::parse_from_rfc3339(text) {
+        Ok(t) => Some(Some(t.with_timezone(&Utc))),
+        Err(e) => {
+            problems.push(FieldError::new(
+                field,
+                "invalid_instant",
+                format!(
+                    "expected an RFC 3339 instant such as 2030-01-01T09:00:00Z, got {text:?}: {e}"
+                ),
+            ));
+            None
+        }
+    }
+}
+
+fn parse_bounded_duration(
+    field: &str,
+    text: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, FieldError> {
+    let d = humantime::parse_duration(text).map_err(|e| {
+        FieldError::new(
+            field,
+            "invalid_duration",
+            format!("{text:?} is not a duration such as \"30s\" or \"5m\": {e}"),
+        )
+    })?;
+    if d < min || d > max {
+        return Err(FieldError::new(
+            field,
+            "out_of_range",
+            format!(
+                "must be between {} and {}, got {text:?}",
+                duration_text(min),
+                duration_text(max)
+            ),
+        ));
+    }
+    Ok(d)
+}
