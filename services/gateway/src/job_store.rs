@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
 use jetcron_core::api::{ApiError, ErrorCode};
-use jetcron_core::job::{parse_job, FieldError, JobSpec, ValidJob};
+use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
@@ -27,12 +27,7 @@ pub struct StoredJob {
 
 impl StoredJob {
     fn from_entry(entry: kv::Entry) -> (Self, Option<ValidJob>) {
-        let parsed = parse_job(&entry.value, Some(&entry.key)).and_then(|job| {
-            match job.never_fires_after(entry.created) {
-                Some(problem) => Err(vec![problem]),
-                None => Ok(job),
-            }
-        });
+        let parsed = parse_written(&entry.value, Some(&entry.key), entry.created);
         let (valid, problems) = match &parsed {
             Ok(_) => (true, Vec::new()),
             Err(p) => (false, p.clone()),
@@ -85,7 +80,7 @@ impl Revision {
                 problems: Vec::new(),
             };
         }
-        let problems = parse_job(&entry.value, Some(&entry.key))
+        let problems = parse_written(&entry.value, Some(&entry.key), entry.created)
             .err()
             .unwrap_or_default();
         Self {
@@ -152,7 +147,7 @@ impl JobStore {
     pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64, bool), ApiError> {
         let (stored, expected_revision) = split_expected_revision(body)?;
         let body = stored.as_deref().unwrap_or(body);
-        let job = parse_job(body, None).map_err(|problems| {
+        let job = parse_written(body, None, chrono::Utc::now()).map_err(|problems| {
             // Not JSON at all is a malformed request; anything else names a field.
             let not_json = problems.len() == 1
                 && problems[0].field.is_empty()
@@ -163,9 +158,6 @@ impl JobStore {
             }
             error
         })?;
-        if let Some(problem) = job.never_fires_after(chrono::Utc::now()) {
-            return Err(ApiError::invalid_job(vec![problem]));
-        }
         let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
         if !existed && expected_revision.is_none() {
@@ -370,7 +362,7 @@ impl JobStore {
             else {
                 continue;
             };
-            if let Ok(job) = parse_job(&entry.value, Some(&entry.key)) {
+            if let Ok(job) = parse_written(&entry.value, Some(&entry.key), entry.created) {
                 jobs.push((job, entry.created));
             }
         }

@@ -33,7 +33,6 @@ pub mod schedule_requests;
 pub mod stats;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
@@ -147,11 +146,12 @@ pub async fn run(
         config.limits.missed_scan_interval,
         shutdown.clone(),
     ));
-    let schema = tokio::spawn(apply_schema_when_possible(
-        clickhouse,
-        config.clickhouse.schema,
-        shutdown.clone(),
-    ));
+    let schema = {
+        let (mode, shutdown) = (config.clickhouse.schema, shutdown.clone());
+        tokio::spawn(async move {
+            clickhouse_schema::prepare_when_possible(&clickhouse, mode, &shutdown).await
+        })
+    };
     // The API ending on its own (a bug, a panic) must not leave a process that
     // looks healthy but answers nothing: it stops the whole gateway.
     let api = {
@@ -187,25 +187,4 @@ pub async fn run(
     index_task.abort();
     info!("gateway stopped");
     Ok(())
-}
-
-async fn apply_schema_when_possible(
-    client: clickhouse::Client,
-    mode: clickhouse_schema::SchemaMode,
-    shutdown: CancellationToken,
-) {
-    let mut delay = Duration::from_millis(250);
-    loop {
-        match clickhouse_schema::prepare(&client, mode).await {
-            Ok(()) => return,
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "ClickHouse schema not ready yet, retrying")
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(10));
-    }
 }

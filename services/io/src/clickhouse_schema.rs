@@ -136,6 +136,35 @@ pub async fn apply(client: &clickhouse::Client) -> anyhow::Result<()> {
 
 /// Make the schema ready as `mode` says: apply it, or check the replicated
 /// one the operator applied (an error names what is missing or not
+/// [`prepare`], retried until it succeeds or `shutdown` is asked (a
+/// service starts while ClickHouse is away and catches up when it comes):
+/// jittered waits from 250 ms to 10 s, one log line per 10 s. `false` when
+/// shutdown came first.
+pub async fn prepare_when_possible(
+    client: &clickhouse::Client,
+    mode: SchemaMode,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> bool {
+    let mut delay = crate::retry::RetryDelay::new(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(10),
+    );
+    let mut failures = crate::retry::LogLimiter::per_10s();
+    loop {
+        match prepare(client, mode).await {
+            Ok(()) => return true,
+            Err(e) => {
+                if let Some(count) = failures.admit() {
+                    tracing::warn!(error = %format!("{e:#}"), count, "ClickHouse schema not ready yet, retrying");
+                }
+            }
+        }
+        if delay.sleep(shutdown).await {
+            return false;
+        }
+    }
+}
+
 /// replicated; callers retry).
 pub async fn prepare(client: &clickhouse::Client, mode: SchemaMode) -> anyhow::Result<()> {
     match mode {

@@ -131,7 +131,8 @@ pub async fn run_counted(
     };
     converging.ready();
     let clickhouse = config.clickhouse.client();
-    apply_schema_with_retry(&clickhouse, config.clickhouse.schema, &shutdown).await;
+    clickhouse_schema::prepare_when_possible(&clickhouse, config.clickhouse.schema, &shutdown)
+        .await;
     info!(batch_size = config.batch_size, consumer = %config.consumer, "projector started");
 
     // Sampled beside the loop: while ClickHouse is down the loop waits on a
@@ -357,26 +358,6 @@ async fn park(
         Err(e) => {
             warn!(subject = %message.subject, error = %format!("{e:#}"), "cannot park event; it will come back")
         }
-    }
-}
-
-async fn apply_schema_with_retry(
-    client: &clickhouse::Client,
-    mode: clickhouse_schema::SchemaMode,
-    shutdown: &CancellationToken,
-) {
-    let mut delay = Duration::from_millis(250);
-    loop {
-        match clickhouse_schema::prepare(client, mode).await {
-            Ok(()) => return,
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "ClickHouse schema not ready yet, retrying")
-            }
-        }
-        if sleep_or_shutdown(delay, shutdown).await {
-            return;
-        }
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

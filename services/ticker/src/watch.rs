@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use std::collections::HashMap;
 
-use jetcron_core::job::{parse_job_with, ValidJob};
+use jetcron_core::job::{parse_written_with, ValidJob};
 use jetcron_core::job_events::JobRejected;
 use jetcron_core::schedule::{Schedule, ScheduleError};
 use jetcron_io::job_events;
@@ -165,36 +165,34 @@ fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> (JobChange, Opt
             debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
             JobChange::Removed { job_id: entry.key }
         }
-        Operation::Put => match parse_job_with(&entry.value, Some(&entry.key), &mut |line| {
-            schedules.parse(line)
-        })
-        .and_then(|job| match job.never_fires_after(entry.created) {
-            Some(problem) => Err(vec![problem]),
-            None => Ok(job),
-        }) {
-            Ok(job) => JobChange::Put {
-                job: Box::new(job),
-                revision: entry.revision,
-                defined_at: entry.created,
-            },
-            Err(problems) => {
-                let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                warn!(
-                    job_id = %entry.key,
-                    revision = entry.revision,
-                    problems = %text.join("; "),
-                    "invalid job definition in bucket, not scheduled"
-                );
-                let rejected = JobRejected::from_kv(
-                    &entry.key,
-                    entry.revision,
-                    &entry.value,
-                    problems,
-                    entry.created,
-                );
-                return (JobChange::Removed { job_id: entry.key }, Some(rejected));
+        Operation::Put => {
+            match parse_written_with(&entry.value, Some(&entry.key), entry.created, &mut |line| {
+                schedules.parse(line)
+            }) {
+                Ok(job) => JobChange::Put {
+                    job: Box::new(job),
+                    revision: entry.revision,
+                    defined_at: entry.created,
+                },
+                Err(problems) => {
+                    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                    warn!(
+                        job_id = %entry.key,
+                        revision = entry.revision,
+                        problems = %text.join("; "),
+                        "invalid job definition in bucket, not scheduled"
+                    );
+                    let rejected = JobRejected::from_kv(
+                        &entry.key,
+                        entry.revision,
+                        &entry.value,
+                        problems,
+                        entry.created,
+                    );
+                    return (JobChange::Removed { job_id: entry.key }, Some(rejected));
+                }
             }
-        },
+        }
     };
     (change, None)
 }

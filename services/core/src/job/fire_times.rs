@@ -110,7 +110,10 @@ impl ValidJob {
     /// time after it (a past `@at`, a past year, `end_at` gone by): refused by
     /// the API and, from the bucket, rejected rather than silently idle. A
     /// one-shot written before its time and fired since is not this: it is done.
-    pub fn never_fires_after(&self, written_at: DateTime<Utc>) -> Option<crate::job::FieldError> {
+    pub(crate) fn never_fires_after(
+        &self,
+        written_at: DateTime<Utc>,
+    ) -> Option<crate::job::FieldError> {
         if self.next_scheduled(written_at).is_some() {
             return None;
         }

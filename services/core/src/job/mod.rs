@@ -23,7 +23,7 @@ pub mod schema;
 mod spec;
 mod validate;
 
-pub use parse::{parse_job, parse_job_with};
+pub use parse::{parse_job, parse_job_with, parse_written, parse_written_with};
 pub use spec::*;
 pub use validate::*;
 

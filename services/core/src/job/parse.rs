@@ -3,10 +3,39 @@
 //! ([`super::schema`]) finds the others, the broken fields are taken out and
 //! the rest is decoded and validated ([`super::validate`]).
 
+use chrono::{DateTime, Utc};
+
 use super::schema;
 use super::spec::*;
 use super::validate::validate_with;
 use crate::schedule::{Schedule, ScheduleError};
+
+/// A definition written at `written_at` (the bucket entry's time, or now for
+/// an API put): parsed, validated, and refused as `never_fires` when it has
+/// no fire time after that instant. Every door uses this one check: the
+/// API put, the ticker's watch and the gateway's reads of the bucket.
+pub fn parse_written(
+    bytes: &[u8],
+    key: Option<&str>,
+    written_at: DateTime<Utc>,
+) -> Result<ValidJob, Vec<FieldError>> {
+    parse_written_with(bytes, key, written_at, &mut Schedule::parse)
+}
+
+/// [`parse_written`] with the schedule line parsed by `parse_schedule` (a
+/// cache, see [`parse_job_with`]).
+pub fn parse_written_with(
+    bytes: &[u8],
+    key: Option<&str>,
+    written_at: DateTime<Utc>,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+) -> Result<ValidJob, Vec<FieldError>> {
+    let job = parse_job_with(bytes, key, parse_schedule)?;
+    match job.never_fires_after(written_at) {
+        Some(problem) => Err(vec![problem]),
+        None => Ok(job),
+    }
+}
 
 /// Parse and validate a definition. `key` is the KV key it was stored under,
 /// if any: the id may then be omitted, and must otherwise equal the key.
