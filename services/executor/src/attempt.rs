@@ -12,7 +12,6 @@
 //! attempts that failed or timed out count.
 
 use async_nats::jetstream::{message::AckKind, Message};
-use chrono::Utc;
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use jetcron_io::control;
@@ -114,7 +113,7 @@ async fn run_attempt(
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
             let event = publisher.declined(
                 RunEventKind::Failed,
-                Utc::now(),
+                ctx.clock.now(),
                 format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
@@ -137,7 +136,7 @@ async fn run_attempt(
     }
     let max_attempts = job.max_attempts;
     let refuse =
-        |why: String| publisher.declined(RunEventKind::Failed, Utc::now(), why, max_attempts);
+        |why: String| publisher.declined(RunEventKind::Failed, ctx.clock.now(), why, max_attempts);
     if let Some(index) = due.shard {
         if index >= job.shards {
             let event = refuse(format!(
@@ -224,7 +223,7 @@ async fn run_attempt(
             info!(reason = %marker.reason, "run was killed before this attempt, not running it");
             let event = publisher.declined(
                 RunEventKind::Killed,
-                Utc::now(),
+                ctx.clock.now(),
                 format!("killed: {}", marker.reason),
                 max_attempts,
             );
@@ -259,7 +258,7 @@ async fn run_attempt(
         },
     };
     registration.activate();
-    let started_at = Utc::now();
+    let started_at = ctx.clock.now();
     let started = publisher.started(started_at, max_attempts);
     // The start is recorded before the target is called, but the call does
     // not wait longer than STARTED_WAIT for it: while `JETCRON_RUNS` elects a
@@ -369,7 +368,7 @@ async fn take_claim(
                 info!(holder = %holder, "previous run still going, skipping this fire");
                 let event = publisher.declined(
                     RunEventKind::Skipped,
-                    Utc::now(),
+                    ctx.clock.now(),
                     format!("run {holder} of this job is still going (concurrency: forbid)"),
                     max_attempts,
                 );
@@ -460,7 +459,7 @@ async fn supervise(
             _ = ticks.tick() => {
                 ack(message, AckKind::Progress).await;
                 if let Some(claim) = claim.as_deref_mut() {
-                    let until = Utc::now() + claims::claim_ttl(ctx.config.progress_interval);
+                    let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
                     if !claim.extend(until).await {
                         // Another run holds the job now (a `replace` fire that
                         // did not reach us with its kill): stop, never overlap.
@@ -489,7 +488,7 @@ async fn settle(
     ending: Ending,
     claim: Option<ClaimHandle>,
 ) {
-    let finished_at = Utc::now();
+    let finished_at = ctx.clock.now();
     let max_attempts = job.max_attempts;
     let notify = job.spec.notify.as_ref();
     let (ended, outcome) = match ending {
@@ -792,7 +791,7 @@ async fn ended_already(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Utc};
     use jetcron_core::events::{RunId, Trigger};
 
     fn due() -> DueEvent {

@@ -353,7 +353,7 @@ pub async fn claim_for_run(
             checked,
             take_over_from.as_deref(),
             ttl,
-            Utc::now(),
+            ctx.clock.now(),
         )
         .await
         {
@@ -412,7 +412,7 @@ pub async fn claim_for_run(
             // Going: an executor says it calls the holder's target, or the
             // holder waits for a retry (one that only records its outcome
             // does not hold the next fire back).
-            let stage = if waits_for_retry(&holder, ttl, Utc::now()) {
+            let stage = if waits_for_retry(&holder, ttl, ctx.clock.now()) {
                 crate::running::Stage::Calling
             } else {
                 probe_run(&ctx.nats, &holder.run_id).await
@@ -464,11 +464,11 @@ pub async fn claim_for_run(
                 &holder.run_id,
                 &reason,
                 Duration::from_millis(500),
-                Utc::now(),
+                ctx.clock.now(),
             )
             .await?;
             tracing::info!(holder = %holder.run_id, executors = stopped.len(), "killed the previous run to replace it");
-            if stopped.is_empty() && waits_for_retry(&holder, ttl, Utc::now()) {
+            if stopped.is_empty() && waits_for_retry(&holder, ttl, ctx.clock.now()) {
                 // Nobody runs it: it waits for a retry, and the kill marker
                 // stops it when it comes back. Take the claim now. (A holder
                 // that did not answer but still refreshes its claim may be a

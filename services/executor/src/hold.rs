@@ -24,8 +24,8 @@ use crate::ExecutorContext;
 const SLACK: chrono::Duration = chrono::Duration::milliseconds(5);
 
 /// When `message` may start, if that is still to come.
-pub fn until(message: &Message) -> Option<DateTime<Utc>> {
-    due::fire_at(message.headers.as_ref()).filter(|at| *at > Utc::now() + SLACK)
+pub fn until(ctx: &ExecutorContext, message: &Message) -> Option<DateTime<Utc>> {
+    due::fire_at(message.headers.as_ref()).filter(|at| *at > ctx.clock.now() + SLACK)
 }
 
 /// Hold `message` until `fire_at`, then wait for an in-flight slot; `None`
@@ -62,7 +62,7 @@ async fn hold_until(
     shutdown: &CancellationToken,
 ) -> bool {
     loop {
-        let Ok(left) = (fire_at - Utc::now()).to_std() else {
+        let Ok(left) = (fire_at - ctx.clock.now()).to_std() else {
             return true;
         };
         if left.is_zero() {

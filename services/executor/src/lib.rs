@@ -38,6 +38,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv;
 use async_nats::jetstream::{self, consumer::pull};
 use futures::StreamExt as _;
+use jetcron_core::clock::Clock;
 use jetcron_core::job;
 use jetcron_core::subjects;
 use jetcron_io::readiness::Readiness;
@@ -122,12 +123,15 @@ pub struct ExecutorContext {
     /// Cancelled when the grace period of a shutdown is over: attempts still
     /// running hand their message back.
     pub interrupt: CancellationToken,
+    /// Every "now" of the executor (run event times, claim expiries, holds).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Run the executor until `shutdown` is cancelled.
 pub async fn run(
     config: ExecutorConfig,
     client: async_nats::Client,
+    clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let js = jetstream::new(client.clone());
@@ -201,6 +205,7 @@ pub async fn run(
         running,
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
+        clock,
     });
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let tasks = TaskTracker::new();
@@ -361,7 +366,7 @@ async fn pull_loop(
                         continue;
                     };
                     let ctx = ctx.clone();
-                    if let Some(fire_at) = hold::until(&message) {
+                    if let Some(fire_at) = hold::until(&ctx, &message) {
                         drop(permit);
                         let permits = permits.clone();
                         let shutdown = shutdown.clone();

@@ -15,7 +15,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
 use async_nats::HeaderMap;
-use chrono::Utc;
 use futures::StreamExt as _;
 use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
@@ -207,7 +206,7 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
     let mut event = run.clone();
     event.kind = kind;
     event.event_id = RunEvent::event_id_for(&run.run_id, run.shard, run.attempt, kind);
-    event.at = Utc::now();
+    event.at = ctx.clock.now();
     event.executor_id = ctx.config.executor_id.clone();
     event.output = (kind == RunEventKind::Notified).then(|| text.clone());
     event.error = (kind == RunEventKind::NotifyFailed).then_some(text);

@@ -144,10 +144,14 @@ impl JobStore {
     /// definition, which is then the re-encoded rest.
     /// Store a definition: the job, its new revision, and whether it is new
     /// (as the bucket was just before the write).
-    pub async fn put(&self, body: &[u8]) -> Result<(JobSpec, u64, bool), ApiError> {
+    pub async fn put(
+        &self,
+        body: &[u8],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(JobSpec, u64, bool), ApiError> {
         let (stored, expected_revision) = split_expected_revision(body)?;
         let body = stored.as_deref().unwrap_or(body);
-        let job = parse_written(body, None, chrono::Utc::now()).map_err(|problems| {
+        let job = parse_written(body, None, now).map_err(|problems| {
             // Not JSON at all is a malformed request; anything else names a field.
             let not_json = problems.len() == 1
                 && problems[0].field.is_empty()

@@ -35,6 +35,7 @@ pub mod stats;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use jetcron_core::clock::Clock;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_io::readiness::Readiness;
 use jetcron_io::topology::{self, TopologyOptions};
@@ -67,12 +68,15 @@ pub struct GatewayState {
     pub missed: stats::MissedGauge,
     /// Every service of this process, for `/readyz`.
     pub readiness: Readiness,
+    /// Every "now" of the gateway.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
 pub async fn run(
     config: GatewayConfig,
     client: async_nats::Client,
+    clock: Arc<dyn Clock>,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -140,6 +144,7 @@ pub async fn run(
         // The scan refreshes the gauge; scrapes in between use its counts.
         missed: stats::MissedGauge::new(config.limits.missed_scan_interval * 2),
         readiness: config.readiness.clone(),
+        clock,
     });
     let scan = tokio::spawn(missed_fire_scan::run(
         state.clone(),

@@ -99,7 +99,7 @@ fn unavailable(e: anyhow::Error) -> ApiError {
 pub async fn trigger(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
     let request: TriggerRequest = parse_body(body)?;
     let (job, revision) = load_valid_job(state, &request.id).await?;
-    let now = Utc::now();
+    let now = state.clock.now();
     let run_id = RunId::for_manual(&job.spec.id, now);
     let event = due_event(&job, revision, run_id.clone(), now, Trigger::Manual);
     publish_due_event(&state.js, &event)
@@ -144,7 +144,7 @@ pub async fn backfill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiErr
     if to < from {
         return Err(bad_range("to", "must not be earlier than from".into()));
     }
-    if to > Utc::now() {
+    if to > state.clock.now() {
         return Err(bad_range(
             "to",
             "must not be in the future (future times fire on schedule)".into(),

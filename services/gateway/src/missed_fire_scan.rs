@@ -69,7 +69,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
         }
         // Judge fires only up to where ClickHouse is complete: behind a
         // slow or stopped projector, a fire that ran looks missed.
-        let until = match crate::pools::projected_until(&state, Utc::now()).await {
+        let until = match crate::pools::projected_until(&state, state.clock.now()).await {
             Ok(Some(until)) => until,
             Ok(None) => {
                 debug!("no projector consumer yet, missed fire scan skipped");
@@ -105,7 +105,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
 /// gauge the counts.
 pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<ScanReport> {
     let missed = missed_by_job(state, until).await?;
-    let detected_at = Utc::now();
+    let detected_at = state.clock.now();
     let grace = state.limits.missed_grace;
     let mut report = ScanReport::default();
     let with_times: Vec<(&str, &Missed)> = missed

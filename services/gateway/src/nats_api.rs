@@ -129,7 +129,7 @@ impl Endpoint {
 async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {
     match endpoint {
         Endpoint::Put => {
-            let (job, revision, created) = state.jobs.put(body).await?;
+            let (job, revision, created) = state.jobs.put(body, state.clock.now()).await?;
             info!(job_id = %job.id, revision, "job stored");
             Ok(json!({ "ok": true, "job": job, "revision": revision, "created": created }))
         }
@@ -151,7 +151,7 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
         Endpoint::Kill => run_control::kill(state, body).await,
         Endpoint::Preview => {
             let request = schedule_requests::decode(body)?;
-            let reply = schedule_requests::preview(&request, chrono::Utc::now())?;
+            let reply = schedule_requests::preview(&request, state.clock.now())?;
             serde_json::to_value(reply).map_err(|e| {
                 ApiError::new(
                     jetcron_core::api::ErrorCode::Internal,
@@ -173,7 +173,7 @@ async fn record_rejection(state: &GatewayState, body: &[u8], error: &ApiError) {
     } else {
         error.problems.clone()
     };
-    let event = JobRejected::from_api(body, problems, chrono::Utc::now());
+    let event = JobRejected::from_api(body, problems, state.clock.now());
     if let Err(e) = job_events::publish(&state.js, &event).await {
         warn!(error = %format!("{e:#}"), "cannot record job.rejected of a put without reply");
     }

@@ -63,7 +63,7 @@ pub async fn kill_run(
         run_id,
         reason,
         KILL_REPLY_WAIT,
-        chrono::Utc::now(),
+        state.clock.now(),
     )
     .await
     .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?;

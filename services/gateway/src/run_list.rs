@@ -8,7 +8,7 @@
 //! runs arrive meanwhile.
 
 use anyhow::Context as _;
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use jetcron_core::api::ApiError;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
@@ -205,11 +205,6 @@ pub fn list_query(client: &clickhouse::Client, filter: &RunFilter) -> clickhouse
         query = query.bind(ms).bind(ms).bind(run_id);
     }
     query.bind(filter.limit + 1)
-}
-
-/// Now, for defaults of time ranges.
-pub fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
 }
 
 #[cfg(test)]

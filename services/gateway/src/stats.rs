@@ -373,7 +373,7 @@ impl MissedGauge {
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < self.fresh_for);
         if !fresh {
-            let missed = missed_by_job(state, Utc::now()).await?;
+            let missed = missed_by_job(state, state.clock.now()).await?;
             *latest = Some((std::time::Instant::now(), counts_of(&missed)));
         }
         let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();

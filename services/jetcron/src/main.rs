@@ -242,7 +242,12 @@ async fn spawn_executor(
     if let Some(id) = args.executor_id {
         config.executor_id = id;
     }
-    services.spawn(jetcron_executor::run(config, client, shutdown.clone()));
+    services.spawn(jetcron_executor::run(
+        config,
+        client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
+        shutdown.clone(),
+    ));
     Ok(())
 }
 
@@ -295,6 +300,7 @@ async fn spawn_gateway(
     services.spawn(jetcron_gateway::run(
         config,
         client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         listener,
         shutdown.clone(),
     ));

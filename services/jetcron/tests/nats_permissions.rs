@@ -230,6 +230,7 @@ async fn every_service_runs_as_its_role_and_the_job_authors_jobs_run() {
     services.spawn(jetcron_gateway::run(
         gateway_config(clickhouse.url()),
         connect(&url, &as_role("gateway")).await.client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         listener,
         shutdown.clone(),
     ));
@@ -244,6 +245,7 @@ async fn every_service_runs_as_its_role_and_the_job_authors_jobs_run() {
     services.spawn(jetcron_executor::run(
         test_executor_config("executor-role", false),
         connect(&url, &as_role("executor")).await.client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         shutdown.clone(),
     ));
     services.spawn(jetcron_ticker::run(
@@ -432,6 +434,7 @@ async fn each_role_is_refused_what_it_must_not_do() {
     let gateway = tokio::spawn(jetcron_gateway::run(
         gateway_config("http://127.0.0.1:9".into()),
         connect(&url, &as_role("gateway")).await.client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         listener,
         shutdown.clone(),
     ));
@@ -846,6 +849,7 @@ async fn the_command_line_connects_as_the_user_it_is_given() {
     let gateway = tokio::spawn(jetcron_gateway::run(
         gateway_config("http://127.0.0.1:9".into()),
         connect(&nats.url(), &as_role("gateway")).await.client,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         listener,
         shutdown.clone(),
     ));

@@ -320,6 +320,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
             readiness: Default::default(),
         },
         stack.nats.client().await,
+        std::sync::Arc::new(jetcron_core::clock::SystemClock),
         tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind"),

@@ -143,6 +143,7 @@ impl Stack {
             services.spawn(jetcron_gateway::run(
                 config,
                 nats.client().await,
+                std::sync::Arc::new(jetcron_core::clock::SystemClock),
                 listener,
                 shutdown.clone(),
             ));
@@ -165,6 +166,7 @@ impl Stack {
             services.spawn(jetcron_executor::run(
                 config,
                 nats.client().await,
+                std::sync::Arc::new(jetcron_core::clock::SystemClock),
                 shutdown.clone(),
             ));
         }
@@ -231,6 +233,7 @@ impl Stack {
         self.services.spawn(jetcron_executor::run(
             config,
             self.nats.client().await,
+            std::sync::Arc::new(jetcron_core::clock::SystemClock),
             stop.clone(),
         ));
         stop

@@ -209,9 +209,10 @@ pub struct Ownership {
     /// How far ahead of their time fires are published (recorded so a new
     /// owner knows which scheduled times the last one may have emitted).
     lookahead: Duration,
-    /// The schedule's clock: watermarks of new records and `written_at`
-    /// are instants of the plans. (Lease ages use `Instant`, heartbeats
-    /// and server-age checks the wall clock the server also uses.)
+    /// The one clock of the ticker: watermarks, `written_at`, heartbeats and
+    /// the server-age check of records (which compares it with the server's
+    /// timestamps, so in production it is the wall clock). Lease ages are
+    /// measured with the monotonic `Instant`, never across hosts.
     clock: Arc<dyn Clock>,
     leases: Leases,
     changes: mpsc::Sender<OwnershipChange>,
@@ -307,7 +308,7 @@ impl Ownership {
             self.bucket
                 .put(
                     replica_key(&self.replica_id),
-                    jetcron_core::time_format::rfc3339_millis(Utc::now()).into(),
+                    jetcron_core::time_format::rfc3339_millis(self.clock.now()).into(),
                 )
                 .await?;
         }
@@ -553,7 +554,7 @@ impl Ownership {
                         }
                         continue;
                     };
-                    let server_age = (Utc::now() - entry.created).to_std().unwrap_or_default();
+                    let server_age = (self.clock.now() - entry.created).to_std().unwrap_or_default();
                     let free = record.owner.is_empty();
                     let stale = unchanged_for > self.options.stale_after()
                         || server_age > self.options.ttl * 3;

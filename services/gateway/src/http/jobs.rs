@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use chrono::Utc;
 use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::job::validate_id;
 use jetcron_core::schedule_preview;
@@ -80,7 +79,7 @@ pub async fn get_one(
         .await
         .map_err(unavailable)?
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no job {id:?}")))?;
-    let now = Utc::now();
+    let now = state.clock.now();
     let (next_fires, preview, paused) = match &valid {
         Some(job) => {
             let mut fires = Vec::new();

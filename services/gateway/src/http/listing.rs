@@ -211,7 +211,7 @@ pub async fn stats(
     let grace = state.limits.missed_grace;
     // Only up to where ClickHouse holds every run event (see pools::projected_until);
     // if that cannot be told, up to now.
-    let now = Utc::now();
+    let now = state.clock.now();
     let until = crate::pools::projected_until(&state, now)
         .await
         .ok()

@@ -2,22 +2,26 @@
 //! ([`crate::schedule_requests`]), the same request and answer as
 //! `jetcron.api.schedules.preview`.
 
-use axum::extract::Query;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
 use axum::Json;
 use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::schedule_preview::PreviewRequest;
 
 use super::HttpError;
 use crate::schedule_requests::{self, PreviewReply};
+use crate::GatewayState;
 
 /// `GET /v1/schedules/preview?schedule=…&timezone=…&count=N&from=RFC3339`.
 pub async fn preview(
+    State(state): State<Arc<GatewayState>>,
     query: Result<Query<PreviewRequest>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<PreviewReply>, HttpError> {
     let Query(request) =
         query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
     Ok(Json(schedule_requests::preview(
         &request,
-        chrono::Utc::now(),
+        state.clock.now(),
     )?))
 }

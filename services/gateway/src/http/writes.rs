@@ -212,7 +212,7 @@ pub async fn create(
     State(state): State<Arc<GatewayState>>,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<Value>), HttpError> {
-    let (job, revision, created) = state.jobs.put(&body).await?;
+    let (job, revision, created) = state.jobs.put(&body, state.clock.now()).await?;
     tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
     let status = match created {
         true => StatusCode::CREATED,
@@ -243,7 +243,7 @@ pub async fn replace(
         object.insert("expected_revision".into(), revision.into());
     }
     let body = with_id(object, &id)?;
-    let (job, revision, created) = state.jobs.put(&body).await?;
+    let (job, revision, created) = state.jobs.put(&body, state.clock.now()).await?;
     tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
     Ok(Json(
         json!({ "ok": true, "job": job, "revision": revision, "created": created }),
