@@ -21,6 +21,7 @@ use tracing::{info, warn, Instrument as _};
 
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::ended::{self, Since};
+use crate::ending::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::targets::{self, Outcome, RunContext};
@@ -424,14 +425,6 @@ async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent)
     Elsewhere::No
 }
 
-/// How an attempt that started came to an end.
-enum Ending {
-    Done(Outcome),
-    TimedOut,
-    Killed(String),
-    Interrupted,
-}
-
 /// Run the target until it ends, times out, is killed or the executor shuts
 /// down, telling JetStream (and the claim) every `progress_interval` that the
 /// attempt is alive, so a long run is not redelivered after `ack_wait`.
@@ -475,7 +468,9 @@ async fn supervise(
     }
 }
 
-/// Record how the attempt ended and settle its message.
+/// Record how the attempt ended and settle its message: [`ending::decide`]
+/// says what follows, this carries it out in order (ledger, run event and
+/// notification, settle, claim, ledger clean-up).
 #[allow(clippy::too_many_arguments)]
 async fn settle(
     ctx: &ExecutorContext,
@@ -489,153 +484,89 @@ async fn settle(
     claim: Option<ClaimHandle>,
 ) {
     let finished_at = ctx.clock.now();
-    let max_attempts = job.max_attempts;
-    let notify = job.spec.notify.as_ref();
-    let (ended, outcome) = match ending {
-        Ending::Done(outcome) if outcome.success => {
-            info!("attempt succeeded");
-            let event = publisher.outcome(
-                RunEventKind::Succeeded,
-                AttemptOutcome::Succeeded,
-                finished_at,
-                &outcome,
-                max_attempts,
-            );
-            let failed = budget.try_number.saturating_sub(1);
-            finish(
-                ctx,
-                publisher,
-                message,
-                event,
-                AckKind::Ack,
-                None,
-                Some((ledger, failed)),
-            )
-            .await;
-            release(claim).await;
-            if budget.try_number > 1 {
-                ledger.forget().await;
-            }
-            return;
-        }
-        Ending::Killed(reason) => {
-            info!(reason, "attempt killed");
-            let outcome = Outcome::failed(format!("killed: {reason}"));
-            let event = publisher.outcome(
-                RunEventKind::Killed,
-                AttemptOutcome::Killed,
-                finished_at,
-                &outcome,
-                max_attempts,
-            );
-            let failed = budget.try_number.saturating_sub(1);
-            finish(
-                ctx,
-                publisher,
-                message,
-                event,
-                AckKind::Term,
-                notify,
-                Some((ledger, failed)),
-            )
-            .await;
-            release(claim).await;
-            return;
-        }
-        Ending::Interrupted => {
-            warn!("executor shutting down, handing the attempt back");
-            let outcome = Outcome::failed("executor shut down before the attempt finished");
-            let event = publisher.outcome(
-                RunEventKind::Retrying,
-                AttemptOutcome::Interrupted,
-                finished_at,
-                &outcome,
-                max_attempts,
-            );
-            finish(
-                ctx,
-                publisher,
-                message,
-                event,
-                AckKind::Nak(None),
-                None,
-                None,
-            )
-            .await;
-            return;
-        }
-        Ending::TimedOut => (
-            AttemptOutcome::TimedOut,
-            Outcome::failed(format!(
-                "timed out after {}",
-                jetcron_core::time_format::duration_text(job.timeout)
-            )),
-        ),
-        Ending::Done(outcome) => (AttemptOutcome::Failed, outcome),
-    };
-    let error = outcome.error.as_deref().unwrap_or("");
     let try_number = budget.try_number;
-    if try_number < max_attempts {
+    let decision = ending::decide(
+        &ending,
+        try_number,
+        Policy {
+            max_attempts: job.max_attempts,
+            next_delay: job.retry_delay(try_number + 1, &due.msg_id()),
+            timeout: job.timeout,
+            notifies: job.spec.notify.is_some(),
+        },
+    );
+    let outcome = match ending {
+        Ending::Done(outcome) => outcome,
+        _ => Outcome::failed(decision.error.clone().unwrap_or_default()),
+    };
+    log_decision(&decision, &outcome);
+    match decision.ledger_before {
         // Written before the nak: the next delivery must know this try
         // counted. If it cannot be, the retry still waits its backoff; it then
         // counts as a handed-back delivery (bounded), not as a try.
-        if let Err(e) = ledger.record_failure(try_number).await {
-            warn!(error = %format!("{e:#}"), "cannot record the failed try");
+        Some(LedgerWrite::Failure(n)) => {
+            if let Err(e) = ledger.record_failure(n).await {
+                warn!(error = %format!("{e:#}"), "cannot record the failed try");
+            }
         }
-        let delay = job.retry_delay(try_number + 1, &due.msg_id());
-        warn!(
-            error,
-            outcome = ended.as_str(),
-            delay_ms = delay.as_millis() as u64,
-            "attempt failed, will retry"
-        );
-        let mut event = publisher.outcome(
-            RunEventKind::Retrying,
-            ended,
-            finished_at,
-            &outcome,
-            max_attempts,
-        );
-        let retry_at = chrono::Duration::from_std(delay)
-            .ok()
-            .map(|d| finished_at + d);
-        event.retry_at = retry_at;
-        finish(
-            ctx,
-            publisher,
-            message,
-            event,
-            AckKind::Nak(Some(delay)),
-            None,
-            None,
-        )
-        .await;
-        if let (Some(mut claim), Some(retry_at)) = (claim, retry_at) {
-            // Hold the claim through the wait: the run is not over.
-            claim
-                .extend(retry_at + claims::claim_ttl(ctx.config.progress_interval))
-                .await;
-        }
-    } else {
-        warn!(error, outcome = ended.as_str(), "last attempt failed");
         // A redelivery of this message (its term lost) must not run again.
-        ledger.record_last_failure(try_number).await;
-        let kind = match ended {
-            AttemptOutcome::TimedOut => RunEventKind::TimedOut,
-            _ => RunEventKind::Failed,
-        };
-        let event = publisher.outcome(kind, ended, finished_at, &outcome, max_attempts);
-        finish(
-            ctx,
-            publisher,
-            message,
-            event,
-            AckKind::Term,
-            notify,
-            Some((ledger, try_number)),
-        )
-        .await;
-        release(claim).await;
+        Some(LedgerWrite::LastFailure(n)) => ledger.record_last_failure(n).await,
+        None => {}
+    }
+    let mut event = publisher.outcome(
+        decision.kind,
+        decision.outcome,
+        finished_at,
+        &outcome,
+        job.max_attempts,
+    );
+    let retry_at = decision
+        .retry_in
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .map(|d| finished_at + d);
+    event.retry_at = retry_at;
+    let settle = match decision.settle {
+        Settle::Ack => AckKind::Ack,
+        Settle::Nak(delay) => AckKind::Nak(delay),
+        Settle::Term => AckKind::Term,
+    };
+    let notify = job.spec.notify.as_ref().filter(|_| decision.notify);
+    let called = decision.called_and_over.map(|failed| (ledger, failed));
+    finish(ctx, publisher, message, event, settle, notify, called).await;
+    match (decision.claim, claim) {
+        (ClaimStep::Release, Some(claim)) => claim.release().await,
+        // Hold the claim through the wait: the run is not over.
+        (ClaimStep::HoldForRetry, Some(mut claim)) => {
+            if let Some(retry_at) = retry_at {
+                claim
+                    .extend(retry_at + claims::claim_ttl(ctx.config.progress_interval))
+                    .await;
+            }
+        }
+        _ => {}
+    }
+    if decision.forget_ledger {
+        ledger.forget().await;
+    }
+}
+
+/// The log line of a decision.
+fn log_decision(decision: &Decision, outcome: &Outcome) {
+    let error = outcome.error.as_deref().unwrap_or("");
+    let ended = decision.outcome.as_str();
+    match (decision.kind, decision.outcome) {
+        (RunEventKind::Succeeded, _) => info!("attempt succeeded"),
+        (RunEventKind::Killed, _) => info!(error, "attempt killed"),
+        (_, AttemptOutcome::Interrupted) => {
+            warn!("executor shutting down, handing the attempt back")
+        }
+        (RunEventKind::Retrying, _) => warn!(
+            error,
+            outcome = ended,
+            delay_ms = decision.retry_in.unwrap_or_default().as_millis() as u64,
+            "attempt failed, will retry"
+        ),
+        _ => warn!(error, outcome = ended, "last attempt failed"),
     }
 }
 

@@ -13,7 +13,8 @@
 //! `jetcron.control.kill.*`, takes overlap claims in `jetcron_running`, and
 //! delivers failure notifications from `JETCRON_NOTIFY`.
 //!
-//! Layout: [`attempt`] handles one delivery, [`targets`] runs the three target
+//! Layout: [`attempt`] handles one delivery, [`ending`] decides what follows
+//! an attempt's end (a pure function), [`targets`] runs the three target
 //! types (and waits for asynchronous completions), [`run_events`] publishes
 //! run events, [`claims`] implements `concurrency: forbid | replace`,
 //! [`running`] registers attempts so kills reach them, [`fanout`] splits a
@@ -23,6 +24,7 @@ pub mod attempt;
 mod claim_state;
 pub mod claims;
 pub mod ended;
+pub mod ending;
 pub mod fanout;
 pub mod hold;
 pub mod notify;

@@ -5,6 +5,7 @@
 mod cli;
 mod metrics_server;
 mod migrate;
+mod services;
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -17,11 +18,11 @@ use jetcron_io::clickhouse_schema::ClickHouseOptions;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::telemetry;
 use jetcron_io::topology::TopologyOptions;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs, TickerArgs};
+use services::{Services, Stage};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -47,14 +48,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signals(shutdown.clone()));
     jetcron_io::prometheus::install().context("install the metrics recorder")?;
-    let mut services = JoinSet::new();
+    let mut services = Services::default();
     let readiness = Readiness::default();
     if let Some(addr) = common.metrics_addr {
-        services.spawn(metrics_server::serve(
-            addr,
-            readiness.clone(),
-            shutdown.clone(),
-        ));
+        let stop = CancellationToken::new();
+        services.spawn(
+            Stage::Metrics,
+            stop.clone(),
+            metrics_server::serve(addr, readiness.clone(), stop),
+        );
     }
     let process = Process {
         common: &common,
@@ -75,18 +77,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Req(_) | Command::Migrate(_) => unreachable!("handled above"),
     }
-    // A service that ends (or fails) takes the process down with it.
-    let mut result = Ok(());
-    while let Some(joined) = services.join_next().await {
-        let outcome = joined.context("service task panicked").and_then(|r| r);
-        if let Err(e) = outcome {
-            error!(error = %format!("{e:#}"), "service failed, shutting down");
-            if result.is_ok() {
-                result = Err(e);
-            }
-        }
-        shutdown.cancel();
-    }
+    // A service that ends (or fails) takes the process down with it, in
+    // order: the ticker, the executors, the projector, the gateway.
+    let result = services.run(&shutdown).await;
     info!("jetcron stopped");
     result
 }
@@ -153,8 +146,6 @@ fn refused(error: &async_nats::ConnectError) -> bool {
     )
 }
 
-type Services = JoinSet<anyhow::Result<()>>;
-
 /// What every service of this process is started with.
 struct Process<'a> {
     common: &'a CommonArgs,
@@ -202,12 +193,12 @@ async fn spawn_ticker(
             .map_err(|e| anyhow::anyhow!("--replica-id: {}", e.message))?;
         config.replica_id = id;
     }
-    services.spawn(jetcron_ticker::run(
-        config,
-        client,
-        Arc::new(SystemClock),
-        shutdown.clone(),
-    ));
+    let stop = CancellationToken::new();
+    services.spawn(
+        Stage::Ticker,
+        stop.clone(),
+        jetcron_ticker::run(config, client, Arc::new(SystemClock), stop),
+    );
     Ok(())
 }
 
@@ -242,12 +233,12 @@ async fn spawn_executor(
     if let Some(id) = args.executor_id {
         config.executor_id = id;
     }
-    services.spawn(jetcron_executor::run(
-        config,
-        client,
-        std::sync::Arc::new(jetcron_core::clock::SystemClock),
-        shutdown.clone(),
-    ));
+    let stop = CancellationToken::new();
+    services.spawn(
+        Stage::Executor,
+        stop.clone(),
+        jetcron_executor::run(config, client, Arc::new(SystemClock), stop),
+    );
     Ok(())
 }
 
@@ -267,7 +258,12 @@ async fn spawn_projector(
     config.consumer = args.consumer;
     config.topology = topology(common);
     config.readiness = process.readiness.clone();
-    services.spawn(jetcron_projector::run(config, client, shutdown.clone()));
+    let stop = CancellationToken::new();
+    services.spawn(
+        Stage::Projector,
+        stop.clone(),
+        jetcron_projector::run(config, client, stop),
+    );
     Ok(())
 }
 
@@ -297,13 +293,12 @@ async fn spawn_gateway(
         },
         readiness: process.readiness.clone(),
     };
-    services.spawn(jetcron_gateway::run(
-        config,
-        client,
-        std::sync::Arc::new(jetcron_core::clock::SystemClock),
-        listener,
-        shutdown.clone(),
-    ));
+    let stop = CancellationToken::new();
+    services.spawn(
+        Stage::Gateway,
+        stop.clone(),
+        jetcron_gateway::run(config, client, Arc::new(SystemClock), listener, stop),
+    );
     Ok(())
 }
 

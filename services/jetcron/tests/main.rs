@@ -21,6 +21,7 @@ mod manual_runs;
 mod nats_creds;
 mod nats_permissions;
 mod nats_target;
+mod ordered_shutdown;
 mod projection;
 mod retention;
 mod run_control;

@@ -153,7 +153,7 @@ pub async fn run_counted(
             .expires(config.batch_wait.max(Duration::from_millis(100)))
             .messages()
             .await;
-        let mut fetched = match fetched {
+        let fetched = match fetched {
             Ok(fetched) => {
                 delay.reset();
                 failures.reset();
@@ -169,28 +169,7 @@ pub async fn run_counted(
                 continue;
             }
         };
-        let mut batch = Batch::default();
-        while let Some(next) = tokio::select! {
-            _ = shutdown.cancelled() => None,
-            next = fetched.next() => next,
-        } {
-            let message = match next {
-                Ok(m) => m,
-                Err(e) => {
-                    debug!(error = %e, "fetch ended early");
-                    break;
-                }
-            };
-            match batch::decode(&message.subject, &message.payload) {
-                Decoded::Row(row) => batch.entries.push((row, message)),
-                Decoded::Skip => {
-                    if let Err(e) = message.ack().await {
-                        warn!(error = %e, "cannot ack completion report");
-                    }
-                }
-                Decoded::Poison(reason) => park(&js, &message, &reason, &counters).await,
-            }
-        }
+        let batch = collect(fetched, &js, &counters, &shutdown).await;
         if batch.is_empty() {
             continue;
         }
@@ -213,8 +192,89 @@ pub async fn run_counted(
         stopped_unsaved();
         return Ok(());
     }
+    drain(&consumer, &config, &clickhouse, &js, &counters).await;
     info!("projector stopped");
     Ok(())
+}
+
+/// The decoded rows of one fetch; completion reports are acked and poison
+/// parked on the way. Stops early when `stop` is cancelled.
+async fn collect(
+    mut fetched: jetstream::consumer::pull::Batch,
+    js: &jetstream::Context,
+    counters: &ProjectorCounters,
+    stop: &CancellationToken,
+) -> Batch {
+    let mut batch = Batch::default();
+    while let Some(next) = tokio::select! {
+        _ = stop.cancelled() => None,
+        next = fetched.next() => next,
+    } {
+        let message = match next {
+            Ok(m) => m,
+            Err(e) => {
+                debug!(error = %e, "fetch ended early");
+                break;
+            }
+        };
+        match batch::decode(&message.subject, &message.payload) {
+            Decoded::Row(row) => batch.entries.push((row, message)),
+            Decoded::Skip => {
+                if let Err(e) = message.ack().await {
+                    warn!(error = %e, "cannot ack completion report");
+                }
+            }
+            Decoded::Poison(reason) => park(js, &message, &reason, counters).await,
+        }
+    }
+    batch
+}
+
+/// After a shutdown request, store what is already in the stream (in
+/// `jetcron all` the executors stopped first, so this is every run event of
+/// the process) for at most [`DRAIN_LIMIT`], so ClickHouse is complete when
+/// the process exits. What is left stays in the stream for the next start.
+async fn drain(
+    consumer: &jetstream::consumer::Consumer<pull::Config>,
+    config: &ProjectorConfig,
+    clickhouse: &clickhouse::Client,
+    js: &jetstream::Context,
+    counters: &ProjectorCounters,
+) {
+    let limit = CancellationToken::new();
+    let _timer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn({
+        let limit = limit.clone();
+        async move {
+            tokio::time::sleep(DRAIN_LIMIT).await;
+            limit.cancel();
+        }
+    }));
+    let mut stored = 0;
+    while !limit.is_cancelled() {
+        let Ok(fetched) = consumer
+            .fetch()
+            .max_messages(config.batch_size)
+            .expires(Duration::from_millis(200))
+            .messages()
+            .await
+        else {
+            break;
+        };
+        let batch = collect(fetched, js, counters, &limit).await;
+        if batch.is_empty() {
+            break;
+        }
+        stored += batch.len();
+        if !store(clickhouse, js, batch, counters, &limit).await {
+            break;
+        }
+    }
+    if stored > 0 {
+        info!(
+            events = stored,
+            "stored the run events that arrived while stopping"
+        );
+    }
 }
 
 /// Set `jetcron_projector_backlog` (events pending or unacked on the
@@ -333,6 +393,8 @@ async fn store(
 
 /// How often the backlog gauge asks the server.
 const BACKLOG_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// Longest a stopping projector keeps storing what is in the stream.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// Deliveries of one event ClickHouse refused before it is parked.
 const REFUSALS_BEFORE_PARKING: i64 = 3;

@@ -554,7 +554,9 @@ impl Ownership {
                         }
                         continue;
                     };
-                    let server_age = (self.clock.now() - entry.created).to_std().unwrap_or_default();
+                    let server_age = (self.clock.now() - entry.created)
+                        .to_std()
+                        .unwrap_or_default();
                     let free = record.owner.is_empty();
                     let stale = unchanged_for > self.options.stale_after()
                         || server_age > self.options.ttl * 3;
