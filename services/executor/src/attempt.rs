@@ -37,6 +37,17 @@ struct Delivery {
     due_sequence: u64,
 }
 
+/// One delivery whose job is known: what the steps after validation share.
+struct Attempt<'a> {
+    ctx: &'a ExecutorContext,
+    message: &'a Message,
+    due: &'a DueEvent,
+    job: &'a ValidJob,
+    publisher: &'a RunEventPublisher,
+    /// JetStream's delivery count: the attempt number of events.
+    number: u32,
+}
+
 /// Handle one due-event message to the end (ack, nak or term). `permit` is
 /// its place among `--max-in-flight` attempts: it bounds the targets being
 /// called, so it is given back when the target returns, and the storing of
@@ -253,7 +264,19 @@ async fn run_attempt(
     }
     let mut claim = match job.concurrency {
         ConcurrencyPolicy::Allow => None,
-        policy => match take_claim(ctx, &message, &job, &due, attempt, policy, &publisher).await {
+        policy => match take_claim(
+            &Attempt {
+                ctx,
+                message: &message,
+                due: &due,
+                job: &job,
+                publisher: &publisher,
+                number: attempt,
+            },
+            policy,
+        )
+        .await
+        {
             Some(claim) => Some(claim),
             None => return,
         },
@@ -321,10 +344,15 @@ async fn run_attempt(
     };
     drop(store_started);
     publisher.started_at = Some(started_at);
-    settle(
-        ctx, &publisher, &message, &job, &due, &ledger, budget, ending, claim,
-    )
-    .await;
+    let attempt = Attempt {
+        ctx,
+        message: &message,
+        due: &due,
+        job: &job,
+        publisher: &publisher,
+        number: attempt,
+    };
+    settle(&attempt, &ledger, budget, ending, claim).await;
 }
 
 /// Take the overlap claim of `due`'s job under `policy` (`forbid` or
@@ -337,19 +365,19 @@ async fn run_attempt(
 /// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
 /// the job is not held while those answers come. A delivery that waited while
 /// another delivery of its run held the claim checks the same once it holds it.
-async fn take_claim(
-    ctx: &ExecutorContext,
-    message: &Message,
-    job: &ValidJob,
-    due: &DueEvent,
-    attempt: u32,
-    policy: ConcurrencyPolicy,
-    publisher: &RunEventPublisher,
-) -> Option<ClaimHandle> {
+async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<ClaimHandle> {
+    let Attempt {
+        ctx,
+        message,
+        due,
+        job,
+        publisher,
+        number,
+    } = *attempt;
     let max_attempts = job.max_attempts;
     let mut checked = false;
     loop {
-        let overlap = claims::claim_for_run(ctx, message, job, due, attempt, policy, checked).await;
+        let overlap = claims::claim_for_run(ctx, message, job, due, number, policy, checked).await;
         let claim = match overlap {
             Ok(Overlap::Claimed(handle)) => *handle,
             Ok(Overlap::Uncertain) => {
@@ -471,18 +499,21 @@ async fn supervise(
 /// Record how the attempt ended and settle its message: [`ending::decide`]
 /// says what follows, this carries it out in order (ledger, run event and
 /// notification, settle, claim, ledger clean-up).
-#[allow(clippy::too_many_arguments)]
 async fn settle(
-    ctx: &ExecutorContext,
-    publisher: &RunEventPublisher,
-    message: &Message,
-    job: &ValidJob,
-    due: &DueEvent,
+    attempt: &Attempt<'_>,
     ledger: &Ledger<'_>,
     budget: Budget,
     ending: Ending,
     claim: Option<ClaimHandle>,
 ) {
+    let Attempt {
+        ctx,
+        message,
+        due,
+        job,
+        publisher,
+        ..
+    } = *attempt;
     let finished_at = ctx.clock.now();
     let try_number = budget.try_number;
     let decision = ending::decide(
