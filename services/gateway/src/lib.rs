@@ -3,18 +3,21 @@
 //! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
 //!   `jetcron.api.jobs.put` validates a definition and stores it in
 //!   `jetcron_jobs`; `trigger` and `backfill` ([`manual_runs`]) publish due
-//!   events by hand; `jetcron.api.runs.kill` stops a run ([`run_control`]).
-//!   Several gateways share the service's queue group.
+//!   events by hand; `jetcron.api.runs.kill` stops a run ([`run_control`]);
+//!   `jetcron.api.schedules.preview` shows a line's next fires
+//!   ([`schedule_requests`]). Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
 //!   bucket (the source of truth), runs from ClickHouse ([`run_history`]),
-//!   pool queues from `JETCRON_DUE` ([`pools`]); it also takes kills and the
+//!   pool queues from `JETCRON_DUE` ([`pools`]); it also takes job writes
+//!   (the same operations as NATS), kills, schedule previews and the
 //!   completion reports of asynchronous targets.
 //! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
 //!   times with no run past a grace period) as `fire.missed` job events, so
 //!   ClickHouse and Grafana have them.
 //!
 //! The gateway starts even while ClickHouse is away (`/readyz` says so), and
-//! applies the ClickHouse DDL once it can.
+//! applies the ClickHouse DDL once it can. Every "now" comes from the
+//! injected clock ([`GatewayState::clock`]).
 
 pub mod http;
 pub mod job_requests;

@@ -1,6 +1,8 @@
 //! `jetcron`: one binary, one subcommand per service. It only wires:
-//! command line → telemetry → NATS connection → `<service>::run(config, client, shutdown)`
-//! → wait for SIGINT/SIGTERM (a second signal exits at once).
+//! command line → telemetry → NATS connection →
+//! `<service>::run(config, client, [clock,] stop)` → wait for SIGINT/SIGTERM,
+//! then stop the services in order ([`services`]; a second signal exits at
+//! once).
 
 mod cli;
 mod metrics_server;
