@@ -23,6 +23,7 @@ pub mod plan;
 pub mod publish;
 pub mod revoke;
 pub mod shards;
+pub mod share;
 pub mod verify;
 pub mod watch;
 

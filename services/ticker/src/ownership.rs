@@ -6,7 +6,8 @@
 //! compare-and-swap that also stores the shard's current watermark, (4) counts
 //! live replicas (heartbeats that changed within `ttl`) to get its fair share
 //! `ceil(SHARDS / live)`, releases shards above it and acquires free or stale
-//! ones below it. A record is stale when its revision has not changed for
+//! ones below it (which ones is decided by the pure [`crate::share`]). A
+//! record is stale when its revision has not changed for
 //! [`LeaseOptions::stale_after`] (`ttl − 2 × renew_every`) as seen by this
 //! replica's own monotonic clock (no cross-host clock comparison), or when its
 //! server timestamp is older than `3 × ttl`: a dead owner's shards are taken
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shards::{replica_key, shard_key, ShardRecord, SHARDS};
+use crate::share::{self, RecordState, ShardSeen, Take};
 
 /// Lease timing.
 #[derive(Debug, Clone, Copy)]
@@ -322,12 +324,42 @@ impl Ownership {
             }
         }
         self.renew(&records).await;
-        let share = SHARDS.div_ceil(live.max(1)) as usize;
+        let share = share::fair_share(live);
         self.release_above(share, &records, now).await;
         if ready {
             self.acquire_up_to(share, &records, now).await;
         }
         Ok(())
+    }
+
+    /// Each shard as this replica sees it now (for [`share::candidates`]).
+    fn shards_seen(&self, records: &HashMap<u32, kv::Entry>, now: Instant) -> Vec<ShardSeen> {
+        let wall_now = self.clock.now();
+        (0..SHARDS)
+            .map(|shard| {
+                let unchanged_for = self
+                    .shards_seen
+                    .get(&shard)
+                    .map_or(Duration::ZERO, |s| now.duration_since(s.since));
+                let Some(entry) = records.get(&shard) else {
+                    return ShardSeen {
+                        state: RecordState::Missing,
+                        unchanged_for,
+                        server_age: Duration::ZERO,
+                    };
+                };
+                let state = match serde_json::from_slice::<ShardRecord>(&entry.value) {
+                    Err(_) => RecordState::Unreadable,
+                    Ok(record) if record.owner.is_empty() => RecordState::Free,
+                    Ok(_) => RecordState::Held,
+                };
+                ShardSeen {
+                    state,
+                    unchanged_for,
+                    server_age: (wall_now - entry.created).to_std().unwrap_or_default(),
+                }
+            })
+            .collect()
     }
 
     async fn count_live_replicas(&mut self, now: Instant) -> anyhow::Result<u32> {
@@ -463,22 +495,13 @@ impl Ownership {
         records: &HashMap<u32, kv::Entry>,
         now: Instant,
     ) {
-        if self.owned.len() <= share {
-            return;
-        }
-        if self
-            .orphans_taken_at
-            .is_some_and(|at| now.duration_since(at) < self.options.ttl * 2)
-        {
-            return;
-        }
         let any_free = records.values().any(|entry| {
             serde_json::from_slice::<ShardRecord>(&entry.value).is_ok_and(|r| r.owner.is_empty())
         });
-        if any_free {
-            return;
-        }
-        let Some(shard) = self.owned.keys().copied().max() else {
+        let owned: Vec<u32> = self.owned.keys().copied().collect();
+        let since_orphans = self.orphans_taken_at.map(|at| now.duration_since(at));
+        let Some(shard) = share::to_release(&owned, share, any_free, since_orphans, &self.options)
+        else {
             return;
         };
         self.release(shard).await;
@@ -514,23 +537,16 @@ impl Ownership {
         records: &HashMap<u32, kv::Entry>,
         now: Instant,
     ) {
-        for shard in 0..SHARDS {
-            if self.owned.contains_key(&shard) {
-                continue;
-            }
-            let unchanged_for = self
-                .shards_seen
-                .get(&shard)
-                .map_or(Duration::ZERO, |s| now.duration_since(s.since));
-            // A shard nobody took for a while (released to a replica that
-            // died, or whose owner died) is taken beyond the fair share.
-            let orphaned = unchanged_for > self.options.stale_after();
-            if self.owned.len() >= share && !(orphaned && records.contains_key(&shard)) {
+        let seen = self.shards_seen(records, now);
+        let owned: std::collections::HashSet<u32> = self.owned.keys().copied().collect();
+        for candidate in share::candidates(&seen, |shard| owned.contains(&shard), &self.options) {
+            let shard = candidate.shard;
+            if self.owned.len() >= share && !candidate.beyond_share {
                 continue;
             }
             let started = Instant::now();
-            let acquired = match records.get(&shard) {
-                None => {
+            let acquired = match (candidate.take, records.get(&shard)) {
+                (Take::Create, _) => {
                     let done = self.clock.now();
                     let value = self.record_bytes(&self.replica_id, done);
                     self.bucket
@@ -539,30 +555,20 @@ impl Ownership {
                         .ok()
                         .map(|revision| (revision, done, done))
                 }
-                Some(entry) => {
+                (Take::Overwrite, Some(entry)) => {
+                    warn!(shard, "unreadable shard record, overwriting from now");
+                    let done = self.clock.now();
+                    let value = self.record_bytes(&self.replica_id, done);
+                    self.bucket
+                        .update(shard_key(shard), value, entry.revision)
+                        .await
+                        .ok()
+                        .map(|revision| (revision, done, done))
+                }
+                (Take::TakeOver, Some(entry)) => {
                     let Ok(record) = serde_json::from_slice::<ShardRecord>(&entry.value) else {
-                        warn!(shard, "unreadable shard record, overwriting from now");
-                        let done = self.clock.now();
-                        let value = self.record_bytes(&self.replica_id, done);
-                        let revision = self
-                            .bucket
-                            .update(shard_key(shard), value, entry.revision)
-                            .await
-                            .ok();
-                        if let Some(revision) = revision {
-                            self.take(shard, revision, done, done, started).await;
-                        }
                         continue;
                     };
-                    let server_age = (self.clock.now() - entry.created)
-                        .to_std()
-                        .unwrap_or_default();
-                    let free = record.owner.is_empty();
-                    let stale = unchanged_for > self.options.stale_after()
-                        || server_age > self.options.ttl * 3;
-                    if !free && !stale {
-                        continue;
-                    }
                     let value = self.record_bytes(&self.replica_id, record.done);
                     // The previous owner's horizon bounds which scheduled times
                     // it published after this record; older records name their
@@ -585,6 +591,7 @@ impl Ownership {
                         .ok()
                         .map(|revision| (revision, record.done, emitted_before))
                 }
+                (_, None) => None,
             };
             if let Some((revision, done, emitted_before)) = acquired {
                 if self.owned.len() >= share {
