@@ -113,6 +113,25 @@ impl ApiError {
         }
     }
 
+    /// NATS or ClickHouse could not be reached or did not answer; `source`
+    /// is shown with its whole chain of causes (`{:#}`).
+    pub fn unavailable(source: impl std::fmt::Display) -> Self {
+        Self::new(ErrorCode::Unavailable, format!("{source:#}"))
+    }
+
+    /// No job (or run) `id`, named in `field`.
+    pub fn not_found(field: &str, what: impl std::fmt::Display) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(ErrorCode::NotFound, what.to_string())
+        }
+    }
+
+    /// A bug or an unexpected failure, with what was being done.
+    pub fn internal(doing: &str, source: impl std::fmt::Display) -> Self {
+        Self::new(ErrorCode::Internal, format!("{doing}: {source:#}"))
+    }
+
     /// A field-level problem with the request itself (not the definition).
     pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {

@@ -1,43 +1,107 @@
-//! The job endpoints beyond `put`: `jetcron.api.jobs.get | list | delete |
-//! pause | resume`. `pause` and `resume` take one id or a label selector and
-//! answer with the ids they changed.
+//! The job operations beyond `put` (`jetcron.api.jobs.get | list | delete |
+//! pause | resume`, and their HTTP routes): each is one function from a typed
+//! request to a typed answer or an [`ApiError`]. The NATS service decodes a
+//! request body into the request type, the HTTP handlers build it from the
+//! path, query and body; both encode the same answer. `pause` and `resume`
+//! take one id or a label selector and answer with the ids they changed.
 
 use std::collections::BTreeMap;
 
 use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::job::{validate_id, validate_labels};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::manual_runs::parse_body;
+use crate::job_store::StoredJob;
 use crate::GatewayState;
 
-#[derive(Debug, Deserialize)]
+/// `get` `{"id"}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct IdRequest {
-    id: String,
+pub struct GetJob {
+    pub id: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `list` `{}` or `{"labels":{...}}`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListRequest {
+pub struct ListJobs {
     #[serde(default)]
-    labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `delete` `{"id","expected_revision"?}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct DeleteRequest {
-    id: String,
-    expected_revision: Option<u64>,
+pub struct DeleteJob {
+    pub id: String,
+    pub expected_revision: Option<u64>,
 }
 
 /// One job by id, or every job whose labels include the selector.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SelectRequest {
-    id: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
+pub struct SelectJobs {
+    pub id: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// The answer of `get`.
+#[derive(Debug, Serialize)]
+pub struct JobReply {
+    pub ok: bool,
+    pub job: StoredJob,
+}
+
+/// The answer of `list`.
+#[derive(Debug, Serialize)]
+pub struct JobsReply {
+    pub ok: bool,
+    pub jobs: Vec<StoredJob>,
+}
+
+/// The answer of `delete`: the revision deleted and the delete marker's.
+#[derive(Debug, Serialize)]
+pub struct DeletedReply {
+    pub ok: bool,
+    pub id: String,
+    pub deleted_revision: u64,
+    pub revision: Option<u64>,
+}
+
+/// A job whose pause state changed, at its new revision.
+#[derive(Debug, Serialize)]
+pub struct Changed {
+    pub id: String,
+    pub revision: u64,
+}
+
+/// A job that could not be changed, and why.
+#[derive(Debug, Serialize)]
+pub struct Failed {
+    pub id: String,
+    pub error: FailedError,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailedError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// The answer of `pause` / `resume`. `failed` and `not_tried` are there for
+/// a selector only.
+#[derive(Debug, Serialize)]
+pub struct PausedReply {
+    /// False when some job failed.
+    pub ok: bool,
+    pub paused: bool,
+    pub changed: Vec<Changed>,
+    pub unchanged: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<Vec<Failed>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_tried: Option<Vec<String>>,
 }
 
 fn checked_id(id: &str) -> Result<(), ApiError> {
@@ -58,33 +122,19 @@ fn checked_selector(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {
     }
 }
 
-/// An empty body means "no arguments" for list.
-fn body_or_empty_object(body: &[u8]) -> &[u8] {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    }
-}
-
-fn unavailable(e: anyhow::Error) -> ApiError {
-    ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))
-}
-
-/// `get` `{"id"}`.
-pub async fn get(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: IdRequest = parse_body(body)?;
+/// `get`: one stored definition.
+pub async fn get(state: &GatewayState, request: GetJob) -> Result<JobReply, ApiError> {
     checked_id(&request.id)?;
     let (stored, _) = state
         .jobs
         .get(&request.id)
         .await
-        .map_err(unavailable)?
-        .ok_or_else(|| ApiError {
-            field: Some("id".into()),
-            ..ApiError::new(ErrorCode::NotFound, format!("no job {:?}", request.id))
-        })?;
-    Ok(json!({ "ok": true, "job": stored }))
+        .map_err(ApiError::unavailable)?
+        .ok_or_else(|| ApiError::not_found("id", format!("no job {:?}", request.id)))?;
+    Ok(JobReply {
+        ok: true,
+        job: stored,
+    })
 }
 
 /// Whether a stored definition carries every label of `selector`.
@@ -94,57 +144,60 @@ fn matches(job: &Value, selector: &BTreeMap<String, String>) -> bool {
         .all(|(k, v)| job["labels"][k].as_str() == Some(v.as_str()))
 }
 
-/// `list` `{}` or `{"labels":{...}}`.
-pub async fn list(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: ListRequest = parse_body(body_or_empty_object(body))?;
+/// `list`: every stored definition, or those the selector matches.
+pub async fn list(state: &GatewayState, request: ListJobs) -> Result<JobsReply, ApiError> {
     checked_selector(&request.labels)?;
     let jobs: Vec<_> = state
         .jobs
         .list()
         .await
-        .map_err(unavailable)?
+        .map_err(ApiError::unavailable)?
         .into_iter()
         .filter(|j| {
             request.labels.is_empty() || j.job.as_ref().is_some_and(|d| matches(d, &request.labels))
         })
         .collect();
-    Ok(json!({ "ok": true, "jobs": jobs }))
+    Ok(JobsReply { ok: true, jobs })
 }
 
-/// `delete` `{"id","expected_revision"?}`.
-pub async fn delete(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: DeleteRequest = parse_body(body)?;
+/// `delete`: a delete marker (the history stays), optionally only if the
+/// job is still at `expected_revision`.
+pub async fn delete(state: &GatewayState, request: DeleteJob) -> Result<DeletedReply, ApiError> {
     checked_id(&request.id)?;
     let (deleted_revision, revision) = state
         .jobs
         .delete(&request.id, request.expected_revision)
         .await?;
-    Ok(json!({
-        "ok": true,
-        "id": request.id,
-        "deleted_revision": deleted_revision,
-        "revision": revision,
-    }))
+    Ok(DeletedReply {
+        ok: true,
+        id: request.id,
+        deleted_revision,
+        revision,
+    })
 }
 
-/// `pause` / `resume` `{"id"}` or `{"labels":{...}}`.
+/// `pause` / `resume`: one job, or every valid job the selector matches.
 pub async fn set_paused(
     state: &GatewayState,
-    body: &[u8],
+    request: SelectJobs,
     paused: bool,
-) -> Result<Value, ApiError> {
-    let request: SelectRequest = parse_body(body)?;
+) -> Result<PausedReply, ApiError> {
     let ids: Vec<String> = match (request.id, request.labels) {
         (Some(id), None) => {
             checked_id(&id)?;
             let revision = state.jobs.set_paused(&id, paused).await?;
             let (changed, unchanged) = match revision {
-                Some(revision) => (vec![json!({ "id": id, "revision": revision })], vec![]),
+                Some(revision) => (vec![Changed { id, revision }], vec![]),
                 None => (vec![], vec![id]),
             };
-            return Ok(json!({
-                "ok": true, "paused": paused, "changed": changed, "unchanged": unchanged,
-            }));
+            return Ok(PausedReply {
+                ok: true,
+                paused,
+                changed,
+                unchanged,
+                failed: None,
+                not_tried: None,
+            });
         }
         (None, Some(labels)) if !labels.is_empty() => {
             checked_selector(&labels)?;
@@ -152,7 +205,7 @@ pub async fn set_paused(
                 .jobs
                 .list()
                 .await
-                .map_err(unavailable)?
+                .map_err(ApiError::unavailable)?
                 .into_iter()
                 .filter(|j| j.valid && j.job.as_ref().is_some_and(|d| matches(d, &labels)))
                 .map(|j| j.id)
@@ -174,7 +227,7 @@ pub async fn set_paused(
     let mut ids = ids.into_iter();
     for id in ids.by_ref() {
         match state.jobs.set_paused(&id, paused).await {
-            Ok(Some(revision)) => changed.push(json!({ "id": id, "revision": revision })),
+            Ok(Some(revision)) => changed.push(Changed { id, revision }),
             Ok(None) => unchanged.push(id),
             // NATS trouble would fail every other job too, one timeout at
             // a time: stop, and say what was done so far.
@@ -183,10 +236,13 @@ pub async fn set_paused(
             }
             Err(error) => {
                 let stop = error.code == ErrorCode::Unavailable;
-                failed.push(json!({
-                    "id": id,
-                    "error": { "code": error.code.as_str(), "message": error.message },
-                }));
+                failed.push(Failed {
+                    id,
+                    error: FailedError {
+                        code: error.code.as_str(),
+                        message: error.message,
+                    },
+                });
                 if stop {
                     break;
                 }
@@ -195,12 +251,12 @@ pub async fn set_paused(
     }
     // Left untried after NATS failed: the caller may simply send it again.
     let not_tried: Vec<String> = ids.collect();
-    Ok(json!({
-        "ok": failed.is_empty(),
-        "paused": paused,
-        "changed": changed,
-        "unchanged": unchanged,
-        "failed": failed,
-        "not_tried": not_tried,
-    }))
+    Ok(PausedReply {
+        ok: failed.is_empty(),
+        paused,
+        changed,
+        unchanged,
+        failed: Some(failed),
+        not_tried: Some(not_tried),
+    })
 }

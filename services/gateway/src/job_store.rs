@@ -10,6 +10,25 @@ use serde::Serialize;
 
 use crate::limits::{count_keys, JobIndex};
 
+/// `put`: a definition as sent; `key`, the id named by the HTTP path (the
+/// body may then leave it out); `expected_revision`, a compare-and-swap
+/// given outside the body (HTTP `If-Match`, `If-None-Match: *` as 0).
+#[derive(Debug, Default)]
+pub struct PutJob {
+    pub definition: Vec<u8>,
+    pub key: Option<String>,
+    pub expected_revision: Option<u64>,
+}
+
+/// The answer of `put`.
+#[derive(Debug, Serialize)]
+pub struct PutReply {
+    pub ok: bool,
+    pub job: JobSpec,
+    pub revision: u64,
+    pub created: bool,
+}
+
 /// A stored definition as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredJob {
@@ -120,7 +139,7 @@ impl JobStore {
             Some(known) => known,
             None => count_keys(&self.bucket, key)
                 .await
-                .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?,
+                .map_err(ApiError::unavailable)?,
         };
         if !exists && count >= self.max_jobs {
             return Err(ApiError {
@@ -137,21 +156,24 @@ impl JobStore {
         Ok(exists)
     }
 
+    /// `put`: store a definition written at `now`; answers the job, its new
+    /// revision, and whether it is new (as the bucket was just before the
+    /// write).
+    ///
     /// The bytes are stored as sent (re-encoding could change numbers or
     /// grow past the size limit), so the ticker reads exactly what was checked.
     /// A top-level `expected_revision` makes the write a compare-and-swap
     /// (0: the job must not exist yet); it is taken out of the stored
     /// definition, which is then the re-encoded rest.
-    /// Store a definition: the job, its new revision, and whether it is new
-    /// (as the bucket was just before the write).
     pub async fn put(
         &self,
-        body: &[u8],
+        request: PutJob,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(JobSpec, u64, bool), ApiError> {
-        let (stored, expected_revision) = split_expected_revision(body)?;
-        let body = stored.as_deref().unwrap_or(body);
-        let job = parse_written(body, None, now).map_err(|problems| {
+    ) -> Result<PutReply, ApiError> {
+        let (stored, in_body) = split_expected_revision(&request.definition)?;
+        let expected_revision = request.expected_revision.or(in_body);
+        let body = stored.as_deref().unwrap_or(&request.definition);
+        let job = parse_written(body, request.key.as_deref(), now).map_err(|problems| {
             // Not JSON at all is a malformed request; anything else names a field.
             let not_json = problems.len() == 1
                 && problems[0].field.is_empty()
@@ -207,7 +229,12 @@ impl JobStore {
             Some(_) => false,
             None => !existed,
         };
-        Ok((job.spec, revision, created))
+        Ok(PutReply {
+            ok: true,
+            job: job.spec,
+            revision,
+            created,
+        })
     }
 
     /// Delete `id` (a delete marker: the history stays); with
@@ -221,7 +248,7 @@ impl JobStore {
         let current = self
             .get(id)
             .await
-            .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?
+            .map_err(ApiError::unavailable)?
             .ok_or_else(|| not_found(id))?
             .0
             .revision;
@@ -402,17 +429,11 @@ impl JobStore {
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        ErrorCode::Unavailable,
-        format!("cannot update {}: {e}", subjects::JOBS_BUCKET),
-    )
+    ApiError::unavailable(format!("cannot update {}: {e}", subjects::JOBS_BUCKET))
 }
 
 fn not_found(id: &str) -> ApiError {
-    ApiError {
-        field: Some("id".into()),
-        ..ApiError::new(ErrorCode::NotFound, format!("no job {id:?}"))
-    }
+    ApiError::not_found("id", format!("no job {id:?}"))
 }
 
 fn conflict(id: &str, expected: u64, why: &str) -> ApiError {

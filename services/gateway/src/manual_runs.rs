@@ -16,26 +16,46 @@ use jetcron_core::events::{DueEvent, RunId, Trigger};
 use jetcron_core::job::{validate_id, FieldError, ValidJob};
 use jetcron_core::time_format::rfc3339_millis;
 use jetcron_io::due::publish_due_event;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use crate::GatewayState;
 
 /// Most scheduled times one backfill may emit.
 pub const MAX_BACKFILL_FIRES: usize = 1000;
 
-#[derive(Debug, Deserialize)]
+/// `trigger` `{"id"}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TriggerRequest {
-    id: String,
+pub struct TriggerJob {
+    pub id: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// `backfill` `{"id","from","to"}` (RFC 3339 instants).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct BackfillRequest {
-    id: String,
-    from: String,
-    to: String,
+pub struct BackfillJob {
+    pub id: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// The answer of `trigger`: the manual run's id and time.
+#[derive(Debug, Serialize)]
+pub struct TriggeredReply {
+    pub ok: bool,
+    pub job_id: String,
+    pub run_id: RunId,
+    pub scheduled_at: String,
+}
+
+/// The answer of `backfill`: the times emitted and those skipped (run
+/// already, or stored within the duplicate window).
+#[derive(Debug, Serialize)]
+pub struct BackfilledReply {
+    pub ok: bool,
+    pub job_id: String,
+    pub emitted: Vec<String>,
+    pub skipped: Vec<String>,
 }
 
 pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -63,11 +83,8 @@ async fn load_valid_job(state: &GatewayState, id: &str) -> Result<(ValidJob, u64
         .jobs
         .get(id)
         .await
-        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?
-        .ok_or_else(|| ApiError {
-            field: Some("id".into()),
-            ..ApiError::new(ErrorCode::NotFound, format!("no job {id:?}"))
-        })?;
+        .map_err(ApiError::unavailable)?
+        .ok_or_else(|| ApiError::not_found("id", format!("no job {id:?}")))?;
     let job = valid.ok_or_else(|| ApiError::invalid_job(stored.problems.clone()))?;
     Ok((job, stored.revision))
 }
@@ -91,23 +108,24 @@ fn due_event(
     }
 }
 
-fn unavailable(e: anyhow::Error) -> ApiError {
-    ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))
-}
-
-/// `jetcron.api.jobs.trigger` `{"id"}`: one manual run now.
-pub async fn trigger(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: TriggerRequest = parse_body(body)?;
+/// `trigger`: one manual run now.
+pub async fn trigger(
+    state: &GatewayState,
+    request: TriggerJob,
+) -> Result<TriggeredReply, ApiError> {
     let (job, revision) = load_valid_job(state, &request.id).await?;
     let now = state.clock.now();
     let run_id = RunId::for_manual(&job.spec.id, now);
     let event = due_event(&job, revision, run_id.clone(), now, Trigger::Manual);
     publish_due_event(&state.js, &event)
         .await
-        .map_err(unavailable)?;
-    Ok(
-        json!({ "ok": true, "job_id": job.spec.id, "run_id": run_id, "scheduled_at": rfc3339_millis(now) }),
-    )
+        .map_err(ApiError::unavailable)?;
+    Ok(TriggeredReply {
+        ok: true,
+        job_id: job.spec.id,
+        run_id,
+        scheduled_at: rfc3339_millis(now),
+    })
 }
 
 fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
@@ -135,10 +153,12 @@ fn bad_range(field: &str, message: String) -> ApiError {
     }
 }
 
-/// `jetcron.api.jobs.backfill` `{"id","from","to"}`: every scheduled time of
-/// the job in `[from, to]` not already run, marked `backfill`.
-pub async fn backfill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: BackfillRequest = parse_body(body)?;
+/// `backfill`: every scheduled time of the job in `[from, to]` not already
+/// run, marked `backfill`.
+pub async fn backfill(
+    state: &GatewayState,
+    request: BackfillJob,
+) -> Result<BackfilledReply, ApiError> {
     let from = instant("from", &request.from)?;
     let to = instant("to", &request.to)?;
     if to < from {
@@ -168,7 +188,7 @@ pub async fn backfill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiErr
         .runs
         .existing_run_ids(&job.spec.id, &run_ids)
         .await
-        .map_err(unavailable)?;
+        .map_err(ApiError::unavailable)?;
     let mut emitted = Vec::new();
     let mut skipped = Vec::new();
     for (t, run_id) in times.iter().zip(run_ids) {
@@ -179,12 +199,17 @@ pub async fn backfill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiErr
         let event = due_event(&job, revision, RunId(run_id), *t, Trigger::Backfill);
         let duplicate = publish_due_event(&state.js, &event)
             .await
-            .map_err(unavailable)?;
+            .map_err(ApiError::unavailable)?;
         if duplicate {
             skipped.push(rfc3339_millis(*t));
         } else {
             emitted.push(rfc3339_millis(*t));
         }
     }
-    Ok(json!({ "ok": true, "job_id": job.spec.id, "emitted": emitted, "skipped": skipped }))
+    Ok(BackfilledReply {
+        ok: true,
+        job_id: job.spec.id,
+        emitted,
+        skipped,
+    })
 }

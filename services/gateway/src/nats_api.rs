@@ -25,10 +25,12 @@ use jetcron_core::job::FieldError;
 use jetcron_core::job_events::JobRejected;
 use jetcron_core::subjects;
 use jetcron_io::job_events;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::job_store::PutJob;
+use crate::manual_runs::parse_body;
 use crate::{job_requests, manual_runs, run_control, schedule_requests, GatewayState};
 
 #[derive(Debug, Clone, Copy)]
@@ -126,39 +128,63 @@ impl Endpoint {
     }
 }
 
+/// Decode the body into the endpoint's request type, run the operation,
+/// encode its answer: the operations themselves are shared with HTTP.
 async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {
+    let now = state.clock.now();
     match endpoint {
         Endpoint::Put => {
-            let (job, revision, created) = state.jobs.put(body, state.clock.now()).await?;
-            info!(job_id = %job.id, revision, "job stored");
-            Ok(json!({ "ok": true, "job": job, "revision": revision, "created": created }))
+            let request = PutJob {
+                definition: body.to_vec(),
+                ..PutJob::default()
+            };
+            let stored = state.jobs.put(request, now).await?;
+            info!(job_id = %stored.job.id, revision = stored.revision, "job stored");
+            encode(stored)
         }
         Endpoint::Trigger => {
-            let reply = manual_runs::trigger(state, body).await?;
-            info!(job_id = %reply["job_id"], run_id = %reply["run_id"], "manual run triggered");
-            Ok(reply)
+            let reply = manual_runs::trigger(state, parse_body(body)?).await?;
+            info!(job_id = %reply.job_id, run_id = %reply.run_id.as_str(), "manual run triggered");
+            encode(reply)
         }
-        Endpoint::Backfill => manual_runs::backfill(state, body).await,
-        Endpoint::Get => job_requests::get(state, body).await,
-        Endpoint::List => job_requests::list(state, body).await,
+        Endpoint::Backfill => encode(manual_runs::backfill(state, parse_body(body)?).await?),
+        Endpoint::Get => encode(job_requests::get(state, parse_body(body)?).await?),
+        Endpoint::List => {
+            encode(job_requests::list(state, parse_body(body_or_empty_object(body))?).await?)
+        }
         Endpoint::Delete => {
-            let reply = job_requests::delete(state, body).await?;
-            info!(job_id = %reply["id"], "job deleted");
-            Ok(reply)
+            let reply = job_requests::delete(state, parse_body(body)?).await?;
+            info!(job_id = %reply.id, "job deleted");
+            encode(reply)
         }
-        Endpoint::Pause => job_requests::set_paused(state, body, true).await,
-        Endpoint::Resume => job_requests::set_paused(state, body, false).await,
-        Endpoint::Kill => run_control::kill(state, body).await,
-        Endpoint::Preview => {
-            let request = schedule_requests::decode(body)?;
-            let reply = schedule_requests::preview(&request, state.clock.now())?;
-            serde_json::to_value(reply).map_err(|e| {
-                ApiError::new(
-                    jetcron_core::api::ErrorCode::Internal,
-                    format!("encode preview: {e}"),
-                )
-            })
+        Endpoint::Pause => encode(job_requests::set_paused(state, parse_body(body)?, true).await?),
+        Endpoint::Resume => {
+            encode(job_requests::set_paused(state, parse_body(body)?, false).await?)
         }
+        Endpoint::Kill => encode(run_control::kill(state, parse_body(body)?).await?),
+        Endpoint::Preview => encode(schedule_requests::preview(
+            &schedule_requests::decode(body)?,
+            now,
+        )?),
+    }
+}
+
+/// An answer as the JSON body of the reply.
+fn encode(answer: impl serde::Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(answer).map_err(|e| {
+        ApiError::new(
+            jetcron_core::api::ErrorCode::Internal,
+            format!("encode the answer: {e}"),
+        )
+    })
+}
+
+/// An empty body means "no arguments" (for `list`).
+fn body_or_empty_object(body: &[u8]) -> &[u8] {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
     }
 }
 

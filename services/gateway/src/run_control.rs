@@ -12,7 +12,6 @@ use jetcron_core::subjects;
 use jetcron_io::control;
 use serde_json::{json, Value};
 
-use crate::manual_runs::parse_body;
 use crate::GatewayState;
 
 /// How long a kill waits for running executors to answer.
@@ -34,20 +33,22 @@ fn check_run_id(run_id: &str) -> Result<(), ApiError> {
     })
 }
 
-/// `jetcron.api.runs.kill` `{"run_id","reason"?}`.
-pub async fn kill(state: &GatewayState, body: &[u8]) -> Result<Value, ApiError> {
-    let request: KillRequest = parse_body(body)?;
-    kill_run(state, &request.run_id, request.reason.as_deref()).await
+/// The answer of a kill.
+#[derive(Debug, serde::Serialize)]
+pub struct KilledReply {
+    pub ok: bool,
+    pub run_id: String,
+    /// Executors that stopped a running attempt; empty when none was running
+    /// (a queued or retrying run is killed when it next starts).
+    pub stopped: Vec<jetcron_core::control::KillReply>,
 }
 
-/// Record the kill and stop the attempts running now.
-pub async fn kill_run(
-    state: &GatewayState,
-    run_id: &str,
-    reason: Option<&str>,
-) -> Result<Value, ApiError> {
+/// `kill` (`jetcron.api.runs.kill`, `POST /v1/runs/{run_id}/kill`): record
+/// the kill and stop the attempts running now.
+pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledReply, ApiError> {
+    let run_id = request.run_id.as_str();
     check_run_id(run_id)?;
-    let reason = reason.unwrap_or("killed by request");
+    let reason = request.reason.as_deref().unwrap_or("killed by request");
     if reason.len() > MAX_REASON_BYTES {
         return Err(ApiError {
             field: Some("reason".into()),
@@ -66,15 +67,13 @@ pub async fn kill_run(
         state.clock.now(),
     )
     .await
-    .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))?;
+    .map_err(ApiError::unavailable)?;
     tracing::info!(run_id, executors = stopped.len(), "run killed");
-    Ok(json!({
-        "ok": true,
-        "run_id": run_id,
-        // Executors that stopped a running attempt; empty when none was
-        // running (a queued or retrying run is killed when it next starts).
-        "stopped": stopped,
-    }))
+    Ok(KilledReply {
+        ok: true,
+        run_id: request.run_id,
+        stopped,
+    })
 }
 
 /// Store a completion report of `run_id` where waiting executors hear it.
@@ -96,8 +95,8 @@ pub async fn complete(state: &GatewayState, run_id: &str, body: &[u8]) -> Result
             payload.into(),
         )
         .await
-        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("publish completion: {e}")))?
+        .map_err(|e| ApiError::unavailable(format!("publish completion: {e}")))?
         .await
-        .map_err(|e| ApiError::new(ErrorCode::Unavailable, format!("store completion: {e}")))?;
+        .map_err(|e| ApiError::unavailable(format!("store completion: {e}")))?;
     Ok(json!({ "ok": true, "run_id": run_id }))
 }

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -27,16 +27,18 @@ pub async fn kill(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<crate::run_control::KilledReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
         KillBody::default()
     } else {
         crate::manual_runs::parse_body(&body)?
     };
-    Ok(Json(
-        run_control::kill_run(&state, &run_id, request.reason.as_deref()).await?,
-    ))
+    let request = jetcron_core::control::KillRequest {
+        run_id,
+        reason: request.reason,
+    };
+    Ok(Json(run_control::kill(&state, request).await?))
 }
 
 pub async fn complete(
@@ -59,7 +61,7 @@ pub async fn metrics(
 ) -> Result<impl IntoResponse, HttpError> {
     let pools = pools::pools(&state)
         .await
-        .map_err(|e| HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}"))))?;
+        .map_err(|e| HttpError(ApiError::unavailable(e)))?;
     // What this process recorded (every service it runs), then the gauges
     // read from NATS and ClickHouse at scrape time.
     let mut text = jetcron_io::prometheus::render();

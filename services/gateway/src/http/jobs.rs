@@ -30,7 +30,7 @@ pub async fn list(
 ) -> Result<Json<Value>, HttpError> {
     let axum::extract::Query(query) =
         query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
-    let mut selector = serde_json::Map::new();
+    let mut request = crate::job_requests::ListJobs::default();
     for pair in query
         .labels
         .iter()
@@ -40,10 +40,11 @@ pub async fn list(
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             ApiError::invalid_field("labels", format!("{pair:?} is not key=value"))
         })?;
-        selector.insert(key.to_string(), Value::String(value.to_string()));
+        request.labels.insert(key.to_string(), value.to_string());
     }
-    let request = json!({ "labels": selector });
-    let reply = crate::job_requests::list(&state, request.to_string().as_bytes()).await?;
+    let reply = crate::job_requests::list(&state, request).await?;
+    let reply = serde_json::to_value(reply)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("encode the answer: {e}")))?;
     Ok(Json(shown(&state, reply)))
 }
 

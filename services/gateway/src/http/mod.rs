@@ -190,7 +190,7 @@ impl From<ApiError> for HttpError {
 /// A dependency failed: log the chain, answer 503.
 pub fn unavailable(e: anyhow::Error) -> HttpError {
     tracing::warn!(error = %format!("{e:#}"), "request failed on a dependency");
-    HttpError(ApiError::new(ErrorCode::Unavailable, format!("{e:#}")))
+    HttpError(ApiError::unavailable(e))
 }
 
 async fn not_found() -> HttpError {

@@ -1,6 +1,7 @@
-//! The HTTP job writes, mirroring the NATS endpoints: each handler turns the
-//! path and body into the NATS request body and calls the same function, so
-//! both front doors validate and answer alike.
+//! The HTTP job writes, mirroring the NATS endpoints: each handler builds
+//! the operation's typed request from the path, headers and body and calls
+//! the same operation as the NATS service, so both front doors validate and
+//! answer alike.
 //!
 //! - `POST /v1/jobs` (a definition) → 201; `PUT /v1/jobs/{id}` (the path names
 //!   the job; `If-Match: <revision>` or a body `expected_revision` makes it a
@@ -18,10 +19,18 @@ use axum::Json;
 use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::job::validate_id;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::HttpError;
-use crate::{job_requests, manual_runs, GatewayState};
+use crate::job_requests::{self, DeleteJob, DeletedReply, PausedReply, SelectJobs};
+use crate::job_store::{PutJob, PutReply};
+use crate::manual_runs::{self, parse_body, BackfilledReply, TriggeredReply};
+use crate::GatewayState;
+
+/// Largest oversized body read to the end before the 413 is sent.
+const DRAIN_OVERSIZED_UP_TO: usize = 8 * 1024 * 1024;
+/// Longest time spent reading it.
+const DRAIN_OVERSIZED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A request body within the gateway's `--http-body-limit`, refused with a
 /// JSON 413 beyond it.
@@ -37,7 +46,14 @@ impl FromRequest<Arc<GatewayState>> for LimitedBody {
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
+        if let Some(declared) = declared.filter(|n| *n > limit as u64) {
+            // Read (and drop) a body that is not too absurd before answering:
+            // a client still writing it would otherwise see its connection
+            // closed under it (a broken pipe) instead of the 413.
+            if declared <= DRAIN_OVERSIZED_UP_TO as u64 {
+                let drain = axum::body::to_bytes(req.into_body(), DRAIN_OVERSIZED_UP_TO);
+                let _ = tokio::time::timeout(DRAIN_OVERSIZED_FOR, drain).await;
+            }
             return Err(too_large(limit));
         }
         axum::body::to_bytes(req.into_body(), limit)
@@ -166,22 +182,31 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// `object` with `"id": id`, refusing a different id in the body.
-fn with_id(mut object: Map<String, Value>, id: &str) -> Result<Vec<u8>, HttpError> {
+/// Refuse a body that names another job than the path.
+fn same_id(object: &Map<String, Value>, id: &str) -> Result<(), HttpError> {
     match object.get("id") {
-        None => {
-            object.insert("id".into(), Value::String(id.into()));
-        }
-        Some(Value::String(body_id)) if body_id == id => {}
-        Some(other) => {
-            return Err(HttpError(ApiError::invalid_field(
-                "id",
-                format!("the body names job {other}, the path {id:?}"),
-            )))
-        }
+        None => Ok(()),
+        Some(Value::String(body_id)) if body_id == id => Ok(()),
+        Some(other) => Err(HttpError(ApiError::invalid_field(
+            "id",
+            format!("the body names job {other}, the path {id:?}"),
+        ))),
     }
-    serde_json::to_vec(&object)
-        .map_err(|e| HttpError(ApiError::new(ErrorCode::Internal, e.to_string())))
+}
+
+/// A body of an action on one job (`trigger`, `pause`, …): empty, or an
+/// object of the operation's fields, whose `id` (if any) is the path's.
+fn action_body<T: serde::de::DeserializeOwned>(body: &[u8], id: &str) -> Result<T, HttpError> {
+    let mut object = body_object(body)?;
+    same_id(&object, id)?;
+    object.insert("id".into(), Value::String(id.into()));
+    serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
+        let path = e.path().to_string();
+        HttpError(ApiError {
+            field: (path != ".").then_some(path),
+            ..ApiError::new(ErrorCode::InvalidRequest, e.inner().to_string())
+        })
+    })
 }
 
 /// `If-Match: 7` / `If-Match: "7"` → 7; `If-None-Match: *` → 0 (create only).
@@ -211,17 +236,18 @@ fn precondition(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
 pub async fn create(
     State(state): State<Arc<GatewayState>>,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Value>), HttpError> {
-    let (job, revision, created) = state.jobs.put(&body, state.clock.now()).await?;
-    tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
-    let status = match created {
+) -> Result<(StatusCode, Json<PutReply>), HttpError> {
+    let request = PutJob {
+        definition: body.to_vec(),
+        ..PutJob::default()
+    };
+    let stored = state.jobs.put(request, state.clock.now()).await?;
+    tracing::info!(job_id = %stored.job.id, revision = stored.revision, created = stored.created, "job stored over HTTP");
+    let status = match stored.created {
         true => StatusCode::CREATED,
         false => StatusCode::OK,
     };
-    Ok((
-        status,
-        Json(json!({ "ok": true, "job": job, "revision": revision, "created": created })),
-    ))
+    Ok((status, Json(stored)))
 }
 
 /// `PUT /v1/jobs/{id}`.
@@ -230,24 +256,31 @@ pub async fn replace(
     id: IdPath,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<PutReply>, HttpError> {
     let id = path_id(id)?;
-    let mut object = body_object(&body)?;
-    if let Some(revision) = precondition(&headers)? {
-        if object.contains_key("expected_revision") {
-            return Err(HttpError(ApiError::invalid_field(
-                "expected_revision",
-                "give the revision either in the body or in If-Match / If-None-Match, not both",
-            )));
-        }
-        object.insert("expected_revision".into(), revision.into());
+    let object = body_object(&body)?;
+    same_id(&object, &id)?;
+    let expected_revision = precondition(&headers)?;
+    if expected_revision.is_some() && object.contains_key("expected_revision") {
+        return Err(HttpError(ApiError::invalid_field(
+            "expected_revision",
+            "give the revision either in the body or in If-Match / If-None-Match, not both",
+        )));
     }
-    let body = with_id(object, &id)?;
-    let (job, revision, created) = state.jobs.put(&body, state.clock.now()).await?;
-    tracing::info!(job_id = %job.id, revision, created, "job stored over HTTP");
-    Ok(Json(
-        json!({ "ok": true, "job": job, "revision": revision, "created": created }),
-    ))
+    // An empty body is an empty definition of the path's job (its problems
+    // are the missing fields, as for `{}`).
+    let definition = match body.iter().all(u8::is_ascii_whitespace) {
+        true => b"{}".to_vec(),
+        false => body.to_vec(),
+    };
+    let request = PutJob {
+        definition,
+        key: Some(id),
+        expected_revision,
+    };
+    let stored = state.jobs.put(request, state.clock.now()).await?;
+    tracing::info!(job_id = %stored.job.id, revision = stored.revision, created = stored.created, "job stored over HTTP");
+    Ok(Json(stored))
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,7 +295,7 @@ pub async fn delete(
     id: IdPath,
     headers: HeaderMap,
     query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<DeletedReply>, HttpError> {
     let id = path_id(id)?;
     let Query(query) =
         query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
@@ -275,11 +308,11 @@ pub async fn delete(
         }
         (a, b) => a.or(b),
     };
-    let mut request = json!({ "id": id });
-    if let Some(revision) = expected {
-        request["expected_revision"] = revision.into();
-    }
-    let reply = job_requests::delete(&state, request.to_string().as_bytes()).await?;
+    let request = DeleteJob {
+        id: id.clone(),
+        expected_revision: expected,
+    };
+    let reply = job_requests::delete(&state, request).await?;
     tracing::info!(job_id = %id, "job deleted over HTTP");
     Ok(Json(reply))
 }
@@ -289,7 +322,7 @@ pub async fn pause(
     State(state): State<Arc<GatewayState>>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<PausedReply>, HttpError> {
     set_paused(&state, id, &body, true).await
 }
 
@@ -298,7 +331,7 @@ pub async fn resume(
     State(state): State<Arc<GatewayState>>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<PausedReply>, HttpError> {
     set_paused(&state, id, &body, false).await
 }
 
@@ -307,11 +340,11 @@ async fn set_paused(
     id: IdPath,
     body: &[u8],
     paused: bool,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<Json<PausedReply>, HttpError> {
     let id = path_id(id)?;
-    let request = with_id(body_object(body)?, &id)?;
+    let request: SelectJobs = action_body(body, &id)?;
     Ok(Json(
-        job_requests::set_paused(state, &request, paused).await?,
+        job_requests::set_paused(state, request, paused).await?,
     ))
 }
 
@@ -319,16 +352,20 @@ async fn set_paused(
 pub async fn pause_selected(
     State(state): State<Arc<GatewayState>>,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
-    Ok(Json(job_requests::set_paused(&state, &body, true).await?))
+) -> Result<Json<PausedReply>, HttpError> {
+    Ok(Json(
+        job_requests::set_paused(&state, parse_body(&body)?, true).await?,
+    ))
 }
 
 /// `POST /v1/jobs:resume` with `{"labels":{...}}`.
 pub async fn resume_selected(
     State(state): State<Arc<GatewayState>>,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<Value>, HttpError> {
-    Ok(Json(job_requests::set_paused(&state, &body, false).await?))
+) -> Result<Json<PausedReply>, HttpError> {
+    Ok(Json(
+        job_requests::set_paused(&state, parse_body(&body)?, false).await?,
+    ))
 }
 
 /// `POST /v1/jobs/{id}/trigger`: a manual run now.
@@ -336,10 +373,9 @@ pub async fn trigger(
     State(state): State<Arc<GatewayState>>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Value>), HttpError> {
+) -> Result<(StatusCode, Json<TriggeredReply>), HttpError> {
     let id = path_id(id)?;
-    let request = with_id(body_object(&body)?, &id)?;
-    let reply = manual_runs::trigger(&state, &request).await?;
+    let reply = manual_runs::trigger(&state, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
@@ -348,10 +384,9 @@ pub async fn backfill(
     State(state): State<Arc<GatewayState>>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Value>), HttpError> {
+) -> Result<(StatusCode, Json<BackfilledReply>), HttpError> {
     let id = path_id(id)?;
-    let request = with_id(body_object(&body)?, &id)?;
-    let reply = manual_runs::backfill(&state, &request).await?;
+    let reply = manual_runs::backfill(&state, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
@@ -360,17 +395,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn path_id_goes_into_the_body_and_a_different_one_is_refused() {
-        let body = with_id(
-            body_object(b"{\"schedule\":\"@daily\"}").expect("object"),
-            "a",
-        )
-        .expect("merged");
-        let value: Value = serde_json::from_slice(&body).expect("json");
-        assert_eq!(value, json!({"schedule":"@daily","id":"a"}));
+    fn the_path_names_the_job_and_a_body_naming_another_is_refused() {
+        let trigger: crate::manual_runs::TriggerJob = action_body(b"", "a").expect("empty body");
+        assert_eq!(trigger.id, "a");
+        let select: SelectJobs = action_body(b"{\"id\":\"a\"}", "a").expect("same id");
+        assert_eq!(select.id.as_deref(), Some("a"));
         let err =
-            with_id(body_object(b"{\"id\":\"b\"}").expect("object"), "a").expect_err("mismatch");
+            same_id(&body_object(b"{\"id\":\"b\"}").expect("object"), "a").expect_err("mismatch");
         assert_eq!(err.0.field.as_deref(), Some("id"));
+        let err = action_body::<crate::manual_runs::TriggerJob>(b"{\"colour\":1}", "a")
+            .expect_err("unknown field");
+        assert!(err.0.message.contains("unknown field"), "{}", err.0.message);
         assert!(body_object(b"[1]").is_err());
         let err = body_object(br#"{"schedule":"a","target":{},"schedule":"b"}"#).expect_err("dup");
         assert!(
