@@ -32,7 +32,7 @@ pub struct KillMarker {
 }
 
 /// An executor's answer to a kill request: it stopped `attempts` attempts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KillReply {
     pub executor_id: String,
     pub attempts: u32,

@@ -61,7 +61,7 @@ pub struct JobsReply {
 }
 
 /// The answer of `delete`: the revision deleted and the delete marker's.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct DeletedReply {
     pub ok: bool,
     pub id: String,
@@ -70,20 +70,20 @@ pub struct DeletedReply {
 }
 
 /// A job whose pause state changed, at its new revision.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Changed {
     pub id: String,
     pub revision: u64,
 }
 
 /// A job that could not be changed, and why.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Failed {
     pub id: String,
     pub error: FailedError,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct FailedError {
     pub code: &'static str,
     pub message: String,
@@ -91,7 +91,7 @@ pub struct FailedError {
 
 /// The answer of `pause` / `resume`. `failed` and `not_tried` are there for
 /// a selector only.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PausedReply {
     /// False when some job failed.
     pub ok: bool,

@@ -21,7 +21,7 @@ pub struct PutJob {
 }
 
 /// The answer of `put`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct PutReply {
     pub ok: bool,
     pub job: JobSpec,

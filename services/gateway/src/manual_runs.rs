@@ -40,7 +40,7 @@ pub struct BackfillJob {
 }
 
 /// The answer of `trigger`: the manual run's id and time.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TriggeredReply {
     pub ok: bool,
     pub job_id: String,
@@ -50,7 +50,7 @@ pub struct TriggeredReply {
 
 /// The answer of `backfill`: the times emitted and those skipped (run
 /// already, or stored within the duplicate window).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct BackfilledReply {
     pub ok: bool,
     pub job_id: String,

@@ -34,7 +34,7 @@ fn check_run_id(run_id: &str) -> Result<(), ApiError> {
 }
 
 /// The answer of a kill.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct KilledReply {
     pub ok: bool,
     pub run_id: String,

@@ -270,6 +270,22 @@ async fn openapi_lists_every_route_the_gateway_serves() {
             );
         }
     }
+    // Typed operations document their answers: the put answers a PutReply
+    // whose fields are those the gateway sends.
+    let created = &paths["/v1/jobs"]["post"]["responses"]["201"]["content"]["application/json"]
+        ["schema"]["$ref"];
+    assert_eq!(
+        created, "#/components/schemas/PutReply",
+        "{}",
+        paths["/v1/jobs"]
+    );
+    let put_reply = &document["components"]["schemas"]["PutReply"]["properties"];
+    for field in ["ok", "job", "revision", "created"] {
+        assert!(
+            put_reply.get(field).is_some(),
+            "PutReply lacks {field}: {put_reply}"
+        );
+    }
     let (status, reply) = stack.get("/v1/nothing-here").await;
     assert_eq!(status, 404, "{reply}");
     stack.stop().await;

@@ -36,6 +36,10 @@ pub fn document() -> Value {
         parameters.extend(route.query.iter().map(|(name, description)| {
             json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": "string" } })
         }));
+        let answer = match route.answer {
+            Some(schema) => serde_json::to_value(schema(&mut generator)).unwrap_or_default(),
+            None => json!({ "type": "object", "properties": { "ok": { "const": true } } }),
+        };
         let mut operation = json!({
             "operationId": operation_id(route.method.as_str(), route.path),
             "summary": route.summary,
@@ -43,7 +47,7 @@ pub fn document() -> Value {
             "responses": {
                 route.ok_status.to_string(): {
                     "description": "success: {\"ok\":true,...}",
-                    "content": { "application/json": { "schema": { "type": "object", "properties": { "ok": { "const": true } } } } }
+                    "content": { "application/json": { "schema": answer } }
                 },
                 "default": {
                     "description": "failure: {\"ok\":false,\"error\":{code,message,field,problems}}; the status follows the error code",
