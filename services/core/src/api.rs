@@ -6,6 +6,9 @@
 //! error code (`Nats-Service-Error-Code` uses the HTTP number, as the NATS
 //! micro-services convention does).
 
+use std::error::Error as StdError;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::job::FieldError;
@@ -63,8 +66,12 @@ impl ErrorCode {
     }
 }
 
+/// What an error came from, kept for [`std::error::Error::source`] (logs
+/// and callers that look at it); the reply carries its text in `message`.
+pub type ErrorSource = Arc<dyn StdError + Send + Sync>;
+
 /// The `error` object of a failed reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
@@ -73,6 +80,33 @@ pub struct ApiError {
     /// Every problem, when there are field-level ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<FieldError>,
+    /// The failure underneath (NATS, ClickHouse), not sent.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub source: Option<ErrorSource>,
+}
+
+/// Equal when the replies are: the source is not part of the answer.
+impl PartialEq for ApiError {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.code, &self.message, &self.field, &self.problems)
+            == (&other.code, &other.message, &other.field, &other.problems)
+    }
+}
+
+/// `error` and its causes, outermost first, as one line.
+fn chain_text(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 impl ApiError {
@@ -82,6 +116,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             problems: Vec::new(),
+            source: None,
         }
     }
 
@@ -101,6 +136,7 @@ impl ApiError {
             message,
             field,
             problems,
+            source: None,
         }
     }
 
@@ -113,10 +149,23 @@ impl ApiError {
         }
     }
 
-    /// NATS or ClickHouse could not be reached or did not answer; `source`
-    /// is shown with its whole chain of causes (`{:#}`).
-    pub fn unavailable(source: impl std::fmt::Display) -> Self {
-        Self::new(ErrorCode::Unavailable, format!("{source:#}"))
+    /// NATS or ClickHouse could not be reached or did not answer: the
+    /// message is `source` with its causes, and `source` is kept.
+    pub fn unavailable(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        Self::new(ErrorCode::Unavailable, String::new()).caused_by(source)
+    }
+
+    /// This error with `source` kept as its cause and its text (with its own
+    /// causes) as the message.
+    pub fn caused_by(mut self, source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        let source: ErrorSource = Arc::from(source.into());
+        let text = chain_text(source.as_ref());
+        self.message = match self.message.is_empty() {
+            true => text,
+            false => format!("{}: {text}", self.message),
+        };
+        self.source = Some(source);
+        self
     }
 
     /// No job (or run) `id`, named in `field`.
@@ -128,8 +177,8 @@ impl ApiError {
     }
 
     /// A bug or an unexpected failure, with what was being done.
-    pub fn internal(doing: &str, source: impl std::fmt::Display) -> Self {
-        Self::new(ErrorCode::Internal, format!("{doing}: {source:#}"))
+    pub fn internal(doing: &str, source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        Self::new(ErrorCode::Internal, doing).caused_by(source)
     }
 
     /// A field-level problem with the request itself (not the definition).
@@ -166,7 +215,13 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-impl std::error::Error for ApiError {}
+impl StdError for ApiError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -193,5 +248,31 @@ mod tests {
         );
         assert_eq!(ErrorCode::InvalidJob.http_status(), 400);
         assert_eq!(header_safe("a\r\nb"), "a  b");
+    }
+
+    #[test]
+    fn a_cause_is_kept_and_its_chain_is_the_message() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "read jetcron_jobs")
+            }
+        }
+        impl StdError for Outer {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = ApiError::unavailable(Outer(std::io::Error::other("no responders")));
+        assert_eq!(error.message, "read jetcron_jobs: no responders");
+        assert!(StdError::source(&error).is_some(), "the cause is kept");
+        assert_eq!(error.code, ErrorCode::Unavailable);
+        let reply = serde_json::to_value(&error).expect("encode");
+        assert!(reply.get("source").is_none(), "not sent: {reply}");
+        assert_eq!(
+            ApiError::internal("encode the answer", "bad float").message,
+            "encode the answer: bad float"
+        );
     }
 }
