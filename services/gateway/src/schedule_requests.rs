@@ -21,7 +21,18 @@ pub struct PreviewReply {
 
 /// The next fires of `request`'s line after its `from` (default `now`).
 pub fn preview(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewReply, ApiError> {
-    let checked = request.check(now).map_err(ApiError::invalid_request)?;
+    // Problems of the line or its zone are exactly a job put's (code
+    // `invalid_job`); `count` and `from` are the request's own.
+    let checked = request.check(now).map_err(|problems| {
+        if problems
+            .iter()
+            .all(|p| p.field == "schedule" || p.field == "timezone")
+        {
+            ApiError::invalid_job(problems)
+        } else {
+            ApiError::invalid_request(problems)
+        }
+    })?;
     Ok(PreviewReply {
         ok: true,
         preview: schedule_preview::preview(&request.schedule, &checked),

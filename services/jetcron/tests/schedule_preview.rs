@@ -107,7 +107,11 @@ async fn a_bad_preview_gets_the_error_a_put_gets() {
             )
             .await;
         assert_eq!(code.as_deref(), Some("400"), "{preview}");
-        assert_eq!(preview["error"]["code"], "invalid_request");
+        assert_eq!(
+            preview["error"]["code"], put["error"]["code"],
+            "{preview} / {put}"
+        );
+        assert_eq!(preview["error"]["code"], "invalid_job");
         assert_eq!(
             preview["error"]["field"], put["error"]["field"],
             "{preview} / {put}"
@@ -143,6 +147,7 @@ async fn a_bad_preview_gets_the_error_a_put_gets() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["field"], "count");
+    assert_eq!(body["error"]["code"], "invalid_request");
     let (status, body) = stack
         .get("/v1/schedules/preview?schedule=%40daily&from=soon")
         .await;
