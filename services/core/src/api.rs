@@ -181,6 +181,31 @@ impl ApiError {
         Self::new(ErrorCode::Internal, doing).caused_by(source)
     }
 
+    /// A request whose decoding stopped at `e` (its path names the field).
+    pub fn undecodable<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> Self {
+        let path = e.path().to_string();
+        Self {
+            field: (path != ".").then_some(path),
+            ..Self::new(ErrorCode::InvalidRequest, e.inner().to_string())
+        }
+    }
+
+    /// A compare-and-swap lost: `field` named the revision that was expected.
+    pub fn conflict(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(ErrorCode::Conflict, message)
+        }
+    }
+
+    /// A configured limit would be passed by what `field` asks for.
+    pub fn limit_exceeded(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            ..Self::new(ErrorCode::LimitExceeded, message)
+        }
+    }
+
     /// A field-level problem with the request itself (not the definition).
     pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {

@@ -105,10 +105,7 @@ pub struct PausedReply {
 }
 
 fn checked_id(id: &str) -> Result<(), ApiError> {
-    validate_id(id).map_err(|p| ApiError {
-        field: Some("id".into()),
-        ..ApiError::new(ErrorCode::InvalidRequest, p.message)
-    })
+    validate_id(id).map_err(|p| ApiError::invalid_field("id", p.message))
 }
 
 fn checked_selector(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {

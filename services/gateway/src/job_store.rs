@@ -142,16 +142,10 @@ impl JobStore {
                 .map_err(ApiError::unavailable)?,
         };
         if !exists && count >= self.max_jobs {
-            return Err(ApiError {
-                field: Some("id".into()),
-                ..ApiError::new(
-                    ErrorCode::LimitExceeded,
-                    format!(
+            return Err(ApiError::limit_exceeded("id", format!(
                         "the bucket holds {count} jobs, the limit is {} (gateway --max-jobs): delete jobs or raise the limit",
                         self.max_jobs
-                    ),
-                )
-            });
+                    )));
         }
         Ok(exists)
     }
@@ -437,13 +431,10 @@ fn not_found(id: &str) -> ApiError {
 }
 
 fn conflict(id: &str, expected: u64, why: &str) -> ApiError {
-    ApiError {
-        field: Some("expected_revision".into()),
-        ..ApiError::new(
-            ErrorCode::Conflict,
-            format!("job {id:?} is not at revision {expected}: {why}"),
-        )
-    }
+    ApiError::conflict(
+        "expected_revision",
+        format!("job {id:?} is not at revision {expected}: {why}"),
+    )
 }
 
 /// Take a top-level `expected_revision` out of a put body: the definition to
@@ -460,10 +451,9 @@ fn split_expected_revision(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<u64>)
     let Some(value) = definition.remove("expected_revision") else {
         return Ok((None, None));
     };
-    let revision = value.as_u64().ok_or_else(|| ApiError {
-        field: Some("expected_revision".into()),
-        ..ApiError::new(
-            ErrorCode::InvalidRequest,
+    let revision = value.as_u64().ok_or_else(|| {
+        ApiError::invalid_field(
+            "expected_revision",
             format!("must be a revision number (0: the job must not exist yet), got {value}"),
         )
     })?;

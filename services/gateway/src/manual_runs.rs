@@ -68,13 +68,7 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError {
-            field: (path != ".").then_some(path),
-            ..ApiError::new(ErrorCode::InvalidRequest, e.inner().to_string())
-        }
-    })
+    serde_path_to_error::deserialize(&mut de).map_err(|e| ApiError::undecodable(&e))
 }
 
 async fn load_valid_job(state: &GatewayState, id: &str) -> Result<(ValidJob, u64), ApiError> {
@@ -147,10 +141,7 @@ fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
 }
 
 fn bad_range(field: &str, message: String) -> ApiError {
-    ApiError {
-        field: Some(field.into()),
-        ..ApiError::new(ErrorCode::InvalidRequest, format!("{field}: {message}"))
-    }
+    ApiError::invalid_field(field, format!("{field}: {message}"))
 }
 
 /// `backfill`: every scheduled time of the job in `[from, to]` not already

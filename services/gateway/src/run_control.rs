@@ -21,16 +21,13 @@ fn check_run_id(run_id: &str) -> Result<(), ApiError> {
     if is_run_id(run_id) {
         return Ok(());
     }
-    Err(ApiError {
-        field: Some("run_id".into()),
-        ..ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "{:?} is not a run id (a lowercase hyphenated UUID)",
-                run_id.chars().take(64).collect::<String>()
-            ),
-        )
-    })
+    Err(ApiError::invalid_field(
+        "run_id",
+        format!(
+            "{:?} is not a run id (a lowercase hyphenated UUID)",
+            run_id.chars().take(64).collect::<String>()
+        ),
+    ))
 }
 
 /// The answer of a kill.
@@ -50,13 +47,10 @@ pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledRe
     check_run_id(run_id)?;
     let reason = request.reason.as_deref().unwrap_or("killed by request");
     if reason.len() > MAX_REASON_BYTES {
-        return Err(ApiError {
-            field: Some("reason".into()),
-            ..ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("must be at most {} bytes", MAX_REASON_BYTES),
-            )
-        });
+        return Err(ApiError::invalid_field(
+            "reason",
+            format!("must be at most {} bytes", MAX_REASON_BYTES),
+        ));
     }
     let stopped = control::kill_run(
         &state.nats,

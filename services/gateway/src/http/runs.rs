@@ -35,13 +35,10 @@ pub async fn of_job(
         query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(HttpError(ApiError {
-            field: Some("limit".into()),
-            ..ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"),
-            )
-        }));
+        return Err(HttpError(ApiError::invalid_field(
+            "limit",
+            format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"),
+        )));
     }
     let before = query
         .cursor
@@ -67,13 +64,10 @@ pub async fn get_one(
     let run_id = match uuid::Uuid::parse_str(&run_id) {
         Ok(id) => id.hyphenated().to_string(),
         Err(_) => {
-            return Err(HttpError(ApiError {
-                field: Some("run_id".into()),
-                ..ApiError::new(
-                    ErrorCode::InvalidRequest,
-                    format!("run id {run_id:?} is not a UUID"),
-                )
-            }))
+            return Err(HttpError(ApiError::invalid_field(
+                "run_id",
+                format!("run id {run_id:?} is not a UUID"),
+            )))
         }
     };
     let run = state

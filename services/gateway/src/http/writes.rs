@@ -200,13 +200,8 @@ fn action_body<T: serde::de::DeserializeOwned>(body: &[u8], id: &str) -> Result<
     let mut object = body_object(body)?;
     same_id(&object, id)?;
     object.insert("id".into(), Value::String(id.into()));
-    serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
-        let path = e.path().to_string();
-        HttpError(ApiError {
-            field: (path != ".").then_some(path),
-            ..ApiError::new(ErrorCode::InvalidRequest, e.inner().to_string())
-        })
-    })
+    serde_path_to_error::deserialize(Value::Object(object))
+        .map_err(|e| HttpError(ApiError::undecodable(&e)))
 }
 
 /// `If-Match: 7` / `If-Match: "7"` → 7; `If-None-Match: *` → 0 (create only).
