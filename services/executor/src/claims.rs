@@ -148,6 +148,14 @@ async fn note_skipped(
     }
 }
 
+/// What a claim turned out to be when read again.
+#[derive(Debug, PartialEq, Eq)]
+enum Reread {
+    Ours,
+    Other(String),
+    Unknown,
+}
+
 impl ClaimHandle {
     pub fn claim(&self) -> &Claim {
         &self.claim
@@ -168,43 +176,66 @@ impl ClaimHandle {
     /// ours (a `replace` fire took it over).
     pub async fn extend(&mut self, until: DateTime<Utc>) -> bool {
         self.claim.expires_at_ms = until.timestamp_millis();
-        let value = match serde_json::to_vec(&self.claim) {
-            Ok(v) => v,
-            Err(_) => return false,
-        };
-        match self
-            .store
-            .update(&self.key, value.into(), self.revision)
-            .await
-        {
-            Ok(revision) => {
-                self.revision = revision;
-                true
-            }
-            Err(e) => {
-                warn!(key = %self.key, error = %e, "claim no longer ours");
-                false
+        // Twice at most: a `forbid` fire may have noted its skip in the
+        // claim since our last write; then write again on top of its note.
+        for _ in 0..2 {
+            let value = match serde_json::to_vec(&self.claim) {
+                Ok(v) => v,
+                Err(_) => return false,
+            };
+            match self
+                .store
+                .update(&self.key, value.into(), self.revision)
+                .await
+            {
+                Ok(revision) => {
+                    self.revision = revision;
+                    return true;
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    if self.reread().await != Reread::Ours {
+                        warn!(key = %self.key, "claim no longer ours");
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    warn!(key = %self.key, error = %e, "cannot extend the claim");
+                    return false;
+                }
             }
         }
+        false
     }
 
     /// After a failed [`Self::extend`]: the run that holds the claim now, if
     /// it is another (a `replace` fire took it over, or it expired and was
-    /// taken). When it is still ours (the update's answer was lost), the
-    /// handle learns the current revision and the next extend works again.
+    /// taken). When it is still ours (the update's answer was lost, or a
+    /// `forbid` fire noted its skip in the claim's memory), the handle learns
+    /// the current revision and content, so the next write keeps that note.
     pub async fn taken_over_by(&mut self) -> Option<String> {
+        match self.reread().await {
+            Reread::Ours | Reread::Unknown => None,
+            Reread::Other(run_id) => Some(run_id),
+        }
+    }
+
+    /// Read the claim again: adopt its revision and memory when it is still
+    /// ours (our expiry and end stay ours to write).
+    async fn reread(&mut self) -> Reread {
         let entry = match self.store.entry(&self.key).await {
             Ok(Some(entry)) if entry.operation == Operation::Put => entry,
             // Gone or unreadable: nobody else is known to hold it.
-            _ => return None,
+            _ => return Reread::Unknown,
         };
         match serde_json::from_slice::<Claim>(&entry.value) {
-            Ok(holder) if holder.run_id == self.claim.run_id => {
+            Ok(current) if current.run_id == self.claim.run_id => {
                 self.revision = entry.revision;
-                None
+                self.claim.recent = current.recent;
+                self.claim.forgotten_up_to_ms = current.forgotten_up_to_ms;
+                Reread::Ours
             }
-            Ok(holder) => Some(holder.run_id),
-            Err(_) => None,
+            Ok(current) => Reread::Other(current.run_id),
+            Err(_) => Reread::Unknown,
         }
     }
 
@@ -214,24 +245,27 @@ impl ClaimHandle {
     /// executor says it calls its run. The claim is kept, not deleted: it
     /// carries the watermark that tells later runs they are fresh.
     pub async fn release(mut self) {
-        self.claim.end();
-        let Ok(value) = serde_json::to_vec(&self.claim) else {
-            return;
-        };
-        let value: bytes::Bytes = value.into();
         let mut delay =
             jetcron_io::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(1));
         let started = std::time::Instant::now();
         loop {
+            self.claim.end();
+            let Ok(value) = serde_json::to_vec(&self.claim) else {
+                return;
+            };
             match self
                 .store
-                .update(&self.key, value.clone(), self.revision)
+                .update(&self.key, value.into(), self.revision)
                 .await
             {
                 Ok(_) => return,
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                    debug!(key = %self.key, "claim already taken over");
-                    return;
+                    // Still ours with a note added (a skipped fire): end it
+                    // with the note. Another run's: nothing to release.
+                    if self.reread().await != Reread::Ours || started.elapsed() > RELEASE_BUDGET {
+                        debug!(key = %self.key, "claim already taken over");
+                        return;
+                    }
                 }
                 Err(e) if started.elapsed() > RELEASE_BUDGET => {
                     warn!(key = %self.key, error = %e, "claim not released; the next fire takes it over");
@@ -438,6 +472,15 @@ pub async fn claim_for_run(
             // at once: let a short previous run end first; and an executor
             // that reconnects answers again within the silence allowed.
             if since.elapsed() < FORBID_GRACE || !going {
+                // Keep the message ours while waiting: a wait stretched by a
+                // loaded machine must not let JetStream hand the fire to
+                // another executor meanwhile.
+                if last_progress.elapsed() >= ctx.config.progress_interval {
+                    let _ = message
+                        .ack_with(async_nats::jetstream::AckKind::Progress)
+                        .await;
+                    last_progress = tokio::time::Instant::now();
+                }
                 tokio::time::sleep(FORBID_POLL).await;
                 continue;
             }

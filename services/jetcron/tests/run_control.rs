@@ -259,6 +259,34 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
             "a skipped run also ran"
         );
     }
+    // The claim remembers every skip (noted by the skipping executor while
+    // the holder ran), and the last run marked it ended on top of the notes.
+    let running = stack
+        .js
+        .get_key_value(jetcron_core::subjects::RUNNING_BUCKET)
+        .await
+        .expect("running bucket");
+    let claim: serde_json::Value = running
+        .get(jetcron_core::subjects::claim_key("nightly-etl", None))
+        .await
+        .expect("read claim")
+        .map(|bytes| serde_json::from_slice(&bytes).expect("claim json"))
+        .expect("a claim");
+    assert_eq!(
+        claim["ended"], true,
+        "the last run released its claim: {claim}"
+    );
+    let remembered: BTreeSet<&str> = claim["recent"]
+        .as_array()
+        .map(|visits| visits.iter().filter_map(|v| v["run_id"].as_str()).collect())
+        .unwrap_or_default();
+    for s in &skipped {
+        assert!(
+            remembered.contains(s.run_id.as_str()),
+            "skip of {} lost from the claim: {claim}",
+            s.run_id.as_str()
+        );
+    }
     stack.stop().await;
 }
 
