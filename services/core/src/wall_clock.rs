@@ -418,16 +418,7 @@ fn first_change(tz: Tz, from: i64, to: i64, offset: i64) -> Option<i64> {
     while same < to {
         let probe = (same + PROBE_STEP_SECS).min(to);
         if offset_secs(tz, probe) != offset {
-            let mut differs = probe;
-            while differs - same > 1 {
-                let mid = same + (differs - same) / 2;
-                if offset_secs(tz, mid) == offset {
-                    same = mid;
-                } else {
-                    differs = mid;
-                }
-            }
-            return Some(differs);
+            return Some(boundary(tz, same, probe, offset).1);
         }
         same = probe;
     }
@@ -441,20 +432,26 @@ fn stretch_start(tz: Tz, from: i64, to: i64, offset: i64) -> Option<i64> {
     while same > from {
         let probe = (same - PROBE_STEP_SECS).max(from);
         if offset_secs(tz, probe) != offset {
-            let mut differs = probe;
-            while same - differs > 1 {
-                let mid = differs + (same - differs) / 2;
-                if offset_secs(tz, mid) == offset {
-                    same = mid;
-                } else {
-                    differs = mid;
-                }
-            }
-            return Some(same);
+            return Some(boundary(tz, same, probe, offset).0);
         }
         same = probe;
     }
     None
+}
+
+/// Where the offset changes between `same` (at `offset`) and `differs` (not),
+/// which may lie on either side of it: the two adjacent seconds there,
+/// `(at offset, not at offset)`.
+fn boundary(tz: Tz, mut same: i64, mut differs: i64, offset: i64) -> (i64, i64) {
+    while (differs - same).abs() > 1 {
+        let mid = same + (differs - same) / 2;
+        if offset_secs(tz, mid) == offset {
+            same = mid;
+        } else {
+            differs = mid;
+        }
+    }
+    (same, differs)
 }
 
 #[cfg(test)]
