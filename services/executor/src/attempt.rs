@@ -12,6 +12,7 @@
 //! attempts that failed or timed out count.
 
 use async_nats::jetstream::{message::AckKind, Message};
+use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
 use jetcron_io::control;
@@ -118,7 +119,7 @@ async fn run_attempt(
     permit: OwnedSemaphorePermit,
 ) {
     let attempt = delivery.number;
-    let mut publisher = RunEventPublisher::new(ctx, &due, attempt);
+    let publisher = RunEventPublisher::new(ctx, &due, attempt);
     let job = match job::validate(due.job.clone()) {
         Ok(job) => job,
         Err(problems) => {
@@ -262,21 +263,17 @@ async fn run_attempt(
             return;
         }
     }
+    let view = Attempt {
+        ctx,
+        message: &message,
+        due: &due,
+        job: &job,
+        publisher: &publisher,
+        number: attempt,
+    };
     let mut claim = match job.concurrency {
         ConcurrencyPolicy::Allow => None,
-        policy => match take_claim(
-            &Attempt {
-                ctx,
-                message: &message,
-                due: &due,
-                job: &job,
-                publisher: &publisher,
-                number: attempt,
-            },
-            policy,
-        )
-        .await
-        {
+        policy => match take_claim(&view, policy).await {
             Some(claim) => Some(claim),
             None => return,
         },
@@ -343,16 +340,7 @@ async fn run_attempt(
         ending
     };
     drop(store_started);
-    publisher.started_at = Some(started_at);
-    let attempt = Attempt {
-        ctx,
-        message: &message,
-        due: &due,
-        job: &job,
-        publisher: &publisher,
-        number: attempt,
-    };
-    settle(&attempt, &ledger, budget, ending, claim).await;
+    settle(&view, &ledger, budget, started_at, ending, claim).await;
 }
 
 /// Take the overlap claim of `due`'s job under `policy` (`forbid` or
@@ -503,6 +491,7 @@ async fn settle(
     attempt: &Attempt<'_>,
     ledger: &Ledger<'_>,
     budget: Budget,
+    started_at: DateTime<Utc>,
     ending: Ending,
     claim: Option<ClaimHandle>,
 ) {
@@ -547,6 +536,7 @@ async fn settle(
     let mut event = publisher.outcome(
         decision.kind,
         decision.outcome,
+        started_at,
         finished_at,
         &outcome,
         job.max_attempts,

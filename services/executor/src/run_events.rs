@@ -33,7 +33,6 @@ pub struct RunEventPublisher {
     executor_id: String,
     /// Largest message the server takes, less room for headers.
     max_payload: usize,
-    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Largest error text kept in a run event.
@@ -84,7 +83,6 @@ impl RunEventPublisher {
             attempt,
             executor_id: ctx.config.executor_id.clone(),
             max_payload: max_event_payload(&ctx.nats),
-            started_at: None,
         }
     }
 
@@ -144,17 +142,16 @@ impl RunEventPublisher {
         &self,
         kind: RunEventKind,
         ended: AttemptOutcome,
+        started_at: DateTime<Utc>,
         finished_at: DateTime<Utc>,
         outcome: &Outcome,
         max_attempts: u32,
     ) -> RunEvent {
         let mut event = self.base(kind, finished_at, max_attempts);
         event.outcome = Some(ended);
-        event.started_at = self.started_at;
+        event.started_at = Some(started_at);
         event.finished_at = Some(finished_at);
-        event.duration_ms = self
-            .started_at
-            .map(|s| (finished_at - s).num_milliseconds());
+        event.duration_ms = Some((finished_at - started_at).num_milliseconds());
         event.status_code = outcome.status_code;
         event.exit_code = outcome.exit_code;
         event.output = outcome.output.clone();
