@@ -28,7 +28,9 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use jetcron_core::events::{DueEvent, RunId};
 use jetcron_core::subjects;
-use jetcron_testkit::{wait_until, ClickHouseServer, JetcronProcess, NatsCluster};
+use jetcron_testkit::{
+    wait_until, without_colour_codes, ClickHouseServer, JetcronProcess, NatsCluster,
+};
 
 const JOBS: usize = 25;
 const CHAOS_SECS: u64 = 120;
@@ -154,27 +156,9 @@ fn summary(scenario: &str, name: &str, mut values: Vec<f64>) -> (f64, f64, f64) 
     (p50, p99, max)
 }
 
-/// A log without its terminal colour codes.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Instants (the RFC 3339 stamp that opens each log line) at which a log says `needle`.
 fn log_instants(log: &str, needle: &str) -> Vec<DateTime<Utc>> {
-    plain(log)
+    without_colour_codes(log)
         .lines()
         .filter(|line| line.contains(needle))
         .filter_map(|line| {
@@ -188,7 +172,7 @@ fn log_instants(log: &str, needle: &str) -> Vec<DateTime<Utc>> {
 
 /// Values of `field=<number>` on the log lines that say `needle`.
 fn log_numbers(log: &str, needle: &str, field: &str) -> Vec<f64> {
-    plain(log)
+    without_colour_codes(log)
         .lines()
         .filter(|line| line.contains(needle))
         .filter_map(|line| line.split(&format!("{field}=")).nth(1))
@@ -338,7 +322,7 @@ impl Deployment {
             for (name, process) in self.processes() {
                 let _ = std::fs::write(
                     format!("{dir}/{scenario}-{name}.log"),
-                    plain(&process.log()),
+                    without_colour_codes(&process.log()),
                 );
             }
         }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::subjects;
-use jetcron_testkit::{free_port, wait_until, ClickHouseServer, JetcronProcess, NatsServer};
+use jetcron_testkit::{
+    free_port, wait_until, without_colour_codes, ClickHouseServer, JetcronProcess, NatsServer,
+};
 
 const JOBS: usize = 20;
 
@@ -67,7 +69,7 @@ async fn sigterm_mid_load_stops_in_order_and_loses_no_run_event() {
 
     // SIGTERM mid-load: the process ends cleanly, stage by stage.
     let status = tokio::task::block_in_place(|| all.terminate()).expect("exit status");
-    let log = plain(&all.log());
+    let log = without_colour_codes(&all.log());
     assert!(status.success(), "jetcron all exited with {status}:\n{log}");
     let order: Vec<&str> = ["Ticker", "Executor", "Projector", "Gateway"]
         .into_iter()
@@ -141,22 +143,4 @@ async fn sigterm_mid_load_stops_in_order_and_loses_no_run_event() {
         event_ids.len(),
         "run events in JETCRON_RUNS and in ClickHouse differ"
     );
-}
-
-/// A log without its terminal colour codes.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -113,3 +113,21 @@ impl Drop for JetcronProcess {
         self.kill_9();
     }
 }
+
+/// A log (of a [`JetcronProcess`], say) without its terminal colour codes.
+pub fn without_colour_codes(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
