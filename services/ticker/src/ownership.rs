@@ -325,15 +325,16 @@ impl Ownership {
         }
         self.renew(&records).await;
         let share = share::fair_share(live);
-        self.release_above(share, &records, now).await;
+        let seen = self.view_of_shards(&records, now);
+        self.release_above(share, &seen, now).await;
         if ready {
-            self.acquire_up_to(share, &records, now).await;
+            self.acquire_up_to(share, &records, &seen, now).await;
         }
         Ok(())
     }
 
     /// Each shard as this replica sees it now (for [`share::candidates`]).
-    fn shards_seen(&self, records: &HashMap<u32, kv::Entry>, now: Instant) -> Vec<ShardSeen> {
+    fn view_of_shards(&self, records: &HashMap<u32, kv::Entry>, now: Instant) -> Vec<ShardSeen> {
         let wall_now = self.clock.now();
         (0..SHARDS)
             .map(|shard| {
@@ -489,15 +490,8 @@ impl Ownership {
     /// and died at once must not leave several shards without an owner.
     /// After taking a dead replica's shards it waits two TTLs first, so a
     /// replica that comes back and dies again costs one shard's takeover.
-    async fn release_above(
-        &mut self,
-        share: usize,
-        records: &HashMap<u32, kv::Entry>,
-        now: Instant,
-    ) {
-        let any_free = records.values().any(|entry| {
-            serde_json::from_slice::<ShardRecord>(&entry.value).is_ok_and(|r| r.owner.is_empty())
-        });
+    async fn release_above(&mut self, share: usize, seen: &[ShardSeen], now: Instant) {
+        let any_free = seen.iter().any(|s| s.state == RecordState::Free);
         let owned: Vec<u32> = self.owned.keys().copied().collect();
         let since_orphans = self.orphans_taken_at.map(|at| now.duration_since(at));
         let Some(shard) = share::to_release(&owned, share, any_free, since_orphans, &self.options)
@@ -535,11 +529,11 @@ impl Ownership {
         &mut self,
         share: usize,
         records: &HashMap<u32, kv::Entry>,
+        seen: &[ShardSeen],
         now: Instant,
     ) {
-        let seen = self.shards_seen(records, now);
         let owned: std::collections::HashSet<u32> = self.owned.keys().copied().collect();
-        for candidate in share::candidates(&seen, |shard| owned.contains(&shard), &self.options) {
+        for candidate in share::candidates(seen, |shard| owned.contains(&shard), &self.options) {
             let shard = candidate.shard;
             if self.owned.len() >= share && !candidate.beyond_share {
                 continue;
