@@ -55,6 +55,14 @@ impl ValidJob {
         Some(t)
     }
 
+    /// The next `count` scheduled times after `after` (fewer when the
+    /// schedule ends), oldest first.
+    pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        std::iter::successors(self.next_scheduled(after), |t| self.next_scheduled(*t))
+            .take(count)
+            .collect()
+    }
+
     /// When the due event of `scheduled` is published: `scheduled` plus the
     /// job's deterministic jitter.
     pub fn fire_instant(&self, scheduled: DateTime<Utc>) -> DateTime<Utc> {

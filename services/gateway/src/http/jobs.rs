@@ -83,17 +83,7 @@ pub async fn get_one(
     let now = state.clock.now();
     let (next_fires, preview, paused) = match &valid {
         Some(job) => {
-            let mut fires = Vec::new();
-            let mut after = now;
-            while fires.len() < count {
-                match job.next_scheduled(after) {
-                    Some(at) => {
-                        fires.push(at);
-                        after = at;
-                    }
-                    None => break,
-                }
-            }
+            let fires = job.upcoming(now, count);
             let preview =
                 schedule_preview::describe(&job.spec.schedule, &job.schedule, job.timezone, &fires);
             (
