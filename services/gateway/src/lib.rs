@@ -29,6 +29,7 @@ pub mod nats_api;
 pub mod pools;
 pub mod query_catalog;
 pub mod rejections;
+pub mod request_body;
 pub mod run_control;
 pub mod run_history;
 pub mod run_list;

@@ -58,19 +58,6 @@ pub struct BackfilledReply {
     pub skipped: Vec<String>,
 }
 
-pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    // serde would also read a request struct from a positional array.
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "the request body must be a JSON object",
-        ));
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| ApiError::undecodable(&e))
-}
-
 async fn load_valid_job(state: &GatewayState, id: &str) -> Result<(ValidJob, u64), ApiError> {
     validate_id(id).map_err(|p| ApiError::invalid_job(vec![p]))?;
     let (stored, valid) = state

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::job_store::PutJob;
-use crate::manual_runs::parse_body;
+use crate::request_body::parse_body;
 use crate::{job_requests, manual_runs, run_control, schedule_requests, GatewayState};
 
 #[derive(Debug, Clone, Copy)]

@@ -32,7 +32,7 @@ pub async fn kill(
     let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
         KillBody::default()
     } else {
-        crate::manual_runs::parse_body(&body)?
+        crate::request_body::parse_body(&body)?
     };
     let request = jetcron_core::control::KillRequest {
         run_id,

@@ -24,7 +24,8 @@ use serde_json::{Map, Value};
 use super::HttpError;
 use crate::job_requests::{self, DeleteJob, DeletedReply, PausedReply, SelectJobs};
 use crate::job_store::{PutJob, PutReply};
-use crate::manual_runs::{self, parse_body, BackfilledReply, TriggeredReply};
+use crate::manual_runs::{self, BackfilledReply, TriggeredReply};
+use crate::request_body::parse_body;
 use crate::GatewayState;
 
 /// Largest oversized body read to the end before the 413 is sent.
