@@ -215,6 +215,7 @@ impl JobStore {
                     })
             }
         }?;
+        self.index.note_write(key, revision, true);
         // Whether it is new: exact for compare-and-swap writes; for plain
         // puts, as the bucket was just before (two writers racing on one
         // new id may both be told "created").
@@ -259,7 +260,11 @@ impl JobStore {
         // The delete happened: a failed lookup of its revision must not
         // answer as if it had not (a retry would then get a conflict).
         let marker = match self.delete_marker_after(id, expected).await {
-            Ok(revision) => Some(revision),
+            Ok(revision) => {
+                self.index
+                    .note_write(subjects::job_key(id), revision, false);
+                Some(revision)
+            }
             Err(e) => {
                 tracing::warn!(job_id = id, error = %e.message, "deleted, but its delete marker's revision is unknown");
                 None

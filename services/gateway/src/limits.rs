@@ -3,12 +3,16 @@
 //!
 //! The count comes from a watch of `jetcron_jobs` (last value per key, then
 //! every change), so a put needs no scan of the bucket. Until the watch has
-//! caught up the gateway counts keys the slow way. Several gateways each
+//! caught up the gateway counts keys the slow way. The gateway notes its own
+//! writes in the index as soon as the bucket answers them, so a create right
+//! after another through the same gateway counts both (the watch delivers
+//! them again later; an older revision never overwrites a newer one).
+//! Several gateways each
 //! enforce the limit on their own view, so concurrent creates through
 //! different gateways can pass it by a few; a direct `nats kv put` is not
 //! counted at all (NATS permissions decide who may do that).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -57,25 +61,56 @@ pub struct JobIndex {
 
 #[derive(Default)]
 struct IndexState {
-    live: HashSet<String>,
+    /// Latest known revision of each key, and whether it holds a job (a
+    /// delete keeps its revision so a late put of an older one is ignored).
+    keys: HashMap<String, (u64, bool)>,
+    live: usize,
     synced: bool,
+}
+
+impl IndexState {
+    fn record(&mut self, key: &str, revision: u64, live: bool) {
+        let was_live = match self.keys.get_mut(key) {
+            Some((known, _)) if *known >= revision => return,
+            Some((known, was)) => {
+                let before = *was;
+                (*known, *was) = (revision, live);
+                before
+            }
+            None => {
+                self.keys.insert(key.to_owned(), (revision, live));
+                false
+            }
+        };
+        match (was_live, live) {
+            (false, true) => self.live += 1,
+            (true, false) => self.live -= 1,
+            _ => {}
+        }
+    }
 }
 
 impl JobIndex {
     /// Whether `key` exists and how many keys exist, when the watch has caught up.
     pub fn lookup(&self, key: &str) -> Option<(bool, usize)> {
         let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        state
-            .synced
-            .then(|| (state.live.contains(key), state.live.len()))
+        state.synced.then(|| {
+            let exists = state.keys.get(key).is_some_and(|(_, live)| *live);
+            (exists, state.live)
+        })
+    }
+
+    /// Note a write this gateway made: `key` at `revision` now holds a job
+    /// (`live`) or a delete marker.
+    pub fn note_write(&self, key: &str, revision: u64, live: bool) {
+        let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        state.record(key, revision, live);
     }
 
     fn apply(&self, entry: &kv::Entry) {
         let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        match entry.operation {
-            Operation::Put => state.live.insert(entry.key.clone()),
-            Operation::Delete | Operation::Purge => state.live.remove(&entry.key),
-        };
+        let live = entry.operation == Operation::Put;
+        state.record(&entry.key, entry.revision, live);
         if entry.seen_current || entry.delta == 0 {
             state.synced = true;
         }
@@ -139,4 +174,29 @@ pub async fn count_keys(bucket: &kv::Store, key: &str) -> anyhow::Result<(bool, 
         .await
         .context("list job keys")?;
     Ok((keys.iter().any(|k| k == key), keys.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_writes_count_at_once_and_late_older_revisions_change_nothing() {
+        let index = JobIndex::default();
+        index.mark_synced();
+        index.note_write("a", 3, true);
+        index.note_write("b", 4, true);
+        assert_eq!(index.lookup("a"), Some((true, 2)));
+        // The watch delivers the same and older revisions later.
+        let mut state = index.inner.write().unwrap();
+        state.record("a", 1, true);
+        state.record("a", 3, true);
+        state.record("b", 5, false);
+        state.record("b", 4, true);
+        drop(state);
+        assert_eq!(index.lookup("a"), Some((true, 1)));
+        assert_eq!(index.lookup("b"), Some((false, 1)));
+        index.note_write("b", 6, true);
+        assert_eq!(index.lookup("b"), Some((true, 2)));
+    }
 }
