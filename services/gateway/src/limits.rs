@@ -188,7 +188,7 @@ mod tests {
         index.note_write("b", 4, true);
         assert_eq!(index.lookup("a"), Some((true, 2)));
         // The watch delivers the same and older revisions later.
-        let mut state = index.inner.write().unwrap();
+        let mut state = index.inner.write().expect("index lock");
         state.record("a", 1, true);
         state.record("a", 3, true);
         state.record("b", 5, false);
