@@ -206,6 +206,22 @@ impl ApiError {
         }
     }
 
+    /// The caller did not prove who it is, or is not allowed.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message)
+    }
+
+    /// A body larger than a configured limit.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::TooLarge, message)
+    }
+
+    /// A request that could not be read at all (a query string, a path
+    /// segment, a method): no one field to name.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+
     /// A field-level problem with the request itself (not the definition).
     pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {

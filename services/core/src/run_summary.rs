@@ -18,22 +18,26 @@ use crate::events::{RunEvent, RunEventKind, RunId, Trigger};
 use crate::time_format;
 
 /// The state of one run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
     pub run_id: RunId,
     pub job_id: String,
     /// `running`, `retrying`, `succeeded`, `failed`, `timed_out`, `killed` or `skipped`.
     pub status: &'static str,
     pub trigger: Trigger,
+    #[schemars(with = "String")]
     #[serde(with = "time_format::millis")]
     pub scheduled_at: DateTime<Utc>,
     /// Start of the first attempt.
+    #[schemars(with = "Option<String>")]
     #[serde(with = "time_format::millis_opt")]
     pub first_started_at: Option<DateTime<Utc>>,
     /// Start of the latest attempt.
+    #[schemars(with = "Option<String>")]
     #[serde(with = "time_format::millis_opt")]
     pub started_at: Option<DateTime<Utc>>,
     /// End of the run (set once it is over).
+    #[schemars(with = "Option<String>")]
     #[serde(with = "time_format::millis_opt")]
     pub finished_at: Option<DateTime<Utc>>,
     /// Duration of the latest finished attempt.
@@ -67,7 +71,7 @@ pub struct RunSummary {
 }
 
 /// Where one shard of a sharded run is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ShardState {
     pub shard: u32,
     pub status: &'static str,
@@ -76,14 +80,16 @@ pub struct ShardState {
 }
 
 /// One attempt of a run (of one shard).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct AttemptView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
     pub attempt: u32,
     pub executor_id: String,
+    #[schemars(with = "Option<String>")]
     #[serde(with = "time_format::millis_opt")]
     pub started_at: Option<DateTime<Utc>>,
+    #[schemars(with = "Option<String>")]
     #[serde(with = "time_format::millis_opt")]
     pub finished_at: Option<DateTime<Utc>>,
     /// `succeeded`, `failed`, `timed_out`, `killed`, `interrupted`, `skipped`,

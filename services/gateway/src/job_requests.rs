@@ -47,14 +47,14 @@ pub struct SelectJobs {
 }
 
 /// The answer of `get`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct JobReply {
     pub ok: bool,
     pub job: StoredJob,
 }
 
 /// The answer of `list`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct JobsReply {
     pub ok: bool,
     pub jobs: Vec<StoredJob>,
@@ -112,10 +112,7 @@ fn checked_selector(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {
     let problems = validate_labels("labels", labels);
     match problems.first() {
         None => Ok(()),
-        Some(p) => Err(ApiError {
-            field: Some(p.field.clone()),
-            ..ApiError::new(ErrorCode::InvalidRequest, p.message.clone())
-        }),
+        Some(p) => Err(ApiError::invalid_field(p.field.clone(), p.message.clone())),
     }
 }
 
@@ -209,8 +206,7 @@ pub async fn set_paused(
                 .collect()
         }
         _ => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
+            return Err(ApiError::malformed(
                 "give either \"id\" or a non-empty \"labels\" selector, not both",
             ))
         }

@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
@@ -30,7 +30,7 @@ pub struct PutReply {
 }
 
 /// A stored definition as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StoredJob {
     pub id: String,
     pub revision: u64,
@@ -64,7 +64,7 @@ impl StoredJob {
 }
 
 /// One revision of a key, as `GET /v1/jobs/{id}/history` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Revision {
     pub revision: u64,
     /// `put`, `delete` or `purge`.
@@ -172,11 +172,10 @@ impl JobStore {
             let not_json = problems.len() == 1
                 && problems[0].field.is_empty()
                 && problems[0].code != "too_large";
-            let mut error = ApiError::invalid_job(problems);
-            if not_json {
-                error.code = ErrorCode::InvalidRequest;
+            match not_json {
+                true => ApiError::invalid_request(problems),
+                false => ApiError::invalid_job(problems),
             }
-            error
         })?;
         let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
@@ -290,10 +289,9 @@ impl JobStore {
                 return Ok(entry.revision);
             }
         }
-        Err(ApiError::new(
-            ErrorCode::Unavailable,
-            format!("{id:?} was deleted but its delete marker is not in the history"),
-        ))
+        Err(ApiError::unavailable(format!(
+            "{id:?} was deleted but its delete marker is not in the history"
+        )))
     }
 
     /// Set `paused` on one stored definition by compare-and-swap; `None`
@@ -328,7 +326,7 @@ impl JobStore {
                 definition.remove("paused");
             }
             let bytes = serde_json::to_vec(&definition)
-                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+                .map_err(|e| ApiError::internal("encode the definition", e))?;
             match self
                 .bucket
                 .update(subjects::job_key(id), bytes.into(), entry.revision)
@@ -463,7 +461,7 @@ fn split_expected_revision(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<u64>)
         )
     })?;
     let bytes = serde_json::to_vec(&definition)
-        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+        .map_err(|e| ApiError::internal("encode the definition", e))?;
     Ok((Some(bytes), Some(revision)))
 }
 

@@ -8,7 +8,8 @@
 //!   ([`schedule_requests`]). Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
 //!   bucket (the source of truth), runs from ClickHouse ([`run_history`]),
-//!   pool queues from `JETCRON_DUE` ([`pools`]); it also takes job writes
+//!   pool queues from `JETCRON_DUE` ([`pools`]), each read one typed
+//!   operation of [`read_requests`]; it also takes job writes
 //!   (the same operations as NATS), kills, schedule previews and the
 //!   completion reports of asynchronous targets.
 //! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
@@ -28,6 +29,7 @@ pub mod missed_fire_scan;
 pub mod nats_api;
 pub mod pools;
 pub mod query_catalog;
+pub mod read_requests;
 pub mod rejections;
 pub mod request_body;
 pub mod run_control;

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use jetcron_core::events::{DueEvent, RunId, Trigger};
 use jetcron_core::job::{validate_id, FieldError, ValidJob};
 use jetcron_core::time_format::rfc3339_millis;
@@ -120,10 +120,7 @@ fn instant(field: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
                     "expected an RFC 3339 instant such as 2026-01-01T00:00:00Z, got {text:?}: {e}"
                 ),
             );
-            ApiError {
-                code: ErrorCode::InvalidRequest,
-                ..ApiError::invalid_job(vec![problem])
-            }
+            ApiError::invalid_request(vec![problem])
         })
 }
 

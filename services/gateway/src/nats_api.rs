@@ -171,12 +171,7 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
 
 /// An answer as the JSON body of the reply.
 fn encode(answer: impl serde::Serialize) -> Result<Value, ApiError> {
-    serde_json::to_value(answer).map_err(|e| {
-        ApiError::new(
-            jetcron_core::api::ErrorCode::Internal,
-            format!("encode the answer: {e}"),
-        )
-    })
+    serde_json::to_value(answer).map_err(|e| ApiError::internal("encode the answer", e))
 }
 
 /// An empty body means "no arguments" (for `list`).

@@ -14,7 +14,7 @@ use jetcron_io::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
 use serde::Serialize;
 
 /// One rejection as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Rejection {
     pub event_id: String,
     pub source: String,

@@ -2,7 +2,7 @@
 //! NATS service and the HTTP handlers, so both refuse the same bodies with
 //! the same field-named errors.
 
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 
 /// `body` (a JSON object) as a `T`; an error names the field where decoding
 /// stopped.
@@ -10,8 +10,7 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
     // serde would also read a request struct from a positional array.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
+        return Err(ApiError::malformed(
             "the request body must be a JSON object",
         ));
     }

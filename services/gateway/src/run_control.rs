@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use jetcron_core::control::{is_run_id, Completion, KillRequest, MAX_REASON_BYTES};
 use jetcron_core::subjects;
 use jetcron_io::control;
@@ -73,14 +73,10 @@ pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledRe
 /// Store a completion report of `run_id` where waiting executors hear it.
 pub async fn complete(state: &GatewayState, run_id: &str, body: &[u8]) -> Result<Value, ApiError> {
     check_run_id(run_id)?;
-    let report = Completion::parse(body).map_err(|why| {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("completion report: {why}"),
-        )
-    })?;
+    let report = Completion::parse(body)
+        .map_err(|why| ApiError::malformed(format!("completion report: {why}")))?;
     let payload = serde_json::to_vec(&report)
-        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+        .map_err(|e| ApiError::internal("encode the completion report", e))?;
     state
         .js
         .publish_with_headers(

@@ -41,7 +41,7 @@ pub struct RunRow {
 }
 
 /// A run in a listing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ListedRun {
     pub run_id: String,
     pub job_id: String,

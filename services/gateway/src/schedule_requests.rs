@@ -6,7 +6,7 @@
 //! NATS or ClickHouse, so a preview works while either is away.
 
 use chrono::{DateTime, Utc};
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use jetcron_core::schedule_preview::{self, Preview, PreviewRequest};
 use serde::Serialize;
 
@@ -42,11 +42,8 @@ pub fn preview(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewRe
 /// `body` (a NATS request) as a preview request.
 pub fn decode(body: &[u8]) -> Result<PreviewRequest, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "a preview request is {{\"schedule\",\"timezone\"?,\"count\"?,\"from\"?}}: {e}"
-            ),
-        )
+        ApiError::malformed(format!(
+            "a preview request is {{\"schedule\",\"timezone\"?,\"count\"?,\"from\"?}}: {e}"
+        ))
     })
 }

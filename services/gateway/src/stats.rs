@@ -61,7 +61,7 @@ const STATS_SQL: &str = "SELECT job_id, count() AS runs, \
     FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ?";
 
 /// p50 / p95 / p99 in milliseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Percentiles {
     pub p50: i64,
     pub p95: i64,
@@ -81,7 +81,7 @@ fn percentiles(count: u64, values: &[i64]) -> Option<Percentiles> {
 }
 
 /// Everything `/v1/stats` says about one job.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobStats {
     pub job_id: String,
     pub runs: u64,

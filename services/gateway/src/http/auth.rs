@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use subtle::ConstantTimeEq as _;
 
 use super::HttpError;
@@ -89,9 +89,7 @@ impl HttpAuth {
             return Ok(());
         }
         if self.tokens.is_empty() {
-            return Err(ApiError::new(
-                ErrorCode::Unauthorized,
-                "HTTP writes are disabled: this gateway has no API token (start it with --api-token); the NATS API (jetcron.api.>) takes writes",
+            return Err(ApiError::unauthorized("HTTP writes are disabled: this gateway has no API token (start it with --api-token); the NATS API (jetcron.api.>) takes writes",
             ));
         }
         let presented = authorization
@@ -102,10 +100,7 @@ impl HttpAuth {
             })
             .map(str::trim)
             .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "missing bearer token: send Authorization: Bearer <token>",
-                )
+                ApiError::unauthorized("missing bearer token: send Authorization: Bearer <token>")
             })?;
         // Every token is compared, so the time taken says nothing about which matched.
         let matched = self.tokens.iter().fold(0u8, |hit, t| {
@@ -114,10 +109,7 @@ impl HttpAuth {
         if matched == 1 {
             Ok(())
         } else {
-            Err(ApiError::new(
-                ErrorCode::Unauthorized,
-                "the bearer token is not accepted",
-            ))
+            Err(ApiError::unauthorized("the bearer token is not accepted"))
         }
     }
 }

@@ -12,7 +12,6 @@ pub mod auth;
 mod control;
 pub mod health;
 mod jobs;
-mod listing;
 pub mod openapi;
 mod redact;
 mod runs;
@@ -100,23 +99,23 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::GET, "/readyz", Public, "Readiness: NATS and ClickHouse reachable", &[], None, 200, get(health::readyz)),
         route(Method::GET, "/metrics", Public, "Prometheus metrics (pool queues)", &[], None, 200, get(control::metrics)),
         route(Method::GET, "/openapi.json", Public, "This document", &[], None, 200, get(openapi::serve)),
-        route(Method::GET, "/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", &[("labels", "label selector: key=value pairs separated by commas")], None, 200, get(jobs::list)),
+        route(Method::GET, "/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", &[("labels", "label selector: key=value pairs separated by commas")], None, 200, get(jobs::list)).answers::<crate::job_requests::JobsReply>(),
         route(Method::POST, "/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)).answers::<crate::job_store::PutReply>(),
         route(Method::POST, "/v1/jobs:pause", Write, "Pause every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::pause_selected)).answers::<crate::job_requests::PausedReply>(),
         route(Method::POST, "/v1/jobs:resume", Write, "Resume every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::resume_selected)).answers::<crate::job_requests::PausedReply>(),
-        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", &[("next", "how many next fires, 1 to 1000 (default 5)")], None, 200, get(jobs::get_one)),
+        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", &[("next", "how many next fires, 1 to 1000 (default 5)")], None, 200, get(jobs::get_one)).answers::<crate::read_requests::JobDetail>(),
         route(Method::PUT, "/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<JobSpec>, "a job definition; its id, if given, must be {id}")), 200, put(writes::replace)).answers::<crate::job_store::PutReply>(),
         route(Method::DELETE, "/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(writes::delete)).answers::<crate::job_requests::DeletedReply>(),
-        route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)),
-        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)),
+        route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)).answers::<crate::read_requests::JobHistory>(),
+        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)).answers::<crate::read_requests::JobRunsReply>(),
         route(Method::POST, "/v1/jobs/{id}/pause", Write, "Pause job {id}", &[], None, 200, post(writes::pause)).answers::<crate::job_requests::PausedReply>(),
         route(Method::POST, "/v1/jobs/{id}/resume", Write, "Resume job {id}", &[], None, 200, post(writes::resume)).answers::<crate::job_requests::PausedReply>(),
         route(Method::POST, "/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", &[], None, 202, post(writes::trigger)).answers::<crate::manual_runs::TriggeredReply>(),
         route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)).answers::<crate::manual_runs::BackfilledReply>(),
-        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)),
-        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(listing::runs)),
-        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(listing::stats)),
-        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)),
+        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)).answers::<crate::read_requests::RejectionsReply>(),
+        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(runs::list)).answers::<crate::read_requests::RunsReply>(),
+        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(runs::stats)).answers::<crate::read_requests::StatsReply>(),
+        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)).answers::<crate::read_requests::RunReply>(),
         route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)).answers::<crate::run_control::KilledReply>(),
         route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
         route(Method::GET, "/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", &[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")], None, 200, get(schedules::preview)).answers::<crate::schedule_requests::PreviewReply>(),
@@ -188,6 +187,9 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(error = %self.0.message, "request failed on a dependency");
+        }
         (status, Json(self.0.to_reply())).into_response()
     }
 }
@@ -198,10 +200,27 @@ impl From<ApiError> for HttpError {
     }
 }
 
-/// A dependency failed: log the chain, answer 503.
+/// A dependency failed: answer 503 (logged as every 5xx is).
 pub fn unavailable(e: anyhow::Error) -> HttpError {
-    tracing::warn!(error = %format!("{e:#}"), "request failed on a dependency");
     HttpError(ApiError::unavailable(e))
+}
+
+/// A query string as axum decoded it, or why it could not.
+pub type QueryResult<T> = Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>;
+/// A path parameter as axum decoded it, or why it could not.
+pub type PathResult<T> = Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>;
+
+/// The query of a request, or a 400 naming what is wrong with it.
+pub fn query<T>(q: QueryResult<T>) -> Result<T, HttpError> {
+    q.map(|axum::extract::Query(q)| q)
+        .map_err(|e| HttpError(ApiError::malformed(e.body_text())))
+}
+
+/// A typed answer as the JSON body of a reply.
+pub fn encoded<T: serde::Serialize>(answer: &T) -> Result<Json<serde_json::Value>, HttpError> {
+    serde_json::to_value(answer)
+        .map(Json)
+        .map_err(|e| HttpError(ApiError::internal("encode the answer", e)))
 }
 
 async fn not_found() -> HttpError {
@@ -212,8 +231,7 @@ async fn not_found() -> HttpError {
 }
 
 async fn method_not_allowed() -> Response {
-    let error = ApiError::new(
-        ErrorCode::InvalidRequest,
+    let error = ApiError::malformed(
         "method not allowed on this route (GET /openapi.json lists the routes)",
     );
     (StatusCode::METHOD_NOT_ALLOWED, Json(error.to_reply())).into_response()
@@ -221,5 +239,5 @@ async fn method_not_allowed() -> Response {
 
 /// A path segment axum could not decode (e.g. `%ff`), as a JSON 400.
 pub fn bad_path(e: axum::extract::rejection::PathRejection) -> HttpError {
-    HttpError(ApiError::new(ErrorCode::InvalidRequest, e.body_text()))
+    HttpError(ApiError::malformed(e.body_text()))
 }

@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
-use jetcron_core::api::{ApiError, ErrorCode};
 use jetcron_core::schedule_preview::PreviewRequest;
 
 use super::HttpError;
@@ -16,10 +15,9 @@ use crate::GatewayState;
 /// `GET /v1/schedules/preview?schedule=…&timezone=…&count=N&from=RFC3339`.
 pub async fn preview(
     State(state): State<Arc<GatewayState>>,
-    query: Result<Query<PreviewRequest>, axum::extract::rejection::QueryRejection>,
+    query: super::QueryResult<PreviewRequest>,
 ) -> Result<Json<PreviewReply>, HttpError> {
-    let Query(request) =
-        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let request = super::query(query)?;
     Ok(Json(schedule_requests::preview(
         &request,
         state.clock.now(),

@@ -16,7 +16,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use jetcron_core::api::{ApiError, ErrorCode};
+use jetcron_core::api::ApiError;
 use jetcron_core::job::validate_id;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -65,10 +65,9 @@ impl FromRequest<Arc<GatewayState>> for LimitedBody {
 }
 
 fn too_large(limit: usize) -> HttpError {
-    HttpError(ApiError::new(
-        ErrorCode::TooLarge,
-        format!("request body is larger than {limit} bytes (gateway --http-body-limit)"),
-    ))
+    HttpError(ApiError::too_large(format!(
+        "request body is larger than {limit} bytes (gateway --http-body-limit)"
+    )))
 }
 
 type IdPath = Result<Path<String>, axum::extract::rejection::PathRejection>;
@@ -87,14 +86,9 @@ fn body_object(body: &[u8]) -> Result<Map<String, Value>, HttpError> {
         return Ok(Map::new());
     }
     let not_json = |message: String| {
-        HttpError(ApiError {
-            problems: vec![jetcron_core::job::FieldError::new(
-                "",
-                "invalid_json",
-                message.clone(),
-            )],
-            ..ApiError::new(ErrorCode::InvalidRequest, message)
-        })
+        HttpError(ApiError::invalid_request(vec![
+            jetcron_core::job::FieldError::new("", "invalid_json", message),
+        ]))
     };
     match serde_json::from_slice::<UniqueKeys>(body) {
         Ok(UniqueKeys(Value::Object(map))) => Ok(map),
@@ -293,8 +287,7 @@ pub async fn delete(
     query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DeletedReply>, HttpError> {
     let id = path_id(id)?;
-    let Query(query) =
-        query.map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.body_text()))?;
+    let query = super::query(query)?;
     let expected = match (query.expected_revision, precondition(&headers)?) {
         (Some(_), Some(_)) => {
             return Err(HttpError(ApiError::invalid_field(
