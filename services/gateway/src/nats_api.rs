@@ -163,7 +163,7 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
         }
         Endpoint::Kill => encode(run_control::kill(state, parse_body(body)?).await?),
         Endpoint::Preview => encode(schedule_requests::preview(
-            &schedule_requests::decode(body)?,
+            &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,
         )?),
     }

@@ -38,12 +38,3 @@ pub fn preview(request: &PreviewRequest, now: DateTime<Utc>) -> Result<PreviewRe
         preview: schedule_preview::preview(&request.schedule, &checked),
     })
 }
-
-/// `body` (a NATS request) as a preview request.
-pub fn decode(body: &[u8]) -> Result<PreviewRequest, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::malformed(format!(
-            "a preview request is {{\"schedule\",\"timezone\"?,\"count\"?,\"from\"?}}: {e}"
-        ))
-    })
-}
