@@ -179,7 +179,10 @@ pub async fn set_paused(
     let ids: Vec<String> = match (request.id, request.labels) {
         (Some(id), None) => {
             checked_id(&id)?;
-            let revision = state.jobs.set_paused(&id, paused).await?;
+            let revision = state
+                .jobs
+                .set_paused(&id, paused, state.clock.now())
+                .await?;
             let (changed, unchanged) = match revision {
                 Some(revision) => (vec![Changed { id, revision }], vec![]),
                 None => (vec![], vec![id]),
@@ -219,7 +222,7 @@ pub async fn set_paused(
     let mut failed = Vec::new();
     let mut ids = ids.into_iter();
     for id in ids.by_ref() {
-        match state.jobs.set_paused(&id, paused).await {
+        match state.jobs.set_paused(&id, paused, state.clock.now()).await {
             Ok(Some(revision)) => changed.push(Changed { id, revision }),
             Ok(None) => unchanged.push(id),
             // NATS trouble would fail every other job too, one timeout at

@@ -8,7 +8,7 @@ use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
-use crate::limits::{count_keys, JobIndex};
+use crate::job_catalog::{count_keys, JobCatalog};
 
 /// `put`: a definition as sent; `key`, the id named by the HTTP path (the
 /// body may then leave it out); `expected_revision`, a compare-and-swap
@@ -117,16 +117,16 @@ impl Revision {
 #[derive(Clone)]
 pub struct JobStore {
     bucket: kv::Store,
-    index: JobIndex,
+    catalog: JobCatalog,
     max_jobs: usize,
 }
 
 impl JobStore {
-    /// `index` must be following `bucket` ([`JobIndex::follow`]).
-    pub fn new(bucket: kv::Store, index: JobIndex, max_jobs: usize) -> Self {
+    /// `catalog` must be following `bucket` ([`JobCatalog::follow`]).
+    pub fn new(bucket: kv::Store, catalog: JobCatalog, max_jobs: usize) -> Self {
         Self {
             bucket,
-            index,
+            catalog,
             max_jobs,
         }
     }
@@ -135,7 +135,7 @@ impl JobStore {
     /// Refuse a new job beyond `max_jobs`; whether `id` exists already.
     async fn check_room_for(&self, id: &str) -> Result<bool, ApiError> {
         let key = subjects::job_key(id);
-        let (exists, count) = match self.index.lookup(key) {
+        let (exists, count) = match self.catalog.lookup(key) {
             Some(known) => known,
             None => count_keys(&self.bucket, key)
                 .await
@@ -190,6 +190,7 @@ impl JobStore {
                 .is_some_and(|e| e.operation == Operation::Put);
         }
         let value: bytes::Bytes = body.to_vec().into();
+        let written = value.clone();
         let revision = match expected_revision {
             None => self.bucket.put(key, value).await.map_err(unavailable),
             Some(0) => self
@@ -214,7 +215,7 @@ impl JobStore {
                     })
             }
         }?;
-        self.index.note_write(key, revision, true);
+        self.catalog.note_put(key, revision, &written, now);
         // Whether it is new: exact for compare-and-swap writes; for plain
         // puts, as the bucket was just before (two writers racing on one
         // new id may both be told "created").
@@ -260,8 +261,7 @@ impl JobStore {
         // answer as if it had not (a retry would then get a conflict).
         let marker = match self.delete_marker_after(id, expected).await {
             Ok(revision) => {
-                self.index
-                    .note_write(subjects::job_key(id), revision, false);
+                self.catalog.note_delete(subjects::job_key(id), revision);
                 Some(revision)
             }
             Err(e) => {
@@ -295,8 +295,13 @@ impl JobStore {
     }
 
     /// Set `paused` on one stored definition by compare-and-swap; `None`
-    /// when it already was in that state.
-    pub async fn set_paused(&self, id: &str, paused: bool) -> Result<Option<u64>, ApiError> {
+    /// when it already was in that state. `now` is when it is written.
+    pub async fn set_paused(
+        &self,
+        id: &str,
+        paused: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<u64>, ApiError> {
         for _ in 0..8 {
             let entry = self
                 .bucket
@@ -327,12 +332,16 @@ impl JobStore {
             }
             let bytes = serde_json::to_vec(&definition)
                 .map_err(|e| ApiError::internal("encode the definition", e))?;
+            let key = subjects::job_key(id);
             match self
                 .bucket
-                .update(subjects::job_key(id), bytes.into(), entry.revision)
+                .update(key, bytes.clone().into(), entry.revision)
                 .await
             {
-                Ok(revision) => return Ok(Some(revision)),
+                Ok(revision) => {
+                    self.catalog.note_put(key, revision, &bytes, now);
+                    return Ok(Some(revision));
+                }
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
                 Err(e) => return Err(unavailable(e)),
             }

@@ -21,6 +21,7 @@
 //! injected clock ([`GatewayState::clock`]).
 
 pub mod http;
+pub mod job_catalog;
 pub mod job_requests;
 pub mod job_store;
 pub mod limits;
@@ -65,6 +66,8 @@ pub struct GatewayState {
     pub nats: async_nats::Client,
     pub js: async_nats::jetstream::Context,
     pub jobs: job_store::JobStore,
+    /// One small row per job, for the console's table and the job limit.
+    pub catalog: job_catalog::JobCatalog,
     pub runs: run_history::RunHistory,
     /// `jetcron_running`: kill requests.
     pub running: async_nats::jetstream::kv::Store,
@@ -134,8 +137,8 @@ pub async fn run(
     };
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
-    let index = limits::JobIndex::default();
-    let index_task = tokio::spawn(index.clone().follow(bucket.clone(), shutdown.clone()));
+    let catalog = job_catalog::JobCatalog::default();
+    let catalog_task = tokio::spawn(catalog.clone().follow(bucket.clone(), shutdown.clone()));
     if config.http_auth.has_no_tokens() {
         warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
     }
@@ -143,7 +146,8 @@ pub async fn run(
         running,
         nats: client.clone(),
         js: js.clone(),
-        jobs: job_store::JobStore::new(bucket, index, config.limits.max_jobs),
+        jobs: job_store::JobStore::new(bucket, catalog.clone(), config.limits.max_jobs),
+        catalog,
         runs: run_history::RunHistory::new(clickhouse.clone()),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
@@ -195,7 +199,7 @@ pub async fn run(
         warn!(error = %e, "missed fire scan task panicked");
     }
     schema.abort();
-    index_task.abort();
+    catalog_task.abort();
     info!("gateway stopped");
     Ok(())
 }

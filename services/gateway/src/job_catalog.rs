@@ -1,0 +1,485 @@
+//! What the gateway knows of every job without asking the bucket: one small
+//! row per key (schedule, zone, state, labels, target type), kept by a watch
+//! of `jetcron_jobs` (last value per key, then every change).
+//!
+//! Two users: the `max_jobs` limit counts from it, so a put needs no scan of
+//! the bucket; and the console's job table filters, sorts and pages it, so a
+//! page of 50 out of 100,000 jobs costs a walk over memory, not 100,000 KV
+//! reads. The bucket stays the source of truth: a job's page reads its entry.
+//!
+//! The gateway notes its own writes as soon as the bucket answers them, so a
+//! create right after another through the same gateway counts both and a
+//! pause shows in the table at once (the watch delivers them again later; an
+//! older revision never overwrites a newer one). Until the watch has caught
+//! up, [`JobCatalog::synced`] is false: the limit counts keys the slow way
+//! and the console says the list is loading. Several gateways each keep
+//! their own view, so concurrent creates through different gateways can
+//! pass the limit by a few; a direct `nats kv put` is not counted at all
+//! (NATS permissions decide who may do that).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Operation};
+use chrono::{DateTime, Utc};
+use futures::{StreamExt as _, TryStreamExt as _};
+use jetcron_core::job::parse_written;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// Longest description kept in a row (the job page shows the whole one).
+const DESCRIPTION_CHARS: usize = 160;
+
+/// One job as the table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub id: String,
+    pub revision: u64,
+    pub updated_at: DateTime<Utc>,
+    /// Whether the definition validates (only valid ones are scheduled).
+    pub valid: bool,
+    pub schedule: String,
+    /// IANA zone as written; empty for UTC.
+    pub timezone: String,
+    pub paused: bool,
+    pub labels: BTreeMap<String, String>,
+    /// `http`, `nats`, `shell`, or empty when unreadable.
+    pub target_type: String,
+    pub description: String,
+}
+
+impl JobRow {
+    /// The row of a stored value (`key`, written at `at`), valid or not.
+    pub fn from_value(key: &str, revision: u64, value: &[u8], at: DateTime<Utc>) -> Self {
+        let valid = parse_written(value, Some(key), at).is_ok();
+        let json: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
+        let text = |name: &str| json.get(name).and_then(|v| v.as_str()).unwrap_or_default();
+        let labels = json
+            .get("labels")
+            .and_then(|v| v.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            id: key.to_string(),
+            revision,
+            updated_at: at,
+            valid,
+            schedule: text("schedule").to_string(),
+            timezone: text("timezone").to_string(),
+            paused: json.get("paused").and_then(|v| v.as_bool()) == Some(true),
+            labels,
+            target_type: json
+                .get("target")
+                .and_then(|t| t.get("type"))
+                .and_then(|t| t.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            description: text("description")
+                .chars()
+                .take(DESCRIPTION_CHARS)
+                .collect(),
+        }
+    }
+
+    /// `active`, `paused` or `invalid`.
+    pub fn state(&self) -> &'static str {
+        match (self.valid, self.paused) {
+            (false, _) => "invalid",
+            (true, true) => "paused",
+            (true, false) => "active",
+        }
+    }
+}
+
+/// How the table asks for rows.
+#[derive(Debug, Clone, Default)]
+pub struct RowQuery {
+    /// Every label a row must carry.
+    pub labels: BTreeMap<String, String>,
+    /// Case-insensitive text in the id, description, schedule or target type.
+    pub text: String,
+    /// `active`, `paused`, `invalid`, or empty for all.
+    pub state: String,
+    pub sort: RowSort,
+    pub descending: bool,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+/// The column a table is sorted by (ties by id).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RowSort {
+    #[default]
+    Id,
+    Updated,
+    State,
+    Schedule,
+    Timezone,
+}
+
+impl RowSort {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "id" => Self::Id,
+            "updated" => Self::Updated,
+            "state" => Self::State,
+            "schedule" => Self::Schedule,
+            "timezone" => Self::Timezone,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Id => "id",
+            Self::Updated => "updated",
+            Self::State => "state",
+            Self::Schedule => "schedule",
+            Self::Timezone => "timezone",
+        }
+    }
+}
+
+/// One page of rows, and how many rows matched in all.
+#[derive(Debug, Clone)]
+pub struct RowPage {
+    pub rows: Vec<Arc<JobRow>>,
+    pub matched: usize,
+    pub total: usize,
+}
+
+/// The catalog, shared by the watch and the readers.
+#[derive(Clone, Default)]
+pub struct JobCatalog {
+    inner: Arc<RwLock<CatalogState>>,
+}
+
+#[derive(Default)]
+struct CatalogState {
+    /// Latest known revision of each key and its row (none: a delete marker,
+    /// kept so a late put of an older revision is ignored).
+    keys: HashMap<String, (u64, Option<Arc<JobRow>>)>,
+    /// The live rows by id (the table's default order).
+    rows: BTreeMap<String, Arc<JobRow>>,
+    synced: bool,
+}
+
+impl CatalogState {
+    fn record(&mut self, key: &str, revision: u64, row: Option<JobRow>) {
+        if let Some((known, _)) = self.keys.get(key) {
+            if *known >= revision {
+                return;
+            }
+        }
+        let row = row.map(Arc::new);
+        match &row {
+            Some(row) => self.rows.insert(key.to_string(), row.clone()),
+            None => self.rows.remove(key),
+        };
+        self.keys.insert(key.to_string(), (revision, row));
+    }
+}
+
+impl JobCatalog {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, CatalogState> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, CatalogState> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the watch has caught up with the bucket.
+    pub fn synced(&self) -> bool {
+        self.read().synced
+    }
+
+    /// Whether `key` exists and how many keys exist, once synced.
+    pub fn lookup(&self, key: &str) -> Option<(bool, usize)> {
+        let state = self.read();
+        state
+            .synced
+            .then(|| (state.rows.contains_key(key), state.rows.len()))
+    }
+
+    /// Note a put this gateway made: `value` is now `key`'s at `revision`.
+    pub fn note_put(&self, key: &str, revision: u64, value: &[u8], at: DateTime<Utc>) {
+        let row = JobRow::from_value(key, revision, value, at);
+        self.write().record(key, revision, Some(row));
+    }
+
+    /// Note a delete this gateway made: `revision` is `key`'s delete marker.
+    pub fn note_delete(&self, key: &str, revision: u64) {
+        self.write().record(key, revision, None);
+    }
+
+    /// The rows `query` asks for.
+    pub fn page(&self, query: &RowQuery) -> RowPage {
+        let state = self.read();
+        let needle = query.text.to_lowercase();
+        let matches = |row: &JobRow| {
+            (query.state.is_empty() || row.state() == query.state)
+                && query
+                    .labels
+                    .iter()
+                    .all(|(k, v)| row.labels.get(k) == Some(v))
+                && (needle.is_empty()
+                    || [&row.id, &row.description, &row.schedule, &row.target_type]
+                        .iter()
+                        .any(|f| f.to_lowercase().contains(&needle)))
+        };
+        let total = state.rows.len();
+        let rows: Vec<Arc<JobRow>>;
+        let matched;
+        if query.sort == RowSort::Id {
+            // Already in id order: no copy of the whole list.
+            let filtered = state.rows.values().filter(|r| matches(r));
+            let all: Vec<&Arc<JobRow>> = if query.descending {
+                let mut v: Vec<_> = filtered.collect();
+                v.reverse();
+                v
+            } else {
+                filtered.collect()
+            };
+            matched = all.len();
+            rows = all
+                .into_iter()
+                .skip(query.offset)
+                .take(query.limit)
+                .cloned()
+                .collect();
+        } else {
+            let mut all: Vec<&Arc<JobRow>> = state.rows.values().filter(|r| matches(r)).collect();
+            matched = all.len();
+            let key = |r: &JobRow| -> (String, String) {
+                let first = match query.sort {
+                    RowSort::Updated => r.updated_at.timestamp_millis().to_string(),
+                    RowSort::State => r.state().to_string(),
+                    RowSort::Schedule => r.schedule.clone(),
+                    RowSort::Timezone => r.timezone.clone(),
+                    RowSort::Id => String::new(),
+                };
+                (first, r.id.clone())
+            };
+            match query.sort {
+                // Timestamps compare as numbers, not as text.
+                RowSort::Updated => all.sort_by_key(|r| (r.updated_at, r.id.clone())),
+                _ => all.sort_by_cached_key(|r| key(r)),
+            }
+            if query.descending {
+                all.reverse();
+            }
+            rows = all
+                .into_iter()
+                .skip(query.offset)
+                .take(query.limit)
+                .cloned()
+                .collect();
+        }
+        RowPage {
+            rows,
+            matched,
+            total,
+        }
+    }
+
+    fn apply(&self, entry: &kv::Entry) {
+        let row = (entry.operation == Operation::Put)
+            .then(|| JobRow::from_value(&entry.key, entry.revision, &entry.value, entry.created));
+        let mut state = self.write();
+        state.record(&entry.key, entry.revision, row);
+        if entry.seen_current || entry.delta == 0 {
+            state.synced = true;
+        }
+    }
+
+    fn mark_synced(&self) {
+        self.write().synced = true;
+    }
+
+    /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
+    pub async fn follow(self, bucket: kv::Store, shutdown: CancellationToken) {
+        loop {
+            if let Err(e) = self.follow_once(&bucket, &shutdown).await {
+                warn!(error = %format!("{e:#}"), "job catalog watch broke, reopening");
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn follow_once(
+        &self,
+        bucket: &kv::Store,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        if bucket
+            .status()
+            .await
+            .context("read job bucket status")?
+            .values()
+            == 0
+        {
+            self.mark_synced();
+        }
+        let mut entries = bucket
+            .watch_with_history(">")
+            .await
+            .context("watch job bucket")?;
+        loop {
+            let entry = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                entry = entries.next() => entry,
+            };
+            match entry {
+                Some(entry) => self.apply(&entry.context("job bucket watch")?),
+                None => anyhow::bail!("job bucket watch ended"),
+            }
+        }
+    }
+}
+
+/// Count the keys of `bucket` by listing them (before the catalog is synced).
+pub async fn count_keys(bucket: &kv::Store, key: &str) -> anyhow::Result<(bool, usize)> {
+    let keys: Vec<String> = bucket
+        .keys()
+        .await
+        .context("list job keys")?
+        .try_collect()
+        .await
+        .context("list job keys")?;
+    Ok((keys.iter().any(|k| k == key), keys.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, extra: &str) -> Vec<u8> {
+        format!(r#"{{"id":"{id}","schedule":"0 * * * *","target":{{"type":"shell","command":"true"}}{extra}}}"#)
+            .into_bytes()
+    }
+
+    fn synced() -> JobCatalog {
+        let catalog = JobCatalog::default();
+        catalog.mark_synced();
+        catalog
+    }
+
+    #[test]
+    fn own_writes_count_at_once_and_late_older_revisions_change_nothing() {
+        let catalog = synced();
+        let now = Utc::now();
+        catalog.note_put("a", 3, &job("a", ""), now);
+        catalog.note_put("b", 4, &job("b", ""), now);
+        assert_eq!(catalog.lookup("a"), Some((true, 2)));
+        // The watch delivers the same and older revisions later.
+        let mut state = catalog.write();
+        state.record("a", 1, None);
+        state.record("a", 3, Some(JobRow::from_value("a", 3, &job("a", ""), now)));
+        state.record("b", 5, None);
+        state.record("b", 4, Some(JobRow::from_value("b", 4, &job("b", ""), now)));
+        drop(state);
+        assert_eq!(catalog.lookup("a"), Some((true, 1)));
+        assert_eq!(catalog.lookup("b"), Some((false, 1)));
+        catalog.note_put("b", 6, &job("b", ""), now);
+        assert_eq!(catalog.lookup("b"), Some((true, 2)));
+        catalog.note_delete("a", 7);
+        assert_eq!(catalog.lookup("a"), Some((false, 1)));
+    }
+
+    #[test]
+    fn rows_filter_by_label_text_and_state_sort_and_page() {
+        let catalog = synced();
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("time");
+        for i in 0..30 {
+            let team = if i % 3 == 0 { "billing" } else { "search" };
+            let paused = if i % 5 == 0 { r#","paused":true"# } else { "" };
+            let extra = format!(
+                r#","labels":{{"team":"{team}"}},"description":"Nightly report {i}"{paused}"#
+            );
+            let id = format!("job-{i:02}");
+            catalog.note_put(
+                &id,
+                i + 1,
+                &job(&id, &extra),
+                t0 + chrono::Duration::seconds(30 - i as i64),
+            );
+        }
+        catalog.note_put(
+            "broken",
+            99,
+            br#"{"id":"broken","schedule":"61 * * * *"}"#,
+            t0,
+        );
+
+        let page = catalog.page(&RowQuery {
+            limit: 5,
+            offset: 5,
+            ..Default::default()
+        });
+        assert_eq!((page.total, page.matched), (31, 31));
+        let ids: Vec<_> = page.rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["job-04", "job-05", "job-06", "job-07", "job-08"]);
+
+        let billing = catalog.page(&RowQuery {
+            labels: BTreeMap::from([("team".into(), "billing".into())]),
+            limit: 100,
+            ..Default::default()
+        });
+        assert_eq!(billing.matched, 10);
+        assert!(billing.rows.iter().all(|r| r.labels["team"] == "billing"));
+
+        let text = catalog.page(&RowQuery {
+            text: "REPORT 2".into(),
+            limit: 100,
+            ..Default::default()
+        });
+        let ids: Vec<_> = text.rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "job-02", "job-20", "job-21", "job-22", "job-23", "job-24", "job-25", "job-26",
+                "job-27", "job-28", "job-29"
+            ]
+        );
+
+        let paused = catalog.page(&RowQuery {
+            state: "paused".into(),
+            limit: 100,
+            ..Default::default()
+        });
+        assert_eq!(paused.matched, 6);
+        let invalid = catalog.page(&RowQuery {
+            state: "invalid".into(),
+            limit: 100,
+            ..Default::default()
+        });
+        assert_eq!(invalid.rows[0].id, "broken");
+
+        // Newest first among the active ones (job-00, written last, is paused).
+        let newest = catalog.page(&RowQuery {
+            sort: RowSort::Updated,
+            descending: true,
+            state: "active".into(),
+            limit: 2,
+            ..Default::default()
+        });
+        let ids: Vec<_> = newest.rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["job-01", "job-02"]);
+        let last = catalog.page(&RowQuery {
+            descending: true,
+            limit: 1,
+            ..Default::default()
+        });
+        assert_eq!(last.rows[0].id, "job-29");
+    }
+}
