@@ -20,6 +20,7 @@
 //! applies the ClickHouse DDL once it can. Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
 
+pub mod console;
 pub mod http;
 pub mod job_catalog;
 pub mod job_requests;
@@ -59,6 +60,8 @@ pub struct GatewayConfig {
     pub limits: limits::Limits,
     /// Every service of this process, for `/readyz`; the gateway registers itself.
     pub readiness: Readiness,
+    /// Base URL of a Grafana with jetcron's dashboards, linked from the console.
+    pub grafana_url: Option<String>,
 }
 
 /// What request handlers share.
@@ -79,6 +82,8 @@ pub struct GatewayState {
     pub readiness: Readiness,
     /// Every "now" of the gateway.
     pub clock: Arc<dyn Clock>,
+    /// Base URL of Grafana, for the console's links.
+    pub grafana_url: Option<String>,
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -155,6 +160,7 @@ pub async fn run(
         missed: stats::MissedGauge::new(config.limits.missed_scan_interval * 2),
         readiness: config.readiness.clone(),
         clock,
+        grafana_url: config.grafana_url.clone(),
     });
     let scan = tokio::spawn(missed_fire_scan::run(
         state.clone(),
@@ -189,10 +195,13 @@ pub async fn run(
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
     let shutdown_http = shutdown.clone();
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(async move { shutdown_http.cancelled().await })
-        .await
-        .context("serve HTTP")?;
+    axum::serve(
+        listener,
+        http::router(state.clone()).merge(console::router(state)),
+    )
+    .with_graceful_shutdown(async move { shutdown_http.cancelled().await })
+    .await
+    .context("serve HTTP")?;
     shutdown.cancel();
     api.await.context("join NATS API watcher")??;
     if let Err(e) = scan.await {

@@ -290,6 +290,10 @@ pub struct GatewayArgs {
     /// `0s` turns it off. Several gateways may all scan: each fire is stored once.
     #[arg(long, env = "JETCRON_MISSED_SCAN_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub missed_scan_interval: Duration,
+    /// Base URL of a Grafana with jetcron's dashboards (provisioned from
+    /// infra/grafana); the console's overview links to them.
+    #[arg(long, env = "JETCRON_GRAFANA_URL")]
+    pub grafana_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

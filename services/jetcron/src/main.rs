@@ -294,6 +294,7 @@ async fn spawn_gateway(
             ..Default::default()
         },
         readiness: process.readiness.clone(),
+        grafana_url: args.grafana_url.clone(),
     };
     let stop = CancellationToken::new();
     services.spawn(

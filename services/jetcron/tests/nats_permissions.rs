@@ -163,6 +163,7 @@ fn gateway_config(clickhouse_url: String) -> jetcron_gateway::GatewayConfig {
             .expect("no tokens"),
         limits: Default::default(),
         readiness: Default::default(),
+        grafana_url: None,
     }
 }
 

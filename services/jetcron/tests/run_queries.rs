@@ -318,6 +318,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
                 .expect("no tokens"),
             limits,
             readiness: Default::default(),
+            grafana_url: None,
         },
         stack.nats.client().await,
         std::sync::Arc::new(jetcron_core::clock::SystemClock),

@@ -139,6 +139,7 @@ impl Stack {
                 .expect("test token"),
                 limits: options.limits.clone(),
                 readiness: readiness.clone(),
+                grafana_url: None,
             };
             services.spawn(jetcron_gateway::run(
                 config,

@@ -69,6 +69,11 @@ impl HttpAuth {
         self.protect_reads
     }
 
+    /// The configured tokens (the console signs its sessions with them).
+    pub(crate) fn tokens(&self) -> &[Vec<u8>] {
+        &self.tokens
+    }
+
     /// Whether no token is configured (then HTTP writes are refused).
     pub fn has_no_tokens(&self) -> bool {
         self.tokens.is_empty()

@@ -13,7 +13,7 @@ mod control;
 pub mod health;
 mod jobs;
 pub mod openapi;
-mod redact;
+pub(crate) mod redact;
 mod runs;
 mod schedules;
 mod writes;

@@ -1,0 +1,276 @@
+//! The console's buttons: pause, resume, trigger, backfill, delete (after a
+//! confirmation page), kill, and pause/resume by label. Each checks the
+//! session and the CSRF token ([`Viewer::may_write`]), calls the same
+//! operation as the HTTP API, and redirects back with a `done` code, so a
+//! reload does not repeat it.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+
+use super::pages::{render, Frame};
+use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::job_requests::{self, DeleteJob, SelectJobs};
+use crate::manual_runs::{self, BackfillJob, TriggerJob};
+use crate::run_control;
+use crate::GatewayState;
+use jetcron_core::control::KillRequest;
+
+#[derive(Debug, Deserialize)]
+pub struct CsrfOnly {
+    #[serde(default)]
+    csrf: String,
+}
+
+fn job_path(id: &str) -> String {
+    format!("/ui/jobs/{}", url_escape(id))
+}
+
+async fn set_paused(
+    state: Arc<GatewayState>,
+    headers: HeaderMap,
+    id: String,
+    csrf: &str,
+    paused: bool,
+) -> Result<Response, ConsoleError> {
+    let back = job_path(&id);
+    Viewer::of(&state, &headers).may_write(&headers, csrf, &back)?;
+    let reply = job_requests::set_paused(
+        &state,
+        SelectJobs {
+            id: Some(id),
+            labels: None,
+        },
+        paused,
+    )
+    .await?;
+    let done = match (reply.changed.is_empty(), paused) {
+        (true, _) => "unchanged",
+        (false, true) => "paused",
+        (false, false) => "resumed",
+    };
+    Ok(Redirect::to(&format!("{back}?done={done}")).into_response())
+}
+
+/// `POST /ui/jobs/{id}/pause`.
+pub async fn pause(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfOnly>,
+) -> Result<Response, ConsoleError> {
+    set_paused(state, headers, id, &form.csrf, true).await
+}
+
+/// `POST /ui/jobs/{id}/resume`.
+pub async fn resume(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfOnly>,
+) -> Result<Response, ConsoleError> {
+    set_paused(state, headers, id, &form.csrf, false).await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SelectorForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    labels: String,
+}
+
+async fn set_paused_selected(
+    state: Arc<GatewayState>,
+    headers: HeaderMap,
+    form: SelectorForm,
+    paused: bool,
+) -> Result<Response, ConsoleError> {
+    let back = format!("/ui/jobs?labels={}", url_escape(&form.labels));
+    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in form
+        .labels
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            jetcron_core::api::ApiError::invalid_field(
+                "labels",
+                format!("{pair:?} is not key=value"),
+            )
+        })?;
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    let reply = job_requests::set_paused(
+        &state,
+        SelectJobs {
+            id: None,
+            labels: Some(labels),
+        },
+        paused,
+    )
+    .await?;
+    let done = match (reply.changed.is_empty(), paused) {
+        (true, _) => "unchanged",
+        (false, true) => "paused",
+        (false, false) => "resumed",
+    };
+    Ok(Redirect::to(&format!("{back}&done={done}")).into_response())
+}
+
+/// `POST /ui/jobs:pause` with a label selector.
+pub async fn pause_selected(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Form(form): Form<SelectorForm>,
+) -> Result<Response, ConsoleError> {
+    set_paused_selected(state, headers, form, true).await
+}
+
+/// `POST /ui/jobs:resume` with a label selector.
+pub async fn resume_selected(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Form(form): Form<SelectorForm>,
+) -> Result<Response, ConsoleError> {
+    set_paused_selected(state, headers, form, false).await
+}
+
+/// `POST /ui/jobs/{id}/trigger`: a manual run now; answers with its page.
+pub async fn trigger(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfOnly>,
+) -> Result<Response, ConsoleError> {
+    let back = job_path(&id);
+    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    manual_runs::trigger(&state, TriggerJob { id }).await?;
+    Ok(Redirect::to(&format!("{back}?done=triggered")).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BackfillForm {
+    #[serde(default)]
+    csrf: String,
+    from: String,
+    to: String,
+}
+
+/// `POST /ui/jobs/{id}/backfill`.
+pub async fn backfill(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<BackfillForm>,
+) -> Result<Response, ConsoleError> {
+    let back = job_path(&id);
+    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    manual_runs::backfill(
+        &state,
+        BackfillJob {
+            id,
+            from: form.from.trim().to_string(),
+            to: form.to.trim().to_string(),
+        },
+    )
+    .await?;
+    Ok(Redirect::to(&format!("{back}?done=backfilled")).into_response())
+}
+
+#[derive(Template)]
+#[template(path = "console/delete.html")]
+pub struct DeletePage {
+    pub frame: Frame,
+    pub id: String,
+    pub id_link: String,
+    pub revision: u64,
+}
+
+/// `GET /ui/jobs/{id}/delete`: the confirmation.
+pub async fn confirm_delete(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    let viewer = Viewer::of(&state, &headers);
+    let back = job_path(&id);
+    if viewer.session.is_none() {
+        return Err(ConsoleError::SignIn(format!("{back}/delete")));
+    }
+    let job = job_requests::get(&state, job_requests::GetJob { id: id.clone() }).await?;
+    let page = DeletePage {
+        frame: viewer.frame(format!("Delete {id}?")),
+        id_link: url_escape(&id),
+        id,
+        revision: job.job.revision,
+    };
+    Ok(render(&page).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DeleteForm {
+    #[serde(default)]
+    csrf: String,
+    /// The revision the operator confirmed: a job changed since is not deleted.
+    expected_revision: u64,
+}
+
+/// `POST /ui/jobs/{id}/delete`.
+pub async fn delete(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<DeleteForm>,
+) -> Result<Response, ConsoleError> {
+    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &job_path(&id))?;
+    job_requests::delete(
+        &state,
+        DeleteJob {
+            id,
+            expected_revision: Some(form.expected_revision),
+        },
+    )
+    .await?;
+    Ok(Redirect::to("/ui/jobs?done=deleted").into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct KillForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /ui/runs/{run_id}/kill`.
+pub async fn kill(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+    Form(form): Form<KillForm>,
+) -> Result<Response, ConsoleError> {
+    let back = format!("/ui/runs/{}", url_escape(&run_id));
+    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    let reason = form.reason.trim();
+    run_control::kill(
+        &state,
+        KillRequest {
+            run_id,
+            reason: Some(if reason.is_empty() {
+                "killed from the console".to_string()
+            } else {
+                reason.to_string()
+            }),
+        },
+    )
+    .await?;
+    Ok(Redirect::to(&format!("{back}?done=killed")).into_response())
+}

@@ -1,0 +1,372 @@
+//! `GET /ui/jobs/{id}`: one job: its definition, next fires with the DST
+//! notes of the preview, recent runs, missed fires, the bucket's revision
+//! history, and its actions. `GET /ui/jobs/{id}/diff?from=&to=` shows what
+//! changed between two revisions.
+//!
+//! Everything comes from the typed reads ([`crate::read_requests`]); the run
+//! parts are a convenience and say so when ClickHouse is away.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use jetcron_core::api::ApiError;
+use serde::Deserialize;
+
+use super::diff::{self, DiffLine};
+use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
+use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::read_requests::{self, GetJobDetail, GetStats, ListJobRuns};
+use crate::GatewayState;
+
+/// Runs listed on a job's page.
+const RECENT_RUNS: u32 = 20;
+
+/// A run in a list.
+pub struct RunLine {
+    pub link: String,
+    pub status: String,
+    pub class: &'static str,
+    pub trigger: String,
+    pub scheduled: String,
+    pub started: String,
+    pub duration: String,
+    pub attempts: String,
+    /// Exit code or HTTP status.
+    pub result: String,
+    pub error: String,
+}
+
+impl RunLine {
+    pub fn of(run: &jetcron_core::run_summary::RunSummary) -> Self {
+        Self {
+            link: format!("/ui/runs/{}", run.run_id.as_str()),
+            status: run.status.to_string(),
+            class: status_class(run.status),
+            trigger: run.trigger.as_str().to_string(),
+            scheduled: when(run.scheduled_at),
+            started: run.first_started_at.map(when).unwrap_or_default(),
+            duration: run.duration_ms.map(duration_ms).unwrap_or_default(),
+            attempts: format!("{}/{}", run.attempt, run.max_attempts),
+            result: match (run.exit_code, run.status_code) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(status)) => format!("HTTP {status}"),
+                _ => String::new(),
+            },
+            error: run.error.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// A next fire with its DST note.
+pub struct FireLine {
+    pub at: String,
+    pub local: String,
+    pub note: String,
+}
+
+/// A revision in the history list.
+pub struct RevisionLine {
+    pub revision: u64,
+    pub operation: &'static str,
+    pub at: String,
+    pub valid: String,
+    /// Link to the diff against the revision before it, if there is one.
+    pub diff_link: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/job.html")]
+pub struct JobPage {
+    pub frame: Frame,
+    pub id: String,
+    pub id_link: String,
+    pub revision: u64,
+    pub updated: String,
+    pub state: &'static str,
+    pub valid: bool,
+    pub problems: Vec<String>,
+    pub description: String,
+    pub definition: String,
+    pub schedule: String,
+    pub words: String,
+    pub kind: String,
+    pub fires: Vec<FireLine>,
+    pub dropped: Vec<String>,
+    pub if_resumed: bool,
+    pub runs: Vec<RunLine>,
+    pub runs_error: String,
+    pub more_runs_link: String,
+    pub success_rate: String,
+    pub runs_24h: u64,
+    pub missed: Vec<String>,
+    pub missed_count: u64,
+    pub revisions: Vec<RevisionLine>,
+    pub rejections: Vec<String>,
+    pub redacted: bool,
+    pub backfill_from: String,
+    pub backfill_to: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct JobQuery {
+    done: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The definition as this viewer may see it: anonymous viewers of a gateway
+/// with open reads see secrets redacted, as the API shows them.
+pub fn shown_definition(viewer: &Viewer, definition: Option<&serde_json::Value>) -> (String, bool) {
+    let Some(definition) = definition else {
+        return (String::new(), false);
+    };
+    let mut definition = definition.clone();
+    let redact = viewer.session.is_none() && !viewer.reads_protected;
+    if redact {
+        crate::http::redact::redact_definitions(&mut definition);
+    }
+    (
+        serde_json::to_string_pretty(&definition).unwrap_or_default(),
+        redact,
+    )
+}
+
+pub async fn show(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<JobQuery>,
+) -> Result<Response, ConsoleError> {
+    let viewer = Viewer::of(&state, &headers);
+    viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
+    let detail = read_requests::job_detail(
+        &state,
+        GetJobDetail {
+            id: id.clone(),
+            next: Some(5),
+        },
+    )
+    .await?;
+    let history = read_requests::job_history(&state, id.clone()).await?;
+    let runs = read_requests::job_runs(
+        &state,
+        ListJobRuns {
+            id: id.clone(),
+            limit: Some(RECENT_RUNS),
+            cursor: query.cursor.clone(),
+        },
+    )
+    .await;
+    let stats = read_requests::stats(
+        &state,
+        GetStats {
+            job: Some(id.clone()),
+            ..GetStats::default()
+        },
+    )
+    .await
+    .ok()
+    .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
+    let (definition, redacted) = shown_definition(&viewer, detail.job.job.as_ref());
+    let spec = detail.job.job.as_ref();
+    let text = |name: &str| {
+        spec.and_then(|d| d.get(name))
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let preview = detail.schedule_preview.as_ref();
+    let revisions: Vec<RevisionLine> = {
+        let mut previous_put: Option<u64> = None;
+        let mut lines: Vec<RevisionLine> = history
+            .revisions
+            .iter()
+            .map(|r| {
+                let diff_link = match (r.operation, previous_put) {
+                    ("put", Some(before)) => format!(
+                        "/ui/jobs/{}/diff?from={before}&to={}",
+                        url_escape(&id),
+                        r.revision
+                    ),
+                    _ => String::new(),
+                };
+                if r.operation == "put" {
+                    previous_put = Some(r.revision);
+                }
+                RevisionLine {
+                    revision: r.revision,
+                    operation: r.operation,
+                    at: when_text(&r.at),
+                    valid: match r.valid {
+                        Some(true) => "valid".into(),
+                        Some(false) => "invalid".into(),
+                        None => String::new(),
+                    },
+                    diff_link,
+                }
+            })
+            .collect();
+        lines.reverse();
+        lines
+    };
+    let now = state.clock.now();
+    let (runs, runs_error, more_runs_link) = match runs {
+        Ok(reply) => (
+            reply.runs.iter().map(RunLine::of).collect(),
+            String::new(),
+            reply
+                .next_cursor
+                .map(|c| format!("/ui/jobs/{}?cursor={}", url_escape(&id), url_escape(&c)))
+                .unwrap_or_default(),
+        ),
+        Err(e) => (
+            Vec::new(),
+            format!("Runs are unavailable: {}", e.message),
+            String::new(),
+        ),
+    };
+    let page = JobPage {
+        frame: viewer
+            .frame(format!("Job {id}"))
+            .with_done(query.done.as_deref()),
+        id_link: url_escape(&id),
+        revision: detail.job.revision,
+        updated: when_text(&detail.job.updated_at),
+        state: match (detail.job.valid, detail.next_fires_if_resumed) {
+            (false, _) => "invalid",
+            (true, true) => "paused",
+            (true, false) => "active",
+        },
+        valid: detail.job.valid,
+        problems: detail
+            .job
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        description: text("description"),
+        definition,
+        schedule: text("schedule"),
+        words: preview.map(|p| p.description.clone()).unwrap_or_default(),
+        kind: preview.map(|p| p.kind.to_string()).unwrap_or_default(),
+        fires: preview
+            .map(|p| {
+                p.fires
+                    .iter()
+                    .map(|f| FireLine {
+                        at: when_text(&f.at),
+                        local: f.local.clone(),
+                        note: f.note.clone().unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        dropped: preview
+            .map(|p| {
+                p.dropped
+                    .iter()
+                    .map(|d| match d.reason {
+                        "in_gap" => format!(
+                            "{} does not fire: it falls in a spring-forward gap",
+                            d.wall_time
+                        ),
+                        _ => format!(
+                            "{} does not fire a second time: the hour repeats at fall-back",
+                            d.wall_time
+                        ),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        if_resumed: detail.next_fires_if_resumed,
+        runs,
+        runs_error,
+        more_runs_link,
+        success_rate: detail
+            .success_rate_24h
+            .map(|r| format!("{:.1} %", r * 100.0))
+            .unwrap_or_else(|| "—".into()),
+        runs_24h: detail.runs_24h,
+        missed_count: stats.as_ref().map_or(0, |s| s.missed_fires),
+        missed: stats
+            .map(|s| s.missed_examples.iter().map(|t| when_text(t)).collect())
+            .unwrap_or_default(),
+        revisions,
+        rejections: history
+            .rejections
+            .iter()
+            .map(|r| {
+                let problems: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
+                format!(
+                    "{} ({}): {}",
+                    when_text(&r.at),
+                    r.source,
+                    problems.join("; ")
+                )
+            })
+            .collect(),
+        redacted,
+        backfill_from: (now - chrono::Duration::hours(1))
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string(),
+        backfill_to: now.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        id,
+    };
+    Ok(render(&page).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DiffQuery {
+    from: u64,
+    to: u64,
+}
+
+#[derive(Template)]
+#[template(path = "console/diff.html")]
+pub struct DiffPage {
+    pub frame: Frame,
+    pub id: String,
+    pub id_link: String,
+    pub from: u64,
+    pub to: u64,
+    pub lines: Vec<DiffLine>,
+}
+
+/// `GET /ui/jobs/{id}/diff?from=&to=`.
+pub async fn diff(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ConsoleError> {
+    let viewer = Viewer::of(&state, &headers);
+    viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
+    let Query(query) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let history = read_requests::job_history(&state, id.clone()).await?;
+    let pick = |revision: u64| {
+        history
+            .revisions
+            .iter()
+            .find(|r| r.revision == revision)
+            .map(|r| shown_definition(&viewer, r.job.as_ref()).0)
+            .ok_or_else(|| {
+                ApiError::not_found(
+                    "revision",
+                    format!("the bucket keeps no revision {revision} of {id:?}"),
+                )
+            })
+    };
+    let before = pick(query.from)?;
+    let after = pick(query.to)?;
+    let page = DiffPage {
+        frame: viewer.frame(format!("Job {id}: revision {} → {}", query.from, query.to)),
+        id_link: url_escape(&id),
+        id,
+        from: query.from,
+        to: query.to,
+        lines: diff::lines(&before, &after),
+    };
+    Ok(render(&page).into_response())
+}

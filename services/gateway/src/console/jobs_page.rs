@@ -1,0 +1,292 @@
+//! `GET /ui/jobs`: every job in a table, filtered by label, text and state,
+//! sorted by a column, 50 to a page.
+//!
+//! Rows come from the [`crate::job_catalog`] in memory; only the page's rows
+//! are read further: their entries from the bucket (next fire) and their run
+//! figures from ClickHouse ([`super::row_figures`]), each in one round.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use serde::Deserialize;
+
+use super::pages::{duration_ms, render, status_class, when, Frame};
+use super::row_figures::{self, RowFigures};
+use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::job_catalog::{RowQuery, RowSort};
+use crate::GatewayState;
+
+/// Rows per page.
+pub const PAGE_SIZE: usize = 50;
+/// KV reads in flight for one page.
+const READS_IN_FLIGHT: usize = 16;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct JobsQuery {
+    /// Text in the id, description, schedule or target type.
+    #[serde(default)]
+    q: String,
+    /// Label selector, `key=value` pairs separated by commas.
+    #[serde(default)]
+    labels: String,
+    /// `active`, `paused`, `invalid`, or empty.
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    sort: String,
+    /// `desc` for descending.
+    #[serde(default)]
+    dir: String,
+    /// 1-based page number.
+    page: Option<usize>,
+    done: Option<String>,
+}
+
+/// One row as the template shows it.
+pub struct Row {
+    pub id: String,
+    pub link: String,
+    pub schedule: String,
+    pub words: String,
+    pub timezone: String,
+    pub state: &'static str,
+    pub updated: String,
+    pub next_fire: String,
+    pub last_status: String,
+    pub last_class: &'static str,
+    pub last_when: String,
+    pub last_duration: String,
+    pub last_link: String,
+    pub succeeded_24h: u64,
+    pub failed_24h: u64,
+    pub sparkline: String,
+    pub labels: Vec<(String, String)>,
+}
+
+/// A column header: its label, the link that sorts by it, and its
+/// `aria-sort` value.
+pub struct Column {
+    pub label: &'static str,
+    pub link: String,
+    pub aria_sort: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "console/jobs.html")]
+pub struct JobsPage {
+    pub frame: Frame,
+    pub q: String,
+    pub labels: String,
+    pub state: String,
+    pub rows: Vec<Row>,
+    pub columns: Vec<Column>,
+    pub matched: usize,
+    pub total: usize,
+    pub first: usize,
+    pub last: usize,
+    pub prev_link: String,
+    pub next_link: String,
+    pub loading: bool,
+    pub figures_error: String,
+    pub problem: String,
+}
+
+fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("label filter {pair:?} is not key=value"))
+        })
+        .collect()
+}
+
+pub async fn show(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Query(query): Query<JobsQuery>,
+) -> Result<Response, ConsoleError> {
+    let viewer = Viewer::of(&state, &headers);
+    viewer.may_read("/ui/jobs")?;
+    let (labels, problem) = match parse_labels(&query.labels) {
+        Ok(labels) => (labels, String::new()),
+        Err(why) => (BTreeMap::new(), why),
+    };
+    let sort = RowSort::parse(&query.sort).unwrap_or_default();
+    let descending = query.dir == "desc";
+    let state_filter = match query.state.as_str() {
+        s @ ("active" | "paused" | "invalid") => s.to_string(),
+        _ => String::new(),
+    };
+    let page_number = query.page.unwrap_or(1).max(1);
+    let page = state.catalog.page(&RowQuery {
+        labels,
+        text: query.q.trim().to_string(),
+        state: state_filter.clone(),
+        sort,
+        descending,
+        offset: (page_number - 1) * PAGE_SIZE,
+        limit: PAGE_SIZE,
+    });
+    let now = state.clock.now();
+    // The page's entries, for the next fire of each.
+    let page_ids: Vec<String> = page.rows.iter().map(|r| r.id.clone()).collect();
+    let entries: BTreeMap<String, Option<jetcron_core::job::ValidJob>> =
+        futures::stream::iter(page_ids)
+            .map(|id| {
+                let state = state.clone();
+                async move {
+                    let valid = state
+                        .jobs
+                        .get(&id)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|(_, v)| v);
+                    (id, valid)
+                }
+            })
+            .buffered(READS_IN_FLIGHT)
+            .collect()
+            .await;
+    let ids: Vec<&str> = page.rows.iter().map(|r| r.id.as_str()).collect();
+    let (figures, figures_error) = match row_figures::fetch(state.runs.client(), &ids, now).await {
+        Ok(f) => (f, String::new()),
+        Err(e) => (
+            RowFigures::default(),
+            format!("Run figures are unavailable: {e:#}"),
+        ),
+    };
+    let rows = page
+        .rows
+        .iter()
+        .map(|row| {
+            let valid = entries.get(&row.id).and_then(Option::as_ref);
+            let next_fire = match valid {
+                Some(job) if job.spec.paused => "paused".to_string(),
+                Some(job) => job
+                    .next_scheduled(now)
+                    .map(when)
+                    .unwrap_or_else(|| "none".into()),
+                None => "—".into(),
+            };
+            let words = valid
+                .map(|job| {
+                    jetcron_core::schedule_preview::describe(
+                        &job.spec.schedule,
+                        &job.schedule,
+                        job.timezone,
+                        &[],
+                    )
+                    .description
+                })
+                .unwrap_or_default();
+            let last = figures.last.get(&row.id);
+            let day = figures.day.get(&row.id).cloned().unwrap_or_default();
+            let (succeeded_24h, failed_24h) = day.totals();
+            Row {
+                id: row.id.clone(),
+                link: format!("/ui/jobs/{}", url_escape(&row.id)),
+                schedule: row.schedule.clone(),
+                words,
+                timezone: if row.timezone.is_empty() {
+                    "UTC".into()
+                } else {
+                    row.timezone.clone()
+                },
+                state: row.state(),
+                updated: when(row.updated_at),
+                next_fire,
+                last_status: last.map(|l| l.status.clone()).unwrap_or_default(),
+                last_class: last.map_or("", |l| status_class(&l.status)),
+                last_when: last
+                    .and_then(|l| chrono::DateTime::from_timestamp_millis(l.scheduled_ms))
+                    .map(when)
+                    .unwrap_or_default(),
+                last_duration: last
+                    .filter(|l| l.duration_ms > 0)
+                    .map(|l| duration_ms(l.duration_ms))
+                    .unwrap_or_default(),
+                last_link: last
+                    .map(|l| format!("/ui/runs/{}", l.run_id))
+                    .unwrap_or_default(),
+                succeeded_24h,
+                failed_24h,
+                sparkline: row_figures::sparkline(&day),
+                labels: row
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        })
+        .collect();
+    let link = |sort: RowSort, descending: bool, page: usize| {
+        let mut url = format!(
+            "/ui/jobs?q={}&labels={}&state={}&sort={}",
+            url_escape(query.q.trim()),
+            url_escape(&query.labels),
+            url_escape(&state_filter),
+            sort.name()
+        );
+        if descending {
+            url.push_str("&dir=desc");
+        }
+        if page > 1 {
+            url.push_str(&format!("&page={page}"));
+        }
+        url
+    };
+    let columns = [
+        ("Job", RowSort::Id),
+        ("Schedule", RowSort::Schedule),
+        ("Zone", RowSort::Timezone),
+        ("State", RowSort::State),
+        ("Changed", RowSort::Updated),
+    ]
+    .into_iter()
+    .map(|(label, column)| Column {
+        label,
+        link: link(column, column == sort && !descending, 1),
+        aria_sort: match (column == sort, descending) {
+            (false, _) => "none",
+            (true, false) => "ascending",
+            (true, true) => "descending",
+        },
+    })
+    .collect();
+    let first = (page_number - 1) * PAGE_SIZE;
+    let page_html = JobsPage {
+        frame: viewer.frame("Jobs").with_done(query.done.as_deref()),
+        q: query.q.clone(),
+        labels: query.labels.clone(),
+        state: state_filter.clone(),
+        columns,
+        matched: page.matched,
+        total: page.total,
+        first: (first + 1).min(page.matched),
+        last: (first + page.rows.len()).min(page.matched),
+        prev_link: if page_number > 1 {
+            link(sort, descending, page_number - 1)
+        } else {
+            String::new()
+        },
+        next_link: if first + page.rows.len() < page.matched {
+            link(sort, descending, page_number + 1)
+        } else {
+            String::new()
+        },
+        loading: !state.catalog.synced(),
+        rows,
+        figures_error,
+        problem,
+    };
+    Ok(render(&page_html).into_response())
+}

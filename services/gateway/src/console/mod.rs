@@ -1,0 +1,106 @@
+//! The operator console: server-rendered HTML pages at `/ui/...` (and `/`),
+//! served by the gateway on its own port.
+//!
+//! Every page is built from the gateway's own operations (the typed reads of
+//! [`crate::read_requests`], the writes of [`crate::job_store`],
+//! [`crate::job_requests`], [`crate::manual_runs`], [`crate::run_control`]),
+//! so the console and the HTTP API cannot disagree. Templates are askama
+//! (compiled in, HTML-escaped by default); the stylesheet and one small
+//! script are files of this crate served from `/ui/assets/`, and a strict
+//! Content-Security-Policy allows no other script, so a job field can never
+//! run as code. Reading works without JavaScript; the script only adds the
+//! live schedule preview and confirmation prompts.
+//!
+//! Access follows the HTTP API: reads need a session only when the gateway
+//! protects reads (`--protect-reads`), and then show secrets as the API
+//! does; every write needs a session ([`session`]) and the form's CSRF token.
+
+mod actions;
+mod assets;
+mod diff;
+mod edit_page;
+mod job_form;
+mod job_page;
+mod jobs_page;
+mod overview_page;
+mod pages;
+mod row_figures;
+mod run_page;
+mod runs_page;
+pub mod session;
+mod viewer;
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderValue};
+use axum::response::{Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::GatewayState;
+
+/// The console's routes, to be merged into the gateway's router.
+pub fn router(state: Arc<GatewayState>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(overview_page::show))
+        .route("/ui/login", get(viewer::login_page).post(viewer::login))
+        .route("/ui/logout", post(viewer::logout))
+        .route("/ui/assets/{name}", get(assets::serve))
+        .route("/ui/preview", get(edit_page::preview))
+        .route("/ui/jobs", get(jobs_page::show))
+        .route("/ui/jobs:pause", post(actions::pause_selected))
+        .route("/ui/jobs:resume", post(actions::resume_selected))
+        .route(
+            "/ui/jobs/new",
+            get(edit_page::new_form).post(edit_page::save_form),
+        )
+        .route("/ui/jobs/new.json", post(edit_page::save_json))
+        .route("/ui/jobs/{id}", get(job_page::show))
+        .route(
+            "/ui/jobs/{id}/edit",
+            get(edit_page::edit_form).post(edit_page::save_form),
+        )
+        .route("/ui/jobs/{id}/edit.json", post(edit_page::save_json))
+        .route("/ui/jobs/{id}/diff", get(job_page::diff))
+        .route("/ui/jobs/{id}/pause", post(actions::pause))
+        .route("/ui/jobs/{id}/resume", post(actions::resume))
+        .route("/ui/jobs/{id}/trigger", post(actions::trigger))
+        .route("/ui/jobs/{id}/backfill", post(actions::backfill))
+        .route(
+            "/ui/jobs/{id}/delete",
+            get(actions::confirm_delete).post(actions::delete),
+        )
+        .route("/ui/runs", get(runs_page::show))
+        .route("/ui/runs/{run_id}", get(run_page::show))
+        .route("/ui/runs/{run_id}/kill", post(actions::kill))
+        .layer(axum::middleware::map_response(protect))
+        .with_state(state)
+}
+
+/// Headers on every console answer: no script but ours, no framing, no
+/// sniffing, no caching of pages that may show secrets.
+async fn protect(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}

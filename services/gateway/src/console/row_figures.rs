@@ -1,0 +1,244 @@
+//! The run figures of one page of the job table, in two ClickHouse queries
+//! for all its rows: each job's last run (within a week) and its runs of
+//! the last 24 hours by hour, succeeded against failed (the sparkline).
+//! A ClickHouse outage leaves the figures empty; the table still shows.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Duration, Utc};
+use serde::Deserialize;
+
+/// How far back the last run is looked for.
+pub const LAST_RUN_WITHIN: Duration = Duration::days(7);
+/// Hours in a sparkline.
+pub const HOURS: usize = 24;
+
+/// The last run of a job.
+#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
+pub struct LastRun {
+    pub job_id: String,
+    pub run_id: String,
+    pub status: String,
+    pub scheduled_ms: i64,
+    pub duration_ms: i64,
+}
+
+#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
+struct HourRow {
+    job_id: String,
+    hours_ago: u32,
+    succeeded: u64,
+    failed: u64,
+    other: u64,
+}
+
+/// One job's (or every job's) last 24 hours, oldest hour first.
+#[derive(Debug, Clone, Default)]
+pub struct Day {
+    pub succeeded: [u64; HOURS],
+    pub failed: [u64; HOURS],
+    /// Running, retrying and skipped runs.
+    pub other: [u64; HOURS],
+}
+
+impl Day {
+    fn add(&mut self, row: &HourRow) {
+        if let Some(slot) = HOURS.checked_sub(1 + row.hours_ago as usize) {
+            self.succeeded[slot] += row.succeeded;
+            self.failed[slot] += row.failed;
+            self.other[slot] += row.other;
+        }
+    }
+}
+
+impl Day {
+    /// Succeeded and failed runs of the whole day.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.succeeded.iter().sum(), self.failed.iter().sum())
+    }
+}
+
+/// The figures of a page's rows.
+#[derive(Debug, Default)]
+pub struct RowFigures {
+    pub last: BTreeMap<String, LastRun>,
+    pub day: BTreeMap<String, Day>,
+}
+
+pub async fn fetch(
+    client: &clickhouse::Client,
+    job_ids: &[&str],
+    now: DateTime<Utc>,
+) -> anyhow::Result<RowFigures> {
+    if job_ids.is_empty() {
+        return Ok(RowFigures::default());
+    }
+    let last = last_runs_query(client, job_ids, now)
+        .fetch_all::<LastRun>()
+        .await
+        .context("query last runs")?;
+    let hours = hours_query(client, Some(job_ids), now)
+        .fetch_all::<HourRow>()
+        .await
+        .context("query runs by hour")?;
+    let mut day: BTreeMap<String, Day> = BTreeMap::new();
+    for row in hours {
+        day.entry(row.job_id.clone()).or_default().add(&row);
+    }
+    Ok(RowFigures {
+        last: last.into_iter().map(|r| (r.job_id.clone(), r)).collect(),
+        day,
+    })
+}
+
+/// The newest run of each of `job_ids` within [`LAST_RUN_WITHIN`].
+pub fn last_runs_query(
+    client: &clickhouse::Client,
+    job_ids: &[&str],
+    now: DateTime<Utc>,
+) -> clickhouse::query::Query {
+    client
+        .query(
+            "SELECT job_id, argMax(run_id, scheduled_ms) AS run_id, \
+             argMax(status, scheduled_ms) AS status, max(scheduled_ms) AS scheduled_ms, \
+             argMax(duration_ms, scheduled_ms) AS duration_ms \
+             FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id) \
+             GROUP BY job_id ORDER BY job_id",
+        )
+        .bind((now - LAST_RUN_WITHIN).timestamp_millis())
+        .bind(now.timestamp_millis())
+        .bind(job_ids)
+}
+
+/// Every job's runs of the last 24 hours by hour (the overview).
+pub async fn all_jobs_day(client: &clickhouse::Client, now: DateTime<Utc>) -> anyhow::Result<Day> {
+    let rows = hours_query(client, None, now)
+        .fetch_all::<HourRow>()
+        .await
+        .context("query runs by hour")?;
+    let mut day = Day::default();
+    rows.iter().for_each(|row| day.add(row));
+    Ok(day)
+}
+
+/// Runs of `job_ids` (all jobs: `None`, as one row per hour with an empty
+/// job id) in the last 24 hours, counted by hours before `now`.
+pub fn hours_query(
+    client: &clickhouse::Client,
+    job_ids: Option<&[&str]>,
+    now: DateTime<Utc>,
+) -> clickhouse::query::Query {
+    let now_ms = now.timestamp_millis();
+    let (job, filter, group) = match job_ids {
+        Some(_) => ("job_id", " AND has(?, job_id)", "job_id, hours_ago"),
+        None => ("'' AS job_id", "", "hours_ago"),
+    };
+    let sql = format!(
+        "SELECT {job}, toUInt32(intDiv(? - scheduled_ms, 3600000)) AS hours_ago, \
+         countIf(status = 'succeeded') AS succeeded, \
+         countIf(status IN ('failed', 'timed_out', 'killed')) AS failed, \
+         countIf(status NOT IN ('succeeded', 'failed', 'timed_out', 'killed')) AS other \
+         FROM jetcron.runs WHERE scheduled_ms > ? AND scheduled_ms <= ?{filter} \
+         GROUP BY {group} ORDER BY {group}"
+    );
+    let mut query = client
+        .query(&sql)
+        .bind(now_ms)
+        .bind(now_ms - Duration::hours(HOURS as i64).num_milliseconds())
+        .bind(now_ms);
+    if let Some(ids) = job_ids {
+        query = query.bind(ids);
+    }
+    query
+}
+
+/// `fire.missed` events recorded in the 24 hours before `now`.
+pub async fn missed_fires_recorded(
+    client: &clickhouse::Client,
+    now: DateTime<Utc>,
+) -> anyhow::Result<u64> {
+    missed_fires_query(client, now)
+        .fetch_one::<u64>()
+        .await
+        .context("count missed fires")
+}
+
+/// The query of [`missed_fires_recorded`] (events deduplicated by id).
+pub fn missed_fires_query(
+    client: &clickhouse::Client,
+    now: DateTime<Utc>,
+) -> clickhouse::query::Query {
+    client
+        .query(
+            "SELECT toUInt64(uniqExact(event_id)) FROM jetcron.job_events \
+             WHERE kind = ? AND at_ms > ? AND at_ms <= ?",
+        )
+        .bind(jetcron_core::job_events::FIRE_MISSED_KIND)
+        .bind((now - Duration::hours(HOURS as i64)).timestamp_millis())
+        .bind(now.timestamp_millis())
+}
+
+/// An inline SVG bar chart of `day` (the overview): runs per hour, stacked
+/// succeeded / other / failed, with the peak written beside it.
+pub fn chart(day: &Day) -> String {
+    let total = |h: usize| day.succeeded[h] + day.failed[h] + day.other[h];
+    let peak = (0..HOURS).map(total).max().unwrap_or(0).max(1);
+    let mut svg = format!(
+        r#"<svg class="chart" viewBox="0 0 480 120" role="img" aria-label="Runs per hour over the last 24 hours, at most {peak} in an hour">"#
+    );
+    for hour in 0..HOURS {
+        let x = hour * 20;
+        let mut y = 120u64;
+        for (count, class) in [
+            (day.succeeded[hour], "ok"),
+            (day.other[hour], "muted"),
+            (day.failed[hour], "bad"),
+        ] {
+            let height = (count * 110).div_ceil(peak);
+            if height > 0 {
+                y = y.saturating_sub(height);
+                svg.push_str(&format!(
+                    r#"<rect x="{x}" y="{y}" width="16" height="{height}" class="{class}"/>"#
+                ));
+            }
+        }
+    }
+    svg.push_str(&format!(
+        r#"<text x="478" y="10" text-anchor="end" class="axis">{peak}/h</text></svg>"#
+    ));
+    svg
+}
+
+/// An inline SVG sparkline of `day`: one bar per hour, its height the runs
+/// of that hour, failed runs stacked on top in the failure colour. Numbers
+/// only, so nothing from a job reaches the markup.
+pub fn sparkline(day: &Day) -> String {
+    let peak = (0..HOURS)
+        .map(|h| day.succeeded[h] + day.failed[h])
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut svg = String::from(
+        r#"<svg class="spark" viewBox="0 0 72 16" width="72" height="16" aria-hidden="true">"#,
+    );
+    for hour in 0..HOURS {
+        let x = hour * 3;
+        let ok = day.succeeded[hour] * 16 / peak;
+        let bad = (day.failed[hour] * 16).div_ceil(peak);
+        if ok > 0 {
+            svg.push_str(&format!(
+                r#"<rect x="{x}" y="{}" width="2" height="{ok}" class="ok"/>"#,
+                16 - ok
+            ));
+        }
+        if bad > 0 {
+            svg.push_str(&format!(
+                r#"<rect x="{x}" y="{}" width="2" height="{bad}" class="bad"/>"#,
+                16u64.saturating_sub(ok + bad)
+            ));
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}

@@ -1,0 +1,113 @@
+//! `GET /ui/runs`: runs across jobs, newest first, filtered by job, status
+//! and error text, with a cursor ([`crate::read_requests::runs`]).
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::pages::{duration_ms, render, status_class, when_text, Frame};
+use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::read_requests::{self, ListRuns};
+use crate::GatewayState;
+
+pub struct ListedLine {
+    pub link: String,
+    pub job_id: String,
+    pub job_link: String,
+    pub status: String,
+    pub class: &'static str,
+    pub scheduled: String,
+    pub duration: String,
+    pub attempts: String,
+    pub error: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/runs.html")]
+pub struct RunsPage {
+    pub frame: Frame,
+    pub job: String,
+    pub status: String,
+    pub q: String,
+    pub runs: Vec<ListedLine>,
+    pub next_link: String,
+    pub problem: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunsQuery {
+    #[serde(default)]
+    job: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    q: String,
+    cursor: Option<String>,
+}
+
+fn some(text: &str) -> Option<String> {
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+pub async fn show(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Query(query): Query<RunsQuery>,
+) -> Result<Response, ConsoleError> {
+    let viewer = Viewer::of(&state, &headers);
+    viewer.may_read("/ui/runs")?;
+    let request = ListRuns {
+        job: some(&query.job),
+        status: some(&query.status),
+        q: some(&query.q),
+        cursor: query.cursor.clone(),
+        ..ListRuns::default()
+    };
+    let (runs, next_link, problem) = match read_requests::runs(&state, request).await {
+        Ok(reply) => (
+            reply
+                .runs
+                .iter()
+                .map(|r| ListedLine {
+                    link: format!("/ui/runs/{}", r.run_id),
+                    job_link: format!("/ui/jobs/{}", url_escape(&r.job_id)),
+                    job_id: r.job_id.clone(),
+                    status: r.status.clone(),
+                    class: status_class(&r.status),
+                    scheduled: when_text(&r.scheduled_at),
+                    duration: r.duration_ms.map(duration_ms).unwrap_or_default(),
+                    attempts: format!("{}/{}", r.attempt, r.max_attempts),
+                    error: r.error.clone().unwrap_or_default(),
+                })
+                .collect(),
+            reply
+                .next_cursor
+                .map(|c| {
+                    format!(
+                        "/ui/runs?job={}&status={}&q={}&cursor={}",
+                        url_escape(&query.job),
+                        url_escape(&query.status),
+                        url_escape(&query.q),
+                        url_escape(&c)
+                    )
+                })
+                .unwrap_or_default(),
+            String::new(),
+        ),
+        Err(e) => (Vec::new(), String::new(), e.message),
+    };
+    let page = RunsPage {
+        frame: viewer.frame("Runs"),
+        job: query.job,
+        status: query.status,
+        q: query.q,
+        runs,
+        next_link,
+        problem,
+    };
+    Ok(render(&page).into_response())
+}
