@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::console::row_figures;
 use crate::run_list::RunFilter;
 use crate::{rejections, run_history, run_list, stats};
 
@@ -108,6 +109,26 @@ pub fn samples(
         (
             "rejections of a job",
             sql(rejections::newest_query(client, Some(job_id), 50)),
+        ),
+        (
+            "console: last runs of a page of jobs",
+            sql(row_figures::last_runs_query(client, &[job_id, "other"], to)),
+        ),
+        (
+            "console: a page of jobs by hour",
+            sql(row_figures::hours_query(
+                client,
+                Some(&[job_id, "other"]),
+                to,
+            )),
+        ),
+        (
+            "console: every job by hour",
+            sql(row_figures::hours_query(client, None, to)),
+        ),
+        (
+            "console: missed fires recorded",
+            sql(row_figures::missed_fires_query(client, to)),
         ),
     ]
 }

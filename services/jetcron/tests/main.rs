@@ -10,6 +10,7 @@ mod clickhouse_replicated;
 mod cluster_chaos;
 mod cluster_migration;
 mod cluster_startup;
+mod console;
 mod executor_failover;
 mod gateway_queries;
 mod grafana_dashboards;

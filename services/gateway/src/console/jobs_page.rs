@@ -204,18 +204,18 @@ pub async fn show(
                 state: row.state(),
                 updated: when(row.updated_at),
                 next_fire,
-                last_status: last.map(|l| l.status.clone()).unwrap_or_default(),
-                last_class: last.map_or("", |l| status_class(&l.status)),
+                last_status: last.map(|l| l.last_status.clone()).unwrap_or_default(),
+                last_class: last.map_or("", |l| status_class(&l.last_status)),
                 last_when: last
-                    .and_then(|l| chrono::DateTime::from_timestamp_millis(l.scheduled_ms))
+                    .and_then(|l| chrono::DateTime::from_timestamp_millis(l.last_scheduled_ms))
                     .map(when)
                     .unwrap_or_default(),
                 last_duration: last
-                    .filter(|l| l.duration_ms > 0)
-                    .map(|l| duration_ms(l.duration_ms))
+                    .filter(|l| l.last_duration_ms > 0)
+                    .map(|l| duration_ms(l.last_duration_ms))
                     .unwrap_or_default(),
                 last_link: last
-                    .map(|l| format!("/ui/runs/{}", l.run_id))
+                    .map(|l| format!("/ui/runs/{}", l.last_run_id))
                     .unwrap_or_default(),
                 succeeded_24h,
                 failed_24h,

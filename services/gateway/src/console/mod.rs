@@ -24,7 +24,7 @@ mod job_page;
 mod jobs_page;
 mod overview_page;
 mod pages;
-mod row_figures;
+pub(crate) mod row_figures;
 mod run_page;
 mod runs_page;
 pub mod session;

@@ -18,10 +18,10 @@ pub const HOURS: usize = 24;
 #[derive(Debug, Clone, clickhouse::Row, Deserialize)]
 pub struct LastRun {
     pub job_id: String,
-    pub run_id: String,
-    pub status: String,
-    pub scheduled_ms: i64,
-    pub duration_ms: i64,
+    pub last_run_id: String,
+    pub last_status: String,
+    pub last_scheduled_ms: i64,
+    pub last_duration_ms: i64,
 }
 
 #[derive(Debug, Clone, clickhouse::Row, Deserialize)]
@@ -100,9 +100,9 @@ pub fn last_runs_query(
 ) -> clickhouse::query::Query {
     client
         .query(
-            "SELECT job_id, argMax(run_id, scheduled_ms) AS run_id, \
-             argMax(status, scheduled_ms) AS status, max(scheduled_ms) AS scheduled_ms, \
-             argMax(duration_ms, scheduled_ms) AS duration_ms \
+            "SELECT job_id, argMax(run_id, scheduled_ms) AS last_run_id, \
+             argMax(status, scheduled_ms) AS last_status, max(scheduled_ms) AS last_scheduled_ms, \
+             argMax(duration_ms, scheduled_ms) AS last_duration_ms \
              FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id) \
              GROUP BY job_id ORDER BY job_id",
         )

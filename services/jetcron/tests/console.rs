@@ -1,0 +1,455 @@
+//! The operator console over plain HTTP, the way a browser without
+//! JavaScript uses it: sign in, forms with CSRF tokens, field errors, a
+//! stale-revision conflict, actions, the job table's pages and filters, and
+//! job text that must render as text. (The same flows in a real browser are
+//! in `console_browser.rs`.)
+
+use std::time::Duration;
+
+use jetcron_testkit::reqwest::{self, header, redirect, StatusCode};
+use jetcron_testkit::{wait_until, Stack, StackOptions, API_TOKEN};
+
+/// A browser without JavaScript: follows nothing by itself, keeps the
+/// session cookie, reads the CSRF token off the last page.
+struct Browser {
+    base: String,
+    http: reqwest::Client,
+    cookie: Option<String>,
+    csrf: String,
+}
+
+struct Page {
+    status: StatusCode,
+    headers: header::HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+/// The value of the first `name="<name>" value="..."` on a page.
+fn input_value(body: &str, name: &str) -> Option<String> {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = body.find(&marker)? + marker.len();
+    let end = body[start..].find('"')? + start;
+    Some(body[start..end].to_string())
+}
+
+impl Browser {
+    fn new(stack: &Stack) -> Self {
+        Self {
+            base: stack.http_base.clone(),
+            http: reqwest::Client::builder()
+                .redirect(redirect::Policy::none())
+                .build()
+                .expect("client"),
+            cookie: None,
+            csrf: String::new(),
+        }
+    }
+
+    async fn request(&mut self, request: reqwest::RequestBuilder) -> Page {
+        let request = match &self.cookie {
+            Some(cookie) => request.header(header::COOKIE, cookie),
+            None => request,
+        };
+        let response = request.send().await.expect("console request");
+        let status = response.status();
+        let headers = response.headers().clone();
+        if let Some(set) = headers
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+        {
+            let pair = set.split(';').next().unwrap_or_default().to_string();
+            self.cookie = pair
+                .split_once('=')
+                .filter(|(_, v)| !v.is_empty())
+                .map(|_| pair.clone());
+        }
+        let body = response.text().await.expect("body");
+        if let Some(csrf) = input_value(&body, "csrf").filter(|c| !c.is_empty()) {
+            self.csrf = csrf;
+        }
+        Page {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let request = self.http.get(format!("{}{path}", self.base));
+        self.request(request).await
+    }
+
+    async fn post(&mut self, path: &str, pairs: &[(&str, &str)]) -> Page {
+        let request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(form(pairs));
+        self.request(request).await
+    }
+
+    async fn sign_in(&mut self) {
+        let page = self
+            .post("/ui/login", &[("token", API_TOKEN), ("next", "/ui/jobs")])
+            .await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        assert_eq!(page.location(), "/ui/jobs");
+    }
+}
+
+#[tokio::test]
+async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
+    let stack = Stack::start(StackOptions::api_only()).await;
+    let mut browser = Browser::new(&stack);
+
+    // Reads are open (the gateway's read policy); the CSP allows only our script.
+    let overview = browser.get("/").await;
+    assert_eq!(overview.status, StatusCode::SEE_OTHER);
+    let overview = browser.get("/ui/").await;
+    assert_eq!(overview.status, StatusCode::OK, "{}", overview.body);
+    let csp = overview.headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .expect("csp");
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert!(overview.body.contains("Sign in"));
+
+    // Writing needs a session.
+    let new = browser.get("/ui/jobs/new").await;
+    assert_eq!(new.status, StatusCode::SEE_OTHER);
+    assert!(
+        new.location().starts_with("/ui/login?next="),
+        "{}",
+        new.location()
+    );
+    let refused = browser
+        .post("/ui/login", &[("token", "not-the-token-at-all")])
+        .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(refused.body.contains("not accepted"));
+    let signed = browser
+        .post(
+            "/ui/login",
+            &[("token", API_TOKEN), ("next", "https://evil.example/")],
+        )
+        .await;
+    assert_eq!(signed.location(), "/ui/", "no redirect off the console");
+    let cookie = signed.headers[header::SET_COOKIE].to_str().expect("cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(API_TOKEN),
+        "the token itself is not stored: {cookie}"
+    );
+
+    // A form without the CSRF token, or from another origin, changes nothing.
+    let page = browser.get("/ui/jobs/new").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let csrf = browser.csrf.clone();
+    assert_eq!(csrf.len(), 64, "{}", page.body);
+    let fields = |url: &'static str| {
+        vec![
+            ("expected_revision", "0"),
+            ("id", "nightly-report"),
+            ("schedule", "0 3 * * *"),
+            ("timezone", "Europe/Berlin"),
+            ("target.type", "http"),
+            ("target.url", url),
+            ("retry.max_attempts", "3"),
+            ("labels", "team=billing"),
+        ]
+    };
+    let forged = browser
+        .post("/ui/jobs/new", &fields("https://example.com/run"))
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let from_elsewhere = browser
+        .request(
+            browser
+                .http
+                .post(format!("{}/ui/jobs/new", browser.base))
+                .header(header::ORIGIN, "http://evil.example")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(form(
+                    &[
+                        &[("csrf", csrf.as_str())][..],
+                        &fields("https://example.com/run"),
+                    ]
+                    .concat(),
+                )),
+        )
+        .await;
+    assert_eq!(from_elsewhere.status, StatusCode::FORBIDDEN);
+    let (status, _) = stack.get("/v1/jobs/nightly-report").await;
+    assert_eq!(status, 404, "a refused form stored nothing");
+
+    // An invalid field comes back next to its input, the rest kept.
+    let with_csrf = |mut pairs: Vec<(&'static str, &'static str)>, csrf: &str| {
+        let mut all: Vec<(String, String)> = vec![("csrf".into(), csrf.to_string())];
+        all.extend(pairs.drain(..).map(|(k, v)| (k.to_string(), v.to_string())));
+        all
+    };
+    let pairs = with_csrf(fields("ftp://example.com/run"), &csrf);
+    let borrowed: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let invalid = browser.post("/ui/jobs/new", &borrowed).await;
+    assert_eq!(
+        invalid.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        invalid.body
+    );
+    assert!(
+        invalid.body.contains(r#"id="f-url-error""#),
+        "{}",
+        invalid.body
+    );
+    assert!(
+        invalid.body.contains(r#"value="Europe/Berlin""#),
+        "the other fields stay filled"
+    );
+    assert!(
+        invalid.body.contains("<ol class=\"preview\">"),
+        "the schedule preview shows"
+    );
+    let pairs = with_csrf(fields("https://example.com/run"), &csrf);
+    let borrowed: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let created = browser.post("/ui/jobs/new", &borrowed).await;
+    assert_eq!(created.status, StatusCode::SEE_OTHER, "{}", created.body);
+    assert_eq!(created.location(), "/ui/jobs/nightly-report?done=created");
+    let (status, job) = stack.get("/v1/jobs/nightly-report").await;
+    assert_eq!(status, 200);
+    assert_eq!(job["job"]["job"]["retry"]["max_attempts"], 3);
+    assert_eq!(job["job"]["job"]["labels"]["team"], "billing");
+    let revision = job["job"]["revision"].as_u64().expect("revision");
+
+    // Its page: next fires in words and local time, the history.
+    let page = browser.get("/ui/jobs/nightly-report?done=created").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Created."), "{}", page.body);
+    assert!(page.body.contains("Europe/Berlin"));
+    assert!(page.body.contains("<td>put</td>"));
+
+    // Two editors: the second, on a stale revision, gets a conflict and keeps its edit.
+    let edit = browser.get("/ui/jobs/nightly-report/edit").await;
+    assert_eq!(
+        input_value(&edit.body, "expected_revision"),
+        Some(revision.to_string())
+    );
+    let (status, reply) = stack
+        .send(
+            reqwest::Method::PUT,
+            "/v1/jobs/nightly-report",
+            r#"{"schedule":"0 4 * * *","target":{"type":"http","url":"https://example.com/run"}}"#,
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let stale = revision.to_string();
+    let csrf = browser.csrf.clone();
+    let conflict = browser
+        .post(
+            "/ui/jobs/nightly-report/edit",
+            &[
+                ("csrf", csrf.as_str()),
+                ("expected_revision", stale.as_str()),
+                ("schedule", "0 5 * * *"),
+                ("target.type", "http"),
+                ("target.url", "https://example.com/run"),
+            ],
+        )
+        .await;
+    assert_eq!(conflict.status, StatusCode::CONFLICT, "{}", conflict.body);
+    assert!(
+        conflict.body.contains("Someone changed this job"),
+        "{}",
+        conflict.body
+    );
+    assert!(
+        conflict.body.contains(r#"value="0 5 * * *""#),
+        "the edit is kept"
+    );
+    let (_, job) = stack.get("/v1/jobs/nightly-report").await;
+    assert_eq!(job["job"]["job"]["schedule"], "0 4 * * *", "no lost update");
+
+    // Pause and resume from the job page.
+    let paused = browser
+        .post("/ui/jobs/nightly-report/pause", &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(paused.location(), "/ui/jobs/nightly-report?done=paused");
+    let (_, job) = stack.get("/v1/jobs/nightly-report").await;
+    assert_eq!(job["job"]["job"]["paused"], true);
+    let page = browser.get("/ui/jobs?state=paused").await;
+    assert!(
+        page.body.contains(">nightly-report</a>"),
+        "the table shows the pause at once"
+    );
+    browser
+        .post("/ui/jobs/nightly-report/resume", &[("csrf", csrf.as_str())])
+        .await;
+    let (_, job) = stack.get("/v1/jobs/nightly-report").await;
+    assert!(job["job"]["job"].get("paused").is_none(), "{job}");
+
+    // Delete asks first, and deletes the revision confirmed.
+    let confirm = browser.get("/ui/jobs/nightly-report/delete").await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    let confirmed = input_value(&confirm.body, "expected_revision").expect("revision");
+    let deleted = browser
+        .post(
+            "/ui/jobs/nightly-report/delete",
+            &[
+                ("csrf", csrf.as_str()),
+                ("expected_revision", confirmed.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(deleted.location(), "/ui/jobs?done=deleted");
+    let (status, _) = stack.get("/v1/jobs/nightly-report").await;
+    assert_eq!(status, 404);
+
+    // Signing out ends the session.
+    browser.post("/ui/logout", &[("csrf", csrf.as_str())]).await;
+    let after = browser.get("/ui/jobs/new").await;
+    assert_eq!(after.status, StatusCode::SEE_OTHER);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn the_job_table_pages_filters_and_sorts_many_jobs() {
+    let stack = Stack::start(StackOptions::api_only()).await;
+    // Written straight into the bucket, as `nats kv put` does.
+    for i in 0..120 {
+        let team = if i % 4 == 0 { "search" } else { "billing" };
+        let job = format!(
+            r#"{{"id":"job-{i:03}","schedule":"@every 1h","description":"report number {i}","labels":{{"team":"{team}"}},"target":{{"type":"nats","subject":"svc.r{i}"}}}}"#
+        );
+        stack.kv_put(&format!("job-{i:03}"), job.as_bytes()).await;
+    }
+    stack
+        .kv_put("broken", br#"{"id":"broken","schedule":"not a schedule"}"#)
+        .await;
+    let mut browser = Browser::new(&stack);
+    let first = wait_until(
+        "the table has every job",
+        Duration::from_secs(10),
+        || async {
+            let page = Browser::new(&stack).get("/ui/jobs").await;
+            page.body.contains("Jobs 1–50 of 121.").then_some(page)
+        },
+    )
+    .await;
+    assert!(first.body.contains(">broken</a>") && first.body.contains("invalid"));
+    assert!(first.body.contains(">job-048</a>") && !first.body.contains(">job-049</a>"));
+    assert!(first.body.contains(r#"rel="next""#));
+
+    let last = browser.get("/ui/jobs?page=3").await;
+    assert!(last.body.contains("Jobs 101–121 of 121."), "{}", last.body);
+    assert!(last.body.contains(">job-119</a>") && !last.body.contains(r#"rel="next""#));
+
+    let search = browser.get("/ui/jobs?labels=team%3Dsearch").await;
+    assert!(
+        search
+            .body
+            .contains("Jobs 1–30 of 30 matching (121 in all)."),
+        "{}",
+        search.body
+    );
+    assert!(!search.body.contains(">job-001</a>"));
+
+    let text = browser.get("/ui/jobs?q=NUMBER+11").await;
+    assert!(text.body.contains("of 11 matching"), "{}", text.body);
+
+    let descending = browser.get("/ui/jobs?sort=id&dir=desc").await;
+    let first_row = descending.body.find(">job-119</a>").expect("job-119");
+    let later_row = descending.body.find(">job-118</a>").expect("job-118");
+    assert!(first_row < later_row);
+    assert!(descending.body.contains(r#"aria-sort="descending""#));
+
+    let bad = browser.get("/ui/jobs?labels=team").await;
+    assert!(bad.body.contains("is not key=value"), "{}", bad.body);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn job_text_renders_as_text_on_every_page() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    let script = "<script>alert(1)</script>";
+    let image = "\"><img src=x onerror=alert(1)>";
+    let job = serde_json::json!({
+        "id": "xss-check",
+        "schedule": "@every 1h",
+        "description": format!("{script}{image}"),
+        "labels": {"note": format!("{image}{script}")},
+        "target": {"type": "shell", "command": format!("echo '{script}{image}'; exit 3")},
+    });
+    let (status, reply) = stack.post("/v1/jobs", &job.to_string()).await;
+    assert_eq!(status, 201, "{reply}");
+    let run_id = stack.trigger("xss-check").await;
+    stack
+        .wait_for_run_status(&run_id, "failed", Duration::from_secs(20))
+        .await;
+
+    let mut browser = Browser::new(&stack);
+    browser.sign_in().await;
+    for path in [
+        "/ui/jobs".to_string(),
+        "/ui/jobs?q=%3Cscript%3E".to_string(),
+        "/ui/jobs/xss-check".to_string(),
+        "/ui/jobs/xss-check/edit".to_string(),
+        format!("/ui/runs/{run_id}"),
+    ] {
+        let page = browser.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        for raw in ["<script>alert", "<img src=x", "onerror=alert(1)>"] {
+            assert!(
+                !page.body.contains(raw),
+                "{path} has {raw:?} unescaped:\n{}",
+                page.body
+            );
+        }
+        assert!(
+            page.body.contains("&#60;script&#62;alert(1)")
+                || page.body.contains("&lt;script&gt;alert(1)"),
+            "{path} shows the text, escaped:\n{}",
+            page.body
+        );
+    }
+    // Text typed into a filter comes back escaped too.
+    let listing = browser
+        .get("/ui/runs?job=xss-check&q=%3Cscript%3Ealert")
+        .await;
+    assert!(!listing.body.contains("<script>alert"), "{}", listing.body);
+    assert!(
+        listing.body.contains("&#60;script&#62;alert")
+            || listing.body.contains("&lt;script&gt;alert"),
+        "{}",
+        listing.body
+    );
+    let run = browser.get(&format!("/ui/runs/{run_id}")).await;
+    assert!(run.body.contains("exit 3"), "{}", run.body);
+    stack.stop().await;
+}
