@@ -11,6 +11,7 @@ mod cluster_chaos;
 mod cluster_migration;
 mod cluster_startup;
 mod console;
+mod console_browser;
 mod executor_failover;
 mod gateway_queries;
 mod grafana_dashboards;

@@ -16,9 +16,13 @@
 //! - [`nats_jwt`] issues operator, account and user JWTs and `.creds` files
 //!   (what `nsc` does) for a [`NatsServer`] in operator mode.
 //!
+//! - [`Browser`] drives Debian's headless Chromium through `chromedriver`
+//!   (WebDriver), for the console's browser tests.
+//!
 //! Binaries are found on `PATH` (or `JETCRON_NATS_SERVER`,
 //! `JETCRON_CLICKHOUSE_SERVER`); `infra/test.sh` installs them.
 
+mod browser;
 pub mod chdb;
 mod clickhouse_server;
 pub mod grafana;
@@ -29,6 +33,7 @@ mod process;
 pub mod stack;
 mod wait;
 
+pub use browser::Browser;
 pub use clickhouse_server::ClickHouseServer;
 pub use nats_cluster::NatsCluster;
 pub use nats_jwt::{NatsAccount, NatsOperator};
