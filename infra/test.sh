@@ -17,6 +17,11 @@ if ! python3 -c 'import chdb' 2>/dev/null; then
     || python3 -m pip install -q --break-system-packages "chdb==4.4.0" \
     || die "cannot install chdb"
 fi
+# Debian's Chromium and its WebDriver for the console's browser tests
+# (tests/console_browser.rs); nothing downloads a browser of its own.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  apt_install chromium chromium-driver
+fi
 cd "$REPO_DIR"
 # nextest runs each test in its own process and ends with one summary line;
 # plain cargo test is the fallback where nextest is not installed.

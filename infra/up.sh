@@ -93,6 +93,7 @@ log "putting the demo job 'hello' (jetcron req jetcron.api.jobs.put)"
 cat <<MSG
 
 jetcron is running.
+  web console:           http://$http_addr/   (sign in with the token in $token_file)
   runs of the demo job:  curl -s http://$http_addr/v1/jobs/hello/runs
   all jobs:              curl -s http://$http_addr/v1/jobs
   put a job:             nats req jetcron.api.jobs.put '{...}'   (or: $bin req jetcron.api.jobs.put '{...}')

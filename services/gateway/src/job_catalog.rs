@@ -17,7 +17,7 @@
 //! pass the limit by a few; a direct `nats kv put` is not counted at all
 //! (NATS permissions decide who may do that).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -154,6 +154,83 @@ pub struct RowPage {
     pub total: usize,
 }
 
+/// A row as the catalog keeps it: boxed text, labels as a slice, no
+/// duplicate of the id (the map's key), so 100,000 jobs stay small.
+#[derive(Debug)]
+struct CompactRow {
+    revision: u64,
+    updated_at: DateTime<Utc>,
+    valid: bool,
+    paused: bool,
+    schedule: Box<str>,
+    timezone: Box<str>,
+    target_type: Box<str>,
+    description: Box<str>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+}
+
+impl CompactRow {
+    fn of(row: JobRow) -> Self {
+        Self {
+            revision: row.revision,
+            updated_at: row.updated_at,
+            valid: row.valid,
+            paused: row.paused,
+            schedule: row.schedule.into(),
+            timezone: row.timezone.into(),
+            target_type: row.target_type.into(),
+            description: row.description.into(),
+            labels: row
+                .labels
+                .into_iter()
+                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .collect(),
+        }
+    }
+
+    fn row(&self, id: &str) -> JobRow {
+        JobRow {
+            id: id.to_string(),
+            revision: self.revision,
+            updated_at: self.updated_at,
+            valid: self.valid,
+            schedule: self.schedule.to_string(),
+            timezone: self.timezone.to_string(),
+            paused: self.paused,
+            labels: self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            target_type: self.target_type.to_string(),
+            description: self.description.to_string(),
+        }
+    }
+
+    fn state(&self) -> &'static str {
+        match (self.valid, self.paused) {
+            (false, _) => "invalid",
+            (true, true) => "paused",
+            (true, false) => "active",
+        }
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+}
+
+/// The latest known revision of a key and its row (none: a delete marker,
+/// kept so a late put of an older revision is ignored).
+#[derive(Debug)]
+struct Slot {
+    revision: u64,
+    row: Option<CompactRow>,
+}
+
 /// The catalog, shared by the watch and the readers.
 #[derive(Clone, Default)]
 pub struct JobCatalog {
@@ -162,27 +239,35 @@ pub struct JobCatalog {
 
 #[derive(Default)]
 struct CatalogState {
-    /// Latest known revision of each key and its row (none: a delete marker,
-    /// kept so a late put of an older revision is ignored).
-    keys: HashMap<String, (u64, Option<Arc<JobRow>>)>,
-    /// The live rows by id (the table's default order).
-    rows: BTreeMap<String, Arc<JobRow>>,
+    /// Every key seen, in id order (the table's default order).
+    slots: BTreeMap<Box<str>, Slot>,
+    /// Keys that hold a job.
+    live: usize,
     synced: bool,
 }
 
 impl CatalogState {
     fn record(&mut self, key: &str, revision: u64, row: Option<JobRow>) {
-        if let Some((known, _)) = self.keys.get(key) {
-            if *known >= revision {
-                return;
+        let row = row.map(CompactRow::of);
+        let now_live = row.is_some();
+        match self.slots.get_mut(key) {
+            Some(slot) if slot.revision >= revision => {}
+            Some(slot) => {
+                let was_live = slot.row.is_some();
+                *slot = Slot { revision, row };
+                match (was_live, now_live) {
+                    (false, true) => self.live += 1,
+                    (true, false) => self.live -= 1,
+                    _ => {}
+                }
+            }
+            None => {
+                self.slots.insert(key.into(), Slot { revision, row });
+                if now_live {
+                    self.live += 1;
+                }
             }
         }
-        let row = row.map(Arc::new);
-        match &row {
-            Some(row) => self.rows.insert(key.to_string(), row.clone()),
-            None => self.rows.remove(key),
-        };
-        self.keys.insert(key.to_string(), (revision, row));
     }
 }
 
@@ -203,9 +288,20 @@ impl JobCatalog {
     /// Whether `key` exists and how many keys exist, once synced.
     pub fn lookup(&self, key: &str) -> Option<(bool, usize)> {
         let state = self.read();
-        state
-            .synced
-            .then(|| (state.rows.contains_key(key), state.rows.len()))
+        state.synced.then(|| {
+            let exists = state.slots.get(key).is_some_and(|s| s.row.is_some());
+            (exists, state.live)
+        })
+    }
+
+    /// How many jobs there are.
+    pub fn len(&self) -> usize {
+        self.read().live
+    }
+
+    /// Whether there is no job.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Note a put this gateway made: `value` is now `key`'s at `revision`.
@@ -223,69 +319,43 @@ impl JobCatalog {
     pub fn page(&self, query: &RowQuery) -> RowPage {
         let state = self.read();
         let needle = query.text.to_lowercase();
-        let matches = |row: &JobRow| {
+        let matches = |id: &str, row: &CompactRow| {
             (query.state.is_empty() || row.state() == query.state)
                 && query
                     .labels
                     .iter()
-                    .all(|(k, v)| row.labels.get(k) == Some(v))
+                    .all(|(k, v)| row.label(k) == Some(v.as_str()))
                 && (needle.is_empty()
-                    || [&row.id, &row.description, &row.schedule, &row.target_type]
+                    || [id, &row.description, &row.schedule, &row.target_type]
                         .iter()
                         .any(|f| f.to_lowercase().contains(&needle)))
         };
-        let total = state.rows.len();
-        let rows: Vec<Arc<JobRow>>;
-        let matched;
-        if query.sort == RowSort::Id {
-            // Already in id order: no copy of the whole list.
-            let filtered = state.rows.values().filter(|r| matches(r));
-            let all: Vec<&Arc<JobRow>> = if query.descending {
-                let mut v: Vec<_> = filtered.collect();
-                v.reverse();
-                v
-            } else {
-                filtered.collect()
-            };
-            matched = all.len();
-            rows = all
-                .into_iter()
-                .skip(query.offset)
-                .take(query.limit)
-                .cloned()
-                .collect();
-        } else {
-            let mut all: Vec<&Arc<JobRow>> = state.rows.values().filter(|r| matches(r)).collect();
-            matched = all.len();
-            let key = |r: &JobRow| -> (String, String) {
-                let first = match query.sort {
-                    RowSort::Updated => r.updated_at.timestamp_millis().to_string(),
-                    RowSort::State => r.state().to_string(),
-                    RowSort::Schedule => r.schedule.clone(),
-                    RowSort::Timezone => r.timezone.clone(),
-                    RowSort::Id => String::new(),
-                };
-                (first, r.id.clone())
-            };
-            match query.sort {
-                // Timestamps compare as numbers, not as text.
-                RowSort::Updated => all.sort_by_key(|r| (r.updated_at, r.id.clone())),
-                _ => all.sort_by_cached_key(|r| key(r)),
-            }
-            if query.descending {
-                all.reverse();
-            }
-            rows = all
-                .into_iter()
-                .skip(query.offset)
-                .take(query.limit)
-                .cloned()
-                .collect();
+        let mut all: Vec<(&str, &CompactRow)> = state
+            .slots
+            .iter()
+            .filter_map(|(id, slot)| Some((&**id, slot.row.as_ref()?)))
+            .filter(|(id, row)| matches(id, row))
+            .collect();
+        // Already in id order; other columns sort with the id breaking ties.
+        match query.sort {
+            RowSort::Id => {}
+            RowSort::Updated => all.sort_by_key(|(_, r)| r.updated_at),
+            RowSort::State => all.sort_by_key(|(_, r)| r.state()),
+            RowSort::Schedule => all.sort_by(|(_, a), (_, b)| a.schedule.cmp(&b.schedule)),
+            RowSort::Timezone => all.sort_by(|(_, a), (_, b)| a.timezone.cmp(&b.timezone)),
+        }
+        if query.descending {
+            all.reverse();
         }
         RowPage {
-            rows,
-            matched,
-            total,
+            matched: all.len(),
+            total: state.live,
+            rows: all
+                .into_iter()
+                .skip(query.offset)
+                .take(query.limit)
+                .map(|(id, row)| Arc::new(row.row(id)))
+                .collect(),
         }
     }
 

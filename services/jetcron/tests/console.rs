@@ -399,23 +399,68 @@ async fn job_text_renders_as_text_on_every_page() {
     let stack = Stack::start(StackOptions::with_shell()).await;
     let script = "<script>alert(1)</script>";
     let image = "\"><img src=x onerror=alert(1)>";
+    let hostile = format!("{script}{image}");
     let job = serde_json::json!({
         "id": "xss-check",
         "schedule": "@every 1h",
-        "description": format!("{script}{image}"),
+        "description": hostile,
         "labels": {"note": format!("{image}{script}")},
-        "target": {"type": "shell", "command": format!("echo '{script}{image}'; exit 3")},
+        "target": {"type": "shell", "command": format!("echo '{script}{image}'; exit 3"), "env": {"NOTE": hostile}},
+        "notify": {"webhook": "http://127.0.0.1:9/hook", "headers": {"X-Note": hostile}},
     });
     let (status, reply) = stack.post("/v1/jobs", &job.to_string()).await;
+    assert_eq!(status, 201, "{reply}");
+    let http_job = serde_json::json!({
+        "id": "xss-http",
+        "schedule": "@every 1h",
+        "description": hostile,
+        "target": {"type": "http", "url": "http://127.0.0.1:9/x", "method": "POST", "body": hostile, "headers": {"X-Note": hostile}},
+    });
+    let (status, reply) = stack.post("/v1/jobs", &http_job.to_string()).await;
+    assert_eq!(status, 201, "{reply}");
+    let nats_job = serde_json::json!({
+        "id": "xss-nats",
+        "schedule": "@every 1h",
+        "description": hostile,
+        "target": {"type": "nats", "subject": "svc.xss", "payload": hostile},
+    });
+    let (status, reply) = stack.post("/v1/jobs", &nats_job.to_string()).await;
     assert_eq!(status, 201, "{reply}");
     let run_id = stack.trigger("xss-check").await;
     stack
         .wait_for_run_status(&run_id, "failed", Duration::from_secs(20))
         .await;
+    // A kill reason is free text too.
+    let sleeper = r#"{"id":"xss-sleep","schedule":"@every 1h","target":{"type":"shell","command":"sleep 60"}}"#;
+    let (status, reply) = stack.post("/v1/jobs", sleeper).await;
+    assert_eq!(status, 201, "{reply}");
+    let sleeping = stack.trigger("xss-sleep").await;
+    stack
+        .wait_for_run_status(&sleeping, "running", Duration::from_secs(20))
+        .await;
 
     let mut browser = Browser::new(&stack);
     browser.sign_in().await;
+    let csrf = {
+        browser.get(&format!("/ui/runs/{sleeping}")).await;
+        browser.csrf.clone()
+    };
+    let killed = browser
+        .post(
+            &format!("/ui/runs/{sleeping}/kill"),
+            &[("csrf", csrf.as_str()), ("reason", hostile.as_str())],
+        )
+        .await;
+    assert_eq!(killed.status, StatusCode::SEE_OTHER, "{}", killed.body);
+    stack
+        .wait_for_run_status(&sleeping, "killed", Duration::from_secs(20))
+        .await;
     for path in [
+        format!("/ui/runs/{sleeping}"),
+        "/ui/jobs/xss-http".to_string(),
+        "/ui/jobs/xss-http/edit".to_string(),
+        "/ui/jobs/xss-nats".to_string(),
+        "/ui/jobs/xss-nats/edit".to_string(),
         "/ui/jobs".to_string(),
         "/ui/jobs?q=%3Cscript%3E".to_string(),
         "/ui/jobs/xss-check".to_string(),

@@ -199,15 +199,9 @@ async fn an_operator_works_through_the_console_in_a_browser() {
         Some("true")
     );
     fill(client, "#f-attempts", "2").await;
-    click(client, "#save-form").await;
+    submit(client, "#save-form", "Created.").await;
     let url = client.current_url().await.expect("url");
-    assert_eq!(
-        url.path(),
-        "/ui/jobs/hello-every-second",
-        "{}",
-        body_text(client).await
-    );
-    assert!(body_text(client).await.contains("Created."));
+    assert_eq!(url.path(), "/ui/jobs/hello-every-second");
 
     // Its runs appear.
     let job_page = format!("{base}/ui/jobs/hello-every-second");
@@ -308,6 +302,33 @@ async fn an_operator_works_through_the_console_in_a_browser() {
         .await
         .expect("goto");
     assert!(text_of(client, ".description").await.contains("<script>"));
+
+    // Every control has an accessible name: a label, or its own text.
+    for path in [
+        "/ui/".to_string(),
+        "/ui/jobs?labels=team%3Dbilling".to_string(),
+        "/ui/jobs/hello-every-second".to_string(),
+        "/ui/jobs/hello-every-second/edit".to_string(),
+        "/ui/jobs/new".to_string(),
+        format!("/ui/runs/{failed_run}"),
+        "/ui/runs".to_string(),
+    ] {
+        client.goto(&format!("{base}{path}")).await.expect("goto");
+        let unlabelled = client
+            .execute(
+                "return Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea, button'))\
+                   .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())\
+                   .map(e => e.outerHTML)",
+                vec![],
+            )
+            .await
+            .expect("label check");
+        assert_eq!(
+            unlabelled,
+            serde_json::json!([]),
+            "{path}: controls without a label"
+        );
+    }
 
     // The overview and the table, then the table on a phone.
     wait_for_text(
