@@ -12,6 +12,9 @@
 //!   operation of [`read_requests`]; it also takes job writes
 //!   (the same operations as NATS), kills, schedule previews and the
 //!   completion reports of asynchronous targets.
+//! - The operator console ([`console`]) serves HTML pages at `/` and `/ui/`
+//!   on the same port, built from the same operations; its job table reads
+//!   the in-memory [`job_catalog`].
 //! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
 //!   times with no run past a grace period) as `fire.missed` job events, so
 //!   ClickHouse and Grafana have them.
