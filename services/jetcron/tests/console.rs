@@ -314,6 +314,78 @@ async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
     let (_, job) = stack.get("/v1/jobs/nightly-report").await;
     assert!(job["job"]["job"].get("paused").is_none(), "{job}");
 
+    // Backfill a past range: the scheduled times in it are queued as runs.
+    let backfilled = browser
+        .post(
+            "/ui/jobs/nightly-report/backfill",
+            &[
+                ("csrf", csrf.as_str()),
+                ("from", "2026-11-01T00:00:00Z"),
+                ("to", "2026-11-03T00:00:00Z"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        backfilled.location(),
+        "/ui/jobs/nightly-report?done=backfilled",
+        "{}",
+        backfilled.body
+    );
+    let backwards = browser
+        .post(
+            "/ui/jobs/nightly-report/backfill",
+            &[
+                ("csrf", csrf.as_str()),
+                ("from", "2026-11-03T00:00:00Z"),
+                ("to", "2026-11-01T00:00:00Z"),
+            ],
+        )
+        .await;
+    assert_eq!(backwards.status, StatusCode::BAD_REQUEST);
+    assert!(
+        backwards.body.contains("must not be earlier than from"),
+        "{}",
+        backwards.body
+    );
+
+    // Pause and resume by label, from the table.
+    let (status, reply) = stack
+        .post(
+            "/v1/jobs",
+            r#"{"id":"other-billing","schedule":"@every 1h","labels":{"team":"billing"},"target":{"type":"nats","subject":"svc.other"}}"#,
+        )
+        .await;
+    assert_eq!(status, 201, "{reply}");
+    let table = browser.get("/ui/jobs?labels=team%3Dbilling").await;
+    assert!(
+        table.body.contains("Pause all with these labels"),
+        "{}",
+        table.body
+    );
+    let paused_all = browser
+        .post(
+            "/ui/jobs:pause",
+            &[("csrf", csrf.as_str()), ("labels", "team=billing")],
+        )
+        .await;
+    assert_eq!(
+        paused_all.location(),
+        "/ui/jobs?labels=team%3Dbilling&done=paused"
+    );
+    let (_, job) = stack.get("/v1/jobs/other-billing").await;
+    assert_eq!(job["job"]["job"]["paused"], true);
+    // nightly-report lost its labels in the edit above: not selected.
+    let (_, job) = stack.get("/v1/jobs/nightly-report").await;
+    assert!(job["job"]["job"].get("paused").is_none(), "{job}");
+    browser
+        .post(
+            "/ui/jobs:resume",
+            &[("csrf", csrf.as_str()), ("labels", "team=billing")],
+        )
+        .await;
+    let (_, job) = stack.get("/v1/jobs/other-billing").await;
+    assert!(job["job"]["job"].get("paused").is_none(), "{job}");
+
     // Delete asks first, and deletes the revision confirmed.
     let confirm = browser.get("/ui/jobs/nightly-report/delete").await;
     assert_eq!(confirm.status, StatusCode::OK);
@@ -335,6 +407,52 @@ async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
     browser.post("/ui/logout", &[("csrf", csrf.as_str())]).await;
     let after = browser.get("/ui/jobs/new").await;
     assert_eq!(after.status, StatusCode::SEE_OTHER);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn protected_reads_send_every_page_to_sign_in_and_then_show_secrets() {
+    let stack = Stack::start(StackOptions {
+        protect_reads: true,
+        ..StackOptions::api_only()
+    })
+    .await;
+    let job = r#"{"id":"secretive","schedule":"@every 1h","target":{"type":"http","url":"https://example.com/","headers":{"Authorization":"Bearer s3cr3t-value"}}}"#;
+    let (status, reply) = stack.post("/v1/jobs", job).await;
+    assert_eq!(status, 201, "{reply}");
+    let mut browser = Browser::new(&stack);
+    for path in [
+        "/ui/",
+        "/ui/jobs",
+        "/ui/jobs/secretive",
+        "/ui/runs",
+        "/ui/preview?schedule=*+*+*+*+*",
+    ] {
+        let page = browser.get(path).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{path}");
+        assert!(
+            page.location().starts_with("/ui/login?next="),
+            "{path}: {}",
+            page.location()
+        );
+    }
+    browser.sign_in().await;
+    let page = browser.get("/ui/jobs/secretive").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("s3cr3t-value"),
+        "a signed-in operator sees the header"
+    );
+
+    // With open reads, an anonymous viewer sees it redacted.
+    let open = Stack::start(StackOptions::api_only()).await;
+    let (status, reply) = open.post("/v1/jobs", job).await;
+    assert_eq!(status, 201, "{reply}");
+    let page = Browser::new(&open).get("/ui/jobs/secretive").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("s3cr3t-value"), "{}", page.body);
+    assert!(page.body.contains("sign in to see them"), "{}", page.body);
+    open.stop().await;
     stack.stop().await;
 }
 

@@ -35,6 +35,8 @@ pub struct StackOptions {
     pub pools: Vec<String>,
     /// The gateway's limits.
     pub limits: jetcron_gateway::limits::Limits,
+    /// Whether HTTP reads (and console pages) need the token.
+    pub protect_reads: bool,
 }
 
 /// The bearer token the test gateway accepts on HTTP writes.
@@ -50,6 +52,7 @@ impl Default for StackOptions {
             gateway: true,
             pools: vec![subjects::DEFAULT_POOL.to_string()],
             limits: Default::default(),
+            protect_reads: false,
         }
     }
 }
@@ -134,7 +137,7 @@ impl Stack {
                 topology: topology.clone(),
                 http_auth: jetcron_gateway::http::auth::HttpAuth::new(
                     vec![API_TOKEN.to_string()],
-                    false,
+                    options.protect_reads,
                 )
                 .expect("test token"),
                 limits: options.limits.clone(),
