@@ -18,6 +18,7 @@
 
 pub mod ahead;
 pub mod book;
+pub mod lease_options;
 pub mod ownership;
 pub mod plan;
 pub mod publish;

@@ -44,49 +44,7 @@ use tracing::{debug, info, warn};
 use crate::shards::{replica_key, shard_key, ShardRecord, SHARDS};
 use crate::share::{self, RecordState, ShardSeen, Take};
 
-/// Lease timing.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseOptions {
-    /// A dead owner's shards are taken over within this long.
-    pub ttl: Duration,
-    /// How often leases are renewed and watermarks written.
-    pub renew_every: Duration,
-    /// How long an owner keeps publishing while the lease bucket cannot be
-    /// written at all (an election of its leader).
-    pub outage_grace: Duration,
-    /// How long an owner may fail to get due events stored before it hands
-    /// its shards to another replica.
-    pub publish_stall_limit: Duration,
-}
-
-impl Default for LeaseOptions {
-    fn default() -> Self {
-        Self {
-            ttl: Duration::from_secs(5),
-            renew_every: Duration::from_secs(1),
-            outage_grace: Duration::from_secs(20),
-            publish_stall_limit: Duration::from_secs(30),
-        }
-    }
-}
-
-impl LeaseOptions {
-    /// A record unchanged for this long is stale. Its owner renewed it at most
-    /// one round before dying and a standby looks once a round, so a standby
-    /// acquires it within `ttl` of the death; the owner itself stopped
-    /// publishing `ttl / 2` after its last renewal, before anyone may take over.
-    pub fn stale_after(&self) -> Duration {
-        self.ttl
-            .saturating_sub(self.renew_every * 2)
-            .max(self.ttl / 2 + self.renew_every / 2)
-    }
-
-    /// Scheduled times later than this after its last record the owner of a
-    /// shard cannot have published (the longest it publishes without renewing).
-    pub fn publish_horizon(&self) -> Duration {
-        (self.ttl / 2).max(self.outage_grace)
-    }
-}
+pub use crate::lease_options::LeaseOptions;
 
 /// What the ticker loop learns from ownership.
 #[derive(Debug, Clone, PartialEq)]

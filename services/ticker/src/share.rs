@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::ownership::LeaseOptions;
+use crate::lease_options::LeaseOptions;
 use crate::shards::SHARDS;
 
 /// What a shard's record looked like this round.
