@@ -32,6 +32,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod channel;
 pub mod clock;
 pub mod control;
 pub mod events;

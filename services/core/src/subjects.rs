@@ -5,6 +5,8 @@
 
 /// KV bucket holding job definitions; key = job id. The source of truth.
 pub const JOBS_BUCKET: &str = "jetcron_jobs";
+/// KV bucket of alert channel definitions (key = channel name).
+pub const CHANNELS_BUCKET: &str = "jetcron_channels";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.
@@ -36,6 +38,8 @@ pub const API_SCHEDULES_GROUP: &str = "jetcron.api.schedules";
 pub const API_SCHEDULES_PREVIEW: &str = "jetcron.api.schedules.preview";
 /// Subject prefix of the run endpoints.
 pub const API_RUNS_GROUP: &str = "jetcron.api.runs";
+/// Alert channel endpoints: `put`, `get`, `list`, `delete`.
+pub const API_CHANNELS_GROUP: &str = "jetcron.api.channels";
 /// `jetcron.api.runs.kill`: stop a run wherever it is.
 pub const API_RUNS_KILL: &str = "jetcron.api.runs.kill";
 

@@ -451,7 +451,9 @@ fn conflict(id: &str, expected: u64, why: &str) -> ApiError {
 
 /// Take a top-level `expected_revision` out of a put body: the definition to
 /// store (re-encoded, only when the field was there) and the revision.
-fn split_expected_revision(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<u64>), ApiError> {
+pub(crate) fn split_expected_revision(
+    body: &[u8],
+) -> Result<(Option<Vec<u8>>, Option<u64>), ApiError> {
     // Cheap check first: most bodies do not carry the field.
     if !body.windows(17).any(|w| w == b"expected_revision") {
         return Ok((None, None));

@@ -23,6 +23,7 @@
 //! applies the ClickHouse DDL once it can. Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
 
+pub mod channel_requests;
 pub mod console;
 pub mod http;
 pub mod job_catalog;
@@ -72,6 +73,8 @@ pub struct GatewayState {
     pub nats: async_nats::Client,
     pub js: async_nats::jetstream::Context,
     pub jobs: job_store::JobStore,
+    /// `jetcron_channels`: alert channels.
+    pub channels: channel_requests::ChannelStore,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: job_catalog::JobCatalog,
     pub runs: run_history::RunHistory,
@@ -135,12 +138,18 @@ pub async fn run(
         else {
             return Ok(None);
         };
+        let Some(channels) = converging
+            .ensure(|| topology::ensure_channels_bucket(&tjs, wanted))
+            .await?
+        else {
+            return Ok(None);
+        };
         converging.ready();
-        anyhow::Ok(Some((bucket, running)))
+        anyhow::Ok(Some((bucket, running, channels)))
     }
     .await;
     starting.stop().await;
-    let Some((bucket, running)) = ensured? else {
+    let Some((bucket, running, channels)) = ensured? else {
         return Ok(());
     };
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
@@ -156,6 +165,7 @@ pub async fn run(
         js: js.clone(),
         jobs: job_store::JobStore::new(bucket, catalog.clone(), config.limits.max_jobs),
         catalog,
+        channels: channel_requests::ChannelStore::new(channels),
         runs: run_history::RunHistory::new(clickhouse.clone()),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),

@@ -7,6 +7,8 @@
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
 //! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
 //! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`;
+//! - `jetcron.api.channels.put | get | list | delete`: alert channels
+//!   ([`crate::channel_requests`]);
 //! - `jetcron.api.schedules.preview`: `{"schedule","timezone"?,"count"?,"from"?}`
 //!   → `{"ok":true,"fires":[...],"description",...}` ([`schedule_requests`]).
 //!
@@ -29,6 +31,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::channel_requests::PutChannel;
 use crate::job_store::PutJob;
 use crate::request_body::parse_body;
 use crate::{job_requests, manual_runs, run_control, schedule_requests, GatewayState};
@@ -45,6 +48,10 @@ enum Endpoint {
     Resume,
     Kill,
     Preview,
+    ChannelPut,
+    ChannelGet,
+    ChannelList,
+    ChannelDelete,
 }
 
 /// Serve the API until `shutdown`.
@@ -71,6 +78,14 @@ pub async fn serve(
         (subjects::API_JOBS_GROUP, "resume", Endpoint::Resume),
         (subjects::API_RUNS_GROUP, "kill", Endpoint::Kill),
         (subjects::API_SCHEDULES_GROUP, "preview", Endpoint::Preview),
+        (subjects::API_CHANNELS_GROUP, "put", Endpoint::ChannelPut),
+        (subjects::API_CHANNELS_GROUP, "get", Endpoint::ChannelGet),
+        (subjects::API_CHANNELS_GROUP, "list", Endpoint::ChannelList),
+        (
+            subjects::API_CHANNELS_GROUP,
+            "delete",
+            Endpoint::ChannelDelete,
+        ),
     ] {
         let stream = service
             .group(prefix)
@@ -80,7 +95,7 @@ pub async fn serve(
         endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
     }
     let mut requests = futures::stream::select_all(endpoints);
-    info!("NATS API serving on jetcron.api.jobs.*, jetcron.api.runs.* and jetcron.api.schedules.*");
+    info!("NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*");
     loop {
         let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -124,6 +139,10 @@ impl Endpoint {
             Endpoint::Resume => "jobs.resume",
             Endpoint::Kill => "runs.kill",
             Endpoint::Preview => "schedules.preview",
+            Endpoint::ChannelPut => "channels.put",
+            Endpoint::ChannelGet => "channels.get",
+            Endpoint::ChannelList => "channels.list",
+            Endpoint::ChannelDelete => "channels.delete",
         }
     }
 }
@@ -166,6 +185,27 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,
         )?),
+        Endpoint::ChannelPut => {
+            let request = PutChannel {
+                definition: body.to_vec(),
+                ..PutChannel::default()
+            };
+            let stored = state.channels.put(request).await?;
+            info!(channel = %stored.channel.name(), revision = stored.revision, "channel stored");
+            encode(stored)
+        }
+        Endpoint::ChannelGet => encode(state.channels.get(parse_body(body)?).await?),
+        Endpoint::ChannelList => encode(
+            state
+                .channels
+                .list(parse_body(body_or_empty_object(body))?)
+                .await?,
+        ),
+        Endpoint::ChannelDelete => {
+            let reply = state.channels.delete(parse_body(body)?).await?;
+            info!(channel = %reply.name, "channel deleted");
+            encode(reply)
+        }
     }
 }
 

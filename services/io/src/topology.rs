@@ -507,6 +507,27 @@ pub async fn ensure_running_bucket(
     .await
 }
 
+/// The alert channels bucket (key = channel name), history kept like the
+/// jobs bucket's so a changed channel can be traced.
+pub async fn ensure_channels_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::CHANNELS_BUCKET.to_string(),
+            description: "jetcron alert channels (key = channel name)".into(),
+            history: options.jobs_history.clamp(1, 64),
+            max_value_size: jetcron_core::channel::MAX_CHANNEL_BYTES as i32,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Failure notifications waiting for delivery: a work queue, so a webhook
 /// that is down gets JetStream's redelivery with backoff like a due event.
 pub async fn ensure_notify_stream(

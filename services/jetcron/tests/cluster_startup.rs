@@ -60,7 +60,9 @@ async fn a_server_list_whose_first_server_is_down_connects_through_the_next() {
         ],
     );
     let urls_for_req = urls.clone();
-    let reply = wait_until("a job stored through the list", Duration::from_secs(30), || {
+    // After the kill the cluster elects a new meta leader before streams can
+    // be made: seconds alone, longer under a loaded CI machine.
+    let reply = wait_until("a job stored through the list", Duration::from_secs(90), || {
         let urls = urls_for_req.clone();
         async move {
             let output = std::process::Command::new(jetcron())

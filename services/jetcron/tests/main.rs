@@ -6,6 +6,7 @@
 
 mod api;
 mod bad_input;
+mod channels;
 mod clickhouse_replicated;
 mod cluster_chaos;
 mod cluster_migration;

@@ -324,7 +324,7 @@ fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
     }
 }
 
-fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
+pub(crate) fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
     // The URL parser drops tabs and line breaks: the stored text would not be
     // the URL that runs.
     if text.chars().any(char::is_control) {
@@ -350,7 +350,7 @@ fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
     }
 }
 
-fn validate_http_headers(
+pub(crate) fn validate_http_headers(
     field: &str,
     headers: &BTreeMap<String, String>,
     problems: &mut Vec<FieldError>,

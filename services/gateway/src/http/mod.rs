@@ -9,6 +9,7 @@
 //! ([`auth::Access`]).
 
 pub mod auth;
+mod channels;
 mod control;
 pub mod health;
 mod jobs;
@@ -119,6 +120,11 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)).answers::<crate::run_control::KilledReply>(),
         route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
         route(Method::GET, "/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", &[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")], None, 200, get(schedules::preview)).answers::<crate::schedule_requests::PreviewReply>(),
+        route(Method::GET, "/v1/channels", Read, "Alert channels (as jetcron.api.channels.list); credentials hidden unless reads are protected", &[], None, 200, get(channels::list)).answers::<crate::channel_requests::ChannelsReply>(),
+        route(Method::POST, "/v1/channels", Write, "Create (201) or replace (200) an alert channel (as jetcron.api.channels.put)", &[], Some((body::<jetcron_core::channel::Channel>, "a channel definition")), 201, post(channels::create)).answers::<crate::channel_requests::ChannelPutReply>(),
+        route(Method::GET, "/v1/channels/{name}", Read, "An alert channel", &[], None, 200, get(channels::get_one)).answers::<crate::channel_requests::ChannelReply>(),
+        route(Method::PUT, "/v1/channels/{name}", Write, "Create or replace channel {name}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<jetcron_core::channel::Channel>, "a channel definition; its name, if given, must be {name}")), 200, put(channels::replace)).answers::<crate::channel_requests::ChannelPutReply>(),
+        route(Method::DELETE, "/v1/channels/{name}", Write, "Delete channel {name} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(channels::delete)).answers::<crate::channel_requests::ChannelDeletedReply>(),
         route(Method::GET, "/v1/pools", Read, "Pools: queued due events and consumers", &[], None, 200, get(control::pools)),
     ]
 }

@@ -200,13 +200,13 @@ fn action_body<T: serde::de::DeserializeOwned>(body: &[u8], id: &str) -> Result<
 }
 
 /// `If-Match: 7` / `If-Match: "7"` → 7; `If-None-Match: *` → 0 (create only).
-fn precondition(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
+pub(super) fn precondition(headers: &HeaderMap) -> Result<Option<u64>, HttpError> {
     if let Some(value) = headers.get(axum::http::header::IF_MATCH) {
         let text = value.to_str().unwrap_or_default().trim().trim_matches('"');
         return text.parse::<u64>().map(Some).map_err(|_| {
             HttpError(ApiError::invalid_field(
                 "If-Match",
-                format!("must be a job revision number, got {value:?}"),
+                format!("must be a revision number, got {value:?}"),
             ))
         });
     }

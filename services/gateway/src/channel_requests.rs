@@ -1,0 +1,262 @@
+//! The alert channel operations (`jetcron.api.channels.put | get | list |
+//! delete` and `/v1/channels`): each one function from a typed request to a
+//! typed answer or an [`ApiError`], on the `jetcron_channels` bucket. A put
+//! is checked by [`jetcron_core::channel::parse_channel`], so a refused
+//! definition names its field and stores nothing; an optional
+//! `expected_revision` makes it a compare-and-swap (0: create only).
+//!
+//! Answers carry the whole definition; the HTTP adapters hide credentials
+//! for open reads ([`jetcron_core::channel::Channel::redacted`]).
+
+use async_nats::jetstream::kv::{self, Operation};
+use futures::TryStreamExt as _;
+use jetcron_core::api::ApiError;
+use jetcron_core::channel::{parse_channel, Channel};
+use jetcron_core::job::{validate_token, FieldError};
+use jetcron_core::time_format::rfc3339_millis;
+use serde::{Deserialize, Serialize};
+
+/// The channels bucket.
+#[derive(Clone)]
+pub struct ChannelStore {
+    bucket: kv::Store,
+}
+
+/// `put`: a definition as sent; `key`, the name given by the HTTP path.
+#[derive(Debug, Default)]
+pub struct PutChannel {
+    pub definition: Vec<u8>,
+    pub key: Option<String>,
+    pub expected_revision: Option<u64>,
+}
+
+/// `get` `{"name"}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetChannel {
+    pub name: String,
+}
+
+/// `list` `{}`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListChannels {}
+
+/// `delete` `{"name","expected_revision"?}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteChannel {
+    pub name: String,
+    pub expected_revision: Option<u64>,
+}
+
+/// A stored channel as the API shows it; a value written straight into the
+/// bucket that does not validate is listed with its problems.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StoredChannel {
+    pub name: String,
+    pub revision: u64,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<Channel>,
+    pub valid: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<FieldError>,
+}
+
+impl StoredChannel {
+    fn from_entry(entry: kv::Entry) -> Self {
+        let parsed = parse_channel(&entry.value, Some(&entry.key));
+        Self {
+            name: entry.key,
+            revision: entry.revision,
+            updated_at: rfc3339_millis(entry.created),
+            valid: parsed.is_ok(),
+            problems: parsed.clone().err().unwrap_or_default(),
+            channel: parsed.ok(),
+        }
+    }
+
+    /// This answer with credentials hidden.
+    pub fn redacted(mut self) -> Self {
+        self.channel = self.channel.map(|c| c.redacted());
+        self
+    }
+}
+
+/// The answer of `put`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ChannelPutReply {
+    pub ok: bool,
+    pub channel: Channel,
+    pub revision: u64,
+    pub created: bool,
+}
+
+/// The answer of `get`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ChannelReply {
+    pub ok: bool,
+    pub channel: StoredChannel,
+}
+
+/// The answer of `list`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ChannelsReply {
+    pub ok: bool,
+    pub channels: Vec<StoredChannel>,
+}
+
+/// The answer of `delete`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ChannelDeletedReply {
+    pub ok: bool,
+    pub name: String,
+    pub deleted_revision: u64,
+}
+
+fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> ApiError {
+    ApiError::unavailable(e)
+}
+
+fn checked_name(name: &str) -> Result<(), ApiError> {
+    validate_token("name", name).map_err(|p| ApiError::invalid_field("name", p.message))
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found("name", format!("no channel {name:?}"))
+}
+
+impl ChannelStore {
+    pub fn new(bucket: kv::Store) -> Self {
+        Self { bucket }
+    }
+
+    /// Store a definition (checked first; nothing is stored when it is refused).
+    pub async fn put(&self, request: PutChannel) -> Result<ChannelPutReply, ApiError> {
+        let (definition, in_body) = crate::job_store::split_expected_revision(&request.definition)?;
+        let expected_revision = request.expected_revision.or(in_body);
+        let body = definition.as_deref().unwrap_or(&request.definition);
+        let channel =
+            parse_channel(body, request.key.as_deref()).map_err(ApiError::invalid_request)?;
+        let name = channel.name().to_string();
+        let value: bytes::Bytes = serde_json::to_vec(&channel)
+            .map_err(|e| ApiError::internal("encode the channel", e))?
+            .into();
+        let existed = match expected_revision {
+            Some(0) => false,
+            Some(_) => true,
+            None => self
+                .bucket
+                .entry(&name)
+                .await
+                .map_err(unavailable)?
+                .is_some_and(|e| e.operation == Operation::Put),
+        };
+        let revision = match expected_revision {
+            None => self.bucket.put(&name, value).await.map_err(unavailable)?,
+            Some(0) => self
+                .bucket
+                .create(&name, value)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => ApiError::conflict(
+                        "expected_revision",
+                        format!("channel {name:?} exists already"),
+                    ),
+                    _ => unavailable(e),
+                })?,
+            Some(expected) => {
+                self.bucket
+                    .update(&name, value, expected)
+                    .await
+                    .map_err(|e| match e.kind() {
+                        kv::UpdateErrorKind::WrongLastRevision => ApiError::conflict(
+                            "expected_revision",
+                            format!("channel {name:?} is no longer at revision {expected}"),
+                        ),
+                        _ => unavailable(e),
+                    })?
+            }
+        };
+        Ok(ChannelPutReply {
+            ok: true,
+            channel,
+            revision,
+            created: !existed,
+        })
+    }
+
+    pub async fn get(&self, request: GetChannel) -> Result<ChannelReply, ApiError> {
+        checked_name(&request.name)?;
+        let entry = self
+            .bucket
+            .entry(&request.name)
+            .await
+            .map_err(unavailable)?
+            .filter(|e| e.operation == Operation::Put)
+            .ok_or_else(|| not_found(&request.name))?;
+        Ok(ChannelReply {
+            ok: true,
+            channel: StoredChannel::from_entry(entry),
+        })
+    }
+
+    /// Every channel, by name.
+    pub async fn list(&self, _request: ListChannels) -> Result<ChannelsReply, ApiError> {
+        let mut names: Vec<String> = self
+            .bucket
+            .keys()
+            .await
+            .map_err(unavailable)?
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        names.sort();
+        let mut channels = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(entry) = self
+                .bucket
+                .entry(&name)
+                .await
+                .map_err(unavailable)?
+                .filter(|e| e.operation == Operation::Put)
+            {
+                channels.push(StoredChannel::from_entry(entry));
+            }
+        }
+        Ok(ChannelsReply { ok: true, channels })
+    }
+
+    /// Delete a channel (a delete marker: its history stays).
+    pub async fn delete(&self, request: DeleteChannel) -> Result<ChannelDeletedReply, ApiError> {
+        checked_name(&request.name)?;
+        let current = self
+            .bucket
+            .entry(&request.name)
+            .await
+            .map_err(unavailable)?
+            .filter(|e| e.operation == Operation::Put)
+            .ok_or_else(|| not_found(&request.name))?
+            .revision;
+        let expected = request.expected_revision.unwrap_or(current);
+        self.bucket
+            .delete_expect_revision(&request.name, Some(expected))
+            .await
+            .map_err(|e| match e.kind() {
+                kv::DeleteErrorKind::WrongLastRevision => ApiError::conflict(
+                    "expected_revision",
+                    format!(
+                        "channel {:?} is no longer at revision {expected}",
+                        request.name
+                    ),
+                ),
+                _ => unavailable(e),
+            })?;
+        Ok(ChannelDeletedReply {
+            ok: true,
+            name: request.name,
+            deleted_revision: expected,
+        })
+    }
+}

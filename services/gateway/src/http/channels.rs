@@ -1,0 +1,108 @@
+//! HTTP adapters of the alert channel operations ([`crate::channel_requests`]):
+//! `GET/POST /v1/channels`, `GET/PUT/DELETE /v1/channels/{name}`. Reads hide
+//! credentials unless the gateway protects reads, as job reads do.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::Deserialize;
+
+use super::writes::{precondition, LimitedBody};
+use super::{query, HttpError, PathResult, QueryResult};
+use crate::channel_requests::{
+    ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
+    ListChannels, PutChannel,
+};
+use crate::GatewayState;
+
+fn name_of(name: PathResult<String>) -> Result<String, HttpError> {
+    let axum::extract::Path(name) = name.map_err(super::bad_path)?;
+    Ok(name)
+}
+
+/// `GET /v1/channels`.
+pub async fn list(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<Json<ChannelsReply>, HttpError> {
+    let mut reply = state.channels.list(ListChannels {}).await?;
+    if !state.http_auth.reads_protected() {
+        reply.channels = reply.channels.into_iter().map(|c| c.redacted()).collect();
+    }
+    Ok(Json(reply))
+}
+
+/// `GET /v1/channels/{name}`.
+pub async fn get_one(
+    State(state): State<Arc<GatewayState>>,
+    name: PathResult<String>,
+) -> Result<Json<ChannelReply>, HttpError> {
+    let mut reply = state
+        .channels
+        .get(GetChannel {
+            name: name_of(name)?,
+        })
+        .await?;
+    if !state.http_auth.reads_protected() {
+        reply.channel = reply.channel.redacted();
+    }
+    Ok(Json(reply))
+}
+
+/// `POST /v1/channels`: create (201) or replace (200), as `channels.put`.
+pub async fn create(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    LimitedBody(body): LimitedBody,
+) -> Result<(StatusCode, Json<ChannelPutReply>), HttpError> {
+    let request = PutChannel {
+        definition: body.to_vec(),
+        key: None,
+        expected_revision: precondition(&headers)?,
+    };
+    let stored = state.channels.put(request).await?;
+    tracing::info!(channel = %stored.channel.name(), revision = stored.revision, "channel stored over HTTP");
+    let status = if stored.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(stored)))
+}
+
+/// `PUT /v1/channels/{name}`; `If-Match` / `If-None-Match: *` for compare-and-swap.
+pub async fn replace(
+    State(state): State<Arc<GatewayState>>,
+    name: PathResult<String>,
+    headers: HeaderMap,
+    LimitedBody(body): LimitedBody,
+) -> Result<Json<ChannelPutReply>, HttpError> {
+    let request = PutChannel {
+        definition: body.to_vec(),
+        key: Some(name_of(name)?),
+        expected_revision: precondition(&headers)?,
+    };
+    Ok(Json(state.channels.put(request).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    expected_revision: Option<u64>,
+}
+
+/// `DELETE /v1/channels/{name}`.
+pub async fn delete(
+    State(state): State<Arc<GatewayState>>,
+    name: PathResult<String>,
+    headers: HeaderMap,
+    q: QueryResult<DeleteQuery>,
+) -> Result<Json<ChannelDeletedReply>, HttpError> {
+    let expected_revision = query(q)?.expected_revision.or(precondition(&headers)?);
+    let request = DeleteChannel {
+        name: name_of(name)?,
+        expected_revision,
+    };
+    Ok(Json(state.channels.delete(request).await?))
+}

@@ -1,0 +1,177 @@
+//! Alert channels managed the way users do: `nats req jetcron.api.channels.*`,
+//! curl on `/v1/channels`, and a raw `nats kv put` into `jetcron_channels`.
+//! Every kind is stored and read back; a bad definition names its field and
+//! stores nothing; open reads hide credentials; compare-and-swap holds.
+
+use jetcron_testkit::reqwest::Method;
+use jetcron_testkit::{Stack, StackOptions, API_TOKEN};
+use serde_json::{json, Value};
+
+const MAIL: &str = r#"{"type":"email","name":"ops-mail","smtp_host":"smtp.example.com","username":"jetcron","password":"hunter2-secret","from":"jetcron <jetcron@example.com>","to":["ops@example.com"]}"#;
+
+#[tokio::test]
+async fn channels_are_put_read_listed_and_deleted_over_nats_and_http() {
+    let stack = Stack::start(StackOptions::api_only()).await;
+
+    // Every kind over NATS.
+    let kinds = [
+        MAIL.to_string(),
+        json!({"type":"webhook","name":"hook","url":"https://example.com/alerts","headers":{"Authorization":"Bearer abc-token"},"secret":"0123456789abcdef-secret"}).to_string(),
+        json!({"type":"slack","name":"slack-ops","url":"https://hooks.slack.com/services/T0/B0/slacktoken"}).to_string(),
+        json!({"type":"feishu","name":"feishu-ops","url":"https://open.feishu.cn/open-apis/bot/v2/hook/feishutoken","secret":"feishu-secret"}).to_string(),
+        json!({"type":"dingtalk","name":"ding-ops","url":"https://oapi.dingtalk.com/robot/send?access_token=dingtoken","secret":"SECdingsecret"}).to_string(),
+        json!({"type":"wecom","name":"wecom-ops","url":"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=wecomkey"}).to_string(),
+    ];
+    for body in &kinds {
+        let (reply, code) = stack.api("jetcron.api.channels.put", body).await;
+        assert_eq!(code, None, "{reply}");
+        assert_eq!(reply["ok"], true);
+        assert_eq!(reply["created"], true);
+    }
+    let (reply, code) = stack
+        .api("jetcron.api.channels.get", r#"{"name":"ops-mail"}"#)
+        .await;
+    assert_eq!(code, None, "{reply}");
+    assert_eq!(
+        reply["channel"]["channel"]["password"], "hunter2-secret",
+        "NATS (permission-guarded) shows all"
+    );
+    let (reply, _) = stack.api("jetcron.api.channels.list", "").await;
+    let names: Vec<&str> = reply["channels"]
+        .as_array()
+        .expect("channels")
+        .iter()
+        .map(|c| c["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ding-ops",
+            "feishu-ops",
+            "hook",
+            "ops-mail",
+            "slack-ops",
+            "wecom-ops"
+        ]
+    );
+
+    // Open HTTP reads hide every credential.
+    let (status, listed) = stack.get("/v1/channels").await;
+    assert_eq!(status, 200);
+    let text = listed.to_string();
+    for secret in [
+        "hunter2-secret",
+        "abc-token",
+        "0123456789abcdef-secret",
+        "slacktoken",
+        "feishutoken",
+        "feishu-secret",
+        "dingtoken",
+        "SECdingsecret",
+        "wecomkey",
+    ] {
+        assert!(!text.contains(secret), "{secret} shown: {text}");
+    }
+    assert!(
+        text.contains("https://hooks.slack.com/<redacted>"),
+        "{text}"
+    );
+    let (status, one) = stack.get("/v1/channels/ops-mail").await;
+    assert_eq!(status, 200);
+    assert_eq!(one["channel"]["channel"]["username"], "jetcron");
+    assert_eq!(one["channel"]["channel"]["password"], "<redacted>");
+
+    // A bad definition names its field and stores nothing, at both doors.
+    let bad = r#"{"type":"email","name":"bad-mail","smtp_host":"smtp.example.com","from":"not an address","to":["ops@example.com"]}"#;
+    let (reply, code) = stack.api("jetcron.api.channels.put", bad).await;
+    assert_eq!(code.as_deref(), Some("400"), "{reply}");
+    assert_eq!(reply["error"]["field"], "from", "{reply}");
+    let (status, reply) = stack
+        .send(Method::POST, "/v1/channels", bad, Some(API_TOKEN))
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(
+        reply["error"]["problems"][0]["code"], "invalid_address",
+        "{reply}"
+    );
+    let (status, _) = stack.get("/v1/channels/bad-mail").await;
+    assert_eq!(status, 404);
+    let (reply, _) = stack
+        .api("jetcron.api.channels.put", r#"{"type":"pager","name":"p"}"#)
+        .await;
+    assert_eq!(reply["error"]["field"], "type", "{reply}");
+
+    // Writes over HTTP need the token; compare-and-swap on the revision.
+    let slack = r#"{"type":"slack","url":"https://hooks.slack.com/services/T0/B0/newtoken"}"#;
+    let (status, _) = stack
+        .send(Method::PUT, "/v1/channels/slack-ops", slack, None)
+        .await;
+    assert_eq!(status, 401);
+    let stale = stack
+        .http
+        .put(format!("{}/v1/channels/slack-ops", stack.http_base))
+        .bearer_auth(API_TOKEN)
+        .header("If-Match", "1")
+        .body(slack)
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(stale.status().as_u16(), 409);
+    let (status, reply) = stack
+        .send(
+            Method::PUT,
+            "/v1/channels/slack-ops",
+            slack,
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["created"], false);
+    let (status, reply) = stack
+        .send(
+            Method::PUT,
+            "/v1/channels/slack-ops",
+            r#"{"type":"slack","name":"other","url":"https://x.example/"}"#,
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["field"], "name");
+
+    // A value written straight into the bucket is listed with its problems.
+    let bucket = stack
+        .js
+        .get_key_value("jetcron_channels")
+        .await
+        .expect("bucket");
+    bucket
+        .put("raw-one", r#"{"type":"wecom","url":"ftp://nope"}"#.into())
+        .await
+        .expect("kv put");
+    let (reply, _) = stack
+        .api("jetcron.api.channels.get", r#"{"name":"raw-one"}"#)
+        .await;
+    assert_eq!(reply["channel"]["valid"], false, "{reply}");
+    assert_eq!(reply["channel"]["problems"][0]["field"], "url", "{reply}");
+
+    // Delete: gone from reads, history kept.
+    let (status, reply) = stack
+        .send(Method::DELETE, "/v1/channels/hook", "", Some(API_TOKEN))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let (reply, code) = stack
+        .api("jetcron.api.channels.delete", r#"{"name":"hook"}"#)
+        .await;
+    assert_eq!(code.as_deref(), Some("404"), "{reply}");
+    let history: Vec<Value> = {
+        use futures::StreamExt as _;
+        let mut entries = bucket.history("hook").await.expect("history");
+        let mut all = Vec::new();
+        while let Some(entry) = entries.next().await {
+            all.push(json!({"op": format!("{:?}", entry.expect("entry").operation)}));
+        }
+        all
+    };
+    assert_eq!(history.len(), 2, "{history:?}");
+    stack.stop().await;
+}
