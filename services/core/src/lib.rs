@@ -30,6 +30,7 @@
 //! without tokio, async-nats or clickhouse. Talking to NATS and ClickHouse
 //! (topology, publishing, DDL, connection, telemetry) is `jetcron-io`.
 
+pub mod alert;
 pub mod api;
 pub mod backoff;
 pub mod channel;
