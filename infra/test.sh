@@ -17,6 +17,13 @@ if ! python3 -c 'import chdb' 2>/dev/null; then
     || python3 -m pip install -q --break-system-packages "chdb==4.4.0" \
     || die "cannot install chdb"
 fi
+# aiosmtpd: the real SMTP server the alert tests send mail to (tests/alerts.rs).
+if ! python3 -c 'import aiosmtpd' 2>/dev/null; then
+  log "pip install aiosmtpd"
+  python3 -m pip install -q "aiosmtpd==1.4.6" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "aiosmtpd==1.4.6" \
+    || die "cannot install aiosmtpd"
+fi
 # Debian's Chromium and its WebDriver for the console's browser tests
 # (tests/console_browser.rs); nothing downloads a browser of its own.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then

@@ -7,6 +7,8 @@
 pub const JOBS_BUCKET: &str = "jetcron_jobs";
 /// KV bucket of alert channel definitions (key = channel name).
 pub const CHANNELS_BUCKET: &str = "jetcron_channels";
+/// KV bucket of open alert incidents (key = `<job id>.<rule>`).
+pub const INCIDENTS_BUCKET: &str = "jetcron_incidents";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.

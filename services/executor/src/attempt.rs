@@ -221,7 +221,7 @@ async fn run_attempt(
             &message,
             event,
             AckKind::Term,
-            job.spec.notify.as_ref(),
+            notify_of(&job.spec),
             None,
         )
         .await;
@@ -246,7 +246,7 @@ async fn run_attempt(
                 &message,
                 event,
                 AckKind::Term,
-                job.spec.notify.as_ref(),
+                notify_of(&job.spec),
                 None,
             )
             .await;
@@ -551,7 +551,11 @@ async fn settle(
         Settle::Nak(delay) => AckKind::Nak(delay),
         Settle::Term => AckKind::Term,
     };
-    let notify = job.spec.notify.as_ref().filter(|_| decision.notify);
+    // Failures notify as the decision says; a success is news for the alert
+    // channels only (it may end an open incident).
+    let succeeded = event.kind == RunEventKind::Succeeded;
+    let notify = notify_of(&job.spec)
+        .filter(|(n, _)| decision.notify || (succeeded && !n.channels.is_empty()));
     let called = decision.called_and_over.map(|failed| (ledger, failed));
     finish(ctx, publisher, message, event, settle, notify, called).await;
     match (decision.claim, claim) {
@@ -606,7 +610,7 @@ async fn finish(
     message: &Message,
     event: RunEvent,
     settle: AckKind,
-    notify: Option<&job::NotifyPolicy>,
+    notify: Option<(&job::NotifyPolicy, &str)>,
     called: Option<(&Ledger<'_>, u32)>,
 ) {
     let store = publisher.publish(&event, store_budget(ctx), message);
@@ -633,14 +637,19 @@ async fn finish(
         hand_back(message).await;
         return;
     }
-    if let Some(notify) = notify {
-        if let Err(e) = notify::enqueue(&ctx.js, notify, &event).await {
+    if let Some((notify, schedule)) = notify {
+        if let Err(e) = notify::enqueue(&ctx.js, notify, schedule, &event).await {
             warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
             hand_back(message).await;
             return;
         }
     }
     ack(message, settle).await;
+}
+
+/// A job's notification policy with its schedule line, if it has one.
+fn notify_of(spec: &job::JobSpec) -> Option<(&job::NotifyPolicy, &str)> {
+    spec.notify.as_ref().map(|n| (n, spec.schedule.as_str()))
 }
 
 /// Hand the due event back because NATS failed us (not the target): it

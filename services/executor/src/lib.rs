@@ -20,6 +20,7 @@
 //! [`running`] registers attempts so kills reach them, [`fanout`] splits a
 //! sharded fire, [`notify`] delivers failure notifications.
 
+pub mod alerts;
 pub mod attempt;
 mod claim_state;
 pub mod claims;
@@ -27,6 +28,7 @@ pub mod ended;
 pub mod ending;
 pub mod fanout;
 pub mod hold;
+pub mod mail;
 pub mod notify;
 pub mod run_events;
 pub mod running;
@@ -77,6 +79,9 @@ pub struct ExecutorConfig {
     pub notify_backoff: Duration,
     /// Tries of a notification before it is recorded as `notify_failed`.
     pub notify_max_attempts: u32,
+    /// Base URL of the console, for the run link in alerts
+    /// (`<url>/ui/runs/<run id>`); none: alerts carry no link.
+    pub console_url: Option<String>,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -98,6 +103,7 @@ impl Default for ExecutorConfig {
             pools: vec![subjects::DEFAULT_POOL.to_string()],
             notify_backoff: Duration::from_secs(1),
             notify_max_attempts: 5,
+            console_url: None,
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -120,6 +126,10 @@ pub struct ExecutorContext {
     pub http: reqwest::Client,
     /// `jetcron_running`: overlap claims and kill requests.
     pub running: kv::Store,
+    /// `jetcron_incidents`: open alert incidents ([`alerts`]).
+    pub incidents: kv::Store,
+    /// `jetcron_channels`: where alerts go.
+    pub channels: kv::Store,
     /// Attempts in progress here, for kill requests.
     pub attempts: Arc<RunningAttempts>,
     /// Cancelled when the grace period of a shutdown is over: attempts still
@@ -176,6 +186,18 @@ pub async fn run(
     else {
         return Ok(());
     };
+    let Some(incidents) = converging
+        .ensure(|| topology::ensure_incidents_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
+    let Some(channels) = converging
+        .ensure(|| topology::ensure_channels_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
     let mut consumers = Vec::new();
     for pool in &pools {
         let Some(consumer) = converging
@@ -205,6 +227,8 @@ pub async fn run(
         js,
         http,
         running,
+        incidents,
+        channels,
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
         clock,

@@ -1,5 +1,7 @@
-//! Failure notifications: after a run ends badly (failed, timed out, killed),
-//! its job's `notify.webhook` receives a JSON summary by POST.
+//! Notifications: after a run ends badly (failed, timed out, killed), its
+//! job's `notify.webhook` receives a JSON summary by POST, and its alert
+//! channels hear about it through [`crate::alerts`] (which also hears of
+//! successes, to close incidents).
 //!
 //! The executor that recorded the ending does not call the webhook itself: it
 //! stores a notification in the `JETCRON_NOTIFY` work queue (`Nats-Msg-Id` =
@@ -33,22 +35,31 @@ use crate::ExecutorContext;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Notification {
     pub notify: NotifyPolicy,
-    /// The event that ended the run.
+    /// The event that ended the run (its output cut to the last lines).
     pub run: RunEvent,
+    /// The job's schedule line, for alerts.
+    #[serde(default)]
+    pub schedule: String,
 }
 
 /// Store a notification of the run that `ending` ended.
 pub async fn enqueue(
     js: &jetstream::Context,
     notify: &NotifyPolicy,
+    schedule: &str,
     ending: &RunEvent,
 ) -> anyhow::Result<()> {
     let mut run = ending.clone();
-    // Keep the notification small: the webhook gets the error, not the output.
-    run.output = None;
+    // Keep the notification small: the last lines of output, for alerts.
+    run.output = run
+        .output
+        .as_deref()
+        .map(jetcron_core::alert::output_tail)
+        .filter(|o| !o.is_empty());
     let body = serde_json::to_vec(&Notification {
         notify: notify.clone(),
         run,
+        schedule: schedule.to_string(),
     })?;
     let body = bytes::Bytes::from(body);
     let msg_id = format!("{}:notify", ending.run_id);
@@ -160,6 +171,11 @@ pub async fn deliver(
 }
 
 async fn handle(ctx: &ExecutorContext, message: Message) {
+    // `jetcron.notify.deliver.<channel>`: one alert for one channel.
+    if message.subject.split('.').count() == 4 {
+        crate::alerts::deliver(ctx, message).await;
+        return;
+    }
     let delivery = message
         .info()
         .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
@@ -173,7 +189,28 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
         }
     };
     let run = &notification.run;
-    let result = post(ctx, &notification).await;
+    if !notification.notify.channels.is_empty() {
+        if let Err(e) = crate::alerts::on_run(ctx, &notification).await {
+            warn!(run_id = %run.run_id, error = %format!("{e:#}"), "cannot decide the alerts of a run, handing it back");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
+            return;
+        }
+    }
+    // The job's own webhook hears of failures only.
+    let Some(webhook) = notification
+        .notify
+        .webhook
+        .as_deref()
+        .filter(|_| run.kind != RunEventKind::Succeeded)
+    else {
+        if let Err(e) = message.double_ack().await {
+            warn!(error = %e, "cannot settle notification");
+        }
+        return;
+    };
+    let result = post(ctx, &notification, webhook).await;
     let max = ctx.config.notify_max_attempts.max(1);
     let (kind, text, settle) = match result {
         Ok(status) => {
@@ -235,15 +272,22 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
     }
 }
 
-/// POST the summary; the HTTP status on success, the reason otherwise.
-async fn post(ctx: &ExecutorContext, notification: &Notification) -> Result<u16, String> {
+/// POST the summary to `webhook`; the HTTP status on success, the reason otherwise.
+async fn post(
+    ctx: &ExecutorContext,
+    notification: &Notification,
+    webhook: &str,
+) -> Result<u16, String> {
+    let mut run = notification.run.clone();
+    // The webhook gets the error, not the output.
+    run.output = None;
     let body = FailureNotice {
         status: notification.run.kind,
-        run: notification.run.clone(),
+        run,
     };
     let mut request = ctx
         .http
-        .post(&notification.notify.webhook)
+        .post(webhook)
         .timeout(Duration::from_secs(10))
         .json(&body);
     for (name, value) in &notification.notify.headers {

@@ -528,6 +528,26 @@ pub async fn ensure_channels_bucket(
     .await
 }
 
+/// Open alert incidents (key = `<job id>.<rule>`): one value each, kept
+/// until the job recovers.
+pub async fn ensure_incidents_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::INCIDENTS_BUCKET.to_string(),
+            description: "jetcron open alert incidents (key = <job id>.<rule>)".into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Failure notifications waiting for delivery: a work queue, so a webhook
 /// that is down gets JetStream's redelivery with backoff like a due event.
 pub async fn ensure_notify_stream(

@@ -238,6 +238,10 @@ pub struct ExecutorArgs {
     /// How often a running attempt tells JetStream (and its overlap claim) it is alive.
     #[arg(long, env = "JETCRON_PROGRESS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub progress_interval: Duration,
+    /// Base URL of the console for the run links in alerts
+    /// (`<url>/ui/runs/<run id>`); `jetcron all` defaults to its own gateway.
+    #[arg(long, env = "JETCRON_CONSOLE_URL")]
+    pub console_url: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -71,7 +71,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Projector(args) => spawn_projector(&mut services, &process, args).await?,
         Command::Gateway(args) => spawn_gateway(&mut services, &process, args).await?,
         Command::All(args) => {
-            let args = *args;
+            let mut args = *args;
+            // Alerts link to this process's own console unless told otherwise.
+            args.executor
+                .console_url
+                .get_or_insert_with(|| format!("http://{}", args.gateway.http_addr));
             spawn_gateway(&mut services, &process, args.gateway).await?;
             spawn_projector(&mut services, &process, args.projector).await?;
             spawn_executor(&mut services, &process, args.executor).await?;
@@ -224,6 +228,7 @@ async fn spawn_executor(
         progress_interval: args.progress_interval,
         topology: topology(common),
         readiness: process.readiness.clone(),
+        console_url: args.console_url,
         ..Default::default()
     };
     anyhow::ensure!(

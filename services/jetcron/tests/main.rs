@@ -4,6 +4,7 @@
 //! One binary instead of one per file: every test binary links the whole
 //! dependency tree, and twenty of them filled the CI disk (docs/testing.md).
 
+mod alerts;
 mod api;
 mod bad_input;
 mod channels;

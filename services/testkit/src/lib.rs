@@ -16,6 +16,7 @@
 //! - [`nats_jwt`] issues operator, account and user JWTs and `.creds` files
 //!   (what `nsc` does) for a [`NatsServer`] in operator mode.
 //!
+//! - [`SmtpServer`] runs aiosmtpd, a real SMTP server, into a Maildir.
 //! - [`Browser`] drives Debian's headless Chromium through `chromedriver`
 //!   (WebDriver), for the console's browser tests.
 //!
@@ -30,6 +31,7 @@ mod nats_cluster;
 pub mod nats_jwt;
 mod nats_server;
 mod process;
+mod smtp_server;
 pub mod stack;
 mod wait;
 
@@ -41,6 +43,7 @@ pub use nats_server::NatsServer;
 pub use process::{without_colour_codes, JetcronProcess};
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
+pub use smtp_server::{ReceivedMail, SmtpServer};
 pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions, API_TOKEN};
 pub use wait::wait_until;
 

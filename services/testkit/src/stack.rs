@@ -166,6 +166,7 @@ impl Stack {
         if options.executor {
             let mut config = test_executor_config("test-executor", options.enable_shell);
             config.pools = options.pools.clone();
+            config.console_url = Some(http_base.clone());
             config.readiness = readiness.clone();
             services.spawn(jetcron_executor::run(
                 config,

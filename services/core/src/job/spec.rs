@@ -143,22 +143,51 @@ impl ConcurrencyPolicy {
     }
 }
 
-/// Notification of a run that failed, timed out or was killed.
+/// Who hears about a run that ended badly: a webhook of the job's own
+/// (`webhook`, a JSON summary of each failed, timed out or killed run), and
+/// alert channels by name (`channels`, see `docs/alerts.md`): one alert when
+/// the job starts failing, repeated at most every `repeat` while it keeps
+/// failing, and one when it succeeds again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyPolicy {
     /// `http` or `https` URL that receives a JSON summary by POST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = HTTP_URL_PATTERN))]
-    pub webhook: String,
-    /// Extra request headers (an authorization token, say): names are HTTP
-    /// tokens, values without control characters but tab.
+    pub webhook: Option<String>,
+    /// Extra request headers of the webhook (an authorization token, say):
+    /// names are HTTP tokens, values without control characters but tab.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend(
         "propertyNames" = {"pattern": HTTP_HEADER_NAME_PATTERN},
         "additionalProperties" = {"type": "string", "pattern": HTTP_HEADER_VALUE_PATTERN},
     ))]
     pub headers: BTreeMap<String, String>,
+    /// Alert channels (names in `jetcron_channels`), at most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = MAX_NOTIFY_CHANNELS, "items" = {"type": "string", "pattern": ID_PATTERN}))]
+    pub channels: Vec<String>,
+    /// While the job keeps failing, the alert is repeated at most this
+    /// often (default 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub repeat: Option<String>,
 }
+
+impl NotifyPolicy {
+    /// `repeat`, or its default (it was validated when the job was put).
+    pub fn repeat_every(&self) -> Duration {
+        self.repeat
+            .as_deref()
+            .and_then(|r| humantime::parse_duration(r).ok())
+            .unwrap_or(DEFAULT_ALERT_REPEAT)
+    }
+}
+
+/// Most channels one job names.
+pub const MAX_NOTIFY_CHANNELS: usize = 10;
+/// Default of `notify.repeat`.
+pub const DEFAULT_ALERT_REPEAT: Duration = Duration::from_secs(3600);
 
 /// Recovery of missed fire times.
 #[derive(

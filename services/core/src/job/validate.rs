@@ -107,9 +107,7 @@ pub fn validate_with(
         ));
     }
     if let Some(notify) = &spec.notify {
-        validate_http_url("notify.webhook", &notify.webhook, &mut problems);
-        validate_headers("notify.headers", &notify.headers, &mut problems);
-        validate_http_headers("notify.headers", &notify.headers, &mut problems);
+        validate_notify(notify, &mut problems);
     }
     let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
     let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
@@ -320,6 +318,56 @@ fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
                 "invalid_env",
                 "values must not contain NUL bytes",
             ));
+        }
+    }
+}
+
+/// `notify`: a webhook, channels, or both; the repeat interval.
+fn validate_notify(notify: &NotifyPolicy, problems: &mut Vec<FieldError>) {
+    if notify.webhook.is_none() && notify.channels.is_empty() {
+        problems.push(FieldError::new(
+            "notify",
+            "required",
+            "name a webhook, alert channels, or both",
+        ));
+    }
+    if let Some(webhook) = &notify.webhook {
+        validate_http_url("notify.webhook", webhook, problems);
+    }
+    validate_headers("notify.headers", &notify.headers, problems);
+    validate_http_headers("notify.headers", &notify.headers, problems);
+    if notify.channels.len() > MAX_NOTIFY_CHANNELS {
+        problems.push(FieldError::new(
+            "notify.channels",
+            "too_many",
+            format!(
+                "at most {MAX_NOTIFY_CHANNELS} channels, got {}",
+                notify.channels.len()
+            ),
+        ));
+    }
+    for (i, name) in notify.channels.iter().enumerate() {
+        if let Err(mut p) = validate_token(&format!("notify.channels.{i}"), name) {
+            p.message = format!("{name:?}: {}", p.message);
+            problems.push(p);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = notify.channels.iter().find(|c| !seen.insert(*c)) {
+        problems.push(FieldError::new(
+            "notify.channels",
+            "duplicate",
+            format!("{twice:?} is named twice"),
+        ));
+    }
+    if let Some(repeat) = &notify.repeat {
+        if let Err(p) = parse_bounded_duration(
+            "notify.repeat",
+            repeat,
+            Duration::from_secs(60),
+            Duration::from_secs(7 * 24 * 3600),
+        ) {
+            problems.push(p);
         }
     }
 }

@@ -1,0 +1,412 @@
+//! Alerts to a job's channels: deciding them, and delivering them.
+//!
+//! **Deciding** ([`on_run`]). Each job has at most one open *incident* (key
+//! `<job>.failure` in the `jetcron_incidents` bucket). A run that ends badly
+//! opens it and alerts, or, when one is open, alerts again only once
+//! `notify.repeat` (default 1 h) has passed since the last alert; a run that
+//! succeeds closes it and sends one "resolved" alert. Every change of the
+//! incident is a compare-and-swap, so of two executors handling runs of the
+//! same job at once only one alerts. The incident remembers which run it
+//! last alerted for: a notification handed back after a crash alerts again
+//! (the same delivery ids, which JetStream deduplicates) instead of being
+//! lost.
+//!
+//! **Delivering** ([`deliver`]). Each alert becomes one message per channel
+//! in `JETCRON_NOTIFY` (`jetcron.notify.deliver.<channel>`, `Nats-Msg-Id` =
+//! run, state and channel), so a channel that fails is retried on its own,
+//! with backoff, without repeating the others; the request itself is
+//! [`jetcron_core::alert::http_delivery`]. Every outcome is counted in
+//! `jetcron_alert_deliveries_total{channel,result}` and logged.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::message::AckKind;
+use async_nats::jetstream::Message;
+use async_nats::HeaderMap;
+use chrono::{DateTime, Utc};
+use jetcron_core::alert::{delivered, http_delivery, Alert, AlertState};
+use jetcron_core::channel::{parse_channel, Channel};
+use jetcron_core::events::RunEventKind;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::notify::Notification;
+use crate::ExecutorContext;
+
+/// An open incident of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Incident {
+    pub opened_at: DateTime<Utc>,
+    pub last_alert_at: DateTime<Utc>,
+    /// The run the last alert was about.
+    pub last_alert_run: String,
+    /// Runs that ended badly since it opened.
+    pub failures: u64,
+}
+
+/// One alert for one channel, as it waits in `JETCRON_NOTIFY`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlertDelivery {
+    pub channel: String,
+    /// Names the delivery: the same on every retry (`webhook-id`).
+    pub message_id: String,
+    pub alert: Alert,
+}
+
+/// What a run means for the job's incident.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Nothing to send; store this incident (or nothing).
+    Quiet(Option<Incident>),
+    /// Alert (firing) and store this incident.
+    Fire(Incident),
+    /// Alert (resolved) and remove the incident.
+    Resolve(Incident),
+}
+
+/// The pure decision: what run `run_id` ending `failed` (or not) at `now`
+/// does to `open`, given the repeat interval.
+pub fn step(
+    open: Option<&Incident>,
+    run_id: &str,
+    failed: bool,
+    now: DateTime<Utc>,
+    repeat: Duration,
+) -> Step {
+    let repeat = chrono::Duration::from_std(repeat).unwrap_or(chrono::Duration::hours(1));
+    match (open, failed) {
+        (None, false) => Step::Quiet(None),
+        (Some(incident), false) => Step::Resolve(incident.clone()),
+        (None, true) => Step::Fire(Incident {
+            opened_at: now,
+            last_alert_at: now,
+            last_alert_run: run_id.to_string(),
+            failures: 1,
+        }),
+        // The same run again (a redelivery): alert again, the ids dedupe.
+        (Some(incident), true) if incident.last_alert_run == run_id => Step::Fire(incident.clone()),
+        (Some(incident), true) if now - incident.last_alert_at >= repeat => Step::Fire(Incident {
+            last_alert_at: now,
+            last_alert_run: run_id.to_string(),
+            failures: incident.failures + 1,
+            ..incident.clone()
+        }),
+        (Some(incident), true) => Step::Quiet(Some(Incident {
+            failures: incident.failures + 1,
+            ..incident.clone()
+        })),
+    }
+}
+
+fn incident_key(job_id: &str) -> String {
+    format!("{job_id}.failure")
+}
+
+/// Decide and queue the alerts of the run `notification` is about.
+pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyhow::Result<()> {
+    let run = &notification.run;
+    let failed = matches!(
+        run.kind,
+        RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
+    );
+    let key = incident_key(&run.job_id);
+    let repeat = notification.notify.repeat_every();
+    for _ in 0..8 {
+        let entry = ctx
+            .incidents
+            .entry(&key)
+            .await
+            .context("read the job's incident")?
+            .filter(|e| e.operation == Operation::Put);
+        let open: Option<Incident> = entry
+            .as_ref()
+            .and_then(|e| serde_json::from_slice(&e.value).ok());
+        let revision = entry.as_ref().map_or(0, |e| e.revision);
+        let now = ctx.clock.now();
+        let (write, alert) = match step(open.as_ref(), run.run_id.as_str(), failed, now, repeat) {
+            Step::Quiet(None) => return Ok(()),
+            Step::Quiet(Some(incident)) => (Some(incident), None),
+            Step::Fire(incident) => {
+                let alert = firing(notification, &incident, now, ctx);
+                (Some(incident), Some(alert))
+            }
+            Step::Resolve(incident) => (None, Some(resolved(notification, &incident, now, ctx))),
+        };
+        // Queue the deliveries first: if the write below loses a race, the
+        // next round decides again and the same ids are dropped as duplicates.
+        if let Some(alert) = &alert {
+            queue(
+                ctx,
+                &notification.notify.channels,
+                run.run_id.as_str(),
+                alert,
+            )
+            .await?;
+        }
+        let written = match write {
+            Some(incident) => {
+                let value = serde_json::to_vec(&incident)?.into();
+                if revision == 0 {
+                    ctx.incidents
+                        .create(&key, value)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                } else {
+                    ctx.incidents
+                        .update(&key, value, revision)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            }
+            None => ctx
+                .incidents
+                .delete_expect_revision(&key, Some(revision))
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        match written {
+            Ok(()) => return Ok(()),
+            Err(why) => {
+                info!(job_id = %run.job_id, why, "incident changed meanwhile, deciding again")
+            }
+        }
+    }
+    anyhow::bail!("the incident of {} keeps changing", run.job_id)
+}
+
+fn link(ctx: &ExecutorContext, run_id: &str) -> Option<String> {
+    ctx.config
+        .console_url
+        .as_deref()
+        .map(|base| format!("{}/ui/runs/{run_id}", base.trim_end_matches('/')))
+}
+
+fn firing(
+    n: &Notification,
+    incident: &Incident,
+    now: DateTime<Utc>,
+    ctx: &ExecutorContext,
+) -> Alert {
+    let run = &n.run;
+    let status = run.kind.as_str().replace('_', " ");
+    let summary = match incident.failures {
+        1 => format!(
+            "run {status} (attempt {} of {})",
+            run.attempt, run.max_attempts
+        ),
+        k => format!(
+            "run {status}; {k} runs ended badly since {}",
+            incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+        ),
+    };
+    Alert {
+        state: AlertState::Firing,
+        rule: "failed".into(),
+        summary,
+        job_id: run.job_id.clone(),
+        schedule: n.schedule.clone(),
+        run_id: Some(run.run_id.as_str().to_string()),
+        status: Some(run.kind.as_str().to_string()),
+        attempt: Some(run.attempt),
+        max_attempts: Some(run.max_attempts),
+        error: run.error.clone(),
+        output_tail: run.output.clone(),
+        link: link(ctx, run.run_id.as_str()),
+        at: now,
+    }
+}
+
+fn resolved(
+    n: &Notification,
+    incident: &Incident,
+    now: DateTime<Utc>,
+    ctx: &ExecutorContext,
+) -> Alert {
+    let run = &n.run;
+    Alert {
+        state: AlertState::Resolved,
+        rule: "failed".into(),
+        summary: format!(
+            "succeeded again after {} runs that ended badly since {}",
+            incident.failures,
+            incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+        ),
+        job_id: run.job_id.clone(),
+        schedule: n.schedule.clone(),
+        run_id: Some(run.run_id.as_str().to_string()),
+        status: Some(run.kind.as_str().to_string()),
+        attempt: Some(run.attempt),
+        max_attempts: Some(run.max_attempts),
+        error: None,
+        output_tail: None,
+        link: link(ctx, run.run_id.as_str()),
+        at: now,
+    }
+}
+
+/// One delivery message per channel.
+async fn queue(
+    ctx: &ExecutorContext,
+    channels: &[String],
+    run_id: &str,
+    alert: &Alert,
+) -> anyhow::Result<()> {
+    let state = match alert.state {
+        AlertState::Firing => "firing",
+        AlertState::Resolved => "resolved",
+    };
+    for channel in channels {
+        let message_id = format!("{run_id}:{}:{state}:{channel}", alert.rule);
+        let body = serde_json::to_vec(&AlertDelivery {
+            channel: channel.clone(),
+            message_id: message_id.clone(),
+            alert: alert.clone(),
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", message_id.as_str());
+        ctx.js
+            .publish_with_headers(
+                format!("jetcron.notify.deliver.{channel}"),
+                headers,
+                body.into(),
+            )
+            .await
+            .context("publish an alert delivery")?
+            .await
+            .context("store an alert delivery")?;
+    }
+    Ok(())
+}
+
+/// Send one alert to one channel; retried with backoff, then given up with
+/// the reason logged and counted.
+pub async fn deliver(ctx: &ExecutorContext, message: Message) {
+    let delivery = message
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    let Ok(item) = serde_json::from_slice::<AlertDelivery>(&message.payload) else {
+        warn!(subject = %message.subject, "undecodable alert delivery, dropping it");
+        let _ = message.ack_with(AckKind::Term).await;
+        return;
+    };
+    let result = send(ctx, &item).await;
+    let max = ctx.config.notify_max_attempts.max(1);
+    let (settle, outcome) = match &result {
+        Ok(()) => (AckKind::Ack, "delivered"),
+        Err(_) if delivery < max => {
+            let delay = ctx
+                .config
+                .notify_backoff
+                .saturating_mul(1 << delivery.saturating_sub(1).min(10))
+                .min(Duration::from_secs(300));
+            (AckKind::Nak(Some(delay)), "retrying")
+        }
+        Err(_) => (AckKind::Term, "failed"),
+    };
+    match &result {
+        Ok(()) => {
+            info!(channel = %item.channel, job_id = %item.alert.job_id, id = %item.message_id, delivery, "alert delivered")
+        }
+        Err(why) => {
+            warn!(channel = %item.channel, job_id = %item.alert.job_id, id = %item.message_id, delivery, why, outcome, "alert not delivered")
+        }
+    }
+    metrics::counter!("jetcron_alert_deliveries_total", "channel" => item.channel.clone(), "result" => outcome)
+        .increment(1);
+    if let Err(e) = message.ack_with(settle).await {
+        warn!(error = %e, "cannot settle an alert delivery");
+    }
+}
+
+async fn channel(ctx: &ExecutorContext, name: &str) -> Result<Channel, String> {
+    let entry = ctx
+        .channels
+        .entry(name)
+        .await
+        .map_err(|e| format!("cannot read channel {name:?}: {e}"))?
+        .filter(|e| e.operation == kv::Operation::Put)
+        .ok_or_else(|| format!("no channel {name:?} in jetcron_channels"))?;
+    parse_channel(&entry.value, Some(name)).map_err(|problems| {
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        format!("channel {name:?} is not valid: {}", problems.join("; "))
+    })
+}
+
+async fn send(ctx: &ExecutorContext, item: &AlertDelivery) -> Result<(), String> {
+    let channel = channel(ctx, &item.channel).await?;
+    let now = ctx.clock.now();
+    let Some(request) = http_delivery(&channel, &item.alert, now, &item.message_id) else {
+        return crate::mail::send(&channel, &item.alert).await;
+    };
+    let mut builder = ctx
+        .http
+        .post(&request.url)
+        .timeout(Duration::from_secs(15))
+        .body(request.body);
+    for (name, value) in &request.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    let response = builder.send().await.map_err(|e| {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    })?;
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap_or_default();
+    delivered(&channel, status, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(minutes: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + minutes * 60, 0).expect("time")
+    }
+
+    #[test]
+    fn one_alert_per_incident_repeated_after_the_interval_and_one_resolution() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(step(None, "r1", false, at(0), hour), Step::Quiet(None));
+        let Step::Fire(open) = step(None, "r1", true, at(0), hour) else {
+            panic!("the first failure alerts")
+        };
+        assert_eq!(open.failures, 1);
+        // The same run handed back: alert again (same ids).
+        assert_eq!(
+            step(Some(&open), "r1", true, at(1), hour),
+            Step::Fire(open.clone())
+        );
+        // More failures within the hour: counted, quiet.
+        let Step::Quiet(Some(counted)) = step(Some(&open), "r2", true, at(10), hour) else {
+            panic!("quiet within the repeat interval")
+        };
+        assert_eq!(
+            (counted.failures, counted.last_alert_run.as_str()),
+            (2, "r1")
+        );
+        // After the hour: alert again.
+        let Step::Fire(again) = step(Some(&counted), "r3", true, at(61), hour) else {
+            panic!("repeated after the interval")
+        };
+        assert_eq!(
+            (again.failures, again.last_alert_at, again.opened_at),
+            (3, at(61), at(0))
+        );
+        // A success closes it.
+        assert_eq!(
+            step(Some(&again), "r4", false, at(62), hour),
+            Step::Resolve(again.clone())
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! Alerts end to end, against real servers: a job that fails three times
+//! sends one mail (to a real SMTP server, aiosmtpd), one signed webhook and
+//! one signed Feishu message; when it succeeds again, one "resolved" of
+//! each. The local HTTP server stands in for the webhook receiver and the
+//! Feishu bot, and checks each signature the way the receiver would.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use jetcron_core::alert::{feishu_sign, standard_webhooks_signature};
+use jetcron_testkit::{wait_until, SmtpServer, Stack, StackOptions};
+use serde_json::{json, Value};
+
+const WEBHOOK_SECRET: &str = "0123456789abcdef-shared";
+const FEISHU_SECRET: &str = "feishu-bot-secret";
+
+/// What the stand-in receivers got: (path, body) of every request whose
+/// signature checked out; a bad signature fails the test.
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<(String, Value)>>>);
+
+impl Received {
+    fn of(&self, path: &str) -> Vec<Value> {
+        self.0
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, b)| b.clone())
+            .collect()
+    }
+}
+
+async fn webhook(
+    State(received): State<Received>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> &'static str {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let timestamp: i64 = header("webhook-timestamp")
+        .parse()
+        .expect("webhook-timestamp");
+    let expected =
+        standard_webhooks_signature(WEBHOOK_SECRET, &header("webhook-id"), timestamp, &body);
+    assert_eq!(header("webhook-signature"), expected, "webhook signature");
+    assert!((chrono::Utc::now().timestamp() - timestamp).abs() < 300);
+    let value: Value = serde_json::from_slice(&body).expect("JSON body");
+    received
+        .0
+        .lock()
+        .expect("lock")
+        .push(("/hook".into(), value));
+    "ok"
+}
+
+async fn feishu(State(received): State<Received>, body: Bytes) -> axum::Json<Value> {
+    let value: Value = serde_json::from_slice(&body).expect("JSON body");
+    let timestamp: i64 = value["timestamp"]
+        .as_str()
+        .expect("timestamp string")
+        .parse()
+        .expect("seconds");
+    assert_eq!(
+        value["sign"],
+        feishu_sign(FEISHU_SECRET, timestamp),
+        "feishu sign"
+    );
+    assert_eq!(value["msg_type"], "text");
+    received
+        .0
+        .lock()
+        .expect("lock")
+        .push(("/feishu".into(), value));
+    axum::Json(json!({"code": 0, "msg": "success", "data": {}}))
+}
+
+#[tokio::test]
+async fn three_failures_alert_once_per_channel_and_recovery_once() {
+    let smtp = SmtpServer::start();
+    let received = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let receiver = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new()
+        .route("/hook", post(webhook))
+        .route("/feishu", post(feishu))
+        .with_state(received.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    for channel in [
+        json!({"type":"email","name":"ops-mail","smtp_host":"127.0.0.1","smtp_port":smtp.port(),"tls":"none","from":"jetcron <jetcron@example.com>","to":["ops@example.com"],"cc":["lead@example.com"]}),
+        json!({"type":"webhook","name":"ops-hook","url":format!("{receiver}/hook"),"secret":WEBHOOK_SECRET}),
+        json!({"type":"feishu","name":"ops-feishu","url":format!("{receiver}/feishu"),"secret":FEISHU_SECRET}),
+    ] {
+        let (reply, code) = stack
+            .api("jetcron.api.channels.put", &channel.to_string())
+            .await;
+        assert_eq!(code, None, "{reply}");
+    }
+    let job = |command: &str| {
+        json!({
+            "id": "nightly-export",
+            "schedule": "0 3 * * *",
+            "target": {"type": "shell", "command": command},
+            "notify": {"channels": ["ops-mail", "ops-hook", "ops-feishu"], "repeat": "1h"},
+        })
+        .to_string()
+    };
+    stack
+        .put_job(&job(
+            "echo 'connecting'; echo 'sftp: permission denied' >&2; exit 4",
+        ))
+        .await;
+
+    // Three failed runs: one alert per channel.
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let run_id = stack.trigger("nightly-export").await;
+        stack
+            .wait_for_run_status(&run_id, "failed", Duration::from_secs(30))
+            .await;
+        failed.push(run_id);
+    }
+    let mails = wait_until("one alert mail", Duration::from_secs(30), || async {
+        let mails = smtp.messages();
+        (!mails.is_empty()).then_some(mails)
+    })
+    .await;
+    wait_until(
+        "one alert per HTTP channel",
+        Duration::from_secs(30),
+        || async {
+            (received.of("/hook").len() == 1 && received.of("/feishu").len() == 1).then_some(())
+        },
+    )
+    .await;
+    // Give the later failures time to (wrongly) alert too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mails = if mails.len() == 1 {
+        smtp.messages()
+    } else {
+        mails
+    };
+    assert_eq!(mails.len(), 1, "one mail for three failures: {mails:#?}");
+    assert_eq!(received.of("/hook").len(), 1);
+    assert_eq!(received.of("/feishu").len(), 1);
+
+    let mail = &mails[0];
+    let subject = mail.header("Subject").expect("subject");
+    assert!(
+        subject.starts_with("[jetcron] nightly-export: run failed"),
+        "{subject}"
+    );
+    assert!(mail.header("To").expect("to").contains("ops@example.com"));
+    assert!(mail.header("Cc").expect("cc").contains("lead@example.com"));
+    let body = mail.body();
+    for fact in [
+        "job: nightly-export".to_string(),
+        "schedule: 0 3 * * *".into(),
+        format!("run: {}", failed[0]),
+        "attempt: 3 of 3".into(),
+        "error: exit status 4".into(),
+        "sftp: permission denied".into(),
+        format!("/ui/runs/{}", failed[0]),
+    ] {
+        assert!(body.contains(&fact), "mail lacks {fact:?}:\n{body}");
+    }
+    let hook = &received.of("/hook")[0];
+    assert_eq!(hook["alert"]["state"], "firing");
+    assert_eq!(hook["alert"]["run_id"], failed[0].as_str());
+    assert!(received.of("/feishu")[0]["content"]["text"]
+        .as_str()
+        .expect("text")
+        .contains("nightly-export"));
+
+    // It succeeds again: one resolved alert each.
+    stack.put_job(&job("echo fine")).await;
+    let ok = stack.trigger("nightly-export").await;
+    stack
+        .wait_for_run_status(&ok, "succeeded", Duration::from_secs(30))
+        .await;
+    let mails = wait_until("the recovery mail", Duration::from_secs(30), || async {
+        let mails = smtp.messages();
+        (mails.len() >= 2).then_some(mails)
+    })
+    .await;
+    wait_until(
+        "one resolved per HTTP channel",
+        Duration::from_secs(30),
+        || async {
+            (received.of("/hook").len() == 2 && received.of("/feishu").len() == 2).then_some(())
+        },
+    )
+    .await;
+    let resolved = mails[1].header("Subject").expect("subject");
+    assert!(
+        resolved.starts_with("[jetcron] resolved: nightly-export"),
+        "{resolved}"
+    );
+    assert!(
+        mails[1].body().contains("after 3 runs that ended badly"),
+        "{}",
+        mails[1].body()
+    );
+    assert_eq!(received.of("/hook")[1]["alert"]["state"], "resolved");
+
+    // A second success says nothing more.
+    let again = stack.trigger("nightly-export").await;
+    stack
+        .wait_for_run_status(&again, "succeeded", Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(smtp.messages().len(), 2);
+    assert_eq!(received.of("/hook").len(), 2);
+    stack.stop().await;
+}
