@@ -145,6 +145,10 @@ async fn the_service_is_discoverable_with_nats_micro() {
     assert_eq!(
         subjects,
         [
+            "jetcron.api.channels.delete",
+            "jetcron.api.channels.get",
+            "jetcron.api.channels.list",
+            "jetcron.api.channels.put",
             "jetcron.api.jobs.backfill",
             "jetcron.api.jobs.delete",
             "jetcron.api.jobs.get",
