@@ -35,15 +35,26 @@ use tracing::{info, warn};
 use crate::notify::Notification;
 use crate::ExecutorContext;
 
-/// An open incident of a job.
+/// A job's incident: the bad runs in a row so far and, once they reached
+/// `notify.after_failures`, the alert sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
     pub opened_at: DateTime<Utc>,
+    /// Runs in a row that ended badly.
+    pub failures: u64,
+    /// The last run counted (a redelivered notification counts once).
+    #[serde(default)]
+    pub last_run: String,
+    /// Whether it alerted (the streak reached `after_failures`).
+    #[serde(default = "alerted_by_default")]
+    pub alerted: bool,
     pub last_alert_at: DateTime<Utc>,
     /// The run the last alert was about.
     pub last_alert_run: String,
-    /// Runs that ended badly since it opened.
-    pub failures: u64,
+}
+
+fn alerted_by_default() -> bool {
+    true
 }
 
 /// One alert for one channel, as it waits in `JETCRON_NOTIFY`.
@@ -58,45 +69,95 @@ pub struct AlertDelivery {
 /// What a run means for the job's incident.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Nothing to send; store this incident (or nothing).
-    Quiet(Option<Incident>),
+    /// Nothing changes.
+    Nothing,
+    /// Store this incident, send nothing.
+    Count(Incident),
     /// Alert (firing) and store this incident.
     Fire(Incident),
+    /// Remove the incident, send nothing (a streak that never alerted).
+    Clear,
     /// Alert (resolved) and remove the incident.
     Resolve(Incident),
 }
 
-/// The pure decision: what run `run_id` ending `failed` (or not) at `now`
-/// does to `open`, given the repeat interval.
+/// The policy `step` applies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rule {
+    /// Bad runs in a row before the first alert.
+    pub after_failures: u64,
+    /// Least time between two alerts of one incident.
+    pub repeat: Duration,
+}
+
+/// The pure decision: what run `run_id` ending badly (`failed`) or well at
+/// `now` does to the job's incident `open`.
 pub fn step(
     open: Option<&Incident>,
     run_id: &str,
     failed: bool,
     now: DateTime<Utc>,
-    repeat: Duration,
+    rule: Rule,
 ) -> Step {
-    let repeat = chrono::Duration::from_std(repeat).unwrap_or(chrono::Duration::hours(1));
-    match (open, failed) {
-        (None, false) => Step::Quiet(None),
-        (Some(incident), false) => Step::Resolve(incident.clone()),
-        (None, true) => Step::Fire(Incident {
+    let repeat = chrono::Duration::from_std(rule.repeat).unwrap_or(chrono::Duration::hours(1));
+    let Some(incident) = open else {
+        if !failed {
+            return Step::Nothing;
+        }
+        let alerts = rule.after_failures <= 1;
+        let opened = Incident {
             opened_at: now,
-            last_alert_at: now,
-            last_alert_run: run_id.to_string(),
             failures: 1,
-        }),
-        // The same run again (a redelivery): alert again, the ids dedupe.
-        (Some(incident), true) if incident.last_alert_run == run_id => Step::Fire(incident.clone()),
-        (Some(incident), true) if now - incident.last_alert_at >= repeat => Step::Fire(Incident {
+            last_run: run_id.to_string(),
+            alerted: alerts,
+            last_alert_at: now,
+            last_alert_run: if alerts {
+                run_id.to_string()
+            } else {
+                String::new()
+            },
+        };
+        return if alerts {
+            Step::Fire(opened)
+        } else {
+            Step::Count(opened)
+        };
+    };
+    if !failed {
+        return if incident.alerted {
+            Step::Resolve(incident.clone())
+        } else {
+            Step::Clear
+        };
+    }
+    // The run that alerted, handed back after a crash: alert again (the
+    // delivery ids are the same, so nothing is sent twice).
+    if incident.alerted && incident.last_alert_run == run_id {
+        return Step::Fire(incident.clone());
+    }
+    // Any other run counted already: nothing new.
+    if incident.last_run == run_id {
+        return Step::Nothing;
+    }
+    let counted = Incident {
+        failures: incident.failures + 1,
+        last_run: run_id.to_string(),
+        ..incident.clone()
+    };
+    let due = if incident.alerted {
+        now - incident.last_alert_at >= repeat
+    } else {
+        counted.failures >= rule.after_failures
+    };
+    if due {
+        Step::Fire(Incident {
+            alerted: true,
             last_alert_at: now,
             last_alert_run: run_id.to_string(),
-            failures: incident.failures + 1,
-            ..incident.clone()
-        }),
-        (Some(incident), true) => Step::Quiet(Some(Incident {
-            failures: incident.failures + 1,
-            ..incident.clone()
-        })),
+            ..counted
+        })
+    } else {
+        Step::Count(counted)
     }
 }
 
@@ -112,7 +173,10 @@ pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyho
         RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
     );
     let key = incident_key(&run.job_id);
-    let repeat = notification.notify.repeat_every();
+    let rule = Rule {
+        after_failures: notification.notify.failures_before_alert(),
+        repeat: notification.notify.repeat_every(),
+    };
     for _ in 0..8 {
         let entry = ctx
             .incidents
@@ -125,13 +189,14 @@ pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyho
             .and_then(|e| serde_json::from_slice(&e.value).ok());
         let revision = entry.as_ref().map_or(0, |e| e.revision);
         let now = ctx.clock.now();
-        let (write, alert) = match step(open.as_ref(), run.run_id.as_str(), failed, now, repeat) {
-            Step::Quiet(None) => return Ok(()),
-            Step::Quiet(Some(incident)) => (Some(incident), None),
+        let (write, alert) = match step(open.as_ref(), run.run_id.as_str(), failed, now, rule) {
+            Step::Nothing => return Ok(()),
+            Step::Count(incident) => (Some(incident), None),
             Step::Fire(incident) => {
                 let alert = firing(notification, &incident, now, ctx);
                 (Some(incident), Some(alert))
             }
+            Step::Clear => (None, None),
             Step::Resolve(incident) => (None, Some(resolved(notification, &incident, now, ctx))),
         };
         // Queue the deliveries first: if the write below loses a race, the
@@ -199,7 +264,7 @@ fn firing(
             run.attempt, run.max_attempts
         ),
         k => format!(
-            "run {status}; {k} runs ended badly since {}",
+            "run {status}; {k} runs in a row ended badly since {}",
             incident.opened_at.format("%Y-%m-%d %H:%M UTC")
         ),
     };
@@ -231,7 +296,7 @@ fn resolved(
         state: AlertState::Resolved,
         rule: "failed".into(),
         summary: format!(
-            "succeeded again after {} runs that ended badly since {}",
+            "succeeded again after {} runs in a row that ended badly since {}",
             incident.failures,
             incident.opened_at.format("%Y-%m-%d %H:%M UTC")
         ),
@@ -374,29 +439,37 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000 + minutes * 60, 0).expect("time")
     }
 
+    const HOURLY: Rule = Rule {
+        after_failures: 1,
+        repeat: Duration::from_secs(3600),
+    };
+
     #[test]
     fn one_alert_per_incident_repeated_after_the_interval_and_one_resolution() {
-        let hour = Duration::from_secs(3600);
-        assert_eq!(step(None, "r1", false, at(0), hour), Step::Quiet(None));
-        let Step::Fire(open) = step(None, "r1", true, at(0), hour) else {
+        assert_eq!(step(None, "r1", false, at(0), HOURLY), Step::Nothing);
+        let Step::Fire(open) = step(None, "r1", true, at(0), HOURLY) else {
             panic!("the first failure alerts")
         };
-        assert_eq!(open.failures, 1);
+        assert_eq!((open.failures, open.alerted), (1, true));
         // The same run handed back: alert again (same ids).
         assert_eq!(
-            step(Some(&open), "r1", true, at(1), hour),
+            step(Some(&open), "r1", true, at(1), HOURLY),
             Step::Fire(open.clone())
         );
-        // More failures within the hour: counted, quiet.
-        let Step::Quiet(Some(counted)) = step(Some(&open), "r2", true, at(10), hour) else {
+        // More failures within the hour: counted, quiet; a redelivery counts once.
+        let Step::Count(counted) = step(Some(&open), "r2", true, at(10), HOURLY) else {
             panic!("quiet within the repeat interval")
         };
         assert_eq!(
             (counted.failures, counted.last_alert_run.as_str()),
             (2, "r1")
         );
+        assert_eq!(
+            step(Some(&counted), "r2", true, at(11), HOURLY),
+            Step::Nothing
+        );
         // After the hour: alert again.
-        let Step::Fire(again) = step(Some(&counted), "r3", true, at(61), hour) else {
+        let Step::Fire(again) = step(Some(&counted), "r3", true, at(61), HOURLY) else {
             panic!("repeated after the interval")
         };
         assert_eq!(
@@ -405,8 +478,36 @@ mod tests {
         );
         // A success closes it.
         assert_eq!(
-            step(Some(&again), "r4", false, at(62), hour),
+            step(Some(&again), "r4", false, at(62), HOURLY),
             Step::Resolve(again.clone())
+        );
+    }
+
+    #[test]
+    fn after_failures_waits_for_that_many_in_a_row() {
+        let three = Rule {
+            after_failures: 3,
+            ..HOURLY
+        };
+        let Step::Count(one) = step(None, "r1", true, at(0), three) else {
+            panic!("one bad run is not enough")
+        };
+        assert!(!one.alerted);
+        let Step::Count(two) = step(Some(&one), "r2", true, at(1), three) else {
+            panic!("two are not enough")
+        };
+        // A success in between ends the streak without a word.
+        assert_eq!(step(Some(&two), "ok", false, at(2), three), Step::Clear);
+        let Step::Fire(fired) = step(Some(&two), "r3", true, at(2), three) else {
+            panic!("the third in a row alerts")
+        };
+        assert_eq!(
+            (fired.failures, fired.alerted, fired.last_alert_run.as_str()),
+            (3, true, "r3")
+        );
+        assert_eq!(
+            step(Some(&fired), "r4", false, at(3), three),
+            Step::Resolve(fired.clone())
         );
     }
 }

@@ -210,7 +210,9 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
         "{resolved}"
     );
     assert!(
-        mails[1].body().contains("after 3 runs that ended badly"),
+        mails[1]
+            .body()
+            .contains("after 3 runs in a row that ended badly"),
         "{}",
         mails[1].body()
     );
@@ -224,5 +226,49 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(smtp.messages().len(), 2);
     assert_eq!(received.of("/hook").len(), 2);
+
+    // `after_failures: 2`: one bad run says nothing, the second in a row alerts.
+    stack
+        .put_job(
+            &json!({
+                "id": "flaky",
+                "schedule": "@every 1h",
+                "retry": {"max_attempts": 1},
+                "target": {"type": "shell", "command": "exit 1"},
+                "notify": {"channels": ["ops-hook"], "after_failures": 2},
+            })
+            .to_string(),
+        )
+        .await;
+    let flaky_alerts = || {
+        received
+            .of("/hook")
+            .into_iter()
+            .filter(|b| b["alert"]["job_id"] == "flaky")
+            .count()
+    };
+    let first = stack.trigger("flaky").await;
+    stack
+        .wait_for_run_status(&first, "failed", Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(flaky_alerts(), 0, "one bad run is below after_failures");
+    let second = stack.trigger("flaky").await;
+    stack
+        .wait_for_run_status(&second, "failed", Duration::from_secs(30))
+        .await;
+    wait_until(
+        "the alert after two bad runs",
+        Duration::from_secs(30),
+        || async { (flaky_alerts() == 1).then_some(()) },
+    )
+    .await;
+    let alert = received
+        .of("/hook")
+        .into_iter()
+        .find(|b| b["alert"]["job_id"] == "flaky")
+        .expect("flaky alert");
+    let summary = alert["alert"]["summary"].as_str().expect("summary");
+    assert!(summary.contains("2 runs in a row"), "{alert}");
     stack.stop().await;
 }

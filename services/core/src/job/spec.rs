@@ -167,6 +167,11 @@ pub struct NotifyPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("maxItems" = MAX_NOTIFY_CHANNELS, "items" = {"type": "string", "pattern": ID_PATTERN}))]
     pub channels: Vec<String>,
+    /// Alert once this many runs in a row ended badly (default 1: the
+    /// first bad run alerts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub after_failures: Option<u32>,
     /// While the job keeps failing, the alert is repeated at most this
     /// often (default 1h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +180,11 @@ pub struct NotifyPolicy {
 }
 
 impl NotifyPolicy {
+    /// `after_failures`, or 1.
+    pub fn failures_before_alert(&self) -> u64 {
+        u64::from(self.after_failures.unwrap_or(1).max(1))
+    }
+
     /// `repeat`, or its default (it was validated when the job was put).
     pub fn repeat_every(&self) -> Duration {
         self.repeat

@@ -360,6 +360,15 @@ fn validate_notify(notify: &NotifyPolicy, problems: &mut Vec<FieldError>) {
             format!("{twice:?} is named twice"),
         ));
     }
+    if let Some(n) = notify.after_failures {
+        if !(1..=100).contains(&n) {
+            problems.push(FieldError::new(
+                "notify.after_failures",
+                "out_of_range",
+                format!("must be 1 to 100, got {n}"),
+            ));
+        }
+    }
     if let Some(repeat) = &notify.repeat {
         if let Err(p) = parse_bounded_duration(
             "notify.repeat",
