@@ -1,7 +1,8 @@
 //! Alerts to a job's channels: deciding them, and delivering them.
 //!
 //! **Deciding** ([`on_run`]). Each job has at most one open *incident* (key
-//! `<job>.failure` in the `jetcron_incidents` bucket). A run that ends badly
+//! `<job>.failed` in the `jetcron_incidents` bucket; `<job>.long_running`
+//! for attempts running longer than `notify.running_longer_than`). A run that ends badly
 //! opens it and alerts, or, when one is open, alerts again only once
 //! `notify.repeat` (default 1 h) has passed since the last alert; a run that
 //! succeeds closes it and sends one "resolved" alert. Every change of the
@@ -161,20 +162,28 @@ pub fn step(
     }
 }
 
-fn incident_key(job_id: &str) -> String {
-    format!("{job_id}.failure")
-}
+/// The rule of runs that end badly (the incident key `<job>.failed`).
+const FAILED: &str = "failed";
 
 /// Decide and queue the alerts of the run `notification` is about.
 pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyhow::Result<()> {
     let run = &notification.run;
-    let failed = matches!(
-        run.kind,
-        RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
-    );
-    let key = incident_key(&run.job_id);
+    let rule_name = notification.rule.as_deref().unwrap_or(FAILED);
+    // "Failed" in the incident's terms: the run ended badly, or (long
+    // running) the attempt is still going.
+    let failed = match notification.rule {
+        Some(_) => !notification.over,
+        None => matches!(
+            run.kind,
+            RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
+        ),
+    };
+    let key = format!("{}.{rule_name}", run.job_id);
     let rule = Rule {
-        after_failures: notification.notify.failures_before_alert(),
+        after_failures: match notification.rule {
+            Some(_) => 1,
+            None => notification.notify.failures_before_alert(),
+        },
         repeat: notification.notify.repeat_every(),
     };
     for _ in 0..8 {
@@ -258,24 +267,43 @@ fn firing(
 ) -> Alert {
     let run = &n.run;
     let status = run.kind.as_str().replace('_', " ");
-    let summary = match incident.failures {
-        1 => format!(
-            "run {status} (attempt {} of {})",
-            run.attempt, run.max_attempts
-        ),
-        k => format!(
-            "run {status}; {k} runs in a row ended badly since {}",
-            incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+    let (rule, summary, status) = match n.rule.as_deref() {
+        Some(rule) => {
+            let since = run.started_at.unwrap_or(run.at);
+            let limit = n.notify.running_longer_than.clone().unwrap_or_default();
+            (
+                rule.to_string(),
+                format!(
+                    "attempt {} still running after {limit} (started {})",
+                    run.attempt,
+                    since.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+                "running".to_string(),
+            )
+        }
+        None => (
+            FAILED.to_string(),
+            match incident.failures {
+                1 => format!(
+                    "run {status} (attempt {} of {})",
+                    run.attempt, run.max_attempts
+                ),
+                k => format!(
+                    "run {status}; {k} runs in a row ended badly since {}",
+                    incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            },
+            run.kind.as_str().to_string(),
         ),
     };
     Alert {
         state: AlertState::Firing,
-        rule: "failed".into(),
+        rule,
         summary,
         job_id: run.job_id.clone(),
         schedule: n.schedule.clone(),
         run_id: Some(run.run_id.as_str().to_string()),
-        status: Some(run.kind.as_str().to_string()),
+        status: Some(status),
         attempt: Some(run.attempt),
         max_attempts: Some(run.max_attempts),
         error: run.error.clone(),
@@ -292,18 +320,28 @@ fn resolved(
     ctx: &ExecutorContext,
 ) -> Alert {
     let run = &n.run;
+    let (rule, summary) = match n.rule.as_deref() {
+        Some(rule) => (
+            rule.to_string(),
+            format!("the long-running attempt {} has ended", run.attempt),
+        ),
+        None => (
+            FAILED.to_string(),
+            format!(
+                "succeeded again after {} runs in a row that ended badly since {}",
+                incident.failures,
+                incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+            ),
+        ),
+    };
     Alert {
         state: AlertState::Resolved,
-        rule: "failed".into(),
-        summary: format!(
-            "succeeded again after {} runs in a row that ended badly since {}",
-            incident.failures,
-            incident.opened_at.format("%Y-%m-%d %H:%M UTC")
-        ),
+        rule,
+        summary,
         job_id: run.job_id.clone(),
         schedule: n.schedule.clone(),
         run_id: Some(run.run_id.as_str().to_string()),
-        status: Some(run.kind.as_str().to_string()),
+        status: n.rule.is_none().then(|| run.kind.as_str().to_string()),
         attempt: Some(run.attempt),
         max_attempts: Some(run.max_attempts),
         error: None,

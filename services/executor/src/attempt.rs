@@ -318,15 +318,37 @@ async fn run_attempt(
         attempt,
         shard: due.shard.map(|index| (index, job.shards)),
     };
+    // An attempt running longer than `notify.running_longer_than` is told
+    // to the job's alert channels, and so is its end.
+    let alarm = job.spec.notify.as_ref().and_then(|n| {
+        n.long_running_after()
+            .map(|after| (n, after, started.clone()))
+    });
     // The attempt stops counting as running (kills, `forbid` probes) as soon
     // as its target returns, not when its events are stored.
     let work = async {
-        let ending = supervise(ctx, &message, &job, &run, &registration, claim.as_mut()).await;
+        let supervised = supervise(ctx, &message, &job, &run, &registration, claim.as_mut());
+        let (ending, alarmed) = match &alarm {
+            None => (supervised.await, false),
+            Some((notify, after, started)) => {
+                tokio::pin!(supervised);
+                tokio::select! {
+                    ending = &mut supervised => (ending, false),
+                    _ = tokio::time::sleep(*after) => {
+                        info!(after_ms = after.as_millis() as u64, "attempt running long, alerting");
+                        if let Err(e) = notify::enqueue_long_running(&ctx.js, notify, &job.spec.schedule, started, false).await {
+                            warn!(error = %format!("{e:#}"), "cannot queue the long-running alert");
+                        }
+                        (supervised.await, true)
+                    }
+                }
+            }
+        };
         registration.recording();
         drop(permit);
-        ending
+        (ending, alarmed)
     };
-    let ending = if stored_in_time {
+    let (ending, alarmed) = if stored_in_time {
         work.await
     } else {
         let (ending, stored) = tokio::join!(work, &mut store_started);
@@ -341,6 +363,13 @@ async fn run_attempt(
     };
     drop(store_started);
     settle(&view, &ledger, budget, started_at, ending, claim).await;
+    if let (true, Some((notify, _, started))) = (alarmed, &alarm) {
+        if let Err(e) =
+            notify::enqueue_long_running(&ctx.js, notify, &job.spec.schedule, started, true).await
+        {
+            warn!(error = %format!("{e:#}"), "cannot queue the end of a long-running alert");
+        }
+    }
 }
 
 /// Take the overlap claim of `due`'s job under `policy` (`forbid` or

@@ -40,6 +40,13 @@ pub struct Notification {
     /// The job's schedule line, for alerts.
     #[serde(default)]
     pub schedule: String,
+    /// `long_running` for the alert of an attempt running too long (`run`
+    /// is its start); none for the end of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// For `long_running`: the attempt has ended since.
+    #[serde(default)]
+    pub over: bool,
 }
 
 /// Store a notification of the run that `ending` ended.
@@ -48,6 +55,29 @@ pub async fn enqueue(
     notify: &NotifyPolicy,
     schedule: &str,
     ending: &RunEvent,
+) -> anyhow::Result<()> {
+    store(js, notify, schedule, ending, None, false).await
+}
+
+/// Store the notification that an attempt of the run `started` describes
+/// has run longer than `notify.running_longer_than` (`over`: and has ended).
+pub async fn enqueue_long_running(
+    js: &jetstream::Context,
+    notify: &NotifyPolicy,
+    schedule: &str,
+    started: &RunEvent,
+    over: bool,
+) -> anyhow::Result<()> {
+    store(js, notify, schedule, started, Some("long_running"), over).await
+}
+
+async fn store(
+    js: &jetstream::Context,
+    notify: &NotifyPolicy,
+    schedule: &str,
+    ending: &RunEvent,
+    rule: Option<&str>,
+    over: bool,
 ) -> anyhow::Result<()> {
     let mut run = ending.clone();
     // Keep the notification small: the last lines of output, for alerts.
@@ -60,9 +90,19 @@ pub async fn enqueue(
         notify: notify.clone(),
         run,
         schedule: schedule.to_string(),
+        rule: rule.map(str::to_string),
+        over,
     })?;
     let body = bytes::Bytes::from(body);
-    let msg_id = format!("{}:notify", ending.run_id);
+    let msg_id = match rule {
+        None => format!("{}:notify", ending.run_id),
+        Some(rule) => format!(
+            "{}:{}:{rule}:{}",
+            ending.run_id,
+            ending.attempt,
+            if over { "over" } else { "running" }
+        ),
+    };
     let mut last_error = None;
     for attempt in 0..5u64 {
         if attempt > 0 {
@@ -198,12 +238,12 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
             return;
         }
     }
-    // The job's own webhook hears of failures only.
+    // The job's own webhook hears of failed runs only.
     let Some(webhook) = notification
         .notify
         .webhook
         .as_deref()
-        .filter(|_| run.kind != RunEventKind::Succeeded)
+        .filter(|_| run.kind != RunEventKind::Succeeded && notification.rule.is_none())
     else {
         if let Err(e) = message.double_ack().await {
             warn!(error = %e, "cannot settle notification");

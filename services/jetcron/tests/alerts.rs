@@ -270,5 +270,51 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
         .expect("flaky alert");
     let summary = alert["alert"]["summary"].as_str().expect("summary");
     assert!(summary.contains("2 runs in a row"), "{alert}");
+
+    // `running_longer_than`: one alert while it runs, one when it ends.
+    stack
+        .put_job(
+            &json!({
+                "id": "slow-report",
+                "schedule": "@every 1h",
+                "target": {"type": "shell", "command": "sleep 4"},
+                "notify": {"channels": ["ops-hook"], "running_longer_than": "1s"},
+            })
+            .to_string(),
+        )
+        .await;
+    let slow = |state: &str| {
+        received
+            .of("/hook")
+            .into_iter()
+            .filter(|b| b["alert"]["job_id"] == "slow-report" && b["alert"]["state"] == state)
+            .collect::<Vec<_>>()
+    };
+    let long = stack.trigger("slow-report").await;
+    let running = wait_until(
+        "the long-running alert",
+        Duration::from_secs(20),
+        || async { slow("firing").pop() },
+    )
+    .await;
+    assert_eq!(running["alert"]["rule"], "long_running", "{running}");
+    assert!(
+        running["alert"]["summary"]
+            .as_str()
+            .expect("summary")
+            .contains("still running after 1s"),
+        "{running}"
+    );
+    assert!(slow("resolved").is_empty(), "not over yet");
+    stack
+        .wait_for_run_status(&long, "succeeded", Duration::from_secs(30))
+        .await;
+    wait_until(
+        "the end of the long run",
+        Duration::from_secs(20),
+        || async { slow("resolved").pop() },
+    )
+    .await;
+    assert_eq!(slow("firing").len(), 1);
     stack.stop().await;
 }

@@ -172,6 +172,11 @@ pub struct NotifyPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub after_failures: Option<u32>,
+    /// Alert when an attempt is still running this long after it started
+    /// (and say so again when it ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub running_longer_than: Option<String>,
     /// While the job keeps failing, the alert is repeated at most this
     /// often (default 1h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +185,14 @@ pub struct NotifyPolicy {
 }
 
 impl NotifyPolicy {
+    /// `running_longer_than`, when the job has channels to tell.
+    pub fn long_running_after(&self) -> Option<Duration> {
+        if self.channels.is_empty() {
+            return None;
+        }
+        humantime::parse_duration(self.running_longer_than.as_deref()?).ok()
+    }
+
     /// `after_failures`, or 1.
     pub fn failures_before_alert(&self) -> u64 {
         u64::from(self.after_failures.unwrap_or(1).max(1))

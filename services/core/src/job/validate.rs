@@ -369,6 +369,23 @@ fn validate_notify(notify: &NotifyPolicy, problems: &mut Vec<FieldError>) {
             ));
         }
     }
+    if let Some(after) = &notify.running_longer_than {
+        if let Err(p) = parse_bounded_duration(
+            "notify.running_longer_than",
+            after,
+            Duration::from_secs(1),
+            Duration::from_secs(30 * 24 * 3600),
+        ) {
+            problems.push(p);
+        }
+        if notify.channels.is_empty() {
+            problems.push(FieldError::new(
+                "notify.running_longer_than",
+                "needs_channels",
+                "long-running alerts go to alert channels: name some in notify.channels",
+            ));
+        }
+    }
     if let Some(repeat) = &notify.repeat {
         if let Err(p) = parse_bounded_duration(
             "notify.repeat",
