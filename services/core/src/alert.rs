@@ -19,12 +19,96 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::channel::{BotChannel, Channel, UrlChannel, WebhookChannel};
+use crate::events::RunEvent;
+use crate::job::NotifyPolicy;
 
 /// Lines of output an alert carries at most.
 pub const OUTPUT_LINES: usize = 20;
 /// Bytes of output an alert carries at most (vendors cap message sizes:
 /// WeCom 2,048 bytes of text, Feishu 20 KB of body).
 pub const OUTPUT_BYTES: usize = 1_500;
+
+/// What waits in `JETCRON_NOTIFY` for the notifier: a run that ended (or
+/// an attempt that runs long, or a fire that was missed) with the job's
+/// notification policy. Executors store them; the gateway's missed-fire
+/// scan stores those of missed fires.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Notification {
+    pub notify: NotifyPolicy,
+    /// The event that ended the run (its output cut to the last lines); for
+    /// `long_running`, the attempt's start; for `missed`, the fire.
+    pub run: RunEvent,
+    /// The job's schedule line, for alerts.
+    #[serde(default)]
+    pub schedule: String,
+    /// `long_running` or `missed`; none for the end of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// For `long_running`: the attempt has ended since.
+    #[serde(default)]
+    pub over: bool,
+}
+
+impl Notification {
+    /// The notification of a missed fire of `job` (its scheduled time, and
+    /// when the miss was seen).
+    pub fn missed_fire(
+        job: &crate::job::ValidJob,
+        scheduled_at: DateTime<Utc>,
+        seen_at: DateTime<Utc>,
+    ) -> Option<Self> {
+        let notify = job.spec.notify.clone().filter(|n| !n.channels.is_empty())?;
+        let run_id = crate::events::RunId::for_fire(&job.spec.id, scheduled_at);
+        let kind = crate::events::RunEventKind::Failed;
+        let run = RunEvent {
+            event_id: RunEvent::event_id_for(&run_id, None, 0, kind),
+            run_id,
+            job_id: job.spec.id.clone(),
+            kind,
+            trigger: crate::events::Trigger::Schedule,
+            scheduled_at,
+            attempt: 0,
+            max_attempts: job.max_attempts,
+            executor_id: String::new(),
+            target_type: job.spec.target.kind().to_string(),
+            pool: job.pool.clone(),
+            at: seen_at,
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+            status_code: None,
+            exit_code: None,
+            output: None,
+            output_truncated: false,
+            error: Some("missed: the fire was never started".into()),
+            retry_at: None,
+            outcome: None,
+            shard: None,
+            shards: None,
+        };
+        Some(Self {
+            notify,
+            run,
+            schedule: job.spec.schedule.clone(),
+            rule: Some("missed".into()),
+            over: false,
+        })
+    }
+
+    /// Its `Nats-Msg-Id`: one notification per run end, per long attempt
+    /// and its end, per missed fire.
+    pub fn message_id(&self) -> String {
+        match self.rule.as_deref() {
+            None => format!("{}:notify", self.run.run_id),
+            Some(rule) => format!(
+                "{}:{}:{rule}:{}",
+                self.run.run_id,
+                self.run.attempt,
+                if self.over { "over" } else { "open" }
+            ),
+        }
+    }
+}
 
 /// Whether an alert opens (or repeats) an incident or closes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -164,28 +164,59 @@ pub fn step(
 
 /// The rule of runs that end badly (the incident key `<job>.failed`).
 const FAILED: &str = "failed";
+/// The rule of attempts running longer than `notify.running_longer_than`.
+const LONG_RUNNING: &str = "long_running";
+/// The rule of fires never started (the gateway's missed-fire scan).
+const MISSED: &str = "missed";
 
 /// Decide and queue the alerts of the run `notification` is about.
 pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyhow::Result<()> {
     let run = &notification.run;
-    let rule_name = notification.rule.as_deref().unwrap_or(FAILED);
-    // "Failed" in the incident's terms: the run ended badly, or (long
-    // running) the attempt is still going.
-    let failed = match notification.rule {
-        Some(_) => !notification.over,
-        None => matches!(
-            run.kind,
-            RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
-        ),
+    let repeat = notification.notify.repeat_every();
+    let once = Rule {
+        after_failures: 1,
+        repeat,
     };
+    // Which incidents the notification speaks of, and whether it is bad
+    // news for them ("failed" in the incident's terms).
+    let steps: Vec<(&str, bool, Rule)> = match notification.rule.as_deref() {
+        Some(LONG_RUNNING) => vec![(LONG_RUNNING, !notification.over, once)],
+        Some(MISSED) => vec![(MISSED, true, once)],
+        Some(other) => anyhow::bail!("notification of an unknown rule {other:?}"),
+        None => {
+            let failed = matches!(
+                run.kind,
+                RunEventKind::Failed | RunEventKind::TimedOut | RunEventKind::Killed
+            );
+            let streak = Rule {
+                after_failures: notification.notify.failures_before_alert(),
+                repeat,
+            };
+            if failed {
+                vec![(FAILED, true, streak)]
+            } else {
+                // A run that succeeds ends the failures and the missed fires.
+                vec![(FAILED, false, streak), (MISSED, false, once)]
+            }
+        }
+    };
+    for (rule_name, failed, rule) in steps {
+        decide(ctx, notification, rule_name, failed, rule).await?;
+    }
+    Ok(())
+}
+
+/// One incident's step, written by compare-and-swap (decided again when it
+/// changed meanwhile), its alert queued.
+async fn decide(
+    ctx: &ExecutorContext,
+    notification: &Notification,
+    rule_name: &str,
+    failed: bool,
+    rule: Rule,
+) -> anyhow::Result<()> {
+    let run = &notification.run;
     let key = format!("{}.{rule_name}", run.job_id);
-    let rule = Rule {
-        after_failures: match notification.rule {
-            Some(_) => 1,
-            None => notification.notify.failures_before_alert(),
-        },
-        repeat: notification.notify.repeat_every(),
-    };
     for _ in 0..8 {
         let entry = ctx
             .incidents
@@ -202,11 +233,14 @@ pub async fn on_run(ctx: &ExecutorContext, notification: &Notification) -> anyho
             Step::Nothing => return Ok(()),
             Step::Count(incident) => (Some(incident), None),
             Step::Fire(incident) => {
-                let alert = firing(notification, &incident, now, ctx);
+                let alert = firing(notification, rule_name, &incident, now, ctx);
                 (Some(incident), Some(alert))
             }
             Step::Clear => (None, None),
-            Step::Resolve(incident) => (None, Some(resolved(notification, &incident, now, ctx))),
+            Step::Resolve(incident) => (
+                None,
+                Some(resolved(notification, rule_name, &incident, now, ctx)),
+            ),
         };
         // Queue the deliveries first: if the write below loses a race, the
         // next round decides again and the same ids are dropped as duplicates.
@@ -261,18 +295,34 @@ fn link(ctx: &ExecutorContext, run_id: &str) -> Option<String> {
 
 fn firing(
     n: &Notification,
+    rule_name: &str,
     incident: &Incident,
     now: DateTime<Utc>,
     ctx: &ExecutorContext,
 ) -> Alert {
     let run = &n.run;
     let status = run.kind.as_str().replace('_', " ");
-    let (rule, summary, status) = match n.rule.as_deref() {
-        Some(rule) => {
+    let (rule, summary, status) = match rule_name {
+        MISSED => (
+            MISSED.to_string(),
+            match incident.failures {
+                1 => format!(
+                    "the fire of {} was never started",
+                    run.scheduled_at.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+                k => format!(
+                    "the fire of {} was never started; {k} missed since {}",
+                    run.scheduled_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    incident.opened_at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            },
+            MISSED.to_string(),
+        ),
+        LONG_RUNNING => {
             let since = run.started_at.unwrap_or(run.at);
             let limit = n.notify.running_longer_than.clone().unwrap_or_default();
             (
-                rule.to_string(),
+                LONG_RUNNING.to_string(),
                 format!(
                     "attempt {} still running after {limit} (started {})",
                     run.attempt,
@@ -281,7 +331,7 @@ fn firing(
                 "running".to_string(),
             )
         }
-        None => (
+        _ => (
             FAILED.to_string(),
             match incident.failures {
                 1 => format!(
@@ -315,17 +365,25 @@ fn firing(
 
 fn resolved(
     n: &Notification,
+    rule_name: &str,
     incident: &Incident,
     now: DateTime<Utc>,
     ctx: &ExecutorContext,
 ) -> Alert {
     let run = &n.run;
-    let (rule, summary) = match n.rule.as_deref() {
-        Some(rule) => (
-            rule.to_string(),
+    let (rule, summary) = match rule_name {
+        LONG_RUNNING => (
+            LONG_RUNNING.to_string(),
             format!("the long-running attempt {} has ended", run.attempt),
         ),
-        None => (
+        MISSED => (
+            MISSED.to_string(),
+            format!(
+                "runs again: a run succeeded after {} missed fires",
+                incident.failures
+            ),
+        ),
+        _ => (
             FAILED.to_string(),
             format!(
                 "succeeded again after {} runs in a row that ended badly since {}",
@@ -341,7 +399,7 @@ fn resolved(
         job_id: run.job_id.clone(),
         schedule: n.schedule.clone(),
         run_id: Some(run.run_id.as_str().to_string()),
-        status: n.rule.is_none().then(|| run.kind.as_str().to_string()),
+        status: (rule_name != LONG_RUNNING).then(|| run.kind.as_str().to_string()),
         attempt: Some(run.attempt),
         max_attempts: Some(run.max_attempts),
         error: None,

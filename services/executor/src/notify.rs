@@ -14,9 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
-use async_nats::HeaderMap;
 use futures::StreamExt as _;
 use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
@@ -24,32 +22,15 @@ use jetcron_core::job::NotifyPolicy;
 use jetcron_core::subjects;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
 use jetcron_io::topology;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::run_events::{max_event_payload, publish_run_event};
 use crate::ExecutorContext;
 
-/// What waits in `JETCRON_NOTIFY`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Notification {
-    pub notify: NotifyPolicy,
-    /// The event that ended the run (its output cut to the last lines).
-    pub run: RunEvent,
-    /// The job's schedule line, for alerts.
-    #[serde(default)]
-    pub schedule: String,
-    /// `long_running` for the alert of an attempt running too long (`run`
-    /// is its start); none for the end of a run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
-    /// For `long_running`: the attempt has ended since.
-    #[serde(default)]
-    pub over: bool,
-}
+pub use jetcron_core::alert::Notification;
 
-/// Store a notification of the run that `ending` ended.
+/// Store the notification of the run that `ending` ended.
 pub async fn enqueue(
     js: &jetstream::Context,
     notify: &NotifyPolicy,
@@ -86,48 +67,14 @@ async fn store(
         .as_deref()
         .map(jetcron_core::alert::output_tail)
         .filter(|o| !o.is_empty());
-    let body = serde_json::to_vec(&Notification {
+    let notification = Notification {
         notify: notify.clone(),
         run,
         schedule: schedule.to_string(),
         rule: rule.map(str::to_string),
         over,
-    })?;
-    let body = bytes::Bytes::from(body);
-    let msg_id = match rule {
-        None => format!("{}:notify", ending.run_id),
-        Some(rule) => format!(
-            "{}:{}:{rule}:{}",
-            ending.run_id,
-            ending.attempt,
-            if over { "over" } else { "running" }
-        ),
     };
-    let mut last_error = None;
-    for attempt in 0..5u64 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-        }
-        let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", msg_id.as_str());
-        let stored = async {
-            js.publish_with_headers(
-                subjects::notify_subject(&ending.job_id),
-                headers,
-                body.clone(),
-            )
-            .await
-            .context("publish notification")?
-            .await
-            .context("store notification")
-        }
-        .await;
-        match stored {
-            Ok(_) => return Ok(()),
-            Err(e) => last_error = Some(e),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
+    jetcron_io::notify::enqueue(js, &notification).await
 }
 
 /// The durable consumer `notifier` on `JETCRON_NOTIFY`, shared by every executor.

@@ -126,20 +126,56 @@ pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<
             .collect();
         report.missed += chunk.iter().map(|(_, m)| m.times.len()).sum::<usize>();
         report.published += events.len();
-        let stored: Vec<bool> = futures::stream::iter(events)
-            .map(|event| async move { job_events::publish_fire_missed(&state.js, &event).await })
+        let stored: Vec<Option<FireMissed>> = futures::stream::iter(events)
+            .map(|event| async move {
+                let new = job_events::publish_fire_missed(&state.js, &event).await?;
+                anyhow::Ok(new.then_some(event))
+            })
             .buffer_unordered(PUBLISHES_IN_FLIGHT)
             .try_collect()
             .await?;
-        let stored = stored.into_iter().filter(|s| *s).count();
-        report.stored += stored;
-        metrics::counter!("jetcron_missed_fires_recorded_total").increment(stored as u64);
+        let stored: Vec<FireMissed> = stored.into_iter().flatten().collect();
+        report.stored += stored.len();
+        metrics::counter!("jetcron_missed_fires_recorded_total").increment(stored.len() as u64);
+        alert_missed(state, &stored, detected_at).await;
     }
     state.missed.record(stats::counts_of(&missed)).await;
     Ok(report)
 }
 
 /// Event ids of the `fire.missed` events ClickHouse already holds for these jobs' times.
+/// Tell the alert channels of the jobs whose fires were just recorded as
+/// missed (`notify.channels`): one notification per missed fire, which the
+/// executors' notifier turns into the job's `missed` incident. A failure is
+/// logged; the fire stays recorded either way.
+async fn alert_missed(state: &GatewayState, missed: &[FireMissed], seen_at: DateTime<Utc>) {
+    let mut jobs: std::collections::BTreeMap<&str, Option<jetcron_core::job::ValidJob>> =
+        std::collections::BTreeMap::new();
+    for event in missed {
+        if !jobs.contains_key(event.job_id.as_str()) {
+            let job = state
+                .jobs
+                .get(&event.job_id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|(_, v)| v);
+            jobs.insert(&event.job_id, job);
+        }
+        let Some(Some(job)) = jobs.get(event.job_id.as_str()) else {
+            continue;
+        };
+        let Some(notification) =
+            jetcron_core::alert::Notification::missed_fire(job, event.scheduled_at, seen_at)
+        else {
+            continue;
+        };
+        if let Err(e) = jetcron_io::notify::enqueue(&state.js, &notification).await {
+            warn!(job_id = %event.job_id, error = %format!("{e:#}"), "cannot queue the alert of a missed fire");
+        }
+    }
+}
+
 async fn recorded(
     state: &GatewayState,
     jobs: &[(&str, &Missed)],

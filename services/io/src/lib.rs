@@ -24,6 +24,7 @@ pub mod control;
 pub mod due;
 pub mod job_events;
 pub mod nats_connect;
+pub mod notify;
 pub mod prometheus;
 pub mod readiness;
 pub mod retry;

@@ -318,3 +318,60 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
     assert_eq!(slow("firing").len(), 1);
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn fires_nobody_starts_alert_once_as_missed() {
+    let received = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let receiver = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new()
+        .route("/hook", post(webhook))
+        .with_state(received.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let stack = Stack::start(StackOptions {
+        limits: jetcron_gateway::limits::Limits {
+            missed_grace: chrono::Duration::seconds(2),
+            missed_scan_interval: Duration::from_millis(500),
+            ..Default::default()
+        },
+        ..StackOptions::default()
+    })
+    .await;
+    let channel = json!({"type":"webhook","name":"ops-hook","url":format!("{receiver}/hook"),"secret":WEBHOOK_SECRET});
+    let (reply, code) = stack
+        .api("jetcron.api.channels.put", &channel.to_string())
+        .await;
+    assert_eq!(code, None, "{reply}");
+    // A pool no executor serves: every fire is missed.
+    stack
+        .put_job(
+            &json!({
+                "id": "orphaned",
+                "schedule": "* * * * * *",
+                "pool": "nobody-serves-this",
+                "target": {"type": "nats", "subject": "svc.orphaned"},
+                "notify": {"channels": ["ops-hook"]},
+            })
+            .to_string(),
+        )
+        .await;
+    let first = wait_until("the missed-fire alert", Duration::from_secs(40), || async {
+        received.of("/hook").pop()
+    })
+    .await;
+    assert_eq!(first["alert"]["rule"], "missed", "{first}");
+    assert_eq!(first["alert"]["job_id"], "orphaned");
+    assert!(
+        first["alert"]["summary"]
+            .as_str()
+            .expect("summary")
+            .contains("was never started"),
+        "{first}"
+    );
+    // More fires are missed every second: counted, not alerted again.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(received.of("/hook").len(), 1, "{:?}", received.of("/hook"));
+    stack.stop().await;
+}
