@@ -502,7 +502,7 @@ async fn send(ctx: &ExecutorContext, item: &AlertDelivery) -> Result<(), String>
     let channel = channel(ctx, &item.channel).await?;
     let now = ctx.clock.now();
     let Some(request) = http_delivery(&channel, &item.alert, now, &item.message_id) else {
-        return crate::mail::send(&channel, &item.alert).await;
+        return crate::mail::send(&channel, &item.alert, ctx.config.smtp_ca_file.as_deref()).await;
     };
     let mut builder = ctx
         .http

@@ -82,6 +82,9 @@ pub struct ExecutorConfig {
     /// Base URL of the console, for the run link in alerts
     /// (`<url>/ui/runs/<run id>`); none: alerts carry no link.
     pub console_url: Option<String>,
+    /// A PEM file of CA certificates trusted for SMTP besides the public
+    /// roots (a mail relay with a private CA).
+    pub smtp_ca_file: Option<std::path::PathBuf>,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -104,6 +107,7 @@ impl Default for ExecutorConfig {
             notify_backoff: Duration::from_secs(1),
             notify_max_attempts: 5,
             console_url: None,
+            smtp_ca_file: None,
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }

@@ -1,14 +1,16 @@
 //! Alerts by mail: one message through the channel's SMTP server (lettre),
-//! with STARTTLS, implicit TLS, or none, and a login when the channel has
-//! one. The subject and plain-text body are the alert's
+//! with STARTTLS (required: no fallback to plain text), implicit TLS, or
+//! none, and a login when the channel has one. The subject and plain-text body are the alert's
 //! ([`jetcron_core::alert::Alert::subject`], [`Alert::text`]).
 
+use std::path::Path;
 use std::time::Duration;
 
 use jetcron_core::alert::Alert;
 use jetcron_core::channel::{Channel, EmailChannel, SmtpTls};
 use lettre::message::{header::ContentType, Mailbox};
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport as _, Message, Tokio1Executor};
 
 /// How long one SMTP conversation may take.
@@ -36,22 +38,45 @@ pub fn message(channel: &EmailChannel, alert: &Alert) -> Result<Message, String>
         .map_err(|e| format!("cannot build the mail: {e}"))
 }
 
-/// Send `alert` through `channel` (an `email` channel); the reason when it fails.
-pub async fn send(channel: &Channel, alert: &Alert) -> Result<(), String> {
+/// TLS parameters for `host`: the public roots, and the certificates of
+/// `extra_roots` (a PEM file, `--smtp-ca-file`) for a private CA.
+fn tls_parameters(host: &str, extra_roots: Option<&Path>) -> Result<TlsParameters, String> {
+    let mut builder = TlsParameters::builder(host.to_string());
+    if let Some(path) = extra_roots {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read SMTP CA file {}: {e}", path.display()))?;
+        let certificate = Certificate::from_pem(&pem)
+            .map_err(|e| format!("SMTP CA file {}: {e}", path.display()))?;
+        builder = builder.add_root_certificate(certificate);
+    }
+    builder
+        .build_rustls()
+        .map_err(|e| format!("TLS for {host}: {e}"))
+}
+
+/// Send `alert` through `channel` (an `email` channel); the reason when it
+/// fails. `extra_roots`: a PEM file of CA certificates trusted besides the
+/// public ones.
+pub async fn send(
+    channel: &Channel,
+    alert: &Alert,
+    extra_roots: Option<&Path>,
+) -> Result<(), String> {
     let Channel::Email(email) = channel else {
         return Err(format!("channel {:?} does not send mail", channel.name()));
     };
     let message = message(email, alert)?;
     let port = email.smtp_port.unwrap_or(email.tls.default_port());
-    let builder = match email.tls {
-        SmtpTls::Starttls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&email.smtp_host),
-        SmtpTls::Implicit => AsyncSmtpTransport::<Tokio1Executor>::relay(&email.smtp_host),
-        SmtpTls::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
-            &email.smtp_host,
-        )),
-    }
-    .map_err(|e| format!("SMTP server {}: {e}", email.smtp_host))?;
-    let mut builder = builder.port(port).timeout(Some(SMTP_TIMEOUT));
+    let host = email.smtp_host.as_str();
+    let tls = match email.tls {
+        SmtpTls::Starttls => Tls::Required(tls_parameters(host, extra_roots)?),
+        SmtpTls::Implicit => Tls::Wrapper(tls_parameters(host, extra_roots)?),
+        SmtpTls::None => Tls::None,
+    };
+    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+        .port(port)
+        .tls(tls)
+        .timeout(Some(SMTP_TIMEOUT));
     if let (Some(user), Some(password)) = (&email.username, &email.password) {
         builder = builder.credentials(Credentials::new(user.clone(), password.clone()));
     }
@@ -60,5 +85,5 @@ pub async fn send(channel: &Channel, alert: &Alert) -> Result<(), String> {
         .send(message)
         .await
         .map(|_| ())
-        .map_err(|e| format!("SMTP {}:{port}: {e}", email.smtp_host))
+        .map_err(|e| format!("SMTP {host}:{port}: {e}"))
 }

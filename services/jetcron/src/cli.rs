@@ -242,6 +242,10 @@ pub struct ExecutorArgs {
     /// (`<url>/ui/runs/<run id>`); `jetcron all` defaults to its own gateway.
     #[arg(long, env = "JETCRON_CONSOLE_URL")]
     pub console_url: Option<String>,
+    /// A PEM file of CA certificates trusted for alert mail (SMTP over TLS)
+    /// besides the public roots.
+    #[arg(long, env = "JETCRON_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -229,6 +229,7 @@ async fn spawn_executor(
         topology: topology(common),
         readiness: process.readiness.clone(),
         console_url: args.console_url,
+        smtp_ca_file: args.smtp_ca_file,
         ..Default::default()
     };
     anyhow::ensure!(

@@ -375,3 +375,102 @@ async fn fires_nobody_starts_alert_once_as_missed() {
     assert_eq!(received.of("/hook").len(), 1, "{:?}", received.of("/hook"));
     stack.stop().await;
 }
+
+/// A CA and a certificate for `localhost` signed by it, as PEM files in
+/// `dir`: (ca, cert, key).
+fn smtp_certificates(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "jetcron mail test CA");
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("certificate");
+    [
+        ("ca.pem", ca_cert.pem()),
+        ("smtp.pem", cert.pem()),
+        ("smtp-key.pem", key.serialize_pem()),
+    ]
+    .map(|(name, pem)| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write PEM");
+        path
+    })
+}
+
+#[tokio::test]
+async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let [ca, cert, key] = smtp_certificates(dir.path());
+    let smtp = SmtpServer::start_starttls(&cert, &key);
+    let stack = Stack::start(StackOptions {
+        smtp_ca_file: Some(ca),
+        ..StackOptions::with_shell()
+    })
+    .await;
+    let channel = json!({"type":"email","name":"tls-mail","smtp_host":"localhost","smtp_port":smtp.port(),"tls":"starttls","from":"jetcron@example.com","to":["ops@example.com"]});
+    let (reply, code) = stack
+        .api("jetcron.api.channels.put", &channel.to_string())
+        .await;
+    assert_eq!(code, None, "{reply}");
+    stack
+        .put_job(
+            &json!({
+                "id": "tls-checked",
+                "schedule": "@every 1h",
+                "retry": {"max_attempts": 1},
+                "target": {"type": "shell", "command": "exit 2"},
+                "notify": {"channels": ["tls-mail"]},
+            })
+            .to_string(),
+        )
+        .await;
+    let run = stack.trigger("tls-checked").await;
+    stack
+        .wait_for_run_status(&run, "failed", Duration::from_secs(30))
+        .await;
+    // The server refuses MAIL before STARTTLS: a stored message came over TLS.
+    let mails = wait_until("the mail over TLS", Duration::from_secs(30), || async {
+        let mails = smtp.messages();
+        (!mails.is_empty()).then_some(mails)
+    })
+    .await;
+    assert_eq!(mails.len(), 1);
+    let subject = mails[0].header("Subject").expect("subject");
+    assert!(subject.contains("tls-checked: run failed"), "{subject}");
+
+    // The same server refuses a client that does not start TLS: the check
+    // above means something.
+    let plain = json!({"type":"email","name":"plain-mail","smtp_host":"localhost","smtp_port":smtp.port(),"tls":"none","from":"jetcron@example.com","to":["ops@example.com"]});
+    let (reply, code) = stack
+        .api("jetcron.api.channels.put", &plain.to_string())
+        .await;
+    assert_eq!(code, None, "{reply}");
+    stack
+        .put_job(
+            &json!({
+                "id": "plain-checked",
+                "schedule": "@every 1h",
+                "retry": {"max_attempts": 1},
+                "target": {"type": "shell", "command": "exit 2"},
+                "notify": {"channels": ["plain-mail"]},
+            })
+            .to_string(),
+        )
+        .await;
+    let run = stack.trigger("plain-checked").await;
+    stack
+        .wait_for_run_status(&run, "failed", Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(smtp.messages().len(), 1, "plain text was accepted");
+    stack.stop().await;
+}

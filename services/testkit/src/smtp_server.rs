@@ -64,21 +64,29 @@ impl ReceivedMail {
 impl SmtpServer {
     /// Start on a free port and wait until it accepts connections.
     pub fn start() -> Self {
+        Self::start_inner(None)
+    }
+
+    /// Start offering STARTTLS with `cert` and `key` (PEM files) and
+    /// refusing mail sent before it (aiosmtpd's `--tlscert`, `--tlskey`;
+    /// TLS is required by default).
+    pub fn start_starttls(cert: &std::path::Path, key: &std::path::Path) -> Self {
+        Self::start_inner(Some((cert, key)))
+    }
+
+    fn start_inner(tls: Option<(&std::path::Path, &std::path::Path)>) -> Self {
         let port = crate::free_port();
         let maildir = tempfile::Builder::new()
             .prefix("jetcron-smtp-")
             .tempdir()
             .expect("maildir");
-        let child = Command::new("python3")
-            .args([
-                "-m",
-                "aiosmtpd",
-                "-n",
-                "-l",
-                &format!("127.0.0.1:{port}"),
-                "-c",
-                "aiosmtpd.handlers.Mailbox",
-            ])
+        let mut command = Command::new("python3");
+        command.args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")]);
+        if let Some((cert, key)) = tls {
+            command.arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
+        }
+        let child = command
+            .args(["-c", "aiosmtpd.handlers.Mailbox"])
             .arg(maildir.path().join("mail"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

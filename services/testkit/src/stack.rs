@@ -37,6 +37,8 @@ pub struct StackOptions {
     pub limits: jetcron_gateway::limits::Limits,
     /// Whether HTTP reads (and console pages) need the token.
     pub protect_reads: bool,
+    /// CA certificates the executor trusts for alert mail.
+    pub smtp_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The bearer token the test gateway accepts on HTTP writes.
@@ -53,6 +55,7 @@ impl Default for StackOptions {
             pools: vec![subjects::DEFAULT_POOL.to_string()],
             limits: Default::default(),
             protect_reads: false,
+            smtp_ca_file: None,
         }
     }
 }
@@ -167,6 +170,7 @@ impl Stack {
             let mut config = test_executor_config("test-executor", options.enable_shell);
             config.pools = options.pools.clone();
             config.console_url = Some(http_base.clone());
+            config.smtp_ca_file = options.smtp_ca_file.clone();
             config.readiness = readiness.clone();
             services.spawn(jetcron_executor::run(
                 config,
