@@ -33,7 +33,7 @@ use jetcron_core::events::RunEventKind;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::notify::Notification;
+use jetcron_core::alert::Notification;
 use crate::ExecutorContext;
 
 /// A job's incident: the bad runs in a row so far and, once they reached

@@ -18,7 +18,9 @@
 //! types (and waits for asynchronous completions), [`run_events`] publishes
 //! run events, [`claims`] implements `concurrency: forbid | replace`,
 //! [`running`] registers attempts so kills reach them, [`fanout`] splits a
-//! sharded fire, [`notify`] delivers failure notifications.
+//! sharded fire, [`notify`] takes notifications from `JETCRON_NOTIFY` (the
+//! job's webhook), [`alerts`] decides and delivers alerts to channels (one
+//! incident per job and rule), [`mail`] sends the mail ones.
 
 pub mod alerts;
 pub mod attempt;
