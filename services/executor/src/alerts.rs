@@ -27,13 +27,12 @@ use async_nats::jetstream::message::AckKind;
 use async_nats::jetstream::Message;
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
-use jetcron_core::alert::{delivered, http_delivery, Alert, AlertState};
+use jetcron_core::alert::{delivered, http_delivery, Alert, AlertState, Notification};
 use jetcron_core::channel::{parse_channel, Channel};
 use jetcron_core::events::RunEventKind;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use jetcron_core::alert::Notification;
 use crate::ExecutorContext;
 
 /// A job's incident: the bad runs in a row so far and, once they reached
