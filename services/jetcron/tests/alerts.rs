@@ -1,8 +1,9 @@
 //! Alerts end to end, against real servers: a job that fails three times
-//! sends one mail (to a real SMTP server, aiosmtpd), one signed webhook and
-//! one signed Feishu message; when it succeeds again, one "resolved" of
-//! each. The local HTTP server stands in for the webhook receiver and the
-//! Feishu bot, and checks each signature the way the receiver would.
+//! sends one mail (to a real SMTP server, aiosmtpd) and one message to each
+//! chat channel (signed webhook, Feishu, DingTalk, WeCom, Slack); when it
+//! succeeds again, one "resolved" of each. The local HTTP server stands in
+//! for the receivers and checks each vendor's body shape and signature the
+//! way the vendor would.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,12 +12,13 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use jetcron_core::alert::{feishu_sign, standard_webhooks_signature};
+use jetcron_core::alert::{dingtalk_sign, feishu_sign, standard_webhooks_signature};
 use jetcron_testkit::{wait_until, SmtpServer, Stack, StackOptions};
 use serde_json::{json, Value};
 
 const WEBHOOK_SECRET: &str = "0123456789abcdef-shared";
 const FEISHU_SECRET: &str = "feishu-bot-secret";
+const DINGTALK_SECRET: &str = "SECdingtalk-bot-secret";
 
 /// What the stand-in receivers got: (path, body) of every request whose
 /// signature checked out; a bad signature fails the test.
@@ -84,6 +86,56 @@ async fn feishu(State(received): State<Received>, body: Bytes) -> axum::Json<Val
     axum::Json(json!({"code": 0, "msg": "success", "data": {}}))
 }
 
+/// DingTalk signs in the query: `timestamp` (ms) and `sign`.
+async fn dingtalk(
+    State(received): State<Received>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+    body: Bytes,
+) -> axum::Json<Value> {
+    let timestamp: i64 = query["timestamp"].parse().expect("timestamp ms");
+    assert_eq!(
+        query["sign"],
+        dingtalk_sign(DINGTALK_SECRET, timestamp),
+        "dingtalk sign"
+    );
+    assert_eq!(query["access_token"], "bot-token");
+    let value: Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(value["msgtype"], "text");
+    assert!(value["text"]["content"].is_string());
+    received
+        .0
+        .lock()
+        .expect("lock")
+        .push(("/dingtalk".into(), value));
+    axum::Json(json!({"errcode": 0, "errmsg": "ok"}))
+}
+
+/// WeCom: a `text` message of at most 2,048 bytes.
+async fn wecom(State(received): State<Received>, body: Bytes) -> axum::Json<Value> {
+    let value: Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(value["msgtype"], "text");
+    let content = value["text"]["content"].as_str().expect("content");
+    assert!(content.len() <= 2048, "{} bytes", content.len());
+    received
+        .0
+        .lock()
+        .expect("lock")
+        .push(("/wecom".into(), value));
+    axum::Json(json!({"errcode": 0, "errmsg": "ok"}))
+}
+
+/// Slack: `{"text": …}`, answered with a plain `ok`.
+async fn slack(State(received): State<Received>, body: Bytes) -> &'static str {
+    let value: Value = serde_json::from_slice(&body).expect("JSON body");
+    assert!(value["text"].is_string(), "{value}");
+    received
+        .0
+        .lock()
+        .expect("lock")
+        .push(("/slack".into(), value));
+    "ok"
+}
+
 #[tokio::test]
 async fn three_failures_alert_once_per_channel_and_recovery_once() {
     let smtp = SmtpServer::start();
@@ -95,6 +147,9 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
     let app = axum::Router::new()
         .route("/hook", post(webhook))
         .route("/feishu", post(feishu))
+        .route("/dingtalk", post(dingtalk))
+        .route("/wecom", post(wecom))
+        .route("/slack", post(slack))
         .with_state(received.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
@@ -103,6 +158,9 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
         json!({"type":"email","name":"ops-mail","smtp_host":"127.0.0.1","smtp_port":smtp.port(),"tls":"none","from":"jetcron <jetcron@example.com>","to":["ops@example.com"],"cc":["lead@example.com"]}),
         json!({"type":"webhook","name":"ops-hook","url":format!("{receiver}/hook"),"secret":WEBHOOK_SECRET}),
         json!({"type":"feishu","name":"ops-feishu","url":format!("{receiver}/feishu"),"secret":FEISHU_SECRET}),
+        json!({"type":"dingtalk","name":"ops-ding","url":format!("{receiver}/dingtalk?access_token=bot-token"),"secret":DINGTALK_SECRET}),
+        json!({"type":"wecom","name":"ops-wecom","url":format!("{receiver}/wecom?key=k")}),
+        json!({"type":"slack","name":"ops-slack","url":format!("{receiver}/slack")}),
     ] {
         let (reply, code) = stack
             .api("jetcron.api.channels.put", &channel.to_string())
@@ -114,7 +172,7 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
             "id": "nightly-export",
             "schedule": "0 3 * * *",
             "target": {"type": "shell", "command": command},
-            "notify": {"channels": ["ops-mail", "ops-hook", "ops-feishu"], "repeat": "1h"},
+            "notify": {"channels": ["ops-mail", "ops-hook", "ops-feishu", "ops-ding", "ops-wecom", "ops-slack"], "repeat": "1h"},
         })
         .to_string()
     };
@@ -142,7 +200,10 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
         "one alert per HTTP channel",
         Duration::from_secs(30),
         || async {
-            (received.of("/hook").len() == 1 && received.of("/feishu").len() == 1).then_some(())
+            ["/hook", "/feishu", "/dingtalk", "/wecom", "/slack"]
+                .iter()
+                .all(|path| received.of(path).len() == 1)
+                .then_some(())
         },
     )
     .await;
@@ -155,7 +216,9 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
     };
     assert_eq!(mails.len(), 1, "one mail for three failures: {mails:#?}");
     assert_eq!(received.of("/hook").len(), 1);
-    assert_eq!(received.of("/feishu").len(), 1);
+    for path in ["/feishu", "/dingtalk", "/wecom", "/slack"] {
+        assert_eq!(received.of(path).len(), 1, "{path}");
+    }
 
     let mail = &mails[0];
     let subject = mail.header("Subject").expect("subject");
@@ -200,7 +263,10 @@ async fn three_failures_alert_once_per_channel_and_recovery_once() {
         "one resolved per HTTP channel",
         Duration::from_secs(30),
         || async {
-            (received.of("/hook").len() == 2 && received.of("/feishu").len() == 2).then_some(())
+            ["/hook", "/feishu", "/dingtalk", "/wecom", "/slack"]
+                .iter()
+                .all(|path| received.of(path).len() == 2)
+                .then_some(())
         },
     )
     .await;
