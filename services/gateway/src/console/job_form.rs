@@ -57,6 +57,9 @@ pub struct JobForm {
     pub labels: String,
     #[serde(default, rename = "notify.webhook")]
     pub webhook: String,
+    /// Alert channel names, separated by commas or spaces.
+    #[serde(default, rename = "notify.channels")]
+    pub channels: String,
     /// `on` when the box is ticked (absent otherwise).
     #[serde(default)]
     pub paused: Option<String>,
@@ -123,6 +126,17 @@ impl JobForm {
             concurrency: text(d.get("concurrency")),
             labels,
             webhook: text(notify.get("webhook")),
+            channels: notify
+                .get("channels")
+                .and_then(Value::as_array)
+                .map(|names| {
+                    names
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default(),
             paused: (d.get("paused") == Some(&Value::Bool(true))).then(|| "on".into()),
         }
     }
@@ -228,7 +242,19 @@ impl JobForm {
             .cloned()
             .unwrap_or_default();
         set_text(&mut notify, "webhook", &self.webhook);
-        if notify.get("webhook").is_none() {
+        let channels: Vec<Value> = self
+            .channels
+            .split([',', ' ', '\n'])
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| Value::String(c.to_string()))
+            .collect();
+        if channels.is_empty() {
+            notify.remove("channels");
+        } else {
+            notify.insert("channels".into(), Value::Array(channels));
+        }
+        if notify.get("webhook").is_none() && notify.get("channels").is_none() {
             d.remove("notify");
         } else {
             d.insert("notify".into(), Value::Object(notify));
@@ -242,7 +268,7 @@ impl JobForm {
 pub fn errors_by_field(
     problems: &[jetcron_core::job::FieldError],
 ) -> BTreeMap<String, Vec<String>> {
-    const FIELDS: [&str; 17] = [
+    const FIELDS: [&str; 18] = [
         "id",
         "description",
         "schedule",
@@ -260,6 +286,7 @@ pub fn errors_by_field(
         "concurrency",
         "labels",
         "notify.webhook",
+        "notify.channels",
     ];
     let mut by_field: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for problem in problems {
