@@ -76,6 +76,32 @@ async fn channels_are_put_read_listed_and_deleted_over_nats_and_http() {
         text.contains("https://hooks.slack.com/<redacted>"),
         "{text}"
     );
+    // The console's channel page hides them too (no session, open reads).
+    let page = stack
+        .http
+        .get(format!("{}/ui/channels", stack.http_base))
+        .send()
+        .await
+        .expect("console")
+        .text()
+        .await
+        .expect("page");
+    assert!(
+        page.contains("ops-mail") && page.contains("ding-ops"),
+        "{page}"
+    );
+    for secret in [
+        "hunter2-secret",
+        "slacktoken",
+        "dingtoken",
+        "wecomkey",
+        "feishutoken",
+    ] {
+        assert!(
+            !page.contains(secret),
+            "{secret} shown on the console: {page}"
+        );
+    }
     let (status, one) = stack.get("/v1/channels/ops-mail").await;
     assert_eq!(status, 200);
     assert_eq!(one["channel"]["channel"]["username"], "jetcron");

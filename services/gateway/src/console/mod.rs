@@ -17,6 +17,7 @@
 
 mod actions;
 mod assets;
+mod channels_page;
 mod diff;
 mod edit_page;
 mod job_form;
@@ -73,6 +74,7 @@ pub fn router(state: Arc<GatewayState>) -> Router {
             get(actions::confirm_delete).post(actions::delete),
         )
         .route("/ui/runs", get(runs_page::show))
+        .route("/ui/channels", get(channels_page::show))
         .route("/ui/runs/{run_id}", get(run_page::show))
         .route("/ui/runs/{run_id}/kill", post(actions::kill))
         .layer(axum::middleware::map_response(protect))
