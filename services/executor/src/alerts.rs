@@ -43,18 +43,12 @@ pub struct Incident {
     /// Runs in a row that ended badly.
     pub failures: u64,
     /// The last run counted (a redelivered notification counts once).
-    #[serde(default)]
     pub last_run: String,
     /// Whether it alerted (the streak reached `after_failures`).
-    #[serde(default = "alerted_by_default")]
     pub alerted: bool,
     pub last_alert_at: DateTime<Utc>,
     /// The run the last alert was about.
     pub last_alert_run: String,
-}
-
-fn alerted_by_default() -> bool {
-    true
 }
 
 /// One alert for one channel, as it waits in `JETCRON_NOTIFY`.
@@ -301,9 +295,8 @@ fn firing(
 ) -> Alert {
     let run = &n.run;
     let status = run.kind.as_str().replace('_', " ");
-    let (rule, summary, status) = match rule_name {
+    let (summary, status) = match rule_name {
         MISSED => (
-            MISSED.to_string(),
             match incident.failures {
                 1 => format!(
                     "the fire of {} was never started",
@@ -321,7 +314,6 @@ fn firing(
             let since = run.started_at.unwrap_or(run.at);
             let limit = n.notify.running_longer_than.clone().unwrap_or_default();
             (
-                LONG_RUNNING.to_string(),
                 format!(
                     "attempt {} still running after {limit} (started {})",
                     run.attempt,
@@ -331,7 +323,6 @@ fn firing(
             )
         }
         _ => (
-            FAILED.to_string(),
             match incident.failures {
                 1 => format!(
                     "run {status} (attempt {} of {})",
@@ -345,21 +336,15 @@ fn firing(
             run.kind.as_str().to_string(),
         ),
     };
-    Alert {
-        state: AlertState::Firing,
-        rule,
+    alert_of(
+        n,
+        rule_name,
+        AlertState::Firing,
         summary,
-        job_id: run.job_id.clone(),
-        schedule: n.schedule.clone(),
-        run_id: Some(run.run_id.as_str().to_string()),
-        status: Some(status),
-        attempt: Some(run.attempt),
-        max_attempts: Some(run.max_attempts),
-        error: run.error.clone(),
-        output_tail: run.output.clone(),
-        link: link(ctx, run.run_id.as_str()),
-        at: now,
-    }
+        Some(status),
+        now,
+        ctx,
+    )
 }
 
 fn resolved(
@@ -370,39 +355,55 @@ fn resolved(
     ctx: &ExecutorContext,
 ) -> Alert {
     let run = &n.run;
-    let (rule, summary) = match rule_name {
-        LONG_RUNNING => (
-            LONG_RUNNING.to_string(),
-            format!("the long-running attempt {} has ended", run.attempt),
+    let summary = match rule_name {
+        LONG_RUNNING => format!("the long-running attempt {} has ended", run.attempt),
+        MISSED => format!(
+            "runs again: a run succeeded after {} missed fires",
+            incident.failures
         ),
-        MISSED => (
-            MISSED.to_string(),
-            format!(
-                "runs again: a run succeeded after {} missed fires",
-                incident.failures
-            ),
-        ),
-        _ => (
-            FAILED.to_string(),
-            format!(
-                "succeeded again after {} runs in a row that ended badly since {}",
-                incident.failures,
-                incident.opened_at.format("%Y-%m-%d %H:%M UTC")
-            ),
+        _ => format!(
+            "succeeded again after {} runs in a row that ended badly since {}",
+            incident.failures,
+            incident.opened_at.format("%Y-%m-%d %H:%M UTC")
         ),
     };
+    let status = (rule_name != LONG_RUNNING).then(|| run.kind.as_str().to_string());
+    alert_of(
+        n,
+        rule_name,
+        AlertState::Resolved,
+        summary,
+        status,
+        now,
+        ctx,
+    )
+}
+
+/// The alert of `n` about its job's `rule_name` incident: the run's facts,
+/// and its error and output when it fires.
+fn alert_of(
+    n: &Notification,
+    rule_name: &str,
+    state: AlertState,
+    summary: String,
+    status: Option<String>,
+    now: DateTime<Utc>,
+    ctx: &ExecutorContext,
+) -> Alert {
+    let run = &n.run;
+    let firing = state == AlertState::Firing;
     Alert {
-        state: AlertState::Resolved,
-        rule,
+        state,
+        rule: rule_name.to_string(),
         summary,
         job_id: run.job_id.clone(),
         schedule: n.schedule.clone(),
         run_id: Some(run.run_id.as_str().to_string()),
-        status: (rule_name != LONG_RUNNING).then(|| run.kind.as_str().to_string()),
+        status,
         attempt: Some(run.attempt),
         max_attempts: Some(run.max_attempts),
-        error: None,
-        output_tail: None,
+        error: run.error.clone().filter(|_| firing),
+        output_tail: run.output.clone().filter(|_| firing),
         link: link(ctx, run.run_id.as_str()),
         at: now,
     }
@@ -511,16 +512,10 @@ async fn send(ctx: &ExecutorContext, item: &AlertDelivery) -> Result<(), String>
     for (name, value) in &request.headers {
         builder = builder.header(name.as_str(), value.as_str());
     }
-    let response = builder.send().await.map_err(|e| {
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
-        text
-    })?;
+    let response = builder
+        .send()
+        .await
+        .map_err(|e| crate::targets::http::error_chain(&e))?;
     let status = response.status().as_u16();
     let body = response.bytes().await.unwrap_or_default();
     delivered(&channel, status, &body)

@@ -280,16 +280,10 @@ async fn post(
     for (name, value) in &notification.notify.headers {
         request = request.header(name.as_str(), value.as_str());
     }
-    let response = request.send().await.map_err(|e| {
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
-        text
-    })?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| crate::targets::http::error_chain(&e))?;
     let status = response.status();
     if status.is_success() {
         Ok(status.as_u16())

@@ -53,7 +53,28 @@ pub struct JobRow {
 impl JobRow {
     /// The row of a stored value (`key`, written at `at`), valid or not.
     pub fn from_value(key: &str, revision: u64, value: &[u8], at: DateTime<Utc>) -> Self {
-        let valid = parse_written(value, Some(key), at).is_ok();
+        // A valid definition is read once, by the validation; only an
+        // invalid one is looked at again, as plain JSON, for what it has.
+        if let Ok(job) = parse_written(value, Some(key), at) {
+            let spec = job.spec;
+            return Self {
+                id: key.to_string(),
+                revision,
+                updated_at: at,
+                valid: true,
+                target_type: spec.target.kind().to_string(),
+                schedule: spec.schedule,
+                timezone: spec.timezone.unwrap_or_default(),
+                paused: spec.paused,
+                labels: spec.labels,
+                description: spec
+                    .description
+                    .unwrap_or_default()
+                    .chars()
+                    .take(DESCRIPTION_CHARS)
+                    .collect(),
+            };
+        }
         let json: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
         let text = |name: &str| json.get(name).and_then(|v| v.as_str()).unwrap_or_default();
         let labels = json
@@ -69,7 +90,7 @@ impl JobRow {
             id: key.to_string(),
             revision,
             updated_at: at,
-            valid,
+            valid: false,
             schedule: text("schedule").to_string(),
             timezone: text("timezone").to_string(),
             paused: json.get("paused").and_then(|v| v.as_bool()) == Some(true),
@@ -149,7 +170,7 @@ impl RowSort {
 /// One page of rows, and how many rows matched in all.
 #[derive(Debug, Clone)]
 pub struct RowPage {
-    pub rows: Vec<Arc<JobRow>>,
+    pub rows: Vec<JobRow>,
     pub matched: usize,
     pub total: usize,
 }
@@ -354,7 +375,7 @@ impl JobCatalog {
                 .into_iter()
                 .skip(query.offset)
                 .take(query.limit)
-                .map(|(id, row)| Arc::new(row.row(id)))
+                .map(|(id, row)| row.row(id))
                 .collect(),
         }
     }

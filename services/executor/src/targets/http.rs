@@ -73,7 +73,8 @@ pub async fn run(
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// `e` and its causes, outermost first, as one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

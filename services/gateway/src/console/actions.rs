@@ -31,7 +31,26 @@ fn job_path(id: &str) -> String {
     format!("/ui/jobs/{}", url_escape(id))
 }
 
+/// Pause or resume what `select` names (the caller checked the write),
+/// then go back to `back` saying what happened.
 async fn set_paused(
+    state: &GatewayState,
+    select: SelectJobs,
+    back: String,
+    paused: bool,
+) -> Result<Response, ConsoleError> {
+    let reply = job_requests::set_paused(state, select, paused).await?;
+    let done = match (reply.changed.is_empty(), paused) {
+        (true, _) => "unchanged",
+        (false, true) => "paused",
+        (false, false) => "resumed",
+    };
+    let joiner = if back.contains('?') { '&' } else { '?' };
+    Ok(Redirect::to(&format!("{back}{joiner}done={done}")).into_response())
+}
+
+/// One job, from its page.
+async fn set_paused_one(
     state: Arc<GatewayState>,
     headers: HeaderMap,
     id: String,
@@ -40,21 +59,11 @@ async fn set_paused(
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
     Viewer::of(&state, &headers).may_write(&headers, csrf, &back)?;
-    let reply = job_requests::set_paused(
-        &state,
-        SelectJobs {
-            id: Some(id),
-            labels: None,
-        },
-        paused,
-    )
-    .await?;
-    let done = match (reply.changed.is_empty(), paused) {
-        (true, _) => "unchanged",
-        (false, true) => "paused",
-        (false, false) => "resumed",
+    let select = SelectJobs {
+        id: Some(id),
+        labels: None,
     };
-    Ok(Redirect::to(&format!("{back}?done={done}")).into_response())
+    set_paused(&state, select, back, paused).await
 }
 
 /// `POST /ui/jobs/{id}/pause`.
@@ -64,7 +73,7 @@ pub async fn pause(
     Path(id): Path<String>,
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, ConsoleError> {
-    set_paused(state, headers, id, &form.csrf, true).await
+    set_paused_one(state, headers, id, &form.csrf, true).await
 }
 
 /// `POST /ui/jobs/{id}/resume`.
@@ -74,7 +83,7 @@ pub async fn resume(
     Path(id): Path<String>,
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, ConsoleError> {
-    set_paused(state, headers, id, &form.csrf, false).await
+    set_paused_one(state, headers, id, &form.csrf, false).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +94,7 @@ pub struct SelectorForm {
     labels: String,
 }
 
+/// Every job matching the table's label filter.
 async fn set_paused_selected(
     state: Arc<GatewayState>,
     headers: HeaderMap,
@@ -93,36 +103,13 @@ async fn set_paused_selected(
 ) -> Result<Response, ConsoleError> {
     let back = format!("/ui/jobs?labels={}", url_escape(&form.labels));
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
-    let mut labels = std::collections::BTreeMap::new();
-    for pair in form
-        .labels
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
-        let (k, v) = pair.split_once('=').ok_or_else(|| {
-            jetcron_core::api::ApiError::invalid_field(
-                "labels",
-                format!("{pair:?} is not key=value"),
-            )
-        })?;
-        labels.insert(k.trim().to_string(), v.trim().to_string());
-    }
-    let reply = job_requests::set_paused(
-        &state,
-        SelectJobs {
-            id: None,
-            labels: Some(labels),
-        },
-        paused,
-    )
-    .await?;
-    let done = match (reply.changed.is_empty(), paused) {
-        (true, _) => "unchanged",
-        (false, true) => "paused",
-        (false, false) => "resumed",
+    let labels = super::jobs_page::parse_labels(&form.labels)
+        .map_err(|why| jetcron_core::api::ApiError::invalid_field("labels", why))?;
+    let select = SelectJobs {
+        id: None,
+        labels: Some(labels),
     };
-    Ok(Redirect::to(&format!("{back}&done={done}")).into_response())
+    set_paused(&state, select, back, paused).await
 }
 
 /// `POST /ui/jobs:pause` with a label selector.

@@ -96,14 +96,15 @@ pub struct JobsPage {
     pub problem: String,
 }
 
-fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+/// A label selector typed as `key=value` pairs separated by commas.
+pub(super) fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
     text.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|pair| {
             pair.split_once('=')
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .ok_or_else(|| format!("label filter {pair:?} is not key=value"))
+                .ok_or_else(|| format!("{pair:?} is not key=value"))
         })
         .collect()
 }
@@ -117,7 +118,7 @@ pub async fn show(
     viewer.may_read("/ui/jobs")?;
     let (labels, problem) = match parse_labels(&query.labels) {
         Ok(labels) => (labels, String::new()),
-        Err(why) => (BTreeMap::new(), why),
+        Err(why) => (BTreeMap::new(), format!("label filter {why}")),
     };
     let sort = RowSort::parse(&query.sort).unwrap_or_default();
     let descending = query.dir == "desc";
