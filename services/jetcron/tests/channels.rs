@@ -180,6 +180,20 @@ async fn channels_are_put_read_listed_and_deleted_over_nats_and_http() {
     assert_eq!(reply["channel"]["valid"], false, "{reply}");
     assert_eq!(reply["channel"]["problems"][0]["field"], "url", "{reply}");
 
+    // A delete names its revision once: query and If-Match together are refused.
+    let both = stack
+        .http
+        .delete(format!(
+            "{}/v1/channels/hook?expected_revision=1",
+            stack.http_base
+        ))
+        .bearer_auth(API_TOKEN)
+        .header("If-Match", "1")
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(both.status().as_u16(), 400);
+
     // Delete: gone from reads, history kept.
     let (status, reply) = stack
         .send(Method::DELETE, "/v1/channels/hook", "", Some(API_TOKEN))

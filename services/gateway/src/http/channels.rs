@@ -7,9 +7,8 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use serde::Deserialize;
 
-use super::writes::{precondition, LimitedBody};
+use super::writes::{delete_precondition, precondition, DeleteQuery, LimitedBody};
 use super::{query, HttpError, PathResult, QueryResult};
 use crate::channel_requests::{
     ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
@@ -86,12 +85,6 @@ pub async fn replace(
     Ok(Json(state.channels.put(request).await?))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeleteQuery {
-    expected_revision: Option<u64>,
-}
-
 /// `DELETE /v1/channels/{name}`.
 pub async fn delete(
     State(state): State<Arc<GatewayState>>,
@@ -99,7 +92,7 @@ pub async fn delete(
     headers: HeaderMap,
     q: QueryResult<DeleteQuery>,
 ) -> Result<Json<ChannelDeletedReply>, HttpError> {
-    let expected_revision = query(q)?.expected_revision.or(precondition(&headers)?);
+    let expected_revision = delete_precondition(query(q)?, &headers)?;
     let request = DeleteChannel {
         name: name_of(name)?,
         expected_revision,

@@ -222,6 +222,21 @@ pub(super) fn precondition(headers: &HeaderMap) -> Result<Option<u64>, HttpError
     Ok(None)
 }
 
+/// The revision a delete expects: `?expected_revision=` or `If-Match`, not
+/// both (jobs and channels alike).
+pub(super) fn delete_precondition(
+    query: DeleteQuery,
+    headers: &HeaderMap,
+) -> Result<Option<u64>, HttpError> {
+    match (query.expected_revision, precondition(headers)?) {
+        (Some(_), Some(_)) => Err(HttpError(ApiError::invalid_field(
+            "expected_revision",
+            "give the revision either in the query or in If-Match, not both",
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
 /// `POST /v1/jobs`: store a new or changed definition (as `jobs.put`).
 pub async fn create(
     State(state): State<Arc<GatewayState>>,
@@ -287,16 +302,7 @@ pub async fn delete(
     query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DeletedReply>, HttpError> {
     let id = path_id(id)?;
-    let query = super::query(query)?;
-    let expected = match (query.expected_revision, precondition(&headers)?) {
-        (Some(_), Some(_)) => {
-            return Err(HttpError(ApiError::invalid_field(
-                "expected_revision",
-                "give the revision either in the query or in If-Match, not both",
-            )))
-        }
-        (a, b) => a.or(b),
-    };
+    let expected = delete_precondition(super::query(query)?, &headers)?;
     let request = DeleteJob {
         id: id.clone(),
         expected_revision: expected,
