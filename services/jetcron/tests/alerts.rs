@@ -472,6 +472,35 @@ fn smtp_certificates(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
     })
 }
 
+/// An `email` channel `name` to the local SMTP server on `port`.
+fn mail_channel(name: &str, port: u16, tls: &str) -> Value {
+    json!({"type":"email","name":name,"smtp_host":"localhost","smtp_port":port,"tls":tls,"from":"jetcron@example.com","to":["ops@example.com"]})
+}
+
+/// Put `channel`, and job `id` that fails at once and alerts it; run it once.
+async fn fail_once_alerting(stack: &Stack, id: &str, channel: &Value) {
+    let (reply, code) = stack
+        .api("jetcron.api.channels.put", &channel.to_string())
+        .await;
+    assert_eq!(code, None, "{reply}");
+    stack
+        .put_job(
+            &json!({
+                "id": id,
+                "schedule": "@every 1h",
+                "retry": {"max_attempts": 1},
+                "target": {"type": "shell", "command": "exit 2"},
+                "notify": {"channels": [channel["name"]]},
+            })
+            .to_string(),
+        )
+        .await;
+    let run = stack.trigger(id).await;
+    stack
+        .wait_for_run_status(&run, "failed", Duration::from_secs(30))
+        .await;
+}
+
 #[tokio::test]
 async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
     let dir = tempfile::tempdir().expect("dir");
@@ -482,28 +511,13 @@ async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
         ..StackOptions::with_shell()
     })
     .await;
-    let channel = json!({"type":"email","name":"tls-mail","smtp_host":"localhost","smtp_port":smtp.port(),"tls":"starttls","from":"jetcron@example.com","to":["ops@example.com"]});
-    let (reply, code) = stack
-        .api("jetcron.api.channels.put", &channel.to_string())
-        .await;
-    assert_eq!(code, None, "{reply}");
-    stack
-        .put_job(
-            &json!({
-                "id": "tls-checked",
-                "schedule": "@every 1h",
-                "retry": {"max_attempts": 1},
-                "target": {"type": "shell", "command": "exit 2"},
-                "notify": {"channels": ["tls-mail"]},
-            })
-            .to_string(),
-        )
-        .await;
-    let run = stack.trigger("tls-checked").await;
-    stack
-        .wait_for_run_status(&run, "failed", Duration::from_secs(30))
-        .await;
     // The server refuses MAIL before STARTTLS: a stored message came over TLS.
+    fail_once_alerting(
+        &stack,
+        "tls-checked",
+        &mail_channel("tls-mail", smtp.port(), "starttls"),
+    )
+    .await;
     let mails = wait_until("the mail over TLS", Duration::from_secs(30), || async {
         let mails = smtp.messages();
         (!mails.is_empty()).then_some(mails)
@@ -515,27 +529,12 @@ async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
 
     // The same server refuses a client that does not start TLS: the check
     // above means something.
-    let plain = json!({"type":"email","name":"plain-mail","smtp_host":"localhost","smtp_port":smtp.port(),"tls":"none","from":"jetcron@example.com","to":["ops@example.com"]});
-    let (reply, code) = stack
-        .api("jetcron.api.channels.put", &plain.to_string())
-        .await;
-    assert_eq!(code, None, "{reply}");
-    stack
-        .put_job(
-            &json!({
-                "id": "plain-checked",
-                "schedule": "@every 1h",
-                "retry": {"max_attempts": 1},
-                "target": {"type": "shell", "command": "exit 2"},
-                "notify": {"channels": ["plain-mail"]},
-            })
-            .to_string(),
-        )
-        .await;
-    let run = stack.trigger("plain-checked").await;
-    stack
-        .wait_for_run_status(&run, "failed", Duration::from_secs(30))
-        .await;
+    fail_once_alerting(
+        &stack,
+        "plain-checked",
+        &mail_channel("plain-mail", smtp.port(), "none"),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(smtp.messages().len(), 1, "plain text was accepted");
     stack.stop().await;
