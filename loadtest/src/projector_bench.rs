@@ -119,6 +119,8 @@ fn event(i: usize, at: DateTime<Utc>, job: &str) -> RunEvent {
         outcome: None,
         shard: None,
         shards: None,
+        parent_run_id: None,
+        parent_job_id: None,
     }
 }
 

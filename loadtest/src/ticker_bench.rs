@@ -127,6 +127,7 @@ fn sample_due_payload() -> Vec<u8> {
         job_revision: 1,
         job: job.spec,
         shard: None,
+        parent: None,
     };
     serde_json::to_vec(&event).expect("encode")
 }

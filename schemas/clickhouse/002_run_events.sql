@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS jetcron.run_events
     error            Nullable(String),
     outcome          Nullable(String),
     shard            Nullable(UInt32),
-    shards           Nullable(UInt32)
+    shards           Nullable(UInt32),
+    parent_run_id    String DEFAULT '',
+    parent_job_id    String DEFAULT ''
 )
 ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(toDateTime(intDiv(scheduled_ms, 1000)))

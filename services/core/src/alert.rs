@@ -85,6 +85,8 @@ impl Notification {
             outcome: None,
             shard: None,
             shards: None,
+            parent_run_id: None,
+            parent_job_id: None,
         };
         Some(Self {
             notify,

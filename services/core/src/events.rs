@@ -65,16 +65,24 @@ pub enum Trigger {
     Manual,
     /// Someone asked to replay past scheduled times.
     Backfill,
+    /// A parent job's run ended (the job's `after`).
+    Chain,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 3] = [Trigger::Schedule, Trigger::Manual, Trigger::Backfill];
+    pub const ALL: [Trigger; 4] = [
+        Trigger::Schedule,
+        Trigger::Manual,
+        Trigger::Backfill,
+        Trigger::Chain,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Backfill => "backfill",
+            Trigger::Chain => "chain",
         }
     }
 
@@ -101,6 +109,22 @@ pub struct DueEvent {
     /// itself: the executor that receives it splits it into `job.shards` parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
+    /// The parent run whose end started this one (a chained run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRun>,
+}
+
+/// The run of a parent job whose end started a chained run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ParentRun {
+    pub job_id: String,
+    pub run_id: RunId,
+    /// The parent run's scheduled time.
+    #[schemars(with = "String")]
+    #[serde(with = "time_format::millis")]
+    pub scheduled_at: DateTime<Utc>,
+    /// How it ended: `succeeded`, `failed`, `timed_out` or `killed`.
+    pub status: RunEventKind,
 }
 
 impl DueEvent {
@@ -133,6 +157,8 @@ pub struct DueEventRef<'a> {
     pub job: &'a JobSpec,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<&'a ParentRun>,
 }
 
 impl DueEvent {
@@ -146,6 +172,7 @@ impl DueEvent {
             job_revision: self.job_revision,
             job: &self.job,
             shard: self.shard,
+            parent: self.parent.as_ref(),
         }
     }
 }
@@ -354,6 +381,12 @@ pub struct RunEvent {
     /// Number of shards of a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<u32>,
+    /// The run whose end started this one (a chained run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    /// The job of `parent_run_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_job_id: Option<String>,
 }
 
 impl RunEvent {
@@ -410,6 +443,7 @@ mod tests {
             job_revision: 7,
             job: job.spec,
             shard: Some(2),
+            parent: None,
         };
         assert_eq!(
             serde_json::to_string(&owned).expect("owned"),

@@ -33,6 +33,7 @@
 pub mod alert;
 pub mod api;
 pub mod backoff;
+pub mod chain;
 pub mod channel;
 pub mod clock;
 pub mod control;

@@ -59,6 +59,12 @@ pub struct RunSummary {
     /// State of each shard seen so far (sharded runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard_states: Option<Vec<ShardState>>,
+    /// The run whose end started this one (a chained run, trigger `chain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    /// The job of `parent_run_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_job_id: Option<String>,
     /// `notified` or `notify_failed` once the failure notifier is done.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notification: Option<&'static str>,
@@ -290,6 +296,8 @@ pub fn summarize(mut events: Vec<RunEvent>, keep_events: bool) -> Option<RunSumm
         output_truncated: outcome.is_some_and(|e| e.output_truncated),
         error: outcome.and_then(|e| e.error.clone()),
         shards,
+        parent_run_id: events.iter().find_map(|e| e.parent_run_id.clone()),
+        parent_job_id: events.iter().find_map(|e| e.parent_job_id.clone()),
         shard_states: shards.filter(|n| *n > 1).map(|_| {
             parts
                 .iter()
@@ -348,6 +356,8 @@ mod tests {
             outcome: None,
             shard: None,
             shards: None,
+            parent_run_id: None,
+            parent_job_id: None,
         }
     }
 

@@ -37,6 +37,9 @@ pub enum Schedule {
     Every { period_ms: i64 },
     /// A single instant.
     At(DateTime<Utc>),
+    /// No time of its own: a job without a schedule line runs only when a
+    /// parent it names in `after` ends (its `schedule` is left out).
+    AfterOnly,
 }
 
 /// Why a schedule line was refused; the message is meant for the user.
@@ -79,6 +82,7 @@ impl Schedule {
                 Utc.timestamp_millis_opt(next_ms).single()
             }
             Schedule::At(at) => (*at > after).then_some(*at),
+            Schedule::AfterOnly => None,
         }
     }
 }
@@ -94,6 +98,7 @@ impl Schedule {
                 Utc.timestamp_millis_opt(ms).single()
             }
             Schedule::At(t) => (*t <= at).then_some(*t),
+            Schedule::AfterOnly => None,
         }
     }
 
@@ -117,6 +122,7 @@ impl fmt::Display for Schedule {
             Schedule::Cron(line) => write!(f, "{}", line.pattern()),
             Schedule::Every { period_ms } => write!(f, "@every {period_ms}ms"),
             Schedule::At(at) => write!(f, "@at {}", crate::time_format::rfc3339_millis(*at)),
+            Schedule::AfterOnly => Ok(()),
         }
     }
 }

@@ -185,6 +185,10 @@ pub fn describe(text: &str, schedule: &Schedule, tz: Tz, fires: &[DateTime<Utc>]
             ),
         ),
         Schedule::At(at) => ("one-shot", format!("Once, at {}", rfc3339_millis(*at))),
+        Schedule::AfterOnly => (
+            "after",
+            "No time of its own: runs when a parent job in after ends".to_string(),
+        ),
     };
     let fires_shown = fires
         .iter()

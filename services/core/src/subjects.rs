@@ -61,6 +61,17 @@ pub const NOTIFY_STREAM: &str = "JETCRON_NOTIFY";
 pub const NOTIFY_SUBJECTS: &str = "jetcron.notify.>";
 /// Durable consumer of the executors delivering notifications.
 pub const NOTIFIER_CONSUMER: &str = "notifier";
+/// Durable consumer of `JETCRON_RUNS` through which executors start the
+/// runs of chained jobs when a parent run ends.
+pub const CHAINS_CONSUMER: &str = "chains";
+
+/// The run events that can start chained runs: a run's endings.
+pub fn chain_filter_subjects() -> Vec<String> {
+    ["succeeded", "failed", "timed_out", "killed"]
+        .iter()
+        .map(|kind| format!("jetcron.runs.*.{kind}"))
+        .collect()
+}
 
 /// Core-NATS subjects on which executors hear kill requests.
 pub const KILL_CONTROL_FILTER: &str = "jetcron.control.kill.*";

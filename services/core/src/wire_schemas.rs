@@ -108,6 +108,7 @@ mod tests {
             job_revision: 3,
             job: job.spec.clone(),
             shard: Some(1),
+            parent: None,
         };
         assert_valid(
             &validator("events/due_event.schema.json"),
@@ -145,6 +146,8 @@ mod tests {
                 outcome: Some(AttemptOutcome::TimedOut),
                 shard: Some(1),
                 shards: Some(2),
+                parent_run_id: None,
+                parent_job_id: None,
             };
             assert_valid(&runs, &serde_json::to_value(&event).expect("json"));
             let notice = FailureNotice {

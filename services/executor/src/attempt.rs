@@ -317,6 +317,7 @@ async fn run_attempt(
         scheduled_at: due.scheduled_at,
         attempt,
         shard: due.shard.map(|index| (index, job.shards)),
+        parent: due.parent.clone(),
     };
     // An attempt running longer than `notify.running_longer_than` is told
     // to the job's alert channels, and so is its end.
@@ -803,6 +804,7 @@ mod tests {
             job_revision: 1,
             job: job.spec,
             shard: None,
+            parent: None,
         }
     }
 

@@ -39,6 +39,46 @@ pub async fn run_ended(
     shard: Option<u32>,
     since: Since,
 ) -> anyhow::Result<Option<RunEventKind>> {
+    let mut ended = None;
+    scan(js, job_id, since, |event| {
+        let found =
+            event.run_id.as_str() == run_id && event.shard == shard && event.kind.is_terminal();
+        if found {
+            ended = Some(event.kind);
+        }
+        found
+    })
+    .await?;
+    Ok(ended)
+}
+
+/// Every event of `run_id` (all shards) stored since `since`, in stream order.
+pub async fn run_events(
+    js: &jetstream::Context,
+    job_id: &str,
+    run_id: &str,
+    since: Since,
+) -> anyhow::Result<Vec<RunEvent>> {
+    let mut events = Vec::new();
+    scan(js, job_id, since, |event| {
+        if event.run_id.as_str() == run_id {
+            events.push(event);
+        }
+        false
+    })
+    .await?;
+    Ok(events)
+}
+
+/// Hand `job_id`'s run events stored since `since` to `visit`, in stream
+/// order, until it says stop (`true`), the stream ends or [`MAX_SCANNED`]
+/// were read.
+async fn scan(
+    js: &jetstream::Context,
+    job_id: &str,
+    since: Since,
+    mut visit: impl FnMut(RunEvent) -> bool,
+) -> anyhow::Result<()> {
     let runs: Stream<()> = js.get_stream_no_info(subjects::RUNS_STREAM).await?;
     let filter = subjects::run_event_subject(job_id, "*");
     let mut next = match since {
@@ -66,11 +106,11 @@ pub async fn run_ended(
         let Ok(event) = serde_json::from_slice::<RunEvent>(&message.payload) else {
             continue;
         };
-        if event.run_id.as_str() == run_id && event.shard == shard && event.kind.is_terminal() {
-            return Ok(Some(event.kind));
+        if visit(event) {
+            break;
         }
     }
-    Ok(None)
+    Ok(())
 }
 
 #[derive(Deserialize)]

@@ -20,15 +20,18 @@
 //! [`running`] registers attempts so kills reach them, [`fanout`] splits a
 //! sharded fire, [`notify`] takes notifications from `JETCRON_NOTIFY` (the
 //! job's webhook), [`alerts`] decides and delivers alerts to channels (one
-//! incident per job and rule), [`mail`] sends the mail ones.
+//! incident per job and rule), [`mail`] sends the mail ones, [`chains`]
+//! starts the jobs that follow a run's job when the run ends.
 
 pub mod alerts;
 pub mod attempt;
+pub mod chains;
 mod claim_state;
 pub mod claims;
 pub mod ended;
 pub mod ending;
 pub mod fanout;
+mod helper_pull;
 pub mod hold;
 pub mod mail;
 pub mod notify;
@@ -173,13 +176,18 @@ pub async fn run(
     else {
         return Ok(());
     };
-    if converging
+    let Some(runs) = converging
         .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
         .await?
-        .is_none()
-    {
+    else {
         return Ok(());
-    }
+    };
+    let Some(jobs) = converging
+        .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
+        .await?
+    else {
+        return Ok(());
+    };
     let Some(notify) = converging
         .ensure(|| topology::ensure_notify_stream(&tjs, wanted))
         .await?
@@ -220,6 +228,9 @@ pub async fn run(
     else {
         return Ok(());
     };
+    let Some(chain_ends) = converging.ensure(|| chains::chains_consumer(&runs)).await? else {
+        return Ok(());
+    };
     converging.ready();
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
@@ -255,6 +266,15 @@ pub async fn run(
     helpers.spawn(log_exit(
         "notifier",
         notify::deliver(ctx.clone(), notifier, shutdown.clone()),
+    ));
+    let chain_index = Arc::new(chains::index::ChainIndex::default());
+    helpers.spawn({
+        let (index, stop) = (chain_index.clone(), helpers_stop.clone());
+        async move { index.follow(jobs, stop).await }
+    });
+    helpers.spawn(log_exit(
+        "chain starter",
+        chains::start_children(ctx.clone(), chain_index, chain_ends, shutdown.clone()),
     ));
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();

@@ -15,12 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
-use futures::StreamExt as _;
 use jetcron_core::control::FailureNotice;
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::job::NotifyPolicy;
 use jetcron_core::subjects;
-use jetcron_io::retry::{LogLimiter, RetryDelay};
 use jetcron_io::topology;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -106,54 +104,10 @@ pub async fn deliver(
     consumer: jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    // While the consumer has no leader every pull fails at once ("no
-    // responders"): wait longer each time, and say so once in a while.
-    let mut delay = RetryDelay::nats();
-    let mut failures = LogLimiter::per_10s();
-    while !shutdown.is_cancelled() {
-        let mut messages = match consumer
-            .stream()
-            .max_messages_per_batch(16)
-            .heartbeat(Duration::from_secs(5))
-            .expires(Duration::from_secs(30))
-            .messages()
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => {
-                if let Some(failures) = failures.admit() {
-                    warn!(error = %e, failures, "cannot pull notifications, retrying");
-                }
-                if delay.sleep(&shutdown).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                next = messages.next() => next,
-            };
-            match next {
-                Some(Ok(message)) => {
-                    delay.reset();
-                    failures.reset();
-                    handle(&ctx, message).await;
-                }
-                Some(Err(e)) => {
-                    if let Some(failures) = failures.admit() {
-                        warn!(error = %e, failures, "pulling notifications failed, reopening");
-                    }
-                    break;
-                }
-                None => break,
-            }
-        }
-        if delay.sleep(&shutdown).await {
-            break;
-        }
-    }
+    crate::helper_pull::each_message(&consumer, "notifications", 16, &shutdown, |message| {
+        handle(&ctx, message)
+    })
+    .await;
     Ok(())
 }
 

@@ -112,6 +112,8 @@ impl RunEventPublisher {
             outcome: None,
             shard: self.due.shard,
             shards: self.due.shard.map(|_| self.due.job.shards.unwrap_or(1)),
+            parent_run_id: self.due.parent.as_ref().map(|p| p.run_id.clone()),
+            parent_job_id: self.due.parent.as_ref().map(|p| p.job_id.clone()),
         }
     }
 
@@ -303,6 +305,8 @@ mod tests {
             outcome: None,
             shard: None,
             shards: None,
+            parent_run_id: None,
+            parent_job_id: None,
         };
         let payload = fit_to_payload(&event, 64 * 1024).expect("fits");
         assert!(payload.len() <= 64 * 1024);

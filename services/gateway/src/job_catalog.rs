@@ -25,7 +25,8 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt as _, TryStreamExt as _};
-use jetcron_core::job::parse_written;
+use jetcron_core::job::{parse_written, ChainLink, ChainOn};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -48,6 +49,8 @@ pub struct JobRow {
     /// `http`, `nats`, `shell`, or empty when unreadable.
     pub target_type: String,
     pub description: String,
+    /// The parents a valid definition names in `after`.
+    pub after: Vec<ChainLink>,
 }
 
 impl JobRow {
@@ -67,6 +70,7 @@ impl JobRow {
                 timezone: spec.timezone.unwrap_or_default(),
                 paused: spec.paused,
                 labels: spec.labels,
+                after: spec.after,
                 description: spec
                     .description
                     .unwrap_or_default()
@@ -105,6 +109,7 @@ impl JobRow {
                 .chars()
                 .take(DESCRIPTION_CHARS)
                 .collect(),
+            after: Vec::new(),
         }
     }
 
@@ -116,6 +121,27 @@ impl JobRow {
             (true, false) => "active",
         }
     }
+}
+
+/// A job's parents and children (its `after`, and the jobs naming it there).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ChainView {
+    /// The jobs this one runs after; `state` says when one is paused,
+    /// invalid or `missing` (deleted, or never created): its runs then start
+    /// nothing here.
+    pub parents: Vec<ChainPeer>,
+    /// The jobs that run after this one.
+    pub children: Vec<ChainPeer>,
+}
+
+/// One end of a chain link.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ChainPeer {
+    pub job: String,
+    /// Which ending of the parent's run starts the child.
+    pub on: ChainOn,
+    /// `active`, `paused`, `invalid` or `missing`.
+    pub state: &'static str,
 }
 
 /// How the table asks for rows.
@@ -188,6 +214,7 @@ struct CompactRow {
     target_type: Box<str>,
     description: Box<str>,
     labels: Box<[(Box<str>, Box<str>)]>,
+    after: Box<[(Box<str>, ChainOn)]>,
 }
 
 impl CompactRow {
@@ -205,6 +232,11 @@ impl CompactRow {
                 .labels
                 .into_iter()
                 .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .collect(),
+            after: row
+                .after
+                .into_iter()
+                .map(|l| (l.job.into_boxed_str(), l.on))
                 .collect(),
         }
     }
@@ -225,6 +257,14 @@ impl CompactRow {
                 .collect(),
             target_type: self.target_type.to_string(),
             description: self.description.to_string(),
+            after: self
+                .after
+                .iter()
+                .map(|(job, on)| ChainLink {
+                    job: job.to_string(),
+                    on: *on,
+                })
+                .collect(),
         }
     }
 
@@ -323,6 +363,60 @@ impl JobCatalog {
     /// Whether there is no job.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The parents `id` names in `after` (none when unknown or invalid).
+    pub fn parents_of(&self, id: &str) -> Vec<String> {
+        let state = self.read();
+        state
+            .slots
+            .get(id)
+            .and_then(|s| s.row.as_ref())
+            .map(|row| row.after.iter().map(|(job, _)| job.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Where `id` stands in chains: its parents (each with its state, or
+    /// `missing`) and the jobs that name it. Finding the children walks
+    /// every row: a job page's cost, not a table's.
+    pub fn chain_of(&self, id: &str) -> ChainView {
+        let state = self.read();
+        let state_of = |job: &str| {
+            state
+                .slots
+                .get(job)
+                .and_then(|s| s.row.as_ref())
+                .map_or("missing", CompactRow::state)
+        };
+        let parents = state
+            .slots
+            .get(id)
+            .and_then(|s| s.row.as_ref())
+            .map(|row| {
+                row.after
+                    .iter()
+                    .map(|(job, on)| ChainPeer {
+                        job: job.to_string(),
+                        on: *on,
+                        state: state_of(job),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let children = state
+            .slots
+            .iter()
+            .filter_map(|(child, slot)| {
+                let row = slot.row.as_ref()?;
+                let (_, on) = row.after.iter().find(|(job, _)| &**job == id)?;
+                Some(ChainPeer {
+                    job: child.to_string(),
+                    on: *on,
+                    state: row.state(),
+                })
+            })
+            .collect();
+        ChainView { parents, children }
     }
 
     /// Note a put this gateway made: `value` is now `key`'s at `revision`.

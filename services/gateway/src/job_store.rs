@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
 use jetcron_core::api::ApiError;
+use jetcron_core::chain;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
@@ -177,6 +178,7 @@ impl JobStore {
                 false => ApiError::invalid_job(problems),
             }
         })?;
+        self.check_no_cycle(&job)?;
         let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
         if !existed && expected_revision.is_none() {
@@ -230,6 +232,31 @@ impl JobStore {
             revision,
             created,
         })
+    }
+
+    /// Refuse a definition whose `after` leads back to it through the
+    /// other jobs' (as this gateway's catalog knows them), naming the cycle.
+    fn check_no_cycle(&self, job: &ValidJob) -> Result<(), ApiError> {
+        let id = &job.spec.id;
+        let Some(cycle) = chain::find_cycle(id, &job.spec.after, &|j| self.catalog.parents_of(j))
+        else {
+            return Ok(());
+        };
+        let first = cycle.get(1).map(String::as_str).unwrap_or_default();
+        let index = job
+            .spec
+            .after
+            .iter()
+            .position(|l| l.job == first)
+            .unwrap_or_default();
+        Err(ApiError::invalid_job(vec![FieldError::new(
+            format!("after[{index}].job"),
+            "cycle",
+            format!(
+                "would close the cycle {}: a run would start itself again without end",
+                chain::cycle_text(&cycle)
+            ),
+        )]))
     }
 
     /// Delete `id` (a delete marker: the history stays); with

@@ -86,6 +86,7 @@ fn due_event(
         job_revision: revision,
         job: job.spec.clone(),
         shard: None,
+        parent: None,
     }
 }
 

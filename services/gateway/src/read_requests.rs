@@ -17,6 +17,7 @@ use jetcron_core::schedule_preview::{self, Preview};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
+use crate::job_catalog::{ChainPeer, ChainView};
 use crate::job_store::{Revision, StoredJob};
 use crate::rejections::Rejection;
 use crate::run_list::{self, ListedRun, RunFilter, STATUSES};
@@ -58,6 +59,11 @@ pub struct JobDetail {
     pub last_run: Option<RunSummary>,
     pub success_rate_24h: Option<f64>,
     pub runs_24h: u64,
+    /// The jobs this one runs after (`after`), each with its state: a
+    /// `paused` or `missing` parent starts nothing.
+    pub parents: Vec<ChainPeer>,
+    /// The jobs that run after this one.
+    pub children: Vec<ChainPeer>,
 }
 
 pub async fn job_detail(
@@ -108,6 +114,7 @@ pub async fn job_detail(
     .await
     .ok()
     .and_then(|mut by_job| by_job.remove(&id));
+    let ChainView { parents, children } = state.catalog.chain_of(&id);
     Ok(JobDetail {
         ok: true,
         job: stored,
@@ -117,6 +124,8 @@ pub async fn job_detail(
         last_run,
         success_rate_24h: last_24h.as_ref().and_then(|s| s.success_rate),
         runs_24h: last_24h.as_ref().map_or(0, |s| s.runs),
+        parents,
+        children,
     })
 }
 

@@ -33,6 +33,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "004_run_state.sql",
         include_str!("../../../schemas/clickhouse/004_run_state.sql"),
     ),
+    (
+        "005_run_parents.sql",
+        include_str!("../../../schemas/clickhouse/005_run_parents.sql"),
+    ),
 ];
 
 /// How to reach ClickHouse.
@@ -124,6 +128,13 @@ pub fn statements(sql: &str) -> Vec<String> {
 pub async fn apply(client: &clickhouse::Client) -> anyhow::Result<()> {
     for (name, sql) in MIGRATIONS {
         for statement in statements(sql) {
+            let statement = match column_addition(&statement) {
+                Some(addition) => match missing_column(client, &addition).await? {
+                    true => addition.without_condition,
+                    false => continue,
+                },
+                None => statement,
+            };
             client
                 .query(&statement)
                 .execute()
@@ -132,6 +143,55 @@ pub async fn apply(client: &clickhouse::Client) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `ALTER TABLE <db.table> ADD COLUMN IF NOT EXISTS <column> …`, taken
+/// apart: ClickHouse 18.16 knows no `IF NOT EXISTS` there, so jetcron asks
+/// `system.columns` and adds the column without the condition when it is
+/// missing (the DDL files keep the condition, for operators and current
+/// servers).
+#[derive(Debug, PartialEq)]
+struct ColumnAddition {
+    database: String,
+    table: String,
+    column: String,
+    without_condition: String,
+}
+
+fn column_addition(statement: &str) -> Option<ColumnAddition> {
+    let words: Vec<&str> = statement.split_whitespace().collect();
+    let prefix = ["ALTER", "TABLE"];
+    let condition = ["ADD", "COLUMN", "IF", "NOT", "EXISTS"];
+    if words.len() < 9 || words[..2] != prefix || words[3..8] != condition {
+        return None;
+    }
+    let (database, table) = words[2].split_once('.')?;
+    Some(ColumnAddition {
+        database: database.to_string(),
+        table: table.to_string(),
+        column: words[8].to_string(),
+        without_condition: statement.replacen("IF NOT EXISTS ", "", 1),
+    })
+}
+
+async fn missing_column(
+    client: &clickhouse::Client,
+    addition: &ColumnAddition,
+) -> anyhow::Result<bool> {
+    let count: u64 = client
+        .query("SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?")
+        .bind(&addition.database)
+        .bind(&addition.table)
+        .bind(&addition.column)
+        .fetch_one()
+        .await
+        .with_context(|| {
+            format!(
+                "look for column {} of {}.{}",
+                addition.column, addition.database, addition.table
+            )
+        })?;
+    Ok(count == 0)
 }
 
 /// Make the schema ready as `mode` says: apply it, or check the replicated
@@ -243,12 +303,16 @@ pub struct RunEventRow {
     pub outcome: Option<String>,
     pub shard: Option<u32>,
     pub shards: Option<u32>,
+    /// The run whose end started this one; empty when none (a chain's child).
+    pub parent_run_id: String,
+    pub parent_job_id: String,
 }
 
 /// Column list of [`RunEventRow`], for `SELECT`s that read it back.
 pub const RUN_EVENT_COLUMNS: &str = "event_id, run_id, job_id, kind, trigger, target_type, pool, \
     attempt, max_attempts, executor_id, scheduled_ms, at_ms, started_ms, finished_ms, duration_ms, \
-    retry_at_ms, status_code, exit_code, output, output_truncated, error, outcome, shard, shards";
+    retry_at_ms, status_code, exit_code, output, output_truncated, error, outcome, shard, shards, \
+    parent_run_id, parent_job_id";
 
 impl From<&RunEvent> for RunEventRow {
     fn from(e: &RunEvent) -> Self {
@@ -277,6 +341,12 @@ impl From<&RunEvent> for RunEventRow {
             outcome: e.outcome.map(|o| o.as_str().to_string()),
             shard: e.shard,
             shards: e.shards,
+            parent_run_id: e
+                .parent_run_id
+                .as_ref()
+                .map(|r| r.0.clone())
+                .unwrap_or_default(),
+            parent_job_id: e.parent_job_id.clone().unwrap_or_default(),
         }
     }
 }
@@ -314,6 +384,8 @@ impl RunEventRow {
             outcome: self.outcome.as_deref().and_then(AttemptOutcome::parse),
             shard: self.shard,
             shards: self.shards,
+            parent_run_id: (!self.parent_run_id.is_empty()).then_some(RunId(self.parent_run_id)),
+            parent_job_id: (!self.parent_job_id.is_empty()).then_some(self.parent_job_id),
         })
     }
 }
@@ -406,12 +478,24 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 7);
+        assert_eq!(all.len(), 9);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
         assert!(all[2].contains("jetcron.job_events"));
         assert!(all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv"));
         assert!(all.iter().all(|s| !s.contains("--")));
+        assert_eq!(
+            column_addition(&all[7]),
+            Some(ColumnAddition {
+                database: "jetcron".into(),
+                table: "run_events".into(),
+                column: "parent_run_id".into(),
+                without_condition:
+                    "ALTER TABLE jetcron.run_events ADD COLUMN parent_run_id String DEFAULT ''"
+                        .into(),
+            })
+        );
+        assert_eq!(column_addition(&all[1]), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 mod alerts;
 mod api;
 mod bad_input;
+mod chains;
 mod channels;
 mod clickhouse_replicated;
 mod cluster_chaos;

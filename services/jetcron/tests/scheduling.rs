@@ -57,6 +57,7 @@ async fn the_same_due_event_published_twice_runs_once() {
         job_revision: 1,
         job: job.spec,
         shard: None,
+        parent: None,
     };
     let payload = serde_json::to_vec(&event).expect("encode");
     let mut duplicates = Vec::new();

@@ -46,6 +46,7 @@ pub async fn send_batch(
             job_revision: fire.revision,
             job: &fire.job.spec,
             shard: None,
+            parent: None,
         };
         let hold_until = (fire.fire_at > now).then_some(fire.fire_at);
         pending.push(due::send_due_event(js, event, hold_until).await.ok());

@@ -122,7 +122,9 @@ impl ValidJob {
         &self,
         written_at: DateTime<Utc>,
     ) -> Option<crate::job::FieldError> {
-        if self.next_scheduled(written_at).is_some() {
+        if self.next_scheduled(written_at).is_some()
+            || matches!(self.schedule, crate::schedule::Schedule::AfterOnly)
+        {
             return None;
         }
         Some(never_fires_problem(

@@ -121,6 +121,12 @@ fn explain(schema: &Value, error: &ValidationError<'_>, out: &mut Vec<Structural
             field.push(property.as_str().unwrap_or_default().to_string());
             out.push(problem(field, "required", "missing".into()));
         }
+        // The definition's own anyOf (a schedule, a parent in after, or
+        // both): the validation says it with the field named.
+        ValidationErrorKind::AnyOf { .. } if path.is_empty() => {}
+        // The definition's own anyOf (a schedule, a parent in after, or
+        // both): the validation says it with the field named.
+        ValidationErrorKind::AnyOf { .. } if path.is_empty() => {}
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
             explain_alternatives(schema, error, path, context, out);
         }
@@ -718,7 +724,7 @@ mod tests {
             got,
             [
                 "shards: invalid type: string \"two\", expected u32 at line 1 column 45",
-                "colour: unknown field `colour`, expected one of `catchup_window`, `concurrency`, `description`, `end_at`, `id`, `jitter`, `labels`, `misfire`, `notify`, `paused`, `pool`, `retry`, `schedule`, `shards`, `start_at`, `target`, `timeout`, `timezone`",
+                "colour: unknown field `colour`, expected one of `after`, `catchup_window`, `concurrency`, `description`, `end_at`, `id`, `jitter`, `labels`, `misfire`, `notify`, `paused`, `pool`, `retry`, `schedule`, `shards`, `start_at`, `target`, `timeout`, `timezone`",
                 "schedule: expected 5, 6 or 7 fields, got 4",
             ]
         );

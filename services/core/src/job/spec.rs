@@ -40,6 +40,10 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// A job definition as users write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("anyOf" = [
+    {"required": ["schedule"]},
+    {"required": ["after"], "properties": {"after": {"minItems": 1}}},
+]))]
 pub struct JobSpec {
     /// Job id: `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`, safe as a KV key and a subject token.
     /// May be omitted in a direct KV write, where the key is the id.
@@ -51,7 +55,9 @@ pub struct JobSpec {
     #[schemars(length(max = 4096))]
     pub description: Option<String>,
     /// Schedule line, see [`Schedule`]: 5 to 7 cron fields, a macro such as
-    /// `@daily`, `@every <duration>` or `@at <RFC 3339 instant>`.
+    /// `@daily`, `@every <duration>` or `@at <RFC 3339 instant>`. May be
+    /// left out when `after` names a parent: the job then runs only after it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(regex(pattern = SCHEDULE_PATTERN))]
     pub schedule: String,
     /// IANA time zone the schedule is read in; UTC when absent.
@@ -104,6 +110,11 @@ pub struct JobSpec {
     /// Where to report a run that ended badly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<NotifyPolicy>,
+    /// Parent jobs: when a run of one of them ends as its `on` says, a run of
+    /// this job starts (at most 10 parents; see docs/jobs.md, "Chains").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = MAX_PARENTS))]
+    pub after: Vec<ChainLink>,
     /// Free key/values for grouping (`pause`/`resume`/`list` select on them):
     /// at most 32; keys `[A-Za-z0-9][A-Za-z0-9_.-]{0,62}`, values up to 255 bytes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -117,6 +128,56 @@ pub struct JobSpec {
 
 /// Most labels per job.
 pub const MAX_LABELS: usize = 32;
+/// Most parents one job names in `after`.
+pub const MAX_PARENTS: usize = 10;
+
+/// One parent of a chained job: which job, and which of its endings start
+/// this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChainLink {
+    /// Id of the parent job.
+    #[schemars(regex(pattern = ID_PATTERN))]
+    pub job: String,
+    /// Which ending of a parent run starts this job (default `success`).
+    #[serde(default)]
+    pub on: ChainOn,
+}
+
+/// Which ending of a parent's run starts its child.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainOn {
+    /// The parent run succeeded.
+    #[default]
+    Success,
+    /// The parent run ended badly: failed after its last retry, timed out
+    /// or was killed.
+    Failure,
+    /// Either.
+    Completed,
+}
+
+impl ChainOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainOn::Success => "success",
+            ChainOn::Failure => "failure",
+            ChainOn::Completed => "completed",
+        }
+    }
+
+    /// Whether a parent run that ended well (`succeeded`) or badly starts the child.
+    pub fn starts_after(self, succeeded: bool) -> bool {
+        match self {
+            ChainOn::Success => succeeded,
+            ChainOn::Failure => !succeeded,
+            ChainOn::Completed => true,
+        }
+    }
+}
 
 /// Overlap of runs of one job.
 #[derive(

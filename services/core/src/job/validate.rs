@@ -63,9 +63,21 @@ pub fn validate_with(
     if let Err(p) = validate_id(&spec.id) {
         problems.push(p);
     }
-    let schedule = parse_schedule(&spec.schedule)
-        .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
-        .ok();
+    let schedule = if spec.schedule.is_empty() && !spec.after.is_empty() {
+        Some(Schedule::AfterOnly)
+    } else if spec.schedule.is_empty() {
+        problems.push(FieldError::new(
+            "schedule",
+            "required",
+            "missing: a job needs a schedule, a parent in after, or both",
+        ));
+        None
+    } else {
+        parse_schedule(&spec.schedule)
+            .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
+            .ok()
+    };
+    validate_after(&spec.id, &spec.after, &mut problems);
     let timezone = match &spec.timezone {
         None => Some(chrono_tz::UTC),
         Some(name) => parse_timezone(name)
@@ -177,6 +189,41 @@ pub fn validate_with(
             catchup_window,
         }),
         _ => Err(problems),
+    }
+}
+
+/// Check `after`: at most [`MAX_PARENTS`] parents, each a valid job id,
+/// named once, not the job itself (cycles through other jobs need the
+/// other definitions: [`crate::chain::find_cycle`]).
+fn validate_after(id: &str, after: &[ChainLink], problems: &mut Vec<FieldError>) {
+    if after.len() > MAX_PARENTS {
+        problems.push(FieldError::new(
+            "after",
+            "too_many",
+            format!("at most {MAX_PARENTS} parents, got {}", after.len()),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, link) in after.iter().enumerate() {
+        let field = format!("after[{i}].job");
+        if let Err(p) = validate_token(&field, &link.job) {
+            problems.push(p);
+        } else if link.job == id {
+            problems.push(FieldError::new(
+                field,
+                "cycle",
+                format!("{id:?} cannot run after itself"),
+            ));
+        } else if !seen.insert(link.job.as_str()) {
+            problems.push(FieldError::new(
+                field,
+                "duplicate",
+                format!(
+                    "{:?} is named twice; use on: completed for both endings",
+                    link.job
+                ),
+            ));
+        }
     }
 }
 

@@ -16,7 +16,7 @@ pub mod nats;
 pub mod shell;
 
 use chrono::{DateTime, Utc};
-use jetcron_core::events::RunId;
+use jetcron_core::events::{ParentRun, RunId};
 use jetcron_core::job::Target;
 use jetcron_core::time_format::rfc3339_millis;
 
@@ -31,6 +31,8 @@ pub struct RunContext {
     pub attempt: u32,
     /// (index, count) of a sharded run.
     pub shard: Option<(u32, u32)>,
+    /// The parent run whose end started this one (a chained run).
+    pub parent: Option<ParentRun>,
 }
 
 impl RunContext {
@@ -46,6 +48,15 @@ impl RunContext {
             pairs.push(("Jetcron-Shard", index.to_string()));
             pairs.push(("Jetcron-Shards", count.to_string()));
         }
+        if let Some(parent) = &self.parent {
+            pairs.push(("Jetcron-Parent-Run-Id", parent.run_id.to_string()));
+            pairs.push(("Jetcron-Parent-Job-Id", parent.job_id.clone()));
+            pairs.push((
+                "Jetcron-Parent-Scheduled-At",
+                rfc3339_millis(parent.scheduled_at),
+            ));
+            pairs.push(("Jetcron-Parent-Status", parent.status.as_str().to_string()));
+        }
         pairs
     }
 
@@ -60,6 +71,14 @@ impl RunContext {
         if let Some((index, count)) = self.shard {
             body["shard"] = index.into();
             body["shards"] = count.into();
+        }
+        if let Some(parent) = &self.parent {
+            body["parent"] = serde_json::json!({
+                "run_id": parent.run_id,
+                "job_id": parent.job_id,
+                "scheduled_at": rfc3339_millis(parent.scheduled_at),
+                "status": parent.status.as_str(),
+            });
         }
         body
     }

@@ -108,6 +108,30 @@ pub struct JobPage {
     pub redacted: bool,
     pub backfill_from: String,
     pub backfill_to: String,
+    /// The jobs this one runs after, and the ones that run after it.
+    pub parents: Vec<ChainLine>,
+    pub children: Vec<ChainLine>,
+}
+
+/// One job of a chain, as the job page lists it.
+#[derive(Debug, Clone)]
+pub struct ChainLine {
+    pub job: String,
+    pub link: String,
+    /// `success`, `failure` or `completed`.
+    pub on: &'static str,
+    pub state: &'static str,
+}
+
+impl ChainLine {
+    fn of(peer: &crate::job_catalog::ChainPeer) -> Self {
+        Self {
+            job: peer.job.clone(),
+            link: format!("/ui/jobs/{}", url_escape(&peer.job)),
+            on: peer.on.as_str(),
+            state: peer.state,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -281,6 +305,8 @@ pub async fn show(
             })
             .unwrap_or_default(),
         if_resumed: detail.next_fires_if_resumed,
+        parents: detail.parents.iter().map(ChainLine::of).collect(),
+        children: detail.children.iter().map(ChainLine::of).collect(),
         runs,
         runs_error,
         more_runs_link,

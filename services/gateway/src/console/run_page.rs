@@ -54,6 +54,8 @@ pub struct RunPage {
     pub output: String,
     pub output_truncated: bool,
     pub running: bool,
+    /// The run whose end started this one (a chained run): its job, id and page.
+    pub parent: Option<(String, String, String)>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,6 +176,13 @@ pub async fn show(
         output,
         output_truncated,
         running: matches!(run.status, "running" | "retrying"),
+        parent: run.parent_run_id.as_ref().map(|parent| {
+            (
+                run.parent_job_id.clone().unwrap_or_default(),
+                parent.as_str().to_string(),
+                format!("/ui/runs/{}", url_escape(parent.as_str())),
+            )
+        }),
     };
     Ok(render(&page).into_response())
 }

@@ -1,0 +1,273 @@
+//! Which jobs follow which: the executor's view of every job that names
+//! parents in `after`, kept by a watch of `jetcron_jobs`.
+//!
+//! Only chained jobs are kept (their definition, for the due event of a
+//! chained run, and their links); a job without `after` costs a parse at
+//! most (entries without the word are not parsed at all). A definition
+//! that would close a cycle with the links already known (possible only by
+//! a direct `nats kv put`: the API refuses it) has its links ignored, with
+//! a warning, so a loop of jobs never starts itself forever.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Operation};
+use futures::StreamExt as _;
+use jetcron_core::chain;
+use jetcron_core::job::{parse_job, ChainLink, JobSpec};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// A chained job as the starter needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainedJob {
+    pub spec: JobSpec,
+    pub pool: String,
+    /// KV revision of the definition.
+    pub revision: u64,
+}
+
+impl ChainedJob {
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    pub fn links(&self) -> &[ChainLink] {
+        &self.spec.after
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    jobs: BTreeMap<String, ChainedJob>,
+    /// Parent id → ids of the jobs that follow it.
+    children: BTreeMap<String, BTreeSet<String>>,
+    /// The watch has delivered every value the bucket held when it opened.
+    synced: bool,
+}
+
+impl State {
+    fn remove(&mut self, id: &str) {
+        if let Some(old) = self.jobs.remove(id) {
+            for link in old.links() {
+                if let Some(set) = self.children.get_mut(&link.job) {
+                    set.remove(id);
+                    if set.is_empty() {
+                        self.children.remove(&link.job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn parents_of(&self, id: &str) -> Vec<String> {
+        self.jobs
+            .get(id)
+            .map(|job| job.links().iter().map(|l| l.job.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn insert(&mut self, job: ChainedJob) {
+        let id = job.id().to_string();
+        self.remove(&id);
+        if let Some(cycle) = chain::find_cycle(&id, job.links(), &|j| self.parents_of(j)) {
+            warn!(
+                job_id = %id,
+                cycle = %chain::cycle_text(&cycle),
+                "definition written to the bucket closes a cycle of chained jobs; its after is ignored"
+            );
+            return;
+        }
+        for link in job.links() {
+            self.children
+                .entry(link.job.clone())
+                .or_default()
+                .insert(id.clone());
+        }
+        self.jobs.insert(id, job);
+    }
+}
+
+/// Every chained job, by parent.
+#[derive(Debug, Default)]
+pub struct ChainIndex {
+    state: RwLock<State>,
+}
+
+impl ChainIndex {
+    /// The jobs that follow `parent`, with the link that names it.
+    pub fn children_of(&self, parent: &str) -> Vec<(ChainedJob, ChainLink)> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let Some(ids) = state.children.get(parent) else {
+            return Vec::new();
+        };
+        ids.iter()
+            .filter_map(|id| state.jobs.get(id))
+            .filter_map(|job| {
+                let link = job.links().iter().find(|l| l.job == parent)?.clone();
+                Some((job.clone(), link))
+            })
+            .collect()
+    }
+
+    /// Whether the watch has caught up with the bucket.
+    pub fn synced(&self) -> bool {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).synced
+    }
+
+    /// Take in one bucket entry: a put of `key` at `revision` (`value`), or
+    /// its deletion (`None`).
+    pub fn apply(&self, key: &str, revision: u64, value: Option<&[u8]>) {
+        let job = value.and_then(|bytes| chained_job(key, revision, bytes));
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        match job {
+            Some(job) => state.insert(job),
+            None => state.remove(key),
+        }
+    }
+
+    fn mark_synced(&self) {
+        self.state.write().unwrap_or_else(|e| e.into_inner()).synced = true;
+    }
+
+    /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
+    pub async fn follow(&self, bucket: kv::Store, shutdown: CancellationToken) {
+        loop {
+            if let Err(e) = self.follow_once(&bucket, &shutdown).await {
+                warn!(error = %format!("{e:#}"), "chain index watch broke, reopening");
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn follow_once(
+        &self,
+        bucket: &kv::Store,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        if bucket
+            .status()
+            .await
+            .context("read job bucket status")?
+            .values()
+            == 0
+        {
+            self.mark_synced();
+        }
+        let mut entries = bucket
+            .watch_with_history(">")
+            .await
+            .context("watch job bucket")?;
+        loop {
+            let entry = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                entry = entries.next() => entry,
+            };
+            let entry = match entry {
+                Some(entry) => entry.context("job bucket watch")?,
+                None => anyhow::bail!("job bucket watch ended"),
+            };
+            let value = (entry.operation == Operation::Put).then_some(&entry.value[..]);
+            self.apply(&entry.key, entry.revision, value);
+            if entry.seen_current || entry.delta == 0 {
+                self.mark_synced();
+            }
+        }
+    }
+}
+
+/// The chained job a stored definition is, if it is one (valid, with parents).
+fn chained_job(key: &str, revision: u64, bytes: &[u8]) -> Option<ChainedJob> {
+    // Most jobs have no parents: skip their parse.
+    if !bytes.windows(7).any(|w| w == b"\"after\"") {
+        return None;
+    }
+    let job = parse_job(bytes, Some(key)).ok()?;
+    if job.spec.after.is_empty() {
+        return None;
+    }
+    Some(ChainedJob {
+        pool: job.pool,
+        spec: job.spec,
+        revision,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(index: &ChainIndex, id: &str, after: &str) {
+        let json = format!(
+            r#"{{"id":"{id}","after":{after},"target":{{"type":"shell","command":"true"}}}}"#
+        );
+        index.apply(id, 1, Some(json.as_bytes()));
+    }
+
+    fn children(index: &ChainIndex, parent: &str) -> Vec<String> {
+        index
+            .children_of(parent)
+            .into_iter()
+            .map(|(job, _)| job.id().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn children_follow_puts_edits_and_deletes() {
+        let index = ChainIndex::default();
+        put(&index, "load", r#"[{"job":"extract"}]"#);
+        put(
+            &index,
+            "report",
+            r#"[{"job":"extract","on":"failure"},{"job":"load"}]"#,
+        );
+        assert_eq!(children(&index, "extract"), ["load", "report"]);
+        assert_eq!(children(&index, "load"), ["report"]);
+        let (_, link) = index
+            .children_of("extract")
+            .into_iter()
+            .find(|(j, _)| j.id() == "report")
+            .expect("report");
+        assert_eq!(link.on, jetcron_core::job::ChainOn::Failure);
+        // An edit moves the links; a delete drops them.
+        put(&index, "report", r#"[{"job":"load"}]"#);
+        assert_eq!(children(&index, "extract"), ["load"]);
+        index.apply("load", 2, None);
+        assert!(children(&index, "extract").is_empty());
+        assert_eq!(children(&index, "load"), ["report"]);
+    }
+
+    #[test]
+    fn a_definition_closing_a_cycle_is_not_followed() {
+        let index = ChainIndex::default();
+        put(&index, "b", r#"[{"job":"a"}]"#);
+        put(&index, "c", r#"[{"job":"b"}]"#);
+        // Written straight into the bucket: a after c closes a → c → b → a.
+        put(&index, "a", r#"[{"job":"c"}]"#);
+        assert!(children(&index, "c").is_empty());
+        assert_eq!(children(&index, "a"), ["b"]);
+    }
+
+    #[test]
+    fn jobs_without_parents_and_invalid_ones_are_not_kept() {
+        let index = ChainIndex::default();
+        index.apply(
+            "plain",
+            1,
+            Some(
+                br#"{"id":"plain","schedule":"@daily","target":{"type":"shell","command":"true"}}"#,
+            ),
+        );
+        index.apply(
+            "broken",
+            1,
+            Some(br#"{"id":"broken","after":[{"job":"plain","on":"sometimes"}],"target":{"type":"shell","command":"true"}}"#),
+        );
+        assert!(children(&index, "plain").is_empty());
+    }
+}

@@ -1,0 +1,219 @@
+//! Chains: when a run ends, the jobs that follow its job (`after`) start.
+//!
+//! Every executor shares the durable consumer `chains` on `JETCRON_RUNS`,
+//! filtered to the events that end a run (`succeeded`, `failed`,
+//! `timed_out`, `killed`). For each, the [`index::ChainIndex`] (a watch of
+//! `jetcron_jobs` holding the chained jobs) says which jobs follow; each one
+//! whose `on` matches gets a due event, exactly as a scheduled fire does,
+//! with trigger `chain`, the parent run in `parent`, and a run id derived
+//! from (child, parent run) ([`chain::chained_run_id`]). Only once every
+//! child's event is stored is the run event acknowledged.
+//!
+//! Exactly once per parent run: a run event handed out again (an executor
+//! died, an ack was lost) publishes the same due events again with the same
+//! `Nats-Msg-Id`, and `JETCRON_DUE` keeps one within its duplicate window
+//! (10 minutes; redelivery comes after 30 s). From there a chained run is a
+//! run like any other: retries, claims, alerts.
+//!
+//! A sharded parent run ends when its last shard does, or as soon as one
+//! fails; the run's events are read back and folded the way the gateway
+//! does ([`run_summary::summarize`]) to tell. A paused child is not started
+//! (its chained run is not kept for later); a child the executor's index
+//! does not know yet (created a moment before the parent ended) is not
+//! started either.
+
+pub mod index;
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
+use chrono::{DateTime, Utc};
+use jetcron_core::chain;
+use jetcron_core::events::{DueEvent, ParentRun, RunEvent, RunEventKind, Trigger};
+use jetcron_core::run_summary;
+use jetcron_core::subjects;
+use jetcron_io::due;
+use jetcron_io::topology;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::ended::{self, Since};
+use crate::ExecutorContext;
+use index::{ChainIndex, ChainedJob};
+
+/// The durable consumer `chains` on `JETCRON_RUNS`, shared by every
+/// executor. Made new, it starts at the stream's end: runs that ended before
+/// chains existed start nothing.
+pub async fn chains_consumer(
+    stream: &jetstream::stream::Stream,
+) -> topology::Result<jetstream::consumer::PullConsumer> {
+    topology::ensure_consumer(
+        stream,
+        pull::Config {
+            durable_name: Some(subjects::CHAINS_CONSUMER.to_string()),
+            description: Some("jetcron executors starting chained jobs when a run ends".into()),
+            filter_subjects: subjects::chain_filter_subjects(),
+            deliver_policy: jetstream::consumer::DeliverPolicy::New,
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: -1,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Start chained runs until `shutdown`, once `index` has caught up with the
+/// bucket (before that, a child could be missed).
+pub async fn start_children(
+    ctx: std::sync::Arc<ExecutorContext>,
+    index: std::sync::Arc<ChainIndex>,
+    consumer: jetstream::consumer::PullConsumer,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    while !index.synced() {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    crate::helper_pull::each_message(&consumer, "run endings", 64, &shutdown, |message| {
+        handle(&ctx, &index, message)
+    })
+    .await;
+    Ok(())
+}
+
+async fn handle(ctx: &ExecutorContext, index: &ChainIndex, message: Message) {
+    let Ok(event) = serde_json::from_slice::<RunEvent>(&message.payload) else {
+        warn!(subject = %message.subject, "undecodable run event on the chains consumer, skipping it");
+        settle(&message, AckKind::Term).await;
+        return;
+    };
+    let children = index.children_of(&event.job_id);
+    if children.is_empty() || chain::parent_ending(event.kind).is_none() {
+        settle(&message, AckKind::Ack).await;
+        return;
+    }
+    let ending = match parent_ending(ctx, &event).await {
+        Ok(Some(ending)) => ending,
+        // A shard ended, the run goes on: its last shard's event decides.
+        Ok(None) => {
+            settle(&message, AckKind::Ack).await;
+            return;
+        }
+        Err(e) => {
+            warn!(run_id = %event.run_id, error = %format!("{e:#}"), "cannot read the parent run's events, handing its end back");
+            hand_back(&message).await;
+            return;
+        }
+    };
+    for (child, link) in children {
+        if !chain::starts(&link, ending.succeeded) {
+            continue;
+        }
+        if child.spec.paused {
+            info!(job_id = %child.id(), parent_run_id = %event.run_id, "chained job is paused, not starting it");
+            metrics::counter!("jetcron_chained_runs_total", "result" => "paused").increment(1);
+            continue;
+        }
+        let due = chained_due_event(&child, &event, &ending);
+        match due::publish_due_event(&ctx.js, &due).await {
+            Ok(duplicate) => {
+                let result = if duplicate { "duplicate" } else { "started" };
+                info!(job_id = %child.id(), run_id = %due.run_id, parent_run_id = %event.run_id, result, "chained run due");
+                metrics::counter!("jetcron_chained_runs_total", "result" => result).increment(1);
+            }
+            Err(e) => {
+                warn!(job_id = %child.id(), parent_run_id = %event.run_id, error = %format!("{e:#}"), "cannot store a chained run's due event, handing the parent's end back");
+                hand_back(&message).await;
+                return;
+            }
+        }
+    }
+    settle(&message, AckKind::Ack).await;
+}
+
+/// How a parent run ended, as its children see it.
+#[derive(Debug, Clone, Copy)]
+struct ParentEnding {
+    succeeded: bool,
+    status: RunEventKind,
+    /// When it ended: the chained run's scheduled time.
+    at: DateTime<Utc>,
+}
+
+/// The ending of the run `event` ends; `None` while a sharded run goes on.
+async fn parent_ending(
+    ctx: &ExecutorContext,
+    event: &RunEvent,
+) -> anyhow::Result<Option<ParentEnding>> {
+    let ended_at = event.finished_at.unwrap_or(event.at);
+    if event.shard.is_none() {
+        return Ok(
+            chain::parent_ending(event.kind).map(|succeeded| ParentEnding {
+                succeeded,
+                status: event.kind,
+                at: ended_at,
+            }),
+        );
+    }
+    let events = ended::run_events(
+        &ctx.js,
+        &event.job_id,
+        event.run_id.as_str(),
+        Since::Time(event.scheduled_at),
+    )
+    .await?;
+    let Some(summary) = run_summary::summarize(events, false) else {
+        return Ok(None);
+    };
+    let Some(status) = RunEventKind::parse(summary.status) else {
+        return Ok(None);
+    };
+    Ok(chain::parent_ending(status).map(|succeeded| ParentEnding {
+        succeeded,
+        status,
+        at: summary.finished_at.unwrap_or(ended_at),
+    }))
+}
+
+/// The due event of `child`'s run started by the end of `parent`'s run.
+fn chained_due_event(child: &ChainedJob, parent: &RunEvent, ending: &ParentEnding) -> DueEvent {
+    DueEvent {
+        run_id: chain::chained_run_id(child.id(), &parent.run_id),
+        job_id: child.id().to_string(),
+        scheduled_at: ending.at,
+        trigger: Trigger::Chain,
+        pool: child.pool.clone(),
+        job_revision: child.revision,
+        job: child.spec.clone(),
+        shard: None,
+        parent: Some(ParentRun {
+            job_id: parent.job_id.clone(),
+            run_id: parent.run_id.clone(),
+            scheduled_at: parent.scheduled_at,
+            status: ending.status,
+        }),
+    }
+}
+
+/// Hand a run's end back (NATS failed us): it comes again after a delay
+/// growing with each delivery.
+async fn hand_back(message: &Message) {
+    let delivery = message
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    settle(
+        message,
+        AckKind::Nak(Some(crate::tries::handback_delay(delivery))),
+    )
+    .await;
+}
+
+async fn settle(message: &Message, kind: AckKind) {
+    if let Err(e) = message.ack_with(kind).await {
+        warn!(error = %e, "cannot settle a run's end on the chains consumer; it comes again");
+    }
+}
