@@ -91,7 +91,7 @@ impl Notification {
         Some(Self {
             notify,
             run,
-            schedule: job.spec.schedule.clone(),
+            schedule: job.spec.schedule_line().to_string(),
             rule: Some("missed".into()),
             over: false,
         })

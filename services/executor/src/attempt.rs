@@ -337,7 +337,7 @@ async fn run_attempt(
                     ending = &mut supervised => (ending, false),
                     _ = tokio::time::sleep(*after) => {
                         info!(after_ms = after.as_millis() as u64, "attempt running long, alerting");
-                        if let Err(e) = notify::enqueue_long_running(&ctx.js, notify, &job.spec.schedule, started, false).await {
+                        if let Err(e) = notify::enqueue_long_running(&ctx.js, notify, job.spec.schedule_line(), started, false).await {
                             warn!(error = %format!("{e:#}"), "cannot queue the long-running alert");
                         }
                         (supervised.await, true)
@@ -366,7 +366,8 @@ async fn run_attempt(
     settle(&view, &ledger, budget, started_at, ending, claim).await;
     if let (true, Some((notify, _, started))) = (alarmed, &alarm) {
         if let Err(e) =
-            notify::enqueue_long_running(&ctx.js, notify, &job.spec.schedule, started, true).await
+            notify::enqueue_long_running(&ctx.js, notify, job.spec.schedule_line(), started, true)
+                .await
         {
             warn!(error = %format!("{e:#}"), "cannot queue the end of a long-running alert");
         }
@@ -679,7 +680,7 @@ async fn finish(
 
 /// A job's notification policy with its schedule line, if it has one.
 fn notify_of(spec: &job::JobSpec) -> Option<(&job::NotifyPolicy, &str)> {
-    spec.notify.as_ref().map(|n| (n, spec.schedule.as_str()))
+    spec.notify.as_ref().map(|n| (n, spec.schedule_line()))
 }
 
 /// Hand the due event back because NATS failed us (not the target): it

@@ -66,7 +66,7 @@ impl JobRow {
                 updated_at: at,
                 valid: true,
                 target_type: spec.target.kind().to_string(),
-                schedule: spec.schedule,
+                schedule: spec.schedule.clone().unwrap_or_default(),
                 timezone: spec.timezone.unwrap_or_default(),
                 paused: spec.paused,
                 labels: spec.labels,

@@ -89,8 +89,12 @@ pub async fn job_detail(
     let (next_fires, schedule_preview, paused) = match &valid {
         Some(job) => {
             let fires = job.upcoming(now, count);
-            let preview =
-                schedule_preview::describe(&job.spec.schedule, &job.schedule, job.timezone, &fires);
+            let preview = schedule_preview::describe(
+                job.spec.schedule_line(),
+                &job.schedule,
+                job.timezone,
+                &fires,
+            );
             (
                 fires.into_iter().map(rfc3339_millis).collect(),
                 Some(preview),

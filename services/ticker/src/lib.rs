@@ -451,7 +451,7 @@ fn on_job(
             if book.get(&id).is_some_and(|e| e.revision >= revision) {
                 return;
             }
-            debug!(job_id = %id, revision, schedule = %job.spec.schedule, paused = job.spec.paused, "job definition seen");
+            debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
             if job.spec.paused {
                 revoker.revoke(&id, "job paused before this fire", now);
             }

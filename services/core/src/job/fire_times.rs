@@ -128,7 +128,7 @@ impl ValidJob {
             return None;
         }
         Some(never_fires_problem(
-            &self.spec.schedule,
+            self.spec.schedule_line(),
             &self.schedule,
             self.timezone,
             self.end_at.is_some(),

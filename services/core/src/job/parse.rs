@@ -179,6 +179,13 @@ fn every_problem(
     for s in &structural {
         add_unless_named(&mut problems, s.problem.clone());
     }
+    // A missing schedule is said first, in the definition's field order
+    // (serde stops at a later field: the schedule may be left out when
+    // the definition has parents).
+    if let Some(at) = problems.iter().position(|p| p.message == MISSING_SCHEDULE) {
+        let missing = problems.remove(at);
+        problems.insert(0, missing);
+    }
     let Some((mut spec, mut settled, serde_only)) = schema::decodable(value, &structural) else {
         return problems;
     };

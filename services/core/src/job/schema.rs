@@ -22,7 +22,7 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{JsonType, ValidationError};
 use serde_json::{Map, Value};
 
-use super::spec::{FieldError, JobSpec, MAX_PROBLEMS};
+use super::spec::{FieldError, JobSpec, MAX_PROBLEMS, MISSING_SCHEDULE};
 
 /// The job schema and its validator, built once, on the first refused
 /// definition. `None` only if the generated schema did not compile (a test
@@ -121,9 +121,12 @@ fn explain(schema: &Value, error: &ValidationError<'_>, out: &mut Vec<Structural
             field.push(property.as_str().unwrap_or_default().to_string());
             out.push(problem(field, "required", "missing".into()));
         }
-        // The definition's own anyOf (a schedule, a parent in after, or
-        // both): the validation says it with the field named.
-        ValidationErrorKind::AnyOf { .. } if path.is_empty() => {}
+        // The definition's own anyOf: a schedule, a parent in after, or both.
+        ValidationErrorKind::AnyOf { .. } if path.is_empty() => out.push(problem(
+            vec!["schedule".into()],
+            "required",
+            MISSING_SCHEDULE.into(),
+        )),
         // The definition's own anyOf (a schedule, a parent in after, or
         // both): the validation says it with the field named.
         ValidationErrorKind::AnyOf { .. } if path.is_empty() => {}
@@ -786,8 +789,8 @@ mod tests {
                 None
             ),
             pairs(&[
-                ("target.type", "required"),
                 ("schedule", "required"),
+                ("target.type", "required"),
                 ("shards", "out_of_range"),
             ])
         );

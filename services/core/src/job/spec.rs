@@ -57,9 +57,13 @@ pub struct JobSpec {
     /// Schedule line, see [`Schedule`]: 5 to 7 cron fields, a macro such as
     /// `@daily`, `@every <duration>` or `@at <RFC 3339 instant>`. May be
     /// left out when `after` names a parent: the job then runs only after it.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(regex(pattern = SCHEDULE_PATTERN))]
-    pub schedule: String,
+    #[serde(
+        default,
+        deserialize_with = "present_string",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "String", regex(pattern = SCHEDULE_PATTERN))]
+    pub schedule: Option<String>,
     /// IANA time zone the schedule is read in; UTC when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
@@ -128,6 +132,8 @@ pub struct JobSpec {
 
 /// Most labels per job.
 pub const MAX_LABELS: usize = 32;
+/// The problem of a definition with neither a schedule nor a parent.
+pub const MISSING_SCHEDULE: &str = "missing: a job needs a schedule, a parent in after, or both";
 /// Most parents one job names in `after`.
 pub const MAX_PARENTS: usize = 10;
 
@@ -387,6 +393,22 @@ pub struct RetryPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1))]
     pub jitter: Option<f64>,
+}
+
+/// A field that may be left out but, when given, is a string (`null` is
+/// refused like any other non-string).
+fn present_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    String::deserialize(deserializer).map(Some)
+}
+
+impl JobSpec {
+    /// The schedule line as written; empty for a job that runs only after
+    /// its parents.
+    pub fn schedule_line(&self) -> &str {
+        self.schedule.as_deref().unwrap_or_default()
+    }
 }
 
 impl Target {

@@ -63,19 +63,15 @@ pub fn validate_with(
     if let Err(p) = validate_id(&spec.id) {
         problems.push(p);
     }
-    let schedule = if spec.schedule.is_empty() && !spec.after.is_empty() {
-        Some(Schedule::AfterOnly)
-    } else if spec.schedule.is_empty() {
-        problems.push(FieldError::new(
-            "schedule",
-            "required",
-            "missing: a job needs a schedule, a parent in after, or both",
-        ));
-        None
-    } else {
-        parse_schedule(&spec.schedule)
+    let schedule = match spec.schedule.as_deref() {
+        None if !spec.after.is_empty() => Some(Schedule::AfterOnly),
+        None => {
+            problems.push(FieldError::new("schedule", "required", MISSING_SCHEDULE));
+            None
+        }
+        Some(line) => parse_schedule(line)
             .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
-            .ok()
+            .ok(),
     };
     validate_after(&spec.id, &spec.after, &mut problems);
     let timezone = match &spec.timezone {

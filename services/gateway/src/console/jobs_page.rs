@@ -181,7 +181,7 @@ pub async fn show(
             let words = valid
                 .map(|job| {
                     jetcron_core::schedule_preview::describe(
-                        &job.spec.schedule,
+                        job.spec.schedule_line(),
                         &job.schedule,
                         job.timezone,
                         &[],
