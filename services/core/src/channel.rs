@@ -190,6 +190,62 @@ impl Channel {
     }
 }
 
+/// Put the stored credentials back where `incoming` (a channel definition
+/// as JSON) carries the placeholders of a redacted read, so that a read,
+/// edited and written back, keeps its secrets: `password`, `secret`, `url`
+/// (`https://host/<redacted>`) and header values. A placeholder with
+/// nothing stored to stand for (a new channel, another type, a field the
+/// stored one lacks) is refused by name: it would become the secret.
+pub fn restore_redacted(
+    incoming: &mut serde_json::Value,
+    stored: Option<&serde_json::Value>,
+) -> Result<(), Vec<FieldError>> {
+    use serde_json::Value;
+    let is_placeholder = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| s == REDACTED || s.ends_with(&format!("/{REDACTED}")))
+    };
+    let same_type = stored.is_some_and(|s| s.get("type") == incoming.get("type"));
+    let stored = stored.filter(|_| same_type);
+    let mut problems = Vec::new();
+    let Some(fields) = incoming.as_object_mut() else {
+        return Ok(());
+    };
+    for key in ["password", "secret", "url"] {
+        if let Some(value) = fields.get_mut(key).filter(|v| is_placeholder(v)) {
+            match stored.and_then(|s| s.get(key)).filter(|v| v.is_string()) {
+                Some(original) => *value = original.clone(),
+                None => problems.push(placeholder_problem(key)),
+            }
+        }
+    }
+    if let Some(Value::Object(headers)) = fields.get_mut("headers") {
+        for (name, value) in headers.iter_mut().filter(|(_, v)| is_placeholder(v)) {
+            match stored
+                .and_then(|s| s.get("headers"))
+                .and_then(|h| h.get(name))
+                .filter(|v| v.is_string())
+            {
+                Some(original) => *value = original.clone(),
+                None => problems.push(placeholder_problem(&format!("headers.{name}"))),
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+fn placeholder_problem(field: &str) -> FieldError {
+    FieldError::new(
+        field,
+        "redacted_placeholder",
+        format!("{REDACTED:?} stands for a stored secret, and this channel has none here to keep: give the value"),
+    )
+}
+
 /// `https://host/<redacted>`: the scheme and host of a URL whose path or
 /// query carries a token.
 fn url_without_token(text: &str) -> String {

@@ -29,7 +29,7 @@ use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
 use jetcron_core::alert::{delivered, http_delivery, Alert, AlertState, Notification};
 use jetcron_core::channel::{parse_channel, Channel};
-use jetcron_core::events::RunEventKind;
+use jetcron_core::events::{RunEvent, RunEventKind};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -58,6 +58,10 @@ pub struct AlertDelivery {
     /// Names the delivery: the same on every retry (`webhook-id`).
     pub message_id: String,
     pub alert: Alert,
+    /// The run the alert is about, for the `notify_failed` event that
+    /// records a delivery given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunEvent>,
 }
 
 /// What a run means for the job's incident.
@@ -238,13 +242,7 @@ async fn decide(
         // Queue the deliveries first: if the write below loses a race, the
         // next round decides again and the same ids are dropped as duplicates.
         if let Some(alert) = &alert {
-            queue(
-                ctx,
-                &notification.notify.channels,
-                run.run_id.as_str(),
-                alert,
-            )
-            .await?;
+            queue(ctx, &notification.notify.channels, run, alert).await?;
         }
         let written = match write {
             Some(incident) => {
@@ -413,9 +411,10 @@ fn alert_of(
 async fn queue(
     ctx: &ExecutorContext,
     channels: &[String],
-    run_id: &str,
+    run: &RunEvent,
     alert: &Alert,
 ) -> anyhow::Result<()> {
+    let run_id = run.run_id.as_str();
     let state = match alert.state {
         AlertState::Firing => "firing",
         AlertState::Resolved => "resolved",
@@ -426,6 +425,7 @@ async fn queue(
             channel: channel.clone(),
             message_id: message_id.clone(),
             alert: alert.clone(),
+            run: Some(run.clone()),
         })?;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", message_id.as_str());
@@ -479,9 +479,70 @@ pub async fn deliver(ctx: &ExecutorContext, message: Message) {
     }
     metrics::counter!("jetcron_alert_deliveries_total", "channel" => item.channel.clone(), "result" => outcome)
         .increment(1);
+    if let (Err(why), AckKind::Term) = (&result, settle) {
+        // Given up: said where people look, beside the run it was about.
+        if let Err(e) = record_failure(ctx, &message, &item, delivery, why).await {
+            warn!(error = %format!("{e:#}"), "cannot record the failed alert delivery, handing it back");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                .await;
+            return;
+        }
+    }
     if let Err(e) = message.ack_with(settle).await {
         warn!(error = %e, "cannot settle an alert delivery");
     }
+}
+
+/// A `notify_failed` event of the alert's run (stored in ClickHouse with the
+/// run's other events, counted by `/v1/stats`), one per alert and channel.
+async fn record_failure(
+    ctx: &ExecutorContext,
+    message: &Message,
+    item: &AlertDelivery,
+    tries: u32,
+    why: &str,
+) -> anyhow::Result<()> {
+    let Some(run) = &item.run else {
+        // Queued by an executor of an older build: only logged and counted.
+        return Ok(());
+    };
+    let mut event = run.clone();
+    event.kind = RunEventKind::NotifyFailed;
+    event.event_id = format!(
+        "{}:{}",
+        RunEvent::event_id_for(
+            &run.run_id,
+            run.shard,
+            run.attempt,
+            RunEventKind::NotifyFailed
+        ),
+        item.message_id
+    );
+    event.at = ctx.clock.now();
+    event.executor_id = ctx.config.executor_id.clone();
+    event.output = None;
+    event.output_truncated = false;
+    event.outcome = None;
+    event.retry_at = None;
+    event.error = Some(format!(
+        "alert {} ({}) to channel {:?} not delivered after {tries} tries: {why}",
+        item.alert.rule,
+        match item.alert.state {
+            AlertState::Firing => "firing",
+            AlertState::Resolved => "resolved",
+        },
+        item.channel
+    ));
+    crate::run_events::publish_run_event(
+        &ctx.js,
+        crate::run_events::max_event_payload(&ctx.nats),
+        &event,
+        Duration::from_secs(30),
+        Some(message),
+    )
+    .await
+    .map(|_| ())
 }
 
 async fn channel(ctx: &ExecutorContext, name: &str) -> Result<Channel, String> {

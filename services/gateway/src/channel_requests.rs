@@ -11,7 +11,7 @@
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
 use jetcron_core::api::ApiError;
-use jetcron_core::channel::{parse_channel, Channel};
+use jetcron_core::channel::{parse_channel, restore_redacted, Channel, REDACTED};
 use jetcron_core::job::{validate_token, FieldError};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
@@ -137,6 +137,8 @@ impl ChannelStore {
         let (definition, in_body) = crate::job_store::split_expected_revision(&request.definition)?;
         let expected_revision = request.expected_revision.or(in_body);
         let body = definition.as_deref().unwrap_or(&request.definition);
+        let restored = self.restore_redacted(body, request.key.as_deref()).await?;
+        let body = restored.as_deref().unwrap_or(body);
         let channel =
             parse_channel(body, request.key.as_deref()).map_err(ApiError::invalid_request)?;
         let name = channel.name().to_string();
@@ -181,10 +183,50 @@ impl ChannelStore {
         };
         Ok(ChannelPutReply {
             ok: true,
-            channel,
+            // The writer knows what it sent; the answer may be logged.
+            channel: channel.redacted(),
             revision,
             created: !existed,
         })
+    }
+
+    /// `body` with the stored credentials back in place of the placeholders
+    /// of a redacted read ([`restore_redacted`]); `None` when it has none.
+    async fn restore_redacted(
+        &self,
+        body: &[u8],
+        key: Option<&str>,
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        if !body
+            .windows(REDACTED.len())
+            .any(|w| w == REDACTED.as_bytes())
+        {
+            return Ok(None);
+        }
+        // Not JSON: the parse below says so.
+        let Ok(mut incoming) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Ok(None);
+        };
+        let name = incoming
+            .get("name")
+            .and_then(|n| n.as_str())
+            .or(key)
+            .unwrap_or_default()
+            .to_string();
+        let stored = match validate_token("name", &name) {
+            Ok(()) => self
+                .bucket
+                .entry(&name)
+                .await
+                .map_err(unavailable)?
+                .filter(|e| e.operation == Operation::Put)
+                .and_then(|e| serde_json::from_slice::<serde_json::Value>(&e.value).ok()),
+            Err(_) => None,
+        };
+        restore_redacted(&mut incoming, stored.as_ref()).map_err(ApiError::invalid_request)?;
+        serde_json::to_vec(&incoming)
+            .map(Some)
+            .map_err(|e| ApiError::internal("encode the channel", e))
     }
 
     pub async fn get(&self, request: GetChannel) -> Result<ChannelReply, ApiError> {

@@ -194,13 +194,21 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             info!(channel = %stored.channel.name(), revision = stored.revision, "channel stored");
             encode(stored)
         }
-        Endpoint::ChannelGet => encode(state.channels.get(parse_body(body)?).await?),
-        Endpoint::ChannelList => encode(
-            state
+        // Reads never show credentials here (`nats kv get jetcron_channels`
+        // does, to whoever may read the bucket).
+        Endpoint::ChannelGet => {
+            let mut reply = state.channels.get(parse_body(body)?).await?;
+            reply.channel = reply.channel.redacted();
+            encode(reply)
+        }
+        Endpoint::ChannelList => {
+            let mut reply = state
                 .channels
                 .list(parse_body(body_or_empty_object(body))?)
-                .await?,
-        ),
+                .await?;
+            reply.channels = reply.channels.into_iter().map(|c| c.redacted()).collect();
+            encode(reply)
+        }
         Endpoint::ChannelDelete => {
             let reply = state.channels.delete(parse_body(body)?).await?;
             info!(channel = %reply.name, "channel deleted");

@@ -85,6 +85,14 @@ pub fn samples(
             sql(stats::run_stats_query(client, from, to, Some(job_id))),
         ),
         (
+            "failed notifications, all jobs",
+            sql(stats::notify_failures_query(client, from, to, None)),
+        ),
+        (
+            "failed notifications, one job",
+            sql(stats::notify_failures_query(client, from, to, Some(job_id))),
+        ),
+        (
             "runs present (missed fires)",
             sql(stats::present_runs_query(
                 client,

@@ -393,9 +393,13 @@ pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply
         MAX_STATS_RANGE,
     )?;
     let job = job_param(request.job)?;
-    let counts = stats::run_stats(state.runs.client(), from, to, job.as_deref())
+    let mut counts = stats::run_stats(state.runs.client(), from, to, job.as_deref())
         .await
         .map_err(ApiError::unavailable)?;
+    let failures = stats::notify_failures(state.runs.client(), from, to, job.as_deref())
+        .await
+        .map_err(ApiError::unavailable)?;
+    stats::with_notify_failures(&mut counts, failures);
     let mut jobs: Vec<CurrentJob> = match &job {
         Some(id) => state
             .jobs

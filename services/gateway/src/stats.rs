@@ -97,6 +97,9 @@ pub struct JobStats {
     /// True when the range held more expected fires than were checked.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub missed_truncated: bool,
+    /// Notifications given up after every try (`notify_failed` events): the
+    /// job's webhook, or an alert to one channel.
+    pub notifications_failed: u64,
 }
 
 impl JobStats {
@@ -111,6 +114,7 @@ impl JobStats {
             missed_fires: 0,
             missed_examples: Vec::new(),
             missed_truncated: false,
+            notifications_failed: 0,
         }
     }
 
@@ -132,6 +136,59 @@ impl JobStats {
             by_status,
             ..Self::empty(&row.job_id)
         }
+    }
+}
+
+/// Failed notifications per job, of runs scheduled in `[from, to]`.
+pub async fn notify_failures(
+    client: &clickhouse::Client,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    job_id: Option<&str>,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    let rows = notify_failures_query(client, from, to, job_id)
+        .fetch_all::<(String, u64)>()
+        .await
+        .context("query failed notifications")?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The query of [`notify_failures`] (`notify_failed` events are not in the
+/// `runs` view: they do not change a run's state).
+pub fn notify_failures_query(
+    client: &clickhouse::Client,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    job_id: Option<&str>,
+) -> clickhouse::query::Query {
+    let mut sql = "SELECT job_id, uniqExact(event_id) AS failures FROM jetcron.run_events \
+        WHERE kind = 'notify_failed' AND scheduled_ms >= ? AND scheduled_ms <= ?"
+        .to_string();
+    if job_id.is_some() {
+        sql.push_str(" AND job_id = ?");
+    }
+    sql.push_str(" GROUP BY job_id ORDER BY job_id");
+    let mut query = client
+        .query(&sql)
+        .bind(from.timestamp_millis())
+        .bind(to.timestamp_millis());
+    if let Some(id) = job_id {
+        query = query.bind(id);
+    }
+    query
+}
+
+/// Add the failed notifications to `stats` (a job may have no run in the
+/// range and still failed alerts: a missed fire's).
+pub fn with_notify_failures(
+    stats: &mut BTreeMap<String, JobStats>,
+    failures: BTreeMap<String, u64>,
+) {
+    for (id, count) in failures {
+        stats
+            .entry(id.clone())
+            .or_insert_with(|| JobStats::empty(&id))
+            .notifications_failed = count;
     }
 }
 

@@ -477,8 +477,9 @@ fn mail_channel(name: &str, port: u16, tls: &str) -> Value {
     json!({"type":"email","name":name,"smtp_host":"localhost","smtp_port":port,"tls":tls,"from":"jetcron@example.com","to":["ops@example.com"]})
 }
 
-/// Put `channel`, and job `id` that fails at once and alerts it; run it once.
-async fn fail_once_alerting(stack: &Stack, id: &str, channel: &Value) {
+/// Put `channel`, and job `id` that fails at once and alerts it; run it
+/// once; the run's id.
+async fn fail_once_alerting(stack: &Stack, id: &str, channel: &Value) -> String {
     let (reply, code) = stack
         .api("jetcron.api.channels.put", &channel.to_string())
         .await;
@@ -499,6 +500,7 @@ async fn fail_once_alerting(stack: &Stack, id: &str, channel: &Value) {
     stack
         .wait_for_run_status(&run, "failed", Duration::from_secs(30))
         .await;
+    run
 }
 
 #[tokio::test]
@@ -529,7 +531,7 @@ async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
 
     // The same server refuses a client that does not start TLS: the check
     // above means something.
-    fail_once_alerting(
+    let run = fail_once_alerting(
         &stack,
         "plain-checked",
         &mail_channel("plain-mail", smtp.port(), "none"),
@@ -537,5 +539,82 @@ async fn mail_goes_over_starttls_to_a_server_that_requires_it() {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(smtp.messages().len(), 1, "plain text was accepted");
+
+    // Given up after its tries (5, from 1 s doubling): recorded beside the
+    // run it was about, and counted by /v1/stats.
+    let run = wait_until(
+        "the failed delivery recorded",
+        Duration::from_secs(60),
+        || async {
+            let run = stack.run(&run).await?;
+            let failed = run["events"]
+                .as_array()?
+                .iter()
+                .any(|e| e["kind"] == "notify_failed");
+            failed.then_some(run)
+        },
+    )
+    .await;
+    let error = run["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["kind"] == "notify_failed")
+        .and_then(|e| e["error"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains(r#"to channel "plain-mail" not delivered after 5 tries"#),
+        "{error}"
+    );
+    assert_eq!(run["status"], "failed", "the run's state is unchanged");
+    let (status, stats) = stack.get("/v1/stats?job=plain-checked").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["jobs"][0]["notifications_failed"], 1, "{stats}");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn mail_signs_in_with_the_channels_user_and_password() {
+    let dir = tempfile::tempdir().expect("dir");
+    let [ca, cert, key] = smtp_certificates(dir.path());
+    // The server takes mail only over STARTTLS and after AUTH as alerts/s3cret.
+    let smtp = SmtpServer::start_with_auth(&cert, &key, "alerts", "s3cret");
+    let stack = Stack::start(StackOptions {
+        smtp_ca_file: Some(ca),
+        ..StackOptions::with_shell()
+    })
+    .await;
+    let with_login = |name: &str, password: &str| {
+        let mut channel = mail_channel(name, smtp.port(), "starttls");
+        channel["username"] = "alerts".into();
+        channel["password"] = password.into();
+        channel
+    };
+    fail_once_alerting(&stack, "signed-in", &with_login("auth-mail", "s3cret")).await;
+    let mails = wait_until("the mail after AUTH", Duration::from_secs(30), || async {
+        let mails = smtp.messages();
+        (!mails.is_empty()).then_some(mails)
+    })
+    .await;
+    assert_eq!(mails.len(), 1);
+    let subject = mails[0].header("Subject").expect("subject");
+    assert!(subject.contains("signed-in: run failed"), "{subject}");
+    // The password is kept, and not shown.
+    let (reply, _) = stack
+        .api("jetcron.api.channels.get", r#"{"name":"auth-mail"}"#)
+        .await;
+    assert!(!reply.to_string().contains("s3cret"), "{reply}");
+
+    // A wrong password, and none at all, are refused: the check means something.
+    fail_once_alerting(&stack, "wrong-password", &with_login("bad-auth", "guess")).await;
+    fail_once_alerting(
+        &stack,
+        "no-login",
+        &mail_channel("no-auth", smtp.port(), "starttls"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(smtp.messages().len(), 1, "mail taken without a valid login");
     stack.stop().await;
 }

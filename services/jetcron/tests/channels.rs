@@ -33,8 +33,74 @@ async fn channels_are_put_read_listed_and_deleted_over_nats_and_http() {
         .await;
     assert_eq!(code, None, "{reply}");
     assert_eq!(
-        reply["channel"]["channel"]["password"], "hunter2-secret",
-        "NATS (permission-guarded) shows all"
+        reply["channel"]["channel"]["password"], "<redacted>",
+        "reads never show credentials"
+    );
+    // What a read gives, edited and put back, keeps the stored secret.
+    let mut edited = reply["channel"]["channel"].clone();
+    edited["to"] = json!(["ops@example.com", "oncall@example.com"]);
+    let (reply, code) = stack
+        .api("jetcron.api.channels.put", &edited.to_string())
+        .await;
+    assert_eq!(code, None, "{reply}");
+    assert_eq!(reply["channel"]["password"], "<redacted>", "{reply}");
+    let raw = stack
+        .js
+        .get_key_value("jetcron_channels")
+        .await
+        .expect("bucket")
+        .get("ops-mail")
+        .await
+        .expect("get")
+        .expect("stored");
+    let raw: serde_json::Value = serde_json::from_slice(&raw).expect("json");
+    assert_eq!(raw["password"], "hunter2-secret", "{raw}");
+    assert_eq!(raw["to"][1], "oncall@example.com", "{raw}");
+    // The same for a bot URL's token and a webhook's header and secret.
+    for name in ["slack-ops", "hook"] {
+        let (read, _) = stack
+            .api(
+                "jetcron.api.channels.get",
+                &json!({ "name": name }).to_string(),
+            )
+            .await;
+        let (reply, code) = stack
+            .api(
+                "jetcron.api.channels.put",
+                &read["channel"]["channel"].to_string(),
+            )
+            .await;
+        assert_eq!(code, None, "{reply}");
+    }
+    let (_, listed) = stack.get("/v1/channels").await;
+    assert!(listed
+        .to_string()
+        .contains("https://hooks.slack.com/<redacted>"));
+    let bucket = stack
+        .js
+        .get_key_value("jetcron_channels")
+        .await
+        .expect("bucket");
+    let slack = bucket.get("slack-ops").await.expect("get").expect("slack");
+    assert!(String::from_utf8_lossy(&slack).contains("slacktoken"));
+    let hook = bucket.get("hook").await.expect("get").expect("hook");
+    let hook = String::from_utf8_lossy(&hook).to_string();
+    assert!(
+        hook.contains("abc-token") && hook.contains("0123456789abcdef-secret"),
+        "{hook}"
+    );
+    // A placeholder with nothing behind it is refused by name.
+    let (reply, code) = stack
+        .api(
+            "jetcron.api.channels.put",
+            &json!({"type":"email","name":"new-mail","smtp_host":"smtp.example.com","username":"u","password":"<redacted>","from":"jetcron@example.com","to":["ops@example.com"]}).to_string(),
+        )
+        .await;
+    assert_eq!(code.as_deref(), Some("400"), "{reply}");
+    assert_eq!(reply["error"]["field"], "password", "{reply}");
+    assert_eq!(
+        reply["error"]["problems"][0]["code"], "redacted_placeholder",
+        "{reply}"
     );
     let (reply, _) = stack.api("jetcron.api.channels.list", "").await;
     let names: Vec<&str> = reply["channels"]
@@ -212,6 +278,10 @@ async fn channels_are_put_read_listed_and_deleted_over_nats_and_http() {
         }
         all
     };
-    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(
+        history.len(),
+        3,
+        "put, the put-back above, delete: {history:?}"
+    );
     stack.stop().await;
 }

@@ -52,11 +52,33 @@ async fn every_gateway_query_answers_the_same_on_18_16_and_current_clickhouse() 
         )
         .await
         .expect("publish");
+    // A notification of the broken run given up, as an executor records it.
+    let ended = stack
+        .runs_stream_payloads("jetcron.runs.broken.failed")
+        .await;
+    let mut gave_up: Value =
+        serde_json::from_slice(ended.last().expect("failed event")).expect("json");
+    gave_up["kind"] = "notify_failed".into();
+    gave_up["event_id"] = format!("{broken_run}:2:notify_failed:ops-mail").into();
+    gave_up["error"] =
+        "alert failed (firing) to channel \"ops-mail\" not delivered after 5 tries".into();
+    stack
+        .js
+        .publish(
+            "jetcron.runs.broken.notify_failed",
+            gave_up.to_string().into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
     wait_until("history projected", Duration::from_secs(20), || async {
         let (_, r) = stack.get("/v1/rejections").await;
         let (_, runs) = stack.get("/v1/runs").await;
+        let (_, stats) = stack.get("/v1/stats?job=broken").await;
         (r["rejections"].as_array().map_or(0, Vec::len) == 1
-            && runs["runs"].as_array().map_or(0, Vec::len) == 2)
+            && runs["runs"].as_array().map_or(0, Vec::len) == 2
+            && stats["jobs"][0]["notifications_failed"] == 1)
             .then_some(())
     })
     .await;

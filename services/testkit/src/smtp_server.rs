@@ -7,6 +7,31 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+/// aiosmtpd requiring STARTTLS, then AUTH with one login, storing into a
+/// Maildir. Arguments: port, maildir, cert, key, user, password.
+const AUTH_SERVER_SCRIPT: &str = r#"
+import signal, ssl, sys
+from aiosmtpd.controller import Controller
+from aiosmtpd.handlers import Mailbox
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+port, maildir, cert, key, user, password = sys.argv[1:]
+
+def authenticate(server, session, envelope, mechanism, data):
+    ok = (isinstance(data, LoginPassword)
+          and data.login.decode() == user and data.password.decode() == password)
+    return AuthResult(success=ok)
+
+context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+context.load_cert_chain(cert, key)
+controller = Controller(Mailbox(maildir), hostname="127.0.0.1", port=int(port),
+                        tls_context=context, require_starttls=True,
+                        authenticator=authenticate, auth_required=True)
+controller.start()
+signal.sigwait([signal.SIGTERM, signal.SIGINT])
+controller.stop()
+"#;
+
 /// A running aiosmtpd.
 pub struct SmtpServer {
     child: Child,
@@ -75,23 +100,53 @@ impl SmtpServer {
     }
 
     fn start_inner(tls: Option<(&std::path::Path, &std::path::Path)>) -> Self {
+        Self::spawn(|port, maildir| {
+            let mut command = Command::new("python3");
+            command.args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")]);
+            if let Some((cert, key)) = tls {
+                command.arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
+            }
+            command
+                .args(["-c", "aiosmtpd.handlers.Mailbox"])
+                .arg(maildir);
+            command
+        })
+    }
+
+    /// Start requiring STARTTLS (with `cert` and `key`) and then AUTH
+    /// (PLAIN or LOGIN) as `user` with `password` before it takes mail:
+    /// aiosmtpd's `Controller` with an authenticator, as a script (its
+    /// command line has no AUTH options).
+    pub fn start_with_auth(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        user: &str,
+        password: &str,
+    ) -> Self {
+        Self::spawn(|port, maildir| {
+            let mut command = Command::new("python3");
+            command
+                .arg("-c")
+                .arg(AUTH_SERVER_SCRIPT)
+                .arg(port.to_string())
+                .arg(maildir)
+                .args([cert, key])
+                .args([user, password]);
+            command
+        })
+    }
+
+    fn spawn(command: impl FnOnce(u16, &std::path::Path) -> Command) -> Self {
         let port = crate::free_port();
         let maildir = tempfile::Builder::new()
             .prefix("jetcron-smtp-")
             .tempdir()
             .expect("maildir");
-        let mut command = Command::new("python3");
-        command.args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")]);
-        if let Some((cert, key)) = tls {
-            command.arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
-        }
-        let child = command
-            .args(["-c", "aiosmtpd.handlers.Mailbox"])
-            .arg(maildir.path().join("mail"))
+        let child = command(port, &maildir.path().join("mail"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start python3 -m aiosmtpd (pip install aiosmtpd; infra/test.sh does)");
+            .expect("start python3 with aiosmtpd (pip install aiosmtpd; infra/test.sh does)");
         crate::nats_server::wait_for_port(port, Duration::from_secs(20), "aiosmtpd");
         Self {
             child,

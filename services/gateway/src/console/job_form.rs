@@ -30,6 +30,9 @@ pub struct JobForm {
     pub schedule: String,
     #[serde(default)]
     pub timezone: String,
+    /// Parents: `job` or `job:on`, separated by commas or spaces.
+    #[serde(default)]
+    pub after: String,
     #[serde(default, rename = "target.type")]
     pub target_type: String,
     #[serde(default, rename = "target.url")]
@@ -104,6 +107,23 @@ impl JobForm {
             description: text(d.get("description")),
             schedule: text(d.get("schedule")),
             timezone: text(d.get("timezone")),
+            after: d
+                .get("after")
+                .and_then(Value::as_array)
+                .map(|links| {
+                    links
+                        .iter()
+                        .filter_map(|link| {
+                            let job = link.get("job")?.as_str()?;
+                            Some(match link.get("on").and_then(Value::as_str) {
+                                Some(on) if on != "success" => format!("{job}:{on}"),
+                                _ => job.to_string(),
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default(),
             target_type: match text(target.get("type")) {
                 t if t.is_empty() => "http".into(),
                 t => t,
@@ -148,11 +168,25 @@ impl JobForm {
         let mut d = base.and_then(Value::as_object).cloned().unwrap_or_default();
         d.insert("id".into(), Value::String(self.id.trim().to_string()));
         set_text(&mut d, "description", &self.description);
-        d.insert(
-            "schedule".into(),
-            Value::String(self.schedule.trim().to_string()),
-        );
+        // Left empty: no schedule (a job with parents runs after them; one
+        // without is told the schedule is missing).
+        set_text(&mut d, "schedule", &self.schedule);
         set_text(&mut d, "timezone", &self.timezone);
+        let after: Vec<Value> = self
+            .after
+            .split([',', ' ', '\n'])
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|parent| match parent.split_once(':') {
+                Some((job, on)) => serde_json::json!({"job": job, "on": on}),
+                None => serde_json::json!({ "job": parent }),
+            })
+            .collect();
+        if after.is_empty() {
+            d.remove("after");
+        } else {
+            d.insert("after".into(), Value::Array(after));
+        }
         set_text(&mut d, "timeout", &self.timeout);
         set_text(&mut d, "concurrency", &self.concurrency);
         if self.paused.is_some() {
@@ -268,11 +302,12 @@ impl JobForm {
 pub fn errors_by_field(
     problems: &[jetcron_core::job::FieldError],
 ) -> BTreeMap<String, Vec<String>> {
-    const FIELDS: [&str; 18] = [
+    const FIELDS: [&str; 19] = [
         "id",
         "description",
         "schedule",
         "timezone",
+        "after",
         "target.type",
         "target.url",
         "target.method",
@@ -292,7 +327,11 @@ pub fn errors_by_field(
     for problem in problems {
         let field = FIELDS
             .iter()
-            .find(|f| problem.field == **f || problem.field.starts_with(&format!("{f}.")))
+            .find(|f| {
+                problem.field == **f
+                    || problem.field.starts_with(&format!("{f}."))
+                    || problem.field.starts_with(&format!("{f}["))
+            })
             .map_or("", |f| *f);
         let message = if field.is_empty() && !problem.field.is_empty() {
             format!("{}: {}", problem.field, problem.message)
@@ -341,6 +380,39 @@ mod tests {
         assert_eq!(
             edited["target"],
             json!({"type": "shell", "command": "echo hi"})
+        );
+    }
+
+    #[test]
+    fn parents_round_trip_and_an_empty_schedule_is_left_out() {
+        let stored = json!({
+            "id": "load",
+            "after": [{"job": "extract"}, {"job": "audit", "on": "failure"}],
+            "target": {"type": "nats", "subject": "svc.load"}
+        });
+        let mut form = JobForm::of(Some(&stored), 3);
+        assert_eq!(form.after, "extract, audit:failure");
+        assert_eq!(form.schedule, "");
+        let edited = form.apply_to(Some(&stored));
+        assert_eq!(
+            edited["after"],
+            json!([{"job": "extract"}, {"job": "audit", "on": "failure"}])
+        );
+        assert!(edited.get("schedule").is_none(), "{edited}");
+        jetcron_core::job::parse_job(edited.to_string().as_bytes(), None).expect("valid");
+        form.after = String::new();
+        let edited = form.apply_to(Some(&stored));
+        assert!(edited.get("after").is_none(), "{edited}");
+        let problems = jetcron_core::job::parse_job(edited.to_string().as_bytes(), None)
+            .expect_err("neither schedule nor parents");
+        assert!(errors_by_field(&problems).contains_key("schedule"));
+        form.after = "no such id!".into();
+        let problems =
+            jetcron_core::job::parse_job(form.apply_to(Some(&stored)).to_string().as_bytes(), None)
+                .expect_err("bad parent");
+        assert!(
+            errors_by_field(&problems).contains_key("after"),
+            "{problems:?}"
         );
     }
 

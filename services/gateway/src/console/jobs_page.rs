@@ -178,8 +178,25 @@ pub async fn show(
                     .unwrap_or_else(|| "none".into()),
                 None => "—".into(),
             };
+            let parents: Vec<&str> = row.after.iter().map(|l| l.job.as_str()).collect();
             let words = valid
                 .map(|job| {
+                    if !parents.is_empty() {
+                        let after = format!("after {}", parents.join(", "));
+                        return match job.spec.schedule {
+                            None => after,
+                            Some(_) => format!(
+                                "{}; and {after}",
+                                jetcron_core::schedule_preview::describe(
+                                    job.spec.schedule_line(),
+                                    &job.schedule,
+                                    job.timezone,
+                                    &[],
+                                )
+                                .description
+                            ),
+                        };
+                    }
                     jetcron_core::schedule_preview::describe(
                         job.spec.schedule_line(),
                         &job.schedule,
