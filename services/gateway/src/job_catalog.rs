@@ -19,16 +19,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 use jetcron_core::job::{parse_written, ChainLink, ChainOn};
+use jetcron_io::bucket_follow::{self, BucketView};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 /// Longest description kept in a row (the job page shows the whole one).
 const DESCRIPTION_CHARS: usize = 160;
@@ -474,61 +473,25 @@ impl JobCatalog {
         }
     }
 
-    fn apply(&self, entry: &kv::Entry) {
-        let row = (entry.operation == Operation::Put)
-            .then(|| JobRow::from_value(&entry.key, entry.revision, &entry.value, entry.created));
-        let mut state = self.write();
-        state.record(&entry.key, entry.revision, row);
-        if entry.seen_current || entry.delta == 0 {
-            state.synced = true;
-        }
-    }
-
     fn mark_synced(&self) {
         self.write().synced = true;
     }
 
     /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
     pub async fn follow(self, bucket: kv::Store, shutdown: CancellationToken) {
-        loop {
-            if let Err(e) = self.follow_once(&bucket, &shutdown).await {
-                warn!(error = %format!("{e:#}"), "job catalog watch broke, reopening");
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
+        bucket_follow::follow(&bucket, &self, "job catalog", &shutdown).await;
+    }
+}
+
+impl BucketView for JobCatalog {
+    fn apply(&self, entry: &kv::Entry) {
+        let row = (entry.operation == Operation::Put)
+            .then(|| JobRow::from_value(&entry.key, entry.revision, &entry.value, entry.created));
+        self.write().record(&entry.key, entry.revision, row);
     }
 
-    async fn follow_once(
-        &self,
-        bucket: &kv::Store,
-        shutdown: &CancellationToken,
-    ) -> anyhow::Result<()> {
-        if bucket
-            .status()
-            .await
-            .context("read job bucket status")?
-            .values()
-            == 0
-        {
-            self.mark_synced();
-        }
-        let mut entries = bucket
-            .watch_with_history(">")
-            .await
-            .context("watch job bucket")?;
-        loop {
-            let entry = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                entry = entries.next() => entry,
-            };
-            match entry {
-                Some(entry) => self.apply(&entry.context("job bucket watch")?),
-                None => anyhow::bail!("job bucket watch ended"),
-            }
-        }
+    fn synced(&self) {
+        self.mark_synced();
     }
 }
 

@@ -161,9 +161,26 @@ pub fn notify_failures_query(
     to: DateTime<Utc>,
     job_id: Option<&str>,
 ) -> clickhouse::query::Query {
-    let mut sql = "SELECT job_id, uniqExact(event_id) AS failures FROM jetcron.run_events \
-        WHERE kind = 'notify_failed' AND scheduled_ms >= ? AND scheduled_ms <= ?"
-        .to_string();
+    per_job_in_range(
+        client,
+        "SELECT job_id, uniqExact(event_id) AS failures FROM jetcron.run_events \
+         WHERE kind = 'notify_failed' AND scheduled_ms >= ? AND scheduled_ms <= ?",
+        from,
+        to,
+        job_id,
+    )
+}
+
+/// `select` (whose WHERE ends with the scheduled range `>= ? AND <= ?`)
+/// for one job or all, grouped by job.
+fn per_job_in_range(
+    client: &clickhouse::Client,
+    select: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    job_id: Option<&str>,
+) -> clickhouse::query::Query {
+    let mut sql = select.to_string();
     if job_id.is_some() {
         sql.push_str(" AND job_id = ?");
     }
@@ -216,19 +233,7 @@ pub fn run_stats_query(
     to: DateTime<Utc>,
     job_id: Option<&str>,
 ) -> clickhouse::query::Query {
-    let mut sql = STATS_SQL.to_string();
-    if job_id.is_some() {
-        sql.push_str(" AND job_id = ?");
-    }
-    sql.push_str(" GROUP BY job_id ORDER BY job_id");
-    let mut query = client
-        .query(&sql)
-        .bind(from.timestamp_millis())
-        .bind(to.timestamp_millis());
-    if let Some(id) = job_id {
-        query = query.bind(id);
-    }
-    query
+    per_job_in_range(client, STATS_SQL, from, to, job_id)
 }
 
 /// Run ids with events among `job_ids` in a scheduled range (missed fires).

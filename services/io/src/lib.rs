@@ -4,6 +4,8 @@
 //!
 //! - [`topology`]: creates the NATS streams and buckets idempotently,
 //!   verifies existing ones and waits while a cluster forms.
+//! - [`bucket_follow`]: keeps a view of a KV bucket in memory (watch,
+//!   catch-up, reopen).
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
 //! - [`control`]: records and broadcasts kill requests.
 //! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
@@ -19,6 +21,7 @@
 //! The messages themselves (events, requests, names) are `jetcron-core`,
 //! which does no I/O.
 
+pub mod bucket_follow;
 pub mod clickhouse_schema;
 pub mod control;
 pub mod due;

@@ -8,15 +8,12 @@
 //! a direct `nats kv put`: the API refuses it) has its links ignored, with
 //! a warning, so a loop of jobs never starts itself forever.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::RwLock;
-use std::time::Duration;
-
-use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
-use futures::StreamExt as _;
 use jetcron_core::chain;
 use jetcron_core::job::{parse_job, ChainLink, JobSpec};
+use jetcron_io::bucket_follow::{self, BucketView};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -113,13 +110,13 @@ impl ChainIndex {
     }
 
     /// Whether the watch has caught up with the bucket.
-    pub fn synced(&self) -> bool {
+    pub fn is_synced(&self) -> bool {
         self.state.read().unwrap_or_else(|e| e.into_inner()).synced
     }
 
     /// Take in one bucket entry: a put of `key` at `revision` (`value`), or
     /// its deletion (`None`).
-    pub fn apply(&self, key: &str, revision: u64, value: Option<&[u8]>) {
+    pub fn take(&self, key: &str, revision: u64, value: Option<&[u8]>) {
         let job = value.and_then(|bytes| chained_job(key, revision, bytes));
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match job {
@@ -128,56 +125,20 @@ impl ChainIndex {
         }
     }
 
-    fn mark_synced(&self) {
-        self.state.write().unwrap_or_else(|e| e.into_inner()).synced = true;
-    }
-
     /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
     pub async fn follow(&self, bucket: kv::Store, shutdown: CancellationToken) {
-        loop {
-            if let Err(e) = self.follow_once(&bucket, &shutdown).await {
-                warn!(error = %format!("{e:#}"), "chain index watch broke, reopening");
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
+        bucket_follow::follow(&bucket, self, "chain index", &shutdown).await;
+    }
+}
+
+impl BucketView for ChainIndex {
+    fn apply(&self, entry: &kv::Entry) {
+        let value = (entry.operation == Operation::Put).then_some(&entry.value[..]);
+        self.take(&entry.key, entry.revision, value);
     }
 
-    async fn follow_once(
-        &self,
-        bucket: &kv::Store,
-        shutdown: &CancellationToken,
-    ) -> anyhow::Result<()> {
-        if bucket
-            .status()
-            .await
-            .context("read job bucket status")?
-            .values()
-            == 0
-        {
-            self.mark_synced();
-        }
-        let mut entries = bucket
-            .watch_with_history(">")
-            .await
-            .context("watch job bucket")?;
-        loop {
-            let entry = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                entry = entries.next() => entry,
-            };
-            let entry = match entry {
-                Some(entry) => entry.context("job bucket watch")?,
-                None => anyhow::bail!("job bucket watch ended"),
-            };
-            let value = (entry.operation == Operation::Put).then_some(&entry.value[..]);
-            self.apply(&entry.key, entry.revision, value);
-            if entry.seen_current || entry.delta == 0 {
-                self.mark_synced();
-            }
-        }
+    fn synced(&self) {
+        self.state.write().unwrap_or_else(|e| e.into_inner()).synced = true;
     }
 }
 
@@ -206,7 +167,7 @@ mod tests {
         let json = format!(
             r#"{{"id":"{id}","after":{after},"target":{{"type":"shell","command":"true"}}}}"#
         );
-        index.apply(id, 1, Some(json.as_bytes()));
+        index.take(id, 1, Some(json.as_bytes()));
     }
 
     fn children(index: &ChainIndex, parent: &str) -> Vec<String> {
@@ -237,7 +198,7 @@ mod tests {
         // An edit moves the links; a delete drops them.
         put(&index, "report", r#"[{"job":"load"}]"#);
         assert_eq!(children(&index, "extract"), ["load"]);
-        index.apply("load", 2, None);
+        index.take("load", 2, None);
         assert!(children(&index, "extract").is_empty());
         assert_eq!(children(&index, "load"), ["report"]);
     }
@@ -256,14 +217,14 @@ mod tests {
     #[test]
     fn jobs_without_parents_and_invalid_ones_are_not_kept() {
         let index = ChainIndex::default();
-        index.apply(
+        index.take(
             "plain",
             1,
             Some(
                 br#"{"id":"plain","schedule":"@daily","target":{"type":"shell","command":"true"}}"#,
             ),
         );
-        index.apply(
+        index.take(
             "broken",
             1,
             Some(br#"{"id":"broken","after":[{"job":"plain","on":"sometimes"}],"target":{"type":"shell","command":"true"}}"#),

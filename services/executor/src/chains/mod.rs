@@ -71,7 +71,7 @@ pub async fn start_children(
     consumer: jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    while !index.synced() {
+    while !index.is_synced() {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}

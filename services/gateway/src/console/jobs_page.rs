@@ -181,29 +181,18 @@ pub async fn show(
             let parents: Vec<&str> = row.after.iter().map(|l| l.job.as_str()).collect();
             let words = valid
                 .map(|job| {
-                    if !parents.is_empty() {
-                        let after = format!("after {}", parents.join(", "));
-                        return match job.spec.schedule {
-                            None => after,
-                            Some(_) => format!(
-                                "{}; and {after}",
-                                jetcron_core::schedule_preview::describe(
-                                    job.spec.schedule_line(),
-                                    &job.schedule,
-                                    job.timezone,
-                                    &[],
-                                )
-                                .description
-                            ),
-                        };
-                    }
-                    jetcron_core::schedule_preview::describe(
+                    let timed = jetcron_core::schedule_preview::describe(
                         job.spec.schedule_line(),
                         &job.schedule,
                         job.timezone,
                         &[],
                     )
-                    .description
+                    .description;
+                    match (parents.is_empty(), &job.spec.schedule) {
+                        (true, _) => timed,
+                        (false, None) => format!("after {}", parents.join(", ")),
+                        (false, Some(_)) => format!("{timed}; and after {}", parents.join(", ")),
+                    }
                 })
                 .unwrap_or_default();
             let last = figures.last.get(&row.id);

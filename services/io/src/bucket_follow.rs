@@ -1,0 +1,78 @@
+//! Keeping a view of a KV bucket in memory: every current value first, then
+//! every change, reopened when the watch breaks. The gateway's job catalog
+//! and the executors' chain index both follow `jetcron_jobs` this way.
+//!
+//! A view is told each entry ([`BucketView::apply`]) and, once, that it has
+//! seen everything the bucket held when the watch opened
+//! ([`BucketView::synced`]): at once for an empty bucket, otherwise with the
+//! entry that has no more pending after it. A reopened watch delivers every
+//! current value again, so views must take a value they already hold.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv;
+use futures::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// What follows a bucket.
+pub trait BucketView {
+    /// Take in one entry (a put, or a delete or purge marker).
+    fn apply(&self, entry: &kv::Entry);
+    /// Every value the bucket held has been applied.
+    fn synced(&self);
+}
+
+/// Follow `bucket` into `view` until `shutdown`; `what` names the view in
+/// logs.
+pub async fn follow(
+    bucket: &kv::Store,
+    view: &impl BucketView,
+    what: &str,
+    shutdown: &CancellationToken,
+) {
+    loop {
+        if let Err(e) = follow_once(bucket, view, shutdown).await {
+            warn!(error = %format!("{e:#}"), "{what} watch broke, reopening");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+async fn follow_once(
+    bucket: &kv::Store,
+    view: &impl BucketView,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if bucket
+        .status()
+        .await
+        .context("read bucket status")?
+        .values()
+        == 0
+    {
+        view.synced();
+    }
+    let mut entries = bucket
+        .watch_with_history(">")
+        .await
+        .context("watch bucket")?;
+    loop {
+        let entry = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            entry = entries.next() => entry,
+        };
+        let entry = match entry {
+            Some(entry) => entry.context("bucket watch")?,
+            None => anyhow::bail!("bucket watch ended"),
+        };
+        view.apply(&entry);
+        if entry.seen_current || entry.delta == 0 {
+            view.synced();
+        }
+    }
+}
