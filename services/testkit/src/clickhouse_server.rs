@@ -124,6 +124,11 @@ impl ClickHouseServer {
     }
 
     /// Kill the process (SIGKILL), keeping its data.
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -56,6 +56,11 @@ impl JetcronProcess {
     }
 
     /// SIGKILL (nothing is flushed, nothing released).
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn kill_9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

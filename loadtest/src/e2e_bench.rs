@@ -1,0 +1,395 @@
+//! End to end, as a user sees it: `jetcron all` (one process: ticker,
+//! executor, projector, gateway) with nats-server and clickhouse-server on
+//! this machine, N jobs `* * * * * *` whose NATS target is answered here.
+//! A fire is on time when its target is called on time, so the lag is
+//! measured at the target: arrival minus `Jetcron-Scheduled-At`.
+//!
+//! `run` prints, for the measured seconds (after a warm-up):
+//! - runs/s reaching the target, and how many of the window's fires did;
+//! - target-call lag p50/p99/max and fires called early (before their time);
+//! - CPU seconds of each process (`/proc/<pid>/stat`) and per run in µs;
+//! - how long until every measured run is queryable in ClickHouse;
+//! - the same burst from an *ideal sender*: this process publishes N
+//!   requests at each whole second to the same subscriber through the same
+//!   server, the floor for a burst of that size here (measured first, in
+//!   the same invocation).
+//!
+//! `cargo build --release -p jetcron -p jetcron-loadtest && ./target/release/e2e-bench run --jobs 10000`
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+use futures::StreamExt as _;
+use jetcron_core::subjects;
+use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
+
+#[derive(Parser)]
+#[command(about = "jetcron end-to-end benchmark: jetcron all, nats-server, clickhouse-server")]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// N jobs firing every second through `jetcron all` to a NATS target.
+    Run {
+        #[arg(long, default_value_t = 10_000)]
+        jobs: usize,
+        /// Seconds measured, after the warm-up.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        /// The jetcron binary (default: beside this one).
+        #[arg(long)]
+        jetcron: Option<PathBuf>,
+        /// Extra arguments of `jetcron all` (e.g. `--max-in-flight 1024`).
+        #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+        jetcron_args: Vec<String>,
+    },
+}
+
+const TARGET_SUBJECT: &str = "bench.target";
+const IDEAL_SUBJECT: &str = "bench.ideal";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().scenario {
+        Scenario::Run {
+            jobs,
+            seconds,
+            warmup,
+            jetcron,
+            jetcron_args,
+        } => {
+            let jetcron = match jetcron {
+                Some(path) => path,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("bench binary without a directory")?
+                    .join("jetcron"),
+            };
+            run(jobs, seconds, warmup, &jetcron, &jetcron_args).await
+        }
+    }
+}
+
+/// One call seen by the target: the second it was scheduled for and its lag.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    scheduled: DateTime<Utc>,
+    at: DateTime<Utc>,
+    lag_us: i64,
+}
+
+type Arrivals = Arc<Mutex<Vec<Arrival>>>;
+
+/// Answer every request on `subject`, recording arrival minus the request's
+/// `Jetcron-Scheduled-At`.
+async fn serve(client: async_nats::Client, subject: &str) -> anyhow::Result<Arrivals> {
+    let arrivals: Arrivals = Arc::default();
+    let mut requests = client.subscribe(subject.to_string()).await?;
+    let recorded = arrivals.clone();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let now = Utc::now();
+            let scheduled = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Jetcron-Scheduled-At"))
+                .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
+                .map(|t| t.with_timezone(&Utc));
+            if let Some(scheduled) = scheduled {
+                let lag_us = (now - scheduled).num_microseconds().unwrap_or(i64::MAX);
+                recorded.lock().expect("arrivals").push(Arrival {
+                    scheduled,
+                    at: now,
+                    lag_us,
+                });
+            }
+            if let Some(reply) = request.reply {
+                let _ = client.publish(reply, "ok".into()).await;
+            }
+        }
+    });
+    Ok(arrivals)
+}
+
+/// Store `count` job definitions with pipelined publishes into the bucket.
+async fn load_jobs(js: &jetstream::Context, count: usize) -> anyhow::Result<()> {
+    let mut pending = Vec::with_capacity(4096);
+    for i in 0..count {
+        let value = format!(
+            r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{TARGET_SUBJECT}"}}}}"#
+        );
+        let subject = format!("$KV.{}.e2e-{i:07}", subjects::JOBS_BUCKET);
+        pending.push(js.publish(subject, value.into()).await?);
+        if pending.len() >= 4096 {
+            for ack in pending.drain(..) {
+                ack.await.context("job put ack")?;
+            }
+        }
+    }
+    for ack in pending {
+        ack.await.context("job put ack")?;
+    }
+    Ok(())
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    // Fields after the command name (which may hold spaces) in /proc/<pid>/stat:
+    // utime and stime are the 12th and 13th of them.
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Lags (µs, sorted) of the arrivals scheduled in `[from, to)`.
+fn lags_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<i64> {
+    let mut lags: Vec<i64> = arrivals
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|a| a.scheduled >= from && a.scheduled < to)
+        .map(|a| a.lag_us)
+        .collect();
+    lags.sort_unstable();
+    lags
+}
+
+/// The next whole second after now.
+fn next_second() -> DateTime<Utc> {
+    let now = Utc::now();
+    DateTime::from_timestamp(now.timestamp() + 1, 0).expect("second")
+}
+
+async fn sleep_until(at: DateTime<Utc>) {
+    if let Ok(wait) = (at - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The ideal sender: `jobs` requests published at each whole second for
+/// `seconds`, with their second as `Jetcron-Scheduled-At`; lags as seen by
+/// the same kind of subscriber.
+async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::Result<Vec<i64>> {
+    let arrivals = serve(nats.client().await, IDEAL_SUBJECT).await?;
+    let sender = nats.client().await;
+    let first = next_second() + chrono::Duration::seconds(1);
+    for s in 0..seconds as i64 {
+        let at = first + chrono::Duration::seconds(s);
+        sleep_until(at).await;
+        let stamp = jetcron_core::time_format::rfc3339_millis(at);
+        for _ in 0..jobs {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Jetcron-Scheduled-At", stamp.as_str());
+            sender
+                .publish_with_headers(IDEAL_SUBJECT, headers, "{}".into())
+                .await?;
+        }
+        sender.flush().await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(lags_between(
+        &arrivals,
+        first,
+        first + chrono::Duration::seconds(seconds as i64),
+    ))
+}
+
+async fn run(
+    jobs: usize,
+    seconds: u64,
+    warmup: u64,
+    jetcron: &std::path::Path,
+    extra: &[String],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        jetcron.exists(),
+        "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
+        jetcron.display()
+    );
+    let nats = NatsServer::start();
+    let clickhouse = ClickHouseServer::start();
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
+
+    // The floor: an ideal sender's burst, same server, same subscriber kind.
+    let ideal = ideal_sender(&nats, jobs, seconds.min(10)).await?;
+
+    topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
+    let loading = Instant::now();
+    load_jobs(&js, jobs).await?;
+    let loaded_in = loading.elapsed();
+    let arrivals = serve(nats.client().await, TARGET_SUBJECT).await?;
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let mut args: Vec<&str> = vec!["all", "--http-addr", &http_addr];
+    args.extend(extra.iter().map(String::as_str));
+    let process = JetcronProcess::start(
+        jetcron,
+        &args,
+        &[
+            ("JETCRON_NATS_URL", nats.url().as_str()),
+            ("JETCRON_CLICKHOUSE_URL", clickhouse.url().as_str()),
+        ],
+    );
+    let pids = [
+        ("jetcron all", process.pid()),
+        ("nats-server", nats.pid()),
+        ("clickhouse-server", clickhouse.pid()),
+    ];
+
+    tokio::time::sleep(Duration::from_secs(warmup)).await;
+    let from = next_second();
+    sleep_until(from).await;
+    let cpu_before: Vec<f64> = pids
+        .iter()
+        .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
+        .collect();
+    let to = from + chrono::Duration::seconds(seconds as i64);
+    sleep_until(to).await;
+    let cpu_after: Vec<f64> = pids
+        .iter()
+        .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
+        .collect();
+    // Late calls of the window still count: wait for them a little.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let lags = lags_between(&arrivals, from, to);
+    let expected = jobs as u64 * seconds;
+    let called = lags.len() as u64;
+    // Throughput: calls the target received while the window lasted,
+    // whenever they were scheduled.
+    let received = arrivals
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|a| a.at >= from && a.at < to)
+        .count() as u64;
+
+    // Queryable: every measured run in ClickHouse.
+    let ch = jetcron_io::clickhouse_schema::ClickHouseOptions::new(clickhouse.url()).client();
+    let waiting = Instant::now();
+    let mut stored = 0u64;
+    while waiting.elapsed() < Duration::from_secs(120) {
+        stored = ch
+            .query(
+                "SELECT count() FROM (SELECT DISTINCT run_id FROM jetcron.run_events \
+                 WHERE kind = 'succeeded' AND scheduled_ms >= ? AND scheduled_ms < ?)",
+            )
+            .bind(from.timestamp_millis())
+            .bind(to.timestamp_millis())
+            .fetch_one::<u64>()
+            .await
+            .unwrap_or(0);
+        if stored >= called {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let queryable_after = waiting.elapsed();
+    // Where the time goes: the executor's start (the `started` event's time,
+    // before it is stored and the target called) minus the scheduled time.
+    let started_lag: Vec<f64> = ch
+        .query(
+            "SELECT quantiles(0.5, 0.99)(at_ms - scheduled_ms) FROM jetcron.run_events \
+             WHERE kind = 'started' AND scheduled_ms >= ? AND scheduled_ms < ?",
+        )
+        .bind(from.timestamp_millis())
+        .bind(to.timestamp_millis())
+        .fetch_one::<Vec<f64>>()
+        .await
+        .unwrap_or_default();
+    let backlog = js
+        .get_stream(subjects::DUE_STREAM)
+        .await?
+        .info()
+        .await?
+        .state
+        .messages;
+
+    let ms = |us: i64| us as f64 / 1000.0;
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| jobs firing every second | {jobs} |");
+    println!("| bucket loaded in | {:.1} s |", loaded_in.as_secs_f64());
+    println!("| measured | {seconds} s after {warmup} s warm-up |");
+    println!("| fires in the window | {expected} |");
+    println!(
+        "| fires of the window called (by 5 s after it) | {called} ({:.1} %) |",
+        called as f64 * 100.0 / expected.max(1) as f64
+    );
+    println!(
+        "| runs/s at the target (calls received in the window) | {:.0} |",
+        received as f64 / seconds as f64
+    );
+    println!(
+        "| target-call lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms |",
+        ms(percentile(&lags, 50.0)),
+        ms(percentile(&lags, 99.0)),
+        ms(lags.last().copied().unwrap_or(0))
+    );
+    if let [p50, p99] = started_lag[..] {
+        println!("| of which to the executor's start (`started` time − scheduled) p50 / p99 | {p50:.0} / {p99:.0} ms |");
+    }
+    println!(
+        "| calls more than 1 ms early | {} |",
+        lags.iter().filter(|l| **l < -1000).count()
+    );
+    println!(
+        "| ideal sender, same burst: lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} messages) |",
+        ms(percentile(&ideal, 50.0)),
+        ms(percentile(&ideal, 99.0)),
+        ms(ideal.last().copied().unwrap_or(0)),
+        ideal.len()
+    );
+    println!(
+        "| target-call p99 ÷ ideal p99 | {:.2} |",
+        percentile(&lags, 99.0) as f64 / percentile(&ideal, 99.0).max(1) as f64
+    );
+    let mut total = 0.0;
+    for ((name, _), (before, after)) in pids.iter().zip(cpu_before.iter().zip(&cpu_after)) {
+        let used = after - before;
+        total += used;
+        println!(
+            "| CPU {name} | {:.1} s ({:.0} % of a core), {:.0} µs per run |",
+            used,
+            used * 100.0 / seconds as f64,
+            used * 1e6 / received.max(1) as f64
+        );
+    }
+    println!(
+        "| CPU per run, all three | {:.0} µs |",
+        total * 1e6 / received.max(1) as f64
+    );
+    println!(
+        "| runs of the window in ClickHouse | {stored} of {called}, after {:.1} s |",
+        queryable_after.as_secs_f64()
+    );
+    println!("| due events still queued at the end | {backlog} |");
+    drop(process);
+    Ok(())
+}
