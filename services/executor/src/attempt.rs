@@ -49,12 +49,32 @@ struct Attempt<'a> {
     number: u32,
 }
 
-/// Handle one due-event message to the end (ack, nak or term). `permit` is
+/// When an attempt may start: now, with its in-flight slot, or at the
+/// instant of a due event stored ahead of its time ([`crate::hold`]), with a
+/// slot taken then. A held attempt does its reads (retry ledger, kill
+/// marker) while it waits, looks for a kill marker once more just before
+/// its instant, and at the instant only records its start and calls.
+pub enum Slot {
+    Now(OwnedSemaphorePermit),
+    At {
+        fire_at: DateTime<Utc>,
+        permits: std::sync::Arc<tokio::sync::Semaphore>,
+        shutdown: tokio_util::sync::CancellationToken,
+    },
+}
+
+/// How long before a held attempt's instant its kill marker is read again:
+/// a job paused or deleted while its fire was held (the ticker marks such
+/// fires killed) is caught without a read at the instant itself.
+const RECHECK_AHEAD: chrono::Duration = chrono::Duration::milliseconds(100);
+
+/// Handle one due-event message to the end (ack, nak or term). `slot` says
+/// when it may start; its permit is
 /// its place among `--max-in-flight` attempts: it bounds the targets being
 /// called, so it is given back when the target returns, and the storing of
 /// the outcome and the settling of the message (which wait out leader
 /// elections) do not keep other fires from their targets.
-pub async fn handle(ctx: &ExecutorContext, message: Message, permit: OwnedSemaphorePermit) {
+pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
     let delivery = match message.info() {
         Ok(info) => Delivery {
             number: u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
@@ -79,7 +99,7 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, permit: OwnedSemaph
         return;
     }
     let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = delivery.number);
-    run_attempt(ctx, message, due, delivery, permit)
+    run_attempt(ctx, message, due, delivery, slot)
         .instrument(span)
         .await;
 }
@@ -116,7 +136,7 @@ async fn run_attempt(
     message: Message,
     due: DueEvent,
     delivery: Delivery,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
 ) {
     let attempt = delivery.number;
     let publisher = RunEventPublisher::new(ctx, &due, attempt);
@@ -133,6 +153,20 @@ async fn run_attempt(
             finish(ctx, &publisher, &message, event, AckKind::Term, None, None).await;
             return;
         }
+    };
+    // A sharded fire splits at its instant: its parts run when stored.
+    let slot = match slot {
+        Slot::At {
+            fire_at,
+            permits,
+            shutdown,
+        } if job.shards > 1 && due.shard.is_none() => {
+            match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
+                Some(permit) => Slot::Now(permit),
+                None => return,
+            }
+        }
+        slot => slot,
     };
     if job.shards > 1 && due.shard.is_none() {
         match fanout::split(ctx, &due, job.shards).await {
@@ -230,39 +264,27 @@ async fn run_attempt(
     // Register before looking for a kill request: a kill sent in between
     // reaches either the marker check or the registration.
     let registration = ctx.attempts.register(due.run_id.as_str());
-    match control::kill_requested(&ctx.running, due.run_id.as_str()).await {
-        Ok(None) => {}
-        Ok(Some(marker)) => {
-            info!(reason = %marker.reason, "run was killed before this attempt, not running it");
-            let event = publisher.declined(
-                RunEventKind::Killed,
-                ctx.clock.now(),
-                format!("killed: {}", marker.reason),
-                max_attempts,
-            );
-            finish(
-                ctx,
-                &publisher,
-                &message,
-                event,
-                AckKind::Term,
-                notify_of(&job.spec),
-                None,
-            )
-            .await;
-            if job.concurrency != ConcurrencyPolicy::Allow {
-                // A run killed while it waited for a retry still held the claim.
-                let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
-                claims::release_if_held_by(&ctx.running, &key, due.run_id.as_str()).await;
-            }
-            return;
-        }
-        Err(e) => {
-            warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
-            hand_back(&message).await;
-            return;
-        }
+    if killed_before_start(ctx, &message, &due, &job, &publisher).await {
+        return;
     }
+    let permit = match slot {
+        Slot::Now(permit) => permit,
+        Slot::At {
+            fire_at,
+            permits,
+            shutdown,
+        } => {
+            if !crate::hold::hold_until(ctx, &message, fire_at - RECHECK_AHEAD, &shutdown).await
+                || killed_before_start(ctx, &message, &due, &job, &publisher).await
+            {
+                return;
+            }
+            match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
+                Some(permit) => permit,
+                None => return,
+            }
+        }
+    };
     let view = Attempt {
         ctx,
         message: &message,
@@ -442,6 +464,52 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
             }
         }
         return Some(claim);
+    }
+}
+
+/// Whether the run was killed before this attempt started (a kill marker in
+/// `jetcron_running`): then the attempt is recorded as killed and its
+/// message settled (or, when the marker cannot be read, handed back), and
+/// `true` says the delivery is done with.
+async fn killed_before_start(
+    ctx: &ExecutorContext,
+    message: &Message,
+    due: &DueEvent,
+    job: &ValidJob,
+    publisher: &RunEventPublisher,
+) -> bool {
+    match control::kill_requested(&ctx.running, due.run_id.as_str()).await {
+        Ok(None) => false,
+        Ok(Some(marker)) => {
+            info!(reason = %marker.reason, "run was killed before this attempt, not running it");
+            let event = publisher.declined(
+                RunEventKind::Killed,
+                ctx.clock.now(),
+                format!("killed: {}", marker.reason),
+                job.max_attempts,
+            );
+            finish(
+                ctx,
+                publisher,
+                message,
+                event,
+                AckKind::Term,
+                notify_of(&job.spec),
+                None,
+            )
+            .await;
+            if job.concurrency != ConcurrencyPolicy::Allow {
+                // A run killed while it waited for a retry still held the claim.
+                let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
+                claims::release_if_held_by(&ctx.running, &key, due.run_id.as_str()).await;
+            }
+            true
+        }
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
+            hand_back(message).await;
+            true
+        }
     }
 }
 

@@ -55,7 +55,7 @@ pub async fn wait(
 
 /// Sleep until `fire_at` in steps of the progress interval, keeping the
 /// message alive; `false` when shutdown came first.
-async fn hold_until(
+pub(crate) async fn hold_until(
     ctx: &ExecutorContext,
     message: &Message,
     fire_at: DateTime<Utc>,

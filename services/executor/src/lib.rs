@@ -418,21 +418,17 @@ async fn pull_loop(
                         continue;
                     };
                     let ctx = ctx.clone();
-                    if let Some(fire_at) = hold::until(&ctx, &message) {
-                        drop(permit);
-                        let permits = permits.clone();
-                        let shutdown = shutdown.clone();
-                        tasks.spawn(async move {
-                            if let Some(permit) =
-                                hold::wait(&ctx, &message, fire_at, &permits, &shutdown).await
-                            {
-                                run_attempt(&ctx, message, permit).await;
-                            }
-                        });
-                        continue;
-                    }
+                    // Stored ahead: held without a slot, prepared meanwhile.
+                    let slot = match hold::until(&ctx, &message) {
+                        Some(fire_at) => attempt::Slot::At {
+                            fire_at,
+                            permits: permits.clone(),
+                            shutdown: shutdown.clone(),
+                        },
+                        None => attempt::Slot::Now(permit),
+                    };
                     tasks.spawn(async move {
-                        run_attempt(&ctx, message, permit).await;
+                        run_attempt(&ctx, message, slot).await;
                     });
                 }
                 Some(Err(e)) => {
@@ -453,13 +449,9 @@ async fn pull_loop(
 /// One attempt, counted in `jetcron_executor_in_flight`. Its in-flight
 /// `permit` is given back as soon as its target returns (see
 /// [`attempt::handle`]).
-async fn run_attempt(
-    ctx: &ExecutorContext,
-    message: jetstream::Message,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) {
+async fn run_attempt(ctx: &ExecutorContext, message: jetstream::Message, slot: attempt::Slot) {
     let in_flight = metrics::gauge!("jetcron_executor_in_flight");
     in_flight.increment(1.0);
-    attempt::handle(ctx, message, permit).await;
+    attempt::handle(ctx, message, slot).await;
     in_flight.decrement(1.0);
 }

@@ -19,6 +19,7 @@ mod executor_failover;
 mod gateway_queries;
 mod grafana_dashboards;
 mod http_api;
+mod held_fires;
 mod http_target;
 mod job_management;
 mod job_rejections;

@@ -39,6 +39,9 @@ pub struct StackOptions {
     pub protect_reads: bool,
     /// CA certificates the executor trusts for alert mail.
     pub smtp_ca_file: Option<std::path::PathBuf>,
+    /// The ticker's `--lookahead` (fires stored this long ahead, held by
+    /// executors until their instant).
+    pub lookahead: Duration,
 }
 
 /// The bearer token the test gateway accepts on HTTP writes.
@@ -56,6 +59,7 @@ impl Default for StackOptions {
             limits: Default::default(),
             protect_reads: false,
             smtp_ca_file: None,
+            lookahead: Duration::ZERO,
         }
     }
 }
@@ -184,6 +188,7 @@ impl Stack {
                 leases: fast_leases(),
                 topology: topology.clone(),
                 readiness: readiness.clone(),
+                lookahead: options.lookahead,
                 ..Default::default()
             };
             services.spawn(jetcron_ticker::run(

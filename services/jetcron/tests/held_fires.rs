@@ -1,0 +1,104 @@
+//! Fires stored ahead of their time (`--lookahead`): executors hold them and
+//! call the target at the instant, never early; a job paused or deleted while
+//! its next fires are already stored does not run them.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use jetcron_testkit::{wait_until, Stack, StackOptions};
+
+/// (scheduled time, arrival) of every call of the target.
+type Calls = Arc<Mutex<Vec<(DateTime<Utc>, DateTime<Utc>)>>>;
+
+async fn serve(stack: &Stack, subject: &str) -> Calls {
+    let calls: Calls = Arc::default();
+    let mut requests = stack
+        .client
+        .subscribe(subject.to_string())
+        .await
+        .expect("subscribe");
+    let client = stack.client.clone();
+    let recorded = calls.clone();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let at = Utc::now();
+            let scheduled = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Jetcron-Scheduled-At"))
+                .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
+                .map(|t| t.with_timezone(&Utc))
+                .expect("Jetcron-Scheduled-At");
+            recorded.lock().expect("calls").push((scheduled, at));
+            if let Some(reply) = request.reply {
+                let _ = client.publish(reply, "ok".into()).await;
+            }
+        }
+    });
+    calls
+}
+
+fn called_after(calls: &Calls, instant: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    calls
+        .lock()
+        .expect("calls")
+        .iter()
+        .filter(|(scheduled, _)| *scheduled > instant)
+        .map(|(scheduled, _)| *scheduled)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn held_fires_start_on_time_and_a_pause_or_delete_stops_them() {
+    let stack = Stack::start(StackOptions {
+        lookahead: Duration::from_secs(3),
+        ..StackOptions::default()
+    })
+    .await;
+    let calls = serve(&stack, "svc.held").await;
+    stack
+        .put_job(r#"{"id":"held","schedule":"* * * * * *","target":{"type":"nats","subject":"svc.held"}}"#)
+        .await;
+    wait_until("six calls", Duration::from_secs(30), || async {
+        (calls.lock().expect("calls").len() >= 6).then_some(())
+    })
+    .await;
+    // Never early, and on time once held (the first fire may be stored late).
+    let seen = calls.lock().expect("calls").clone();
+    for (scheduled, at) in &seen {
+        let lag = (*at - *scheduled).num_microseconds().expect("lag");
+        assert!(lag >= -1_000, "called {lag} µs before its time");
+    }
+    let late: Vec<_> = seen[2..]
+        .iter()
+        .map(|(s, a)| (*a - *s).num_milliseconds())
+        .filter(|ms| *ms > 500)
+        .collect();
+    assert!(late.is_empty(), "held fires called late: {late:?} ms");
+
+    // Paused with three seconds of fires already stored: none of them runs.
+    let (reply, code) = stack.api("jetcron.api.jobs.pause", r#"{"id":"held"}"#).await;
+    assert_eq!(code, None, "{reply}");
+    let paused_at = Utc::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_pause = called_after(&calls, paused_at + chrono::Duration::milliseconds(500));
+    assert!(after_pause.is_empty(), "ran after its pause: {after_pause:?}");
+
+    // Resumed, it runs again; deleted, its stored fires do not.
+    let (reply, code) = stack.api("jetcron.api.jobs.resume", r#"{"id":"held"}"#).await;
+    assert_eq!(code, None, "{reply}");
+    let resumed_at = Utc::now();
+    wait_until("calls after the resume", Duration::from_secs(30), || async {
+        (called_after(&calls, resumed_at).len() >= 3).then_some(())
+    })
+    .await;
+    let (reply, code) = stack.api("jetcron.api.jobs.delete", r#"{"id":"held"}"#).await;
+    assert_eq!(code, None, "{reply}");
+    let deleted_at = Utc::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_delete = called_after(&calls, deleted_at + chrono::Duration::milliseconds(500));
+    assert!(after_delete.is_empty(), "ran after its delete: {after_delete:?}");
+    stack.stop().await;
+}
