@@ -79,26 +79,40 @@ async fn held_fires_start_on_time_and_a_pause_or_delete_stops_them() {
     assert!(late.is_empty(), "held fires called late: {late:?} ms");
 
     // Paused with three seconds of fires already stored: none of them runs.
-    let (reply, code) = stack.api("jetcron.api.jobs.pause", r#"{"id":"held"}"#).await;
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.pause", r#"{"id":"held"}"#)
+        .await;
     assert_eq!(code, None, "{reply}");
     let paused_at = Utc::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_pause = called_after(&calls, paused_at + chrono::Duration::milliseconds(500));
-    assert!(after_pause.is_empty(), "ran after its pause: {after_pause:?}");
+    assert!(
+        after_pause.is_empty(),
+        "ran after its pause: {after_pause:?}"
+    );
 
     // Resumed, it runs again; deleted, its stored fires do not.
-    let (reply, code) = stack.api("jetcron.api.jobs.resume", r#"{"id":"held"}"#).await;
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.resume", r#"{"id":"held"}"#)
+        .await;
     assert_eq!(code, None, "{reply}");
     let resumed_at = Utc::now();
-    wait_until("calls after the resume", Duration::from_secs(30), || async {
-        (called_after(&calls, resumed_at).len() >= 3).then_some(())
-    })
+    wait_until(
+        "calls after the resume",
+        Duration::from_secs(30),
+        || async { (called_after(&calls, resumed_at).len() >= 3).then_some(()) },
+    )
     .await;
-    let (reply, code) = stack.api("jetcron.api.jobs.delete", r#"{"id":"held"}"#).await;
+    let (reply, code) = stack
+        .api("jetcron.api.jobs.delete", r#"{"id":"held"}"#)
+        .await;
     assert_eq!(code, None, "{reply}");
     let deleted_at = Utc::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_delete = called_after(&calls, deleted_at + chrono::Duration::milliseconds(500));
-    assert!(after_delete.is_empty(), "ran after its delete: {after_delete:?}");
+    assert!(
+        after_delete.is_empty(),
+        "ran after its delete: {after_delete:?}"
+    );
     stack.stop().await;
 }
