@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 use chrono::{DateTime, TimeZone as _, Utc};
 use clap::{Parser, Subcommand};
-use jetcron_core::events::{RunEvent, RunEventKind, RunId, Trigger};
+use jetcron_core::events::{RunEvent, RunEventKind, RunId};
 use jetcron_core::subjects;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_io::topology::{self, TopologyOptions};
@@ -95,32 +95,16 @@ fn event(i: usize, at: DateTime<Utc>, job: &str) -> RunEvent {
         RunEventKind::Succeeded
     };
     RunEvent {
-        event_id: format!("{run_id}:1:{}", kind.as_str()),
-        run_id,
-        job_id: job.to_string(),
-        kind,
-        trigger: Trigger::Schedule,
-        scheduled_at,
-        attempt: 1,
         max_attempts: 3,
         executor_id: "bench-executor".into(),
         target_type: "http".into(),
         pool: subjects::DEFAULT_POOL.into(),
-        at,
         started_at: Some(at),
         finished_at: (i % 2 == 1).then_some(at),
         duration_ms: (i % 2 == 1).then_some(42),
         status_code: (i % 2 == 1).then_some(200),
-        exit_code: None,
         output: (i % 2 == 1).then(|| "{\"status\":\"ok\"}".to_string()),
-        output_truncated: false,
-        error: None,
-        retry_at: None,
-        outcome: None,
-        shard: None,
-        shards: None,
-        parent_run_id: None,
-        parent_job_id: None,
+        ..RunEvent::step(run_id, job.to_string(), kind, 1, scheduled_at, at)
     }
 }
 

@@ -61,32 +61,11 @@ impl Notification {
         let run_id = crate::events::RunId::for_fire(&job.spec.id, scheduled_at);
         let kind = crate::events::RunEventKind::Failed;
         let run = RunEvent {
-            event_id: RunEvent::event_id_for(&run_id, None, 0, kind),
-            run_id,
-            job_id: job.spec.id.clone(),
-            kind,
-            trigger: crate::events::Trigger::Schedule,
-            scheduled_at,
-            attempt: 0,
             max_attempts: job.max_attempts,
-            executor_id: String::new(),
             target_type: job.spec.target.kind().to_string(),
             pool: job.pool.clone(),
-            at: seen_at,
-            started_at: None,
-            finished_at: None,
-            duration_ms: None,
-            status_code: None,
-            exit_code: None,
-            output: None,
-            output_truncated: false,
             error: Some("missed: the fire was never started".into()),
-            retry_at: None,
-            outcome: None,
-            shard: None,
-            shards: None,
-            parent_run_id: None,
-            parent_job_id: None,
+            ..RunEvent::step(run_id, job.spec.id.clone(), kind, 0, scheduled_at, seen_at)
         };
         Some(Self {
             notify,

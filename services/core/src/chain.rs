@@ -33,12 +33,6 @@ pub fn parent_ending(kind: RunEventKind) -> Option<bool> {
     }
 }
 
-/// Whether `link` starts its child after a parent run that ended well
-/// (`succeeded`) or badly.
-pub fn starts(link: &ChainLink, succeeded: bool) -> bool {
-    link.on.starts_after(succeeded)
-}
-
 /// The cycle that `job` with parents `after` would close, given every other
 /// job's parents (`parents_of`): the path `job → parent → … → job`, or
 /// `None`. The search walks up the parents, each job once.
@@ -166,7 +160,7 @@ mod tests {
         for (kind, expected) in cases {
             let succeeded = parent_ending(kind).expect("an ending");
             let got = [ChainOn::Success, ChainOn::Failure, ChainOn::Completed]
-                .map(|o| starts(&on(o), succeeded));
+                .map(|o| on(o).on.starts_after(succeeded));
             assert_eq!(got, expected, "{kind:?}");
         }
         for kind in [

@@ -390,6 +390,48 @@ pub struct RunEvent {
 }
 
 impl RunEvent {
+    /// Step `kind` of `attempt` of `run_id` (a run of `job_id` scheduled at
+    /// `scheduled_at`), happening `at`, with its event id, a scheduled
+    /// trigger and every optional part empty: the one place that lists them
+    /// all, so callers set only what they know.
+    pub fn step(
+        run_id: RunId,
+        job_id: String,
+        kind: RunEventKind,
+        attempt: u32,
+        scheduled_at: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            event_id: Self::event_id_for(&run_id, None, attempt, kind),
+            run_id,
+            job_id,
+            kind,
+            trigger: Trigger::Schedule,
+            scheduled_at,
+            attempt,
+            max_attempts: attempt,
+            executor_id: String::new(),
+            target_type: String::new(),
+            pool: String::new(),
+            at,
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+            status_code: None,
+            exit_code: None,
+            output: None,
+            output_truncated: false,
+            error: None,
+            retry_at: None,
+            outcome: None,
+            shard: None,
+            shards: None,
+            parent_run_id: None,
+            parent_job_id: None,
+        }
+    }
+
     /// The event id of step `kind` of `attempt` of `run_id` (of its `shard`).
     pub fn event_id_for(
         run_id: &RunId,

@@ -324,24 +324,12 @@ mod tests {
     use chrono::TimeZone;
 
     fn event(attempt: u32, kind: RunEventKind, at_s: i64) -> RunEvent {
-        let run_id = RunId("r1".into());
         RunEvent {
-            event_id: RunEvent::event_id_for(&run_id, None, attempt, kind),
-            run_id,
-            job_id: "j".into(),
-            kind,
-            trigger: Trigger::Schedule,
-            scheduled_at: Utc.timestamp_opt(100, 0).single().expect("t"),
-            attempt,
             max_attempts: 3,
             executor_id: "e".into(),
             target_type: "shell".into(),
             pool: "default".into(),
-            at: Utc.timestamp_opt(at_s, 0).single().expect("t"),
-            started_at: None,
-            finished_at: None,
             duration_ms: (kind != RunEventKind::Started).then_some(5),
-            status_code: None,
             exit_code: (kind != RunEventKind::Started).then_some(
                 if kind == RunEventKind::Succeeded {
                     0
@@ -349,15 +337,15 @@ mod tests {
                     1
                 },
             ),
-            output: None,
-            output_truncated: false,
             error: (kind == RunEventKind::Retrying).then(|| "boom".into()),
-            retry_at: None,
-            outcome: None,
-            shard: None,
-            shards: None,
-            parent_run_id: None,
-            parent_job_id: None,
+            ..RunEvent::step(
+                RunId("r1".into()),
+                "j".into(),
+                kind,
+                attempt,
+                Utc.timestamp_opt(100, 0).single().expect("t"),
+                Utc.timestamp_opt(at_s, 0).single().expect("t"),
+            )
         }
     }
 

@@ -170,6 +170,14 @@ pub fn run_event_subject(job_id: &str, event: &str) -> String {
     format!("jetcron.runs.{job_id}.{event}")
 }
 
+/// The job and kind of a run event's subject (`jetcron.runs.<job>.<kind>`).
+pub fn run_event_parts(subject: &str) -> Option<(&str, &str)> {
+    subject
+        .strip_prefix("jetcron.runs.")?
+        .split_once('.')
+        .filter(|(_, kind)| !kind.contains('.'))
+}
+
 /// KV key of a job: the job id itself (ids are restricted to key-safe characters).
 pub fn job_key(job_id: &str) -> &str {
     job_id
@@ -178,6 +186,17 @@ pub fn job_key(job_id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_event_subjects_come_apart() {
+        let subject = run_event_subject("nightly-export", "succeeded");
+        assert_eq!(
+            run_event_parts(&subject),
+            Some(("nightly-export", "succeeded"))
+        );
+        assert_eq!(run_event_parts("jetcron.runs.a.b.c"), None);
+        assert_eq!(run_event_parts("jetcron.due.default.a"), None);
+    }
 
     #[test]
     fn due_subjects_nest_under_the_stream_filter() {

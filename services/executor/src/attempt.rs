@@ -51,9 +51,9 @@ struct Attempt<'a> {
 
 /// When an attempt may start: now, with its in-flight slot, or at the
 /// instant of a due event stored ahead of its time ([`crate::hold`]), with a
-/// slot taken then. A held attempt does its reads (retry ledger, kill
-/// marker) while it waits, looks for a kill marker once more just before
-/// its instant, and at the instant only records its start and calls.
+/// slot taken then. A held attempt reads its retry ledger when pulled and
+/// its kill marker just before its instant, and at the instant only records
+/// its start and calls.
 pub enum Slot {
     Now(OwnedSemaphorePermit),
     At {
@@ -63,7 +63,7 @@ pub enum Slot {
     },
 }
 
-/// How long before a held attempt's instant its kill marker is read again:
+/// How long before a held attempt's instant its kill marker is read:
 /// a job paused or deleted while its fire was held (the ticker marks such
 /// fires killed) is caught without a read at the instant itself.
 const RECHECK_AHEAD: chrono::Duration = chrono::Duration::milliseconds(100);
@@ -264,11 +264,15 @@ async fn run_attempt(
     // Register before looking for a kill request: a kill sent in between
     // reaches either the marker check or the registration.
     let registration = ctx.attempts.register(due.run_id.as_str());
-    if killed_before_start(ctx, &message, &due, &job, &publisher).await {
-        return;
-    }
     let permit = match slot {
-        Slot::Now(permit) => permit,
+        Slot::Now(permit) => {
+            if killed_before_start(ctx, &message, &due, &job, &publisher).await {
+                return;
+            }
+            permit
+        }
+        // Its kill marker is read once, shortly before the instant: a marker
+        // written while it is held (or before) is found then.
         Slot::At {
             fire_at,
             permits,

@@ -87,33 +87,26 @@ impl RunEventPublisher {
     }
 
     fn base(&self, kind: RunEventKind, at: DateTime<Utc>, max_attempts: u32) -> RunEvent {
+        let due = &self.due;
         RunEvent {
-            event_id: RunEvent::event_id_for(&self.due.run_id, self.due.shard, self.attempt, kind),
-            run_id: self.due.run_id.clone(),
-            job_id: self.due.job_id.clone(),
-            kind,
-            trigger: self.due.trigger,
-            scheduled_at: self.due.scheduled_at,
-            attempt: self.attempt,
+            event_id: RunEvent::event_id_for(&due.run_id, due.shard, self.attempt, kind),
+            trigger: due.trigger,
             max_attempts,
             executor_id: self.executor_id.clone(),
-            target_type: self.due.job.target.kind().to_string(),
-            pool: self.due.pool.clone(),
-            at,
-            started_at: None,
-            finished_at: None,
-            duration_ms: None,
-            status_code: None,
-            exit_code: None,
-            output: None,
-            output_truncated: false,
-            error: None,
-            retry_at: None,
-            outcome: None,
-            shard: self.due.shard,
-            shards: self.due.shard.map(|_| self.due.job.shards.unwrap_or(1)),
-            parent_run_id: self.due.parent.as_ref().map(|p| p.run_id.clone()),
-            parent_job_id: self.due.parent.as_ref().map(|p| p.job_id.clone()),
+            target_type: due.job.target.kind().to_string(),
+            pool: due.pool.clone(),
+            shard: due.shard,
+            shards: due.shard.map(|_| due.job.shards.unwrap_or(1)),
+            parent_run_id: due.parent.as_ref().map(|p| p.run_id.clone()),
+            parent_job_id: due.parent.as_ref().map(|p| p.job_id.clone()),
+            ..RunEvent::step(
+                due.run_id.clone(),
+                due.job_id.clone(),
+                kind,
+                self.attempt,
+                due.scheduled_at,
+                at,
+            )
         }
     }
 
@@ -274,39 +267,23 @@ pub async fn publish_run_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jetcron_core::events::{RunEventKind, RunId, Trigger};
+    use jetcron_core::events::{RunEventKind, RunId};
 
     #[test]
     fn oversized_output_is_cut_to_fit() {
-        let run_id = RunId("r".into());
         let event = RunEvent {
-            event_id: RunEvent::event_id_for(&run_id, None, 1, RunEventKind::Succeeded),
-            run_id,
-            job_id: "j".into(),
-            kind: RunEventKind::Succeeded,
-            trigger: Trigger::Schedule,
-            scheduled_at: Utc::now(),
-            attempt: 1,
-            max_attempts: 1,
-            executor_id: "e".into(),
-            target_type: "shell".into(),
-            pool: "default".into(),
-            at: Utc::now(),
-            started_at: None,
-            finished_at: None,
-            duration_ms: None,
-            status_code: None,
             exit_code: Some(0),
             // Control bytes escape to 6 bytes each in JSON.
             output: Some("\u{1}".repeat(100_000)),
-            output_truncated: false,
             error: Some("e".repeat(10_000)),
-            retry_at: None,
-            outcome: None,
-            shard: None,
-            shards: None,
-            parent_run_id: None,
-            parent_job_id: None,
+            ..RunEvent::step(
+                RunId("r".into()),
+                "j".into(),
+                RunEventKind::Succeeded,
+                1,
+                Utc::now(),
+                Utc::now(),
+            )
         };
         let payload = fit_to_payload(&event, 64 * 1024).expect("fits");
         assert!(payload.len() <= 64 * 1024);

@@ -94,6 +94,12 @@ pub struct ChainIndex {
 }
 
 impl ChainIndex {
+    /// Whether any job follows `parent`.
+    pub fn has_children(&self, parent: &str) -> bool {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state.children.contains_key(parent)
+    }
+
     /// The jobs that follow `parent`, with the link that names it.
     pub fn children_of(&self, parent: &str) -> Vec<(ChainedJob, ChainLink)> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -200,6 +206,7 @@ mod tests {
         assert_eq!(children(&index, "extract"), ["load"]);
         index.take("load", 2, None);
         assert!(children(&index, "extract").is_empty());
+        assert!(!index.has_children("extract") && index.has_children("load"));
         assert_eq!(children(&index, "load"), ["report"]);
     }
 
