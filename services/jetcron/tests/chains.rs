@@ -24,7 +24,7 @@ struct Call {
 type Calls = Arc<Mutex<Vec<Call>>>;
 
 /// Answer `svc.chain.<job>`: "ok", or a service error when the request's
-/// job is in `failing`.
+/// job (or `job#shard`) is in `failing`.
 async fn serve(stack: &Stack, failing: Arc<Mutex<Vec<String>>>) -> Calls {
     let calls: Calls = Arc::default();
     let mut requests = stack
@@ -51,7 +51,17 @@ async fn serve(stack: &Stack, failing: Arc<Mutex<Vec<String>>>) -> Calls {
                 headers,
                 body: serde_json::from_slice(&request.payload).unwrap_or(Value::Null),
             });
-            let fail = failing.lock().expect("failing").iter().any(|f| f == job);
+            // `job`, or `job#k` for shard k of a sharded job.
+            let shard = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Jetcron-Shard"))
+                .map(|v| format!("{job}#{}", v.as_str()));
+            let fail = failing
+                .lock()
+                .expect("failing")
+                .iter()
+                .any(|f| f == job || Some(f) == shard.as_ref());
             if let Some(reply) = request.reply {
                 let mut headers = async_nats::HeaderMap::new();
                 if fail {
@@ -196,6 +206,20 @@ async fn chained_jobs_run_once_per_parent_run_with_their_parent() {
         .expect("publish")
         .await
         .expect("stored");
+    // Seen again (the consumer started the same run id: a duplicate), and
+    // still one run.
+    wait_until(
+        "the replayed end handled",
+        Duration::from_secs(30),
+        || async {
+            let metrics = stack.get_text("/metrics").await;
+            metrics
+                .lines()
+                .any(|l| l == r#"jetcron_chained_runs_total{result="duplicate"} 1"#)
+                .then_some(())
+        },
+    )
+    .await;
     exactly(&calls, "load", 1).await;
 
     // A run of extract that fails starts cleanup, not load.
@@ -238,7 +262,8 @@ async fn chained_jobs_run_once_per_parent_run_with_their_parent() {
 #[tokio::test]
 async fn a_sharded_parent_starts_its_child_once_when_every_shard_ended() {
     let stack = Stack::start(StackOptions::default()).await;
-    let calls = serve(&stack, Arc::default()).await;
+    let failing: Arc<Mutex<Vec<String>>> = Arc::default();
+    let calls = serve(&stack, failing.clone()).await;
     stack
         .put_job(&job(
             "split",
@@ -248,10 +273,22 @@ async fn a_sharded_parent_starts_its_child_once_when_every_shard_ended() {
     stack
         .put_job(&job("merge", r#","after":[{"job":"split"}]"#))
         .await;
+    stack
+        .put_job(&job("mend", r#","after":[{"job":"split","on":"failure"}]"#))
+        .await;
     let parent_run = stack.trigger("split").await;
     exactly(&calls, "split", 3).await;
     let merged = exactly(&calls, "merge", 1).await;
     assert_eq!(merged[0].headers["Jetcron-Parent-Run-Id"], parent_run);
+    // One shard fails: the run failed, though two shards ended well, so
+    // only the failure's child starts (a shard's end is not the run's).
+    failing.lock().expect("failing").push("split#2".into());
+    let failed_run = stack.trigger("split").await;
+    exactly(&calls, "split", 6).await;
+    let mended = exactly(&calls, "mend", 1).await;
+    assert_eq!(mended[0].headers["Jetcron-Parent-Run-Id"], failed_run);
+    assert_eq!(mended[0].headers["Jetcron-Parent-Status"], "failed");
+    exactly(&calls, "merge", 1).await;
     stack.stop().await;
 }
 
