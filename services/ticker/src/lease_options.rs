@@ -42,6 +42,15 @@ impl LeaseOptions {
             .max(self.ttl / 2 + self.renew_every / 2)
     }
 
+    /// Whether a record unchanged for `unchanged_for` is stale. Rounds start
+    /// a tick apart, give or take a few milliseconds, so the round
+    /// `stale_after` after the one that saw the last change may measure a hair
+    /// less: a tenth of a round of slack lets that round count, not the next
+    /// one (which would put a takeover a whole round past `ttl`).
+    pub fn is_stale(&self, unchanged_for: Duration) -> bool {
+        unchanged_for + self.renew_every / 10 >= self.stale_after()
+    }
+
     /// Scheduled times later than this after its last record the owner of a
     /// shard cannot have published (the longest it publishes without renewing).
     pub fn publish_horizon(&self) -> Duration {

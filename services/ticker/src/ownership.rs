@@ -273,9 +273,13 @@ impl Ownership {
                 .await?;
         }
         let live = self.count_live_replicas(now).await?;
+        // All records at once: a round's length adds to a takeover's.
+        let entries = futures::future::try_join_all(
+            (0..SHARDS).map(|shard| self.bucket.entry(shard_key(shard))),
+        )
+        .await?;
         let mut records = HashMap::new();
-        for shard in 0..SHARDS {
-            let entry = self.bucket.entry(shard_key(shard)).await?;
+        for (shard, entry) in (0..SHARDS).zip(entries) {
             if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
                 Seen::observe(&mut self.shards_seen, shard, entry.revision, now);
                 records.insert(shard, entry);
@@ -330,7 +334,7 @@ impl Ownership {
             };
             let since = Seen::observe(&mut self.replicas_seen, key.clone(), entry.revision, now);
             let silent_for = now.duration_since(since);
-            if silent_for <= self.options.stale_after() {
+            if !self.options.is_stale(silent_for) {
                 live += 1;
             } else if silent_for > self.options.ttl * 10 {
                 // A replica that died long ago: forget its heartbeat (unless

@@ -80,7 +80,7 @@ pub fn candidates(
         if owns(shard) {
             continue;
         }
-        let orphaned = s.unchanged_for > options.stale_after();
+        let orphaned = options.is_stale(s.unchanged_for);
         let take = match s.state {
             RecordState::Missing => Take::Create,
             RecordState::Unreadable => Take::Overwrite,
@@ -142,7 +142,9 @@ mod tests {
     fn only_free_missing_unreadable_and_stale_shards_are_taken() {
         let o = options();
         let fresh = Duration::from_millis(500);
-        let stale = o.stale_after() + Duration::from_millis(1);
+        // A round a few milliseconds short of `stale_after` still counts.
+        let stale = o.stale_after() - Duration::from_millis(3);
+        assert!(!o.is_stale(o.stale_after() - o.renew_every / 5));
         let mut view = vec![seen(RecordState::Held, fresh); SHARDS as usize];
         view[0] = seen(RecordState::Missing, Duration::ZERO);
         view[1] = seen(RecordState::Unreadable, fresh);
