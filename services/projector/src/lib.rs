@@ -147,8 +147,12 @@ pub async fn run_counted(
     let mut delay = RetryDelay::nats();
     let mut failures = LogLimiter::per_10s();
     while !shutdown.is_cancelled() {
+        // `batch`, not `fetch`: a fetch returns at once with what is there,
+        // which made one insert per loop however short (a dozen a second at
+        // 1,000 runs/s, and ClickHouse 18.16 spent half a core creating part
+        // files); a batch waits for `batch_size` events or `batch_wait`.
         let fetched = consumer
-            .fetch()
+            .batch()
             .max_messages(config.batch_size)
             .expires(config.batch_wait.max(Duration::from_millis(100)))
             .messages()
