@@ -9,6 +9,9 @@
 //! - target-call lag p50/p99/max and fires called early (before their time);
 //! - CPU seconds of each process (`/proc/<pid>/stat`) and per run in µs;
 //! - how long until every measured run is queryable in ClickHouse;
+//! - what each run costs nats-server (its monitoring endpoint, before and
+//!   after the window): messages in and out, JetStream API requests, and
+//!   messages and bytes stored per stream;
 //! - the same burst from an *ideal sender*: this process publishes N
 //!   requests at each whole second to the same subscriber through the same
 //!   server, the floor for a burst of that size here (measured first, in
@@ -122,6 +125,83 @@ async fn serve(client: async_nats::Client, subject: &str) -> anyhow::Result<Arri
     Ok(arrivals)
 }
 
+/// nats-server's monitoring endpoint: what the server did, in totals.
+struct NatsMonitor {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// Counters of nats-server at one moment (or their growth over a window).
+#[derive(Debug, Default)]
+struct NatsCounts {
+    in_msgs: u64,
+    out_msgs: u64,
+    api_requests: u64,
+    /// Per stream: messages ever stored (its last sequence) and the mean
+    /// size of those it holds now, in bytes.
+    streams: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
+impl NatsCounts {
+    fn since(&self, before: &NatsCounts) -> NatsCounts {
+        NatsCounts {
+            in_msgs: self.in_msgs.saturating_sub(before.in_msgs),
+            out_msgs: self.out_msgs.saturating_sub(before.out_msgs),
+            api_requests: self.api_requests.saturating_sub(before.api_requests),
+            streams: self
+                .streams
+                .iter()
+                .map(|(name, (seq, mean_size))| {
+                    let (seq0, _) = before.streams.get(name).copied().unwrap_or_default();
+                    (name.clone(), (seq.saturating_sub(seq0), *mean_size))
+                })
+                .collect(),
+        }
+    }
+}
+
+impl NatsMonitor {
+    fn new(port: u16) -> Self {
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+        let url = format!("{}{path}", self.base);
+        self.http
+            .get(&url)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?
+            .json()
+            .await
+            .with_context(|| format!("GET {url}: not JSON"))
+    }
+
+    async fn counts(&self) -> anyhow::Result<NatsCounts> {
+        let varz = self.get("/varz").await?;
+        let jsz = self.get("/jsz?streams=true").await?;
+        let number = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let mut streams = std::collections::BTreeMap::new();
+        for account in jsz["account_details"].as_array().into_iter().flatten() {
+            for stream in account["stream_detail"].as_array().into_iter().flatten() {
+                let name = stream["name"].as_str().unwrap_or("?").to_string();
+                let state = &stream["state"];
+                let mean_size = number(&state["bytes"]) / number(&state["messages"]).max(1);
+                streams.insert(name, (number(&state["last_seq"]), mean_size));
+            }
+        }
+        Ok(NatsCounts {
+            in_msgs: number(&varz["in_msgs"]),
+            out_msgs: number(&varz["out_msgs"]),
+            api_requests: number(&jsz["api"]["total"]),
+            streams,
+        })
+    }
+}
+
 /// Store `count` job definitions with pipelined publishes into the bucket.
 async fn load_jobs(js: &jetstream::Context, count: usize) -> anyhow::Result<()> {
     let mut pending = Vec::with_capacity(4096);
@@ -233,7 +313,9 @@ async fn run(
         "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
         jetcron.display()
     );
-    let nats = NatsServer::start();
+    let monitor_port = jetcron_testkit::free_port();
+    let nats = NatsServer::start_with_config(&format!("http_port: {monitor_port}"));
+    let monitor = NatsMonitor::new(monitor_port);
     let clickhouse = ClickHouseServer::start();
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
@@ -270,12 +352,14 @@ async fn run(
         .iter()
         .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
         .collect();
+    let nats_before = monitor.counts().await?;
     let to = from + chrono::Duration::seconds(seconds as i64);
     sleep_until(to).await;
     let cpu_after: Vec<f64> = pids
         .iter()
         .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
         .collect();
+    let nats_after = monitor.counts().await?;
     // Late calls of the window still count: wait for them a little.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let lags = lags_between(&arrivals, from, to);
@@ -390,6 +474,26 @@ async fn run(
         queryable_after.as_secs_f64()
     );
     println!("| due events still queued at the end | {backlog} |");
+    let per_run = |n: u64| n as f64 / received.max(1) as f64;
+    let delta = nats_after.since(&nats_before);
+    println!(
+        "| nats-server per run: messages in / out | {:.1} / {:.1} |",
+        per_run(delta.in_msgs),
+        per_run(delta.out_msgs)
+    );
+    println!(
+        "| nats-server per run: JetStream API requests | {:.1} |",
+        per_run(delta.api_requests)
+    );
+    for (stream, (messages, mean_size)) in &delta.streams {
+        if *messages > 0 {
+            println!(
+                "| stored per run in {stream}: messages / bytes | {:.2} / {:.0} |",
+                per_run(*messages),
+                per_run(*messages) * *mean_size as f64
+            );
+        }
+    }
     drop(process);
     Ok(())
 }

@@ -127,6 +127,9 @@ pub fn tries_key(run_id: &str, shard: Option<u32>) -> String {
 }
 
 /// KV key of the kill request of `run_id`.
+/// The keys of every kill request in `jetcron_running`.
+pub const KILL_KEYS: &str = "kill.*";
+
 pub fn kill_key(run_id: &str) -> String {
     format!("kill.{run_id}")
 }

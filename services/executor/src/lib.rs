@@ -33,10 +33,12 @@ pub mod ending;
 pub mod fanout;
 mod helper_pull;
 pub mod hold;
+pub mod kill_markers;
 pub mod mail;
 pub mod notify;
 pub mod run_events;
 pub mod running;
+pub mod schedule_cache;
 pub mod targets;
 pub mod tries;
 
@@ -146,6 +148,10 @@ pub struct ExecutorContext {
     pub interrupt: CancellationToken,
     /// Every "now" of the executor (run event times, claim expiries, holds).
     pub clock: Arc<dyn Clock>,
+    /// Validates the definitions carried by due events.
+    pub schedules: schedule_cache::ScheduleCache,
+    /// The kill requests of `jetcron_running`, followed in memory.
+    pub kill_markers: kill_markers::KillMarkers,
 }
 
 /// Run the executor until `shutdown` is cancelled.
@@ -249,6 +255,8 @@ pub async fn run(
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
         clock,
+        schedules: Default::default(),
+        kill_markers: Default::default(),
     });
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let tasks = TaskTracker::new();
@@ -267,6 +275,10 @@ pub async fn run(
         "notifier",
         notify::deliver(ctx.clone(), notifier, shutdown.clone()),
     ));
+    helpers.spawn({
+        let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
+        async move { ctx.kill_markers.follow(&ctx.running, &stop).await }
+    });
     let chain_index = Arc::new(chains::index::ChainIndex::default());
     helpers.spawn({
         let (index, stop) = (chain_index.clone(), helpers_stop.clone());

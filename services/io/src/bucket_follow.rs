@@ -22,6 +22,8 @@ pub trait BucketView {
     fn apply(&self, entry: &kv::Entry);
     /// Every value the bucket held has been applied.
     fn synced(&self);
+    /// The watch broke: changes may be missed until the next [`Self::synced`].
+    fn unsynced(&self) {}
 }
 
 /// Follow `bucket` into `view` until `shutdown`; `what` names the view in
@@ -32,8 +34,20 @@ pub async fn follow(
     what: &str,
     shutdown: &CancellationToken,
 ) {
+    follow_keys(bucket, ">", view, what, shutdown).await;
+}
+
+/// [`follow`] for the keys matching `keys` (a NATS subject filter of keys).
+pub async fn follow_keys(
+    bucket: &kv::Store,
+    keys: &str,
+    view: &impl BucketView,
+    what: &str,
+    shutdown: &CancellationToken,
+) {
     loop {
-        if let Err(e) = follow_once(bucket, view, shutdown).await {
+        if let Err(e) = follow_once(bucket, keys, view, shutdown).await {
+            view.unsynced();
             warn!(error = %format!("{e:#}"), "{what} watch broke, reopening");
         }
         tokio::select! {
@@ -45,20 +59,15 @@ pub async fn follow(
 
 async fn follow_once(
     bucket: &kv::Store,
+    keys: &str,
     view: &impl BucketView,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    if bucket
-        .status()
-        .await
-        .context("read bucket status")?
-        .values()
-        == 0
-    {
+    if holds_none(bucket, keys).await? {
         view.synced();
     }
     let mut entries = bucket
-        .watch_with_history(">")
+        .watch_with_history(keys)
         .await
         .context("watch bucket")?;
     loop {
@@ -75,4 +84,24 @@ async fn follow_once(
             view.synced();
         }
     }
+}
+
+/// Whether no key matching `keys` has a value (then the watch delivers
+/// nothing to say it has caught up).
+async fn holds_none(bucket: &kv::Store, keys: &str) -> anyhow::Result<bool> {
+    if keys == ">" {
+        let status = bucket.status().await.context("read bucket status")?;
+        return Ok(status.values() == 0);
+    }
+    let mut subjects = bucket
+        .stream
+        .info_with_subjects(format!("{}{keys}", bucket.prefix))
+        .await
+        .context("read bucket subjects")?;
+    Ok(subjects
+        .next()
+        .await
+        .transpose()
+        .context("read bucket subjects")?
+        .is_none())
 }
