@@ -51,8 +51,8 @@ struct Attempt<'a> {
 /// When an attempt may start: now, with its in-flight slot, or at the
 /// instant of a due event stored ahead of its time ([`crate::hold`]), with a
 /// slot taken then. A held attempt reads its retry ledger when pulled; at
-/// the instant it looks for a kill request (in memory), records its start
-/// and calls.
+/// the instant it takes its slot, looks for a kill request (in memory),
+/// records its start and calls.
 pub enum Slot {
     Now(OwnedSemaphorePermit),
     At {
@@ -60,18 +60,6 @@ pub enum Slot {
         permits: std::sync::Arc<tokio::sync::Semaphore>,
         shutdown: tokio_util::sync::CancellationToken,
     },
-}
-
-/// How long before a held fire's instant its start is recorded: the store
-/// of a second's burst of `started` events (1,000 at once) is done before the
-/// instant, so the calls go out at it. Only for jobs whose runs may overlap:
-/// an overlap claim is taken at the instant, as the previous run may end
-/// until then.
-fn start_ahead(concurrency: ConcurrencyPolicy) -> chrono::Duration {
-    match concurrency {
-        ConcurrencyPolicy::Allow => chrono::Duration::milliseconds(250),
-        _ => chrono::Duration::zero(),
-    }
 }
 
 /// Handle one due-event message to the end (ack, nak or term). `slot` says
@@ -270,23 +258,20 @@ async fn run_attempt(
     // Register before looking for a kill request: a kill sent in between
     // reaches either the marker check or the registration.
     let registration = ctx.attempts.register(due.run_id.as_str());
-    // A held fire looks for a kill request and records its start shortly
-    // before its instant (in memory, [`crate::kill_markers`]; a job paused or
-    // deleted while the fire was held, which the ticker marks killed, is
-    // caught then), and takes its slot and calls at the instant.
-    let (now_permit, held) = match slot {
-        Slot::Now(permit) => (Some(permit), None),
+    // A held fire takes its slot at its instant and then looks for a kill
+    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
+    // while the fire was held (the ticker marks such fires killed) is caught
+    // then.
+    let permit = match slot {
+        Slot::Now(permit) => permit,
         Slot::At {
             fire_at,
             permits,
             shutdown,
-        } => {
-            let ahead = start_ahead(job.concurrency);
-            if !crate::hold::hold_until(ctx, &message, fire_at - ahead, &shutdown).await {
-                return;
-            }
-            (None, Some((fire_at, permits, shutdown)))
-        }
+        } => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
+            Some(permit) => permit,
+            None => return,
+        },
     };
     if killed_before_start(ctx, &message, &due, &job, &publisher).await {
         return;
@@ -307,11 +292,7 @@ async fn run_attempt(
         },
     };
     registration.activate();
-    // A held fire's start is its instant, recorded just before it comes.
-    let started_at = match &held {
-        Some((fire_at, _, _)) => (*fire_at).max(ctx.clock.now()),
-        None => ctx.clock.now(),
-    };
+    let started_at = ctx.clock.now();
     let started = publisher.started(started_at, max_attempts);
     // The start is recorded before the target is called, but the call does
     // not wait longer than STARTED_WAIT for it: while `JETCRON_RUNS` elects a
@@ -341,20 +322,6 @@ async fn run_attempt(
             info!("start not stored yet, calling the target meanwhile");
             false
         }
-    };
-    let permit = match (now_permit, held) {
-        (Some(permit), _) => permit,
-        (None, Some((fire_at, permits, shutdown))) => {
-            match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
-                Some(permit) => permit,
-                // Handed back: the stored start shows as a lost attempt.
-                None => {
-                    release(claim).await;
-                    return;
-                }
-            }
-        }
-        (None, None) => unreachable!("a delivery starts now or is held"),
     };
     // Per-run lines at debug: every run is in `JETCRON_RUNS` and ClickHouse,
     // and two info lines per run cost about 5 % of the CPU at 10,000 runs/s.
