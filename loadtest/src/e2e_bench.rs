@@ -10,8 +10,8 @@
 //! - CPU seconds of each process (`/proc/<pid>/stat`) and per run in µs;
 //! - how long until every measured run is queryable in ClickHouse;
 //! - what each run costs nats-server (its monitoring endpoint, before and
-//!   after the window): messages in and out, JetStream API requests, and
-//!   messages and bytes stored per stream;
+//!   after the window): messages in and out, and messages and bytes stored
+//!   per stream;
 //! - the same burst from an *ideal sender*: this process publishes N
 //!   requests at each whole second to the same subscriber through the same
 //!   server, the floor for a burst of that size here (measured first, in
@@ -136,10 +136,10 @@ struct NatsMonitor {
 struct NatsCounts {
     in_msgs: u64,
     out_msgs: u64,
-    api_requests: u64,
     /// Per stream: messages ever stored (its last sequence) and the mean
-    /// size of those it holds now, in bytes.
-    streams: std::collections::BTreeMap<String, (u64, u64)>,
+    /// size of those it holds now, in bytes (unknown while it holds none: a
+    /// work queue drained by its consumers).
+    streams: std::collections::BTreeMap<String, (u64, Option<u64>)>,
 }
 
 impl NatsCounts {
@@ -147,12 +147,11 @@ impl NatsCounts {
         NatsCounts {
             in_msgs: self.in_msgs.saturating_sub(before.in_msgs),
             out_msgs: self.out_msgs.saturating_sub(before.out_msgs),
-            api_requests: self.api_requests.saturating_sub(before.api_requests),
             streams: self
                 .streams
                 .iter()
                 .map(|(name, (seq, mean_size))| {
-                    let (seq0, _) = before.streams.get(name).copied().unwrap_or_default();
+                    let seq0 = before.streams.get(name).map_or(0, |(seq, _)| *seq);
                     (name.clone(), (seq.saturating_sub(seq0), *mean_size))
                 })
                 .collect(),
@@ -189,14 +188,14 @@ impl NatsMonitor {
             for stream in account["stream_detail"].as_array().into_iter().flatten() {
                 let name = stream["name"].as_str().unwrap_or("?").to_string();
                 let state = &stream["state"];
-                let mean_size = number(&state["bytes"]) / number(&state["messages"]).max(1);
+                let held = number(&state["messages"]);
+                let mean_size = (held > 0).then(|| number(&state["bytes"]) / held);
                 streams.insert(name, (number(&state["last_seq"]), mean_size));
             }
         }
         Ok(NatsCounts {
             in_msgs: number(&varz["in_msgs"]),
             out_msgs: number(&varz["out_msgs"]),
-            api_requests: number(&jsz["api"]["total"]),
             streams,
         })
     }
@@ -481,16 +480,14 @@ async fn run(
         per_run(delta.in_msgs),
         per_run(delta.out_msgs)
     );
-    println!(
-        "| nats-server per run: JetStream API requests | {:.1} |",
-        per_run(delta.api_requests)
-    );
     for (stream, (messages, mean_size)) in &delta.streams {
         if *messages > 0 {
+            let bytes = mean_size.map_or("?".to_string(), |size| {
+                format!("{:.0}", per_run(*messages) * size as f64)
+            });
             println!(
-                "| stored per run in {stream}: messages / bytes | {:.2} / {:.0} |",
-                per_run(*messages),
-                per_run(*messages) * *mean_size as f64
+                "| stored per run in {stream}: messages / bytes | {:.2} / {bytes} |",
+                per_run(*messages)
             );
         }
     }

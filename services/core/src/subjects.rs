@@ -126,12 +126,17 @@ pub fn tries_key(run_id: &str, shard: Option<u32>) -> String {
     }
 }
 
-/// KV key of the kill request of `run_id`.
 /// The keys of every kill request in `jetcron_running`.
 pub const KILL_KEYS: &str = "kill.*";
 
+/// KV key of the kill request of `run_id`.
 pub fn kill_key(run_id: &str) -> String {
     format!("kill.{run_id}")
+}
+
+/// The run id of a kill request's key ([`kill_key`]), if `key` is one.
+pub fn run_of_kill_key(key: &str) -> Option<&str> {
+    key.strip_prefix("kill.").filter(|run| !run.contains('.'))
 }
 
 /// Where refused definitions are recorded ([`crate::job_events`]); inside
@@ -199,6 +204,14 @@ mod tests {
         );
         assert_eq!(run_event_parts("jetcron.runs.a.b.c"), None);
         assert_eq!(run_event_parts("jetcron.due.default.a"), None);
+    }
+
+    #[test]
+    fn kill_keys_come_apart() {
+        let run = "0b6a1e52-6a0c-5f0e-9d4b-2f1f5f0a9c11";
+        assert_eq!(run_of_kill_key(&kill_key(run)), Some(run));
+        assert_eq!(run_of_kill_key(&claim_key("job", None)), None);
+        assert_eq!(run_of_kill_key("kill.a.b"), None);
     }
 
     #[test]

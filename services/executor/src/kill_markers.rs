@@ -64,7 +64,7 @@ impl KillMarkers {
 
 impl BucketView for KillMarkers {
     fn apply(&self, entry: &kv::Entry) {
-        let Some(run_id) = entry.key.strip_prefix("kill.") else {
+        let Some(run_id) = jetcron_core::subjects::run_of_kill_key(&entry.key) else {
             return;
         };
         match entry.operation {

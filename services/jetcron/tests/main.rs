@@ -23,6 +23,7 @@ mod http_api;
 mod http_target;
 mod job_management;
 mod job_rejections;
+mod kill_markers;
 mod manual_runs;
 mod nats_creds;
 mod nats_permissions;
