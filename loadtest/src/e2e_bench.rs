@@ -17,6 +17,10 @@
 //!   server, the floor for a burst of that size here (measured first, in
 //!   the same invocation).
 //!
+//! `versus-schedules` runs the same, then nats-server's own message
+//! schedules (`Nats-Schedule`, the same line, as many schedules as jobs) on
+//! the same server, one after the other, and prints both lags side by side.
+//!
 //! `cargo build --release -p jetcron -p jetcron-loadtest && ./target/release/e2e-bench run --jobs 10000`
 
 use std::path::PathBuf;
@@ -32,6 +36,9 @@ use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
+mod server_schedules;
+mod smoke;
+
 #[derive(Parser)]
 #[command(about = "jetcron end-to-end benchmark: jetcron all, nats-server, clickhouse-server")]
 struct Cli {
@@ -42,21 +49,67 @@ struct Cli {
 #[derive(Subcommand)]
 enum Scenario {
     /// N jobs firing every second through `jetcron all` to a NATS target.
-    Run {
-        #[arg(long, default_value_t = 10_000)]
-        jobs: usize,
-        /// Seconds measured, after the warm-up.
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
-        #[arg(long, default_value_t = 10)]
-        warmup: u64,
-        /// The jetcron binary (default: beside this one).
-        #[arg(long)]
-        jetcron: Option<PathBuf>,
-        /// Extra arguments of `jetcron all` (e.g. `--max-in-flight 1024`).
-        #[arg(long, allow_hyphen_values = true, num_args = 1..)]
-        jetcron_args: Vec<String>,
-    },
+    Run(RunArgs),
+    /// `run`, then as many nats-server message schedules on the same server.
+    VersusSchedules(RunArgs),
+    /// A short `run` for CI, failing when a figure falls far below the
+    /// recorded one.
+    Smoke(smoke::SmokeArgs),
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    #[arg(long, default_value_t = 10_000)]
+    jobs: usize,
+    /// Seconds measured, after the warm-up.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    #[arg(long, default_value_t = 10)]
+    warmup: u64,
+    /// The jetcron binary (default: beside this one).
+    #[arg(long)]
+    jetcron: Option<PathBuf>,
+    /// Extra arguments of `jetcron all` (e.g. `--max-in-flight 1024`).
+    #[arg(long, allow_hyphen_values = true, num_args = 1..)]
+    jetcron_args: Vec<String>,
+}
+
+impl RunArgs {
+    /// The jetcron binary: given, or the one beside this benchmark.
+    fn jetcron(&self) -> anyhow::Result<PathBuf> {
+        let path = match &self.jetcron {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("bench binary without a directory")?
+                .join("jetcron"),
+        };
+        anyhow::ensure!(
+            path.exists(),
+            "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
+            path.display()
+        );
+        Ok(path)
+    }
+}
+
+/// The servers of one invocation: nats-server (with its monitoring port)
+/// and clickhouse-server.
+struct Servers {
+    nats: NatsServer,
+    monitor: NatsMonitor,
+    clickhouse: ClickHouseServer,
+}
+
+impl Servers {
+    fn start() -> Self {
+        let monitor_port = jetcron_testkit::free_port();
+        Self {
+            nats: NatsServer::start_with_config(&format!("http_port: {monitor_port}")),
+            monitor: NatsMonitor::new(monitor_port),
+            clickhouse: ClickHouseServer::start(),
+        }
+    }
 }
 
 const TARGET_SUBJECT: &str = "bench.target";
@@ -65,23 +118,52 @@ const IDEAL_SUBJECT: &str = "bench.ideal";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().scenario {
-        Scenario::Run {
-            jobs,
-            seconds,
-            warmup,
-            jetcron,
-            jetcron_args,
-        } => {
-            let jetcron = match jetcron {
-                Some(path) => path,
-                None => std::env::current_exe()?
-                    .parent()
-                    .context("bench binary without a directory")?
-                    .join("jetcron"),
-            };
-            run(jobs, seconds, warmup, &jetcron, &jetcron_args).await
+        Scenario::Run(args) => {
+            let servers = Servers::start();
+            run(&servers, &args).await?;
+            Ok(())
         }
+        Scenario::VersusSchedules(args) => versus_schedules(&args).await,
+        Scenario::Smoke(args) => smoke::check(&args).await,
     }
+}
+
+/// jetcron's run, then the server's own schedules, same server, same line.
+async fn versus_schedules(args: &RunArgs) -> anyhow::Result<()> {
+    let servers = Servers::start();
+    println!("### jetcron all\n");
+    let jetcron = run(&servers, args).await?.lags;
+    let js = jetstream::new(servers.nats.client().await);
+    let server = server_schedules::measure(&js, args.jobs, args.warmup, args.seconds).await?;
+    let expected = args.jobs as u64 * args.seconds;
+    let ms = |us: i64| us as f64 / 1000.0;
+    let row = |name: &str, lags: &[i64]| {
+        println!(
+            "| {name} | {} of {expected} | {:.1} | {:.1} | {:.1} |",
+            lags.len(),
+            ms(percentile(lags, 50.0)),
+            ms(percentile(lags, 99.0)),
+            ms(lags.last().copied().unwrap_or(0)),
+        );
+    };
+    println!(
+        "\n### Side by side, same server, {} schedules `{}`\n",
+        args.jobs,
+        server_schedules::LINE
+    );
+    println!("| | fires measured | lag p50 ms | p99 ms | max ms |");
+    println!("|---|---|---|---|---|");
+    row("jetcron: target called (arrival − scheduled)", &jetcron);
+    row(
+        "nats-server message schedules: copy stored (stored − scheduled)",
+        &server.lags_us,
+    );
+    println!(
+        "\njetcron target-call p99 ÷ server stored p99: {:.2}; server copies stored early: {}",
+        percentile(&jetcron, 99.0) as f64 / percentile(&server.lags_us, 99.0).max(1) as f64,
+        server.early
+    );
+    Ok(())
 }
 
 /// One call seen by the target: the second it was scheduled for and its lag.
@@ -300,27 +382,31 @@ async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
     ))
 }
 
-async fn run(
-    jobs: usize,
-    seconds: u64,
-    warmup: u64,
-    jetcron: &std::path::Path,
-    extra: &[String],
-) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        jetcron.exists(),
-        "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
-        jetcron.display()
-    );
-    let monitor_port = jetcron_testkit::free_port();
-    let nats = NatsServer::start_with_config(&format!("http_port: {monitor_port}"));
-    let monitor = NatsMonitor::new(monitor_port);
-    let clickhouse = ClickHouseServer::start();
+/// What one `run` measured, beside the table it prints.
+pub struct RunFigures {
+    /// Calls the target received per second of the window.
+    pub runs_per_second: f64,
+    /// CPU of jetcron, nats-server and clickhouse-server per run.
+    pub cpu_per_run_us: f64,
+    /// Target-call lags of the window's fires, µs, sorted.
+    pub lags: Vec<i64>,
+}
+
+/// `jetcron all` with `args.jobs` jobs: prints its table and returns its
+/// figures.
+async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
+    let jetcron = args.jetcron()?;
+    let (jobs, seconds, warmup) = (args.jobs, args.seconds, args.warmup);
+    let Servers {
+        nats,
+        monitor,
+        clickhouse,
+    } = servers;
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
 
     // The floor: an ideal sender's burst, same server, same subscriber kind.
-    let ideal = ideal_sender(&nats, jobs, seconds.min(10)).await?;
+    let ideal = ideal_sender(nats, jobs, seconds.min(10)).await?;
 
     topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
     let loading = Instant::now();
@@ -328,11 +414,11 @@ async fn run(
     let loaded_in = loading.elapsed();
     let arrivals = serve(nats.client().await, TARGET_SUBJECT).await?;
     let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
-    let mut args: Vec<&str> = vec!["all", "--http-addr", &http_addr];
-    args.extend(extra.iter().map(String::as_str));
+    let mut command: Vec<&str> = vec!["all", "--http-addr", &http_addr];
+    command.extend(args.jetcron_args.iter().map(String::as_str));
     let process = JetcronProcess::start(
-        jetcron,
-        &args,
+        &jetcron,
+        &command,
         &[
             ("JETCRON_NATS_URL", nats.url().as_str()),
             ("JETCRON_CLICKHOUSE_URL", clickhouse.url().as_str()),
@@ -492,5 +578,9 @@ async fn run(
         }
     }
     drop(process);
-    Ok(())
+    Ok(RunFigures {
+        runs_per_second: received as f64 / seconds as f64,
+        cpu_per_run_us: total * 1e6 / received.max(1) as f64,
+        lags,
+    })
 }

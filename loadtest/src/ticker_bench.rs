@@ -5,6 +5,10 @@
 //! - `throughput`: raw JetStream publishes/s (same stream settings, same
 //!   payload size, same `Nats-Msg-Id` header, same pipelined batches) against
 //!   fires/s sustained by one ticker with N jobs all due every second, in one run.
+//! - `capacity`: the offered load (jobs all due every second) raised step
+//!   by step until the ticker no longer stores every fire of a second
+//!   within that second; the highest load it kept up with beside raw
+//!   deduplicated publishes/s on the same server in the same run.
 //! - `cold-start`: N jobs in the bucket (one canary due every second), time
 //!   from ticker start to the canary's first due event, and resident memory
 //!   per job.
@@ -44,6 +48,18 @@ enum Scenario {
         #[arg(long, default_value_t = 15)]
         seconds: u64,
     },
+    /// The highest fires/s the ticker sustains, beside raw publishes/s.
+    Capacity {
+        /// The first offered load, in jobs due every second.
+        #[arg(long, default_value_t = 20_000)]
+        from: usize,
+        /// Added to the load at each step.
+        #[arg(long, default_value_t = 10_000)]
+        step: usize,
+        /// Seconds measured at each step (after two to settle).
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
     /// Ticker start to scheduling with many jobs, and memory per job.
     ColdStart {
         #[arg(long, default_value_t = 1_000_000)]
@@ -65,6 +81,10 @@ const BATCH: usize = 1024;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // The ticker's own log lines, when asked for (RUST_LOG=info).
+    if std::env::var_os("RUST_LOG").is_some() {
+        jetcron_io::telemetry::init(jetcron_io::telemetry::LogFormat::Text);
+    }
     let nats = NatsServer::start();
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
@@ -74,6 +94,11 @@ async fn main() -> anyhow::Result<()> {
     topology::ensure_runs_stream(&js, &options).await?;
     match cli.scenario {
         Scenario::Throughput { jobs, seconds } => throughput(&nats, &js, jobs, seconds).await,
+        Scenario::Capacity {
+            from,
+            step,
+            seconds,
+        } => capacity(&nats, &js, from, step, seconds).await,
         Scenario::ColdStart { jobs } => cold_start(&nats, &js, jobs).await,
         Scenario::Lag {
             jobs,
@@ -90,8 +115,18 @@ async fn load_jobs(
     schedule: &str,
     id: impl Fn(usize) -> String,
 ) -> anyhow::Result<()> {
+    load_job_range(js, 0..count, schedule, id).await
+}
+
+/// Store the job definitions numbered `range`.
+async fn load_job_range(
+    js: &jetstream::Context,
+    range: std::ops::Range<usize>,
+    schedule: &str,
+    id: impl Fn(usize) -> String,
+) -> anyhow::Result<()> {
     let mut pending = Vec::with_capacity(BATCH * 4);
-    for i in 0..count {
+    for i in range {
         let key = id(i);
         let value = format!(
             r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"bench.svc"}}}}"#
@@ -135,6 +170,12 @@ fn sample_due_payload() -> Vec<u8> {
 async fn due_count(js: &jetstream::Context) -> anyhow::Result<u64> {
     let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
     Ok(stream.info().await?.state.messages)
+}
+
+/// The due stream's last sequence: how many due events it ever stored.
+async fn due_sequence(js: &jetstream::Context) -> anyhow::Result<u64> {
+    let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
+    Ok(stream.info().await?.state.last_sequence)
 }
 
 fn start_ticker(
@@ -245,6 +286,112 @@ async fn throughput(
         fire_rate / raw
     );
     Ok(())
+}
+
+/// One step of the capacity sweep: the load offered and what was stored.
+struct CapacityStep {
+    offered: usize,
+    stored_per_second: f64,
+}
+
+impl CapacityStep {
+    /// Kept up: the window stored (nearly) every fire offered. A ticker
+    /// that falls behind stores at its own pace, below the offered load,
+    /// while its backlog of late fires grows.
+    fn kept_up(&self) -> bool {
+        self.stored_per_second >= self.offered as f64 * 0.98
+    }
+}
+
+async fn capacity(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    from: usize,
+    step: usize,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let raw_before = raw_publish_rate(js, seconds).await?;
+    // The first load before the ticker starts, like a restart with a full
+    // bucket; the steps' additions arrive through its watch.
+    load_job_range(js, 0..from, "* * * * * *", |i| format!("cap-{i:07}")).await?;
+    let stop = CancellationToken::new();
+    let ticker = start_ticker(nats.client().await, &stop);
+    let mut steps: Vec<CapacityStep> = Vec::new();
+    let mut loaded = from;
+    let mut offered = from;
+    loop {
+        load_job_range(js, loaded..offered, "* * * * * *", |i| {
+            format!("cap-{i:07}")
+        })
+        .await?;
+        loaded = offered;
+        let measured = capacity_step(js, offered, seconds).await?;
+        let kept_up = measured.kept_up();
+        eprintln!(
+            "offered {offered}/s: stored {:.0}/s",
+            measured.stored_per_second
+        );
+        steps.push(measured);
+        if !kept_up {
+            break;
+        }
+        offered += step;
+    }
+    stop.cancel();
+    ticker.await??;
+    js.delete_stream(subjects::DUE_STREAM).await?;
+    let raw_after = raw_publish_rate(js, seconds).await?;
+    let raw = (raw_before + raw_after) / 2.0;
+
+    println!("| offered (jobs due every second) | stored due events/s | kept up (≥ 98 %) |");
+    println!("|---|---|---|");
+    for s in &steps {
+        println!(
+            "| {} | {:.0} | {} |",
+            s.offered,
+            s.stored_per_second,
+            if s.kept_up() { "yes" } else { "no" }
+        );
+    }
+    let best = steps
+        .iter()
+        .filter(|s| s.kept_up())
+        .map(|s| s.stored_per_second)
+        .fold(0.0, f64::max);
+    println!();
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!(
+        "| raw JetStream publishes/s before / after (Nats-Msg-Id, the ticker's batches) | {raw_before:.0} / {raw_after:.0} |"
+    );
+    println!("| highest load the ticker kept up with | {best:.0} fires/s |");
+    println!("| ratio to mean raw publishes/s | {:.2} |", best / raw);
+    Ok(())
+}
+
+/// Settle three seconds at this load, then the stored rate over a window
+/// of whole seconds.
+async fn capacity_step(
+    js: &jetstream::Context,
+    offered: usize,
+    seconds: u64,
+) -> anyhow::Result<CapacityStep> {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Fires come in one burst per second, at the second: a window from
+    // 950 ms past a second to 950 ms past a later one holds exactly its
+    // seconds' bursts when each burst is done within 950 ms.
+    let now = Utc::now();
+    let start = DateTime::from_timestamp(now.timestamp() + 1, 950_000_000).context("second")?;
+    tokio::time::sleep((start - now).to_std().unwrap_or_default()).await;
+    let before = due_sequence(js).await?;
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = due_sequence(js).await?;
+    let stored_per_second = after.saturating_sub(before) as f64 / started.elapsed().as_secs_f64();
+    Ok(CapacityStep {
+        offered,
+        stored_per_second,
+    })
 }
 
 fn rss_bytes() -> u64 {

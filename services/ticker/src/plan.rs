@@ -6,6 +6,12 @@
 //! rather than lost. [`FirePlan::watermark`] is the instant up to which every
 //! scheduled time of the shard has been stored: the durable checkpoint a new
 //! owner resumes from.
+//!
+//! Each job keeps the (publish instant, scheduled time) of its own pending
+//! fires, so that an edit, a delete or a catch-up question touches only that
+//! job's entries in the shard-wide sets: adding 100,000 jobs to a running
+//! ticker scanned every pending fire once per job before (the ticker stored
+//! 413 fires/s for the 13 s after such a load).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,6 +29,8 @@ pub struct PlannedJob {
     pub last_planned: Option<DateTime<Utc>>,
     /// Since when the job is paused (to apply its misfire policy on resume).
     pub paused_since: Option<DateTime<Utc>>,
+    /// (publish instant, scheduled time) of its queued or in-flight fires.
+    fires: Vec<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// One fire to emit.
@@ -65,16 +73,36 @@ impl FirePlan {
         self.queue.len() + self.in_flight.len()
     }
 
-    fn enqueue(&mut self, job_id: &str, job: &ValidJob, scheduled: DateTime<Utc>) {
-        self.queue
-            .insert((job.fire_instant(scheduled), scheduled, job_id.to_string()));
+    /// Queue a fire of a job the plan holds (else nothing happens).
+    fn enqueue(&mut self, job_id: &str, scheduled: DateTime<Utc>) {
+        let Some(planned) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let fire_at = planned.job.fire_instant(scheduled);
+        if planned.fires.contains(&(fire_at, scheduled)) {
+            return;
+        }
+        planned.fires.push((fire_at, scheduled));
+        self.queue.insert((fire_at, scheduled, job_id.to_string()));
         self.pending.insert((scheduled, job_id.to_string()));
     }
 
-    fn dequeue_all(&mut self, job_id: &str) {
-        self.queue.retain(|(_, _, id)| id != job_id);
-        self.in_flight.retain(|(_, _, id)| id != job_id);
-        self.pending.retain(|(_, id)| id != job_id);
+    /// Drop pending fires of `job_id` that `drop` picks, from every set.
+    fn dequeue_where(&mut self, job_id: &str, drop: impl Fn(DateTime<Utc>) -> bool) {
+        let Some(planned) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let id = job_id.to_string();
+        planned.fires.retain(|(fire_at, scheduled)| {
+            if !drop(*scheduled) {
+                return true;
+            }
+            let key = (*fire_at, *scheduled, id.clone());
+            self.queue.remove(&key);
+            self.in_flight.remove(&key);
+            self.pending.remove(&(*scheduled, id.clone()));
+            false
+        });
     }
 
     /// Add or replace a definition seen at KV `revision`, live (not on recovery).
@@ -105,10 +133,12 @@ impl FirePlan {
         // Fires already due under the old revision still happen (an edit at
         // the fire time must not drop the fire); they carry the same run ids.
         let carried: Vec<DateTime<Utc>> = self
-            .pending
-            .iter()
-            .filter(|(t, pending_id)| *pending_id == id && *t <= now)
-            .map(|(t, _)| *t)
+            .jobs
+            .get(&id)
+            .into_iter()
+            .flat_map(|planned| &planned.fires)
+            .map(|(_, scheduled)| *scheduled)
+            .filter(|t| *t <= now)
             .collect();
         self.remove(&id);
         if job.spec.paused {
@@ -168,6 +198,7 @@ impl FirePlan {
                 revision,
                 last_planned: None,
                 paused_since: Some(since),
+                fires: Vec::new(),
             },
         );
     }
@@ -180,23 +211,21 @@ impl FirePlan {
         catch_up: Vec<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
-        for t in &catch_up {
-            self.enqueue(&id, &job, *t);
-        }
         let next = job.next_scheduled(now);
-        if let Some(t) = next {
-            self.enqueue(&id, &job, t);
-        }
         let last_planned = next.or(catch_up.last().copied());
         self.jobs.insert(
-            id,
+            id.clone(),
             PlannedJob {
                 job,
                 revision,
                 last_planned,
                 paused_since: None,
+                fires: Vec::with_capacity(catch_up.len() + 1),
             },
         );
+        for t in catch_up.into_iter().chain(next) {
+            self.enqueue(&id, t);
+        }
     }
 
     /// Catch-up fires of `job_id` scheduled in `(after, up_to]`, oldest first.
@@ -206,11 +235,16 @@ impl FirePlan {
         after: DateTime<Utc>,
         up_to: DateTime<Utc>,
     ) -> Vec<DateTime<Utc>> {
-        self.pending
-            .iter()
-            .filter(|(t, id)| id == job_id && *t > after && *t <= up_to)
-            .map(|(t, _)| *t)
-            .collect()
+        let mut times: Vec<DateTime<Utc>> = self
+            .jobs
+            .get(job_id)
+            .into_iter()
+            .flat_map(|planned| &planned.fires)
+            .map(|(_, scheduled)| *scheduled)
+            .filter(|t| *t > after && *t <= up_to)
+            .collect();
+        times.sort();
+        times
     }
 
     /// Ids of the jobs held.
@@ -221,21 +255,13 @@ impl FirePlan {
     /// Drop pending fires of `job_id` scheduled at or before `through`: they
     /// were emitted already (only catch-ups can be that old).
     pub fn drop_emitted(&mut self, job_id: &str, through: DateTime<Utc>) {
-        self.queue.retain(|(_, t, id)| id != job_id || *t > through);
-        self.in_flight
-            .retain(|(_, t, id)| id != job_id || *t > through);
-        self.pending.retain(|(t, id)| id != job_id || *t > through);
+        self.dequeue_where(job_id, |scheduled| scheduled <= through);
     }
 
     /// Forget a job (deleted, purged, or replaced by an invalid value).
     pub fn remove(&mut self, job_id: &str) -> bool {
-        match self.jobs.remove(job_id) {
-            Some(_) => {
-                self.dequeue_all(job_id);
-                true
-            }
-            None => false,
-        }
+        self.dequeue_where(job_id, |_| true);
+        self.jobs.remove(job_id).is_some()
     }
 
     /// When the next pending fire is published.
@@ -297,12 +323,14 @@ impl FirePlan {
             return;
         }
         self.pending.remove(&(fire.scheduled_at, id.clone()));
+        planned
+            .fires
+            .retain(|entry| *entry != (fire.fire_at, fire.scheduled_at));
         if planned.revision == fire.revision && planned.last_planned == Some(fire.scheduled_at) {
             let next = planned.job.next_scheduled(fire.scheduled_at);
             planned.last_planned = next;
             if let Some(t) = next {
-                let job = Arc::clone(&planned.job);
-                self.enqueue(id, &job, t);
+                self.enqueue(id, t);
             }
         }
     }

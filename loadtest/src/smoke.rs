@@ -1,0 +1,134 @@
+//! The regression guard CI runs (`e2e-bench smoke`): two short `run`s,
+//! compared with the figures recorded in `loadtest/smoke.json`:
+//! - 10,000 jobs every second, more than this machine executes: runs/s and
+//!   CPU per run;
+//! - 1,000 jobs every second, which it keeps up with: target-call p99.
+//!
+//! It fails only on a fall far below them (a third of the throughput, three
+//! times the CPU per run or the p99), so a slowdown is caught when it lands
+//! while the noise of a shared machine is not.
+//!
+//! `e2e-bench smoke --record` measures and writes the file instead; commit
+//! it with the change that moved the figures, and say so in
+//! docs/benchmarks.md.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use crate::{percentile, run, RunArgs, Servers};
+
+/// How far a figure may fall before the guard fails.
+const TOLERANCE: f64 = 3.0;
+
+#[derive(clap::Args, Clone)]
+pub struct SmokeArgs {
+    /// The recorded figures.
+    #[arg(long, default_value = "loadtest/smoke.json")]
+    recorded: PathBuf,
+    /// Measure and write the recorded figures instead of checking them.
+    #[arg(long)]
+    record: bool,
+    /// The jetcron binary (default: beside this one).
+    #[arg(long)]
+    jetcron: Option<PathBuf>,
+}
+
+/// The figures the guard compares.
+#[derive(Debug, Serialize, Deserialize)]
+struct Figures {
+    /// At 10,000 jobs.
+    runs_per_second: f64,
+    /// At 10,000 jobs.
+    cpu_per_run_us: f64,
+    /// At 1,000 jobs.
+    target_call_p99_ms: f64,
+}
+
+pub async fn check(args: &SmokeArgs) -> anyhow::Result<()> {
+    let run_args = |jobs| RunArgs {
+        jobs,
+        seconds: 10,
+        warmup: 5,
+        jetcron: args.jetcron.clone(),
+        jetcron_args: Vec::new(),
+    };
+    println!("### 10,000 jobs\n");
+    let saturated = run(&Servers::start(), &run_args(10_000)).await?;
+    println!("\n### 1,000 jobs\n");
+    let kept_up = run(&Servers::start(), &run_args(1_000)).await?;
+    let figures = Figures {
+        runs_per_second: saturated.runs_per_second,
+        cpu_per_run_us: saturated.cpu_per_run_us,
+        target_call_p99_ms: percentile(&kept_up.lags, 99.0) as f64 / 1000.0,
+    };
+    if args.record {
+        let text = serde_json::to_string_pretty(&figures)? + "\n";
+        std::fs::write(&args.recorded, text)
+            .with_context(|| format!("write {}", args.recorded.display()))?;
+        println!("\nrecorded in {}: {figures:?}", args.recorded.display());
+        return Ok(());
+    }
+    let recorded: Figures = serde_json::from_slice(
+        &std::fs::read(&args.recorded)
+            .with_context(|| format!("read {}", args.recorded.display()))?,
+    )
+    .with_context(|| format!("{}: not the recorded figures", args.recorded.display()))?;
+    let falls = falls_below(&figures, &recorded);
+    println!("\nmeasured {figures:?}\nrecorded {recorded:?}");
+    anyhow::ensure!(
+        falls.is_empty(),
+        "far below the recorded figures: {}",
+        falls.join("; ")
+    );
+    println!("smoke: within {TOLERANCE}x of the recorded figures");
+    Ok(())
+}
+
+/// Each figure that fell more than [`TOLERANCE`] times below the recorded
+/// one, said in words.
+fn falls_below(measured: &Figures, recorded: &Figures) -> Vec<String> {
+    let mut falls = Vec::new();
+    if measured.runs_per_second * TOLERANCE < recorded.runs_per_second {
+        falls.push(format!(
+            "{:.0} runs/s, recorded {:.0}",
+            measured.runs_per_second, recorded.runs_per_second
+        ));
+    }
+    if measured.cpu_per_run_us > recorded.cpu_per_run_us * TOLERANCE {
+        falls.push(format!(
+            "{:.0} µs CPU per run, recorded {:.0}",
+            measured.cpu_per_run_us, recorded.cpu_per_run_us
+        ));
+    }
+    if measured.target_call_p99_ms > recorded.target_call_p99_ms * TOLERANCE {
+        falls.push(format!(
+            "target-call p99 {:.0} ms, recorded {:.0}",
+            measured.target_call_p99_ms, recorded.target_call_p99_ms
+        ));
+    }
+    falls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(runs_per_second: f64, cpu_per_run_us: f64, p99_ms: f64) -> Figures {
+        Figures {
+            runs_per_second,
+            cpu_per_run_us,
+            target_call_p99_ms: p99_ms,
+        }
+    }
+
+    #[test]
+    fn noise_passes_and_a_third_fails() {
+        let recorded = figures(6000.0, 320.0, 9000.0);
+        assert!(falls_below(&figures(2500.0, 700.0, 20000.0), &recorded).is_empty());
+        let falls = falls_below(&figures(1900.0, 1000.0, 28000.0), &recorded);
+        assert_eq!(falls.len(), 3, "{falls:?}");
+        assert!(falls[0].contains("1900 runs/s, recorded 6000"), "{falls:?}");
+    }
+}
