@@ -110,6 +110,17 @@ pub fn run_complete_subject(run_id: &str) -> String {
 /// Last token of [`run_complete_subject`].
 pub const RUN_COMPLETE_TOKEN: &str = "complete";
 
+/// Every [`run_complete_subject`]: what an executor listens on.
+pub const RUN_COMPLETE_SUBJECTS: &str = "jetcron.runs.*.complete";
+
+/// The run id of a [`run_complete_subject`].
+pub fn run_of_complete_subject(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix("jetcron.runs.")?
+        .strip_suffix(".complete")
+        .filter(|run_id| !run_id.is_empty() && !run_id.contains('.'))
+}
+
 /// KV key of the overlap claim of `job_id` (of one shard of it).
 pub fn claim_key(job_id: &str, shard: Option<u32>) -> String {
     match shard {
@@ -212,6 +223,18 @@ mod tests {
         assert_eq!(run_of_kill_key(&kill_key(run)), Some(run));
         assert_eq!(run_of_kill_key(&claim_key("job", None)), None);
         assert_eq!(run_of_kill_key("kill.a.b"), None);
+    }
+
+    #[test]
+    fn completion_subjects_come_apart() {
+        let run = "0b6a1e52-6a0c-5f0e-9d4b-2f1f5f0a9c11";
+        assert_eq!(
+            run_of_complete_subject(&run_complete_subject(run)),
+            Some(run)
+        );
+        assert_eq!(run_of_complete_subject("jetcron.runs..complete"), None);
+        assert_eq!(run_of_complete_subject("jetcron.runs.a.b.complete"), None);
+        assert_eq!(run_of_complete_subject("jetcron.runs.job.started"), None);
     }
 
     #[test]

@@ -258,24 +258,6 @@ async fn run_attempt(
     // Register before looking for a kill request: a kill sent in between
     // reaches either the marker check or the registration.
     let registration = ctx.attempts.register(due.run_id.as_str());
-    // A held fire takes its slot at its instant and then looks for a kill
-    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
-    // while the fire was held (the ticker marks such fires killed) is caught
-    // then.
-    let permit = match slot {
-        Slot::Now(permit) => permit,
-        Slot::At {
-            fire_at,
-            permits,
-            shutdown,
-        } => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
-            Some(permit) => permit,
-            None => return,
-        },
-    };
-    if killed_before_start(ctx, &message, &due, &job, &publisher).await {
-        return;
-    }
     let view = Attempt {
         ctx,
         message: &message,
@@ -284,48 +266,6 @@ async fn run_attempt(
         publisher: &publisher,
         number: attempt,
     };
-    let mut claim = match job.concurrency {
-        ConcurrencyPolicy::Allow => None,
-        policy => match take_claim(&view, policy).await {
-            Some(claim) => Some(claim),
-            None => return,
-        },
-    };
-    registration.activate();
-    let started_at = ctx.clock.now();
-    let started = publisher.started(started_at, max_attempts);
-    // The start is recorded before the target is called, but the call does
-    // not wait longer than STARTED_WAIT for it: while `JETCRON_RUNS` elects a
-    // leader the event is stored later (before the outcome), and the fire
-    // still reaches its target on time.
-    let mut store_started = Box::pin(publisher.publish(&started, store_budget(ctx), &message));
-    let stored_in_time = match tokio::time::timeout(STARTED_WAIT, &mut store_started).await {
-        Ok(Ok(stored)) if stored.duplicate => {
-            // Another delivery started this very attempt: it ran, or runs now.
-            match ended_already(ctx, &message, &due, Since::Sequence(stored.sequence)).await {
-                RunEnd::NotYet => {
-                    info!("another delivery started this attempt, handing this one back");
-                    hand_back(&message).await;
-                }
-                RunEnd::Ended => release(claim).await,
-                RunEnd::Unknown => {}
-            }
-            return;
-        }
-        Ok(Ok(_)) => true,
-        Ok(Err(e)) => {
-            warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
-            hand_back(&message).await;
-            return;
-        }
-        Err(_) => {
-            info!("start not stored yet, calling the target meanwhile");
-            false
-        }
-    };
-    // Per-run lines at debug: every run is in `JETCRON_RUNS` and ClickHouse,
-    // and two info lines per run cost about 5 % of the CPU at 10,000 runs/s.
-    debug!(target_type = job.spec.target.kind(), "attempt started");
     let run = RunContext {
         run_id: due.run_id.clone(),
         job_id: due.job_id.clone(),
@@ -334,6 +274,90 @@ async fn run_attempt(
         shard: due.shard.map(|index| (index, job.shards)),
         parent: due.parent.clone(),
     };
+    // A held fire of a job that allows overlap records its start just
+    // before its instant, so that at the instant only the call is left. Any
+    // other attempt records it once it has its slot (and claim).
+    let started_ahead = match &slot {
+        Slot::At {
+            fire_at, shutdown, ..
+        } if job.concurrency == ConcurrencyPolicy::Allow => Some((*fire_at, shutdown.clone())),
+        _ => None,
+    };
+    // The storing of `started`, owning its copy of the event (it may go on
+    // beside the call).
+    let store_start = |event: RunEvent| {
+        let (message, publisher) = (&message, &publisher);
+        Box::pin(async move { publisher.publish(&event, store_budget(ctx), message).await })
+    };
+    let mut ahead = None;
+    if let Some((fire_at, shutdown)) = started_ahead {
+        if !crate::hold::hold_until(ctx, &message, fire_at - START_AHEAD, &shutdown).await
+            || killed_before_start(ctx, &message, &due, &job, &publisher).await
+        {
+            return;
+        }
+        registration.activate();
+        let started = publisher.started(fire_at, max_attempts);
+        let mut store = store_start(started.clone());
+        match record_start(&view, &mut store, &mut None).await {
+            Some(stored_in_time) => ahead = Some((fire_at, started, store, stored_in_time)),
+            None => return,
+        }
+    }
+    // Its call, built now and sent at the instant with the others due then.
+    let booked = match &ahead {
+        Some((fire_at, ..)) => book_call(ctx, &job, &run, *fire_at, &slot),
+        None => None,
+    };
+    // A held fire takes its slot at its instant and then looks for a kill
+    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
+    // while the fire was held (the ticker marks such fires killed) is caught
+    // then.
+    // A booked call has its slot already, and the dispatcher looks for the
+    // kill request at the instant.
+    let (permit, booked) = match (slot, booked) {
+        (_, Some((permit, call))) => (permit, Some(call)),
+        (Slot::Now(permit), None) => (permit, None),
+        (
+            Slot::At {
+                fire_at,
+                permits,
+                shutdown,
+            },
+            None,
+        ) => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
+            Some(permit) => (permit, None),
+            None => return,
+        },
+    };
+    if booked.is_none() && killed_before_start(ctx, &message, &due, &job, &publisher).await {
+        return;
+    }
+    let (mut claim, started_at, started, mut store_started, stored_in_time) = match ahead {
+        Some((fire_at, started, store, stored_in_time)) => {
+            (None, fire_at, started, store, stored_in_time)
+        }
+        None => {
+            let mut claim = match job.concurrency {
+                ConcurrencyPolicy::Allow => None,
+                policy => match take_claim(&view, policy).await {
+                    Some(claim) => Some(claim),
+                    None => return,
+                },
+            };
+            registration.activate();
+            let started_at = ctx.clock.now();
+            let started = publisher.started(started_at, max_attempts);
+            let mut store = store_start(started.clone());
+            let Some(stored_in_time) = record_start(&view, &mut store, &mut claim).await else {
+                return;
+            };
+            (claim, started_at, started, store, stored_in_time)
+        }
+    };
+    // Per-run lines at debug: every run is in `JETCRON_RUNS` and ClickHouse,
+    // and two info lines per run cost about 5 % of the CPU at 10,000 runs/s.
+    debug!(target_type = job.spec.target.kind(), "attempt started");
     // An attempt running longer than `notify.running_longer_than` is told
     // to the job's alert channels, and so is its end.
     let alarm = job.spec.notify.as_ref().and_then(|n| {
@@ -343,7 +367,15 @@ async fn run_attempt(
     // The attempt stops counting as running (kills, `forbid` probes) as soon
     // as its target returns, not when its events are stored.
     let work = async {
-        let supervised = supervise(ctx, &message, &job, &run, &registration, claim.as_mut());
+        let supervised = supervise(
+            ctx,
+            &message,
+            &job,
+            &run,
+            &registration,
+            claim.as_mut(),
+            booked,
+        );
         let (ending, alarmed) = match &alarm {
             None => (supervised.await, false),
             Some((notify, after, started)) => {
@@ -385,6 +417,121 @@ async fn run_attempt(
                 .await
         {
             warn!(error = %format!("{e:#}"), "cannot queue the end of a long-running alert");
+        }
+    }
+}
+
+/// A held attempt's call booked with [`crate::instant_calls`].
+struct BookedCall {
+    at: DateTime<Utc>,
+    booking: crate::instant_calls::Booking,
+    /// Completion reports are expected from before the call is sent.
+    reports: crate::completion_reports::Expected,
+}
+
+/// Book the call of a held fire's `nats` target for its instant, with its
+/// in-flight slot taken now. `None` for other targets, or when no slot is
+/// free now (the attempt then waits for one at the instant and calls
+/// itself).
+fn book_call(
+    ctx: &ExecutorContext,
+    job: &ValidJob,
+    run: &RunContext,
+    fire_at: DateTime<Utc>,
+    slot: &Slot,
+) -> Option<(OwnedSemaphorePermit, BookedCall)> {
+    let (jetcron_core::job::Target::Nats(target), Slot::At { permits, .. }) =
+        (&job.spec.target, slot)
+    else {
+        return None;
+    };
+    let permit = permits.clone().try_acquire_owned().ok()?;
+    let reports = ctx.completions.expect(run.run_id.as_str());
+    let booking = ctx.instant_calls.book(
+        fire_at,
+        run.run_id.as_str(),
+        target.subject.clone().into(),
+        targets::nats::prepare(target, run),
+    )?;
+    Some((
+        permit,
+        BookedCall {
+            at: fire_at,
+            booking,
+            reports,
+        },
+    ))
+}
+
+/// The outcome of a booked call. A kill request found at the instant
+/// stops the attempt the way a kill during the call does (through its
+/// registration), so it is recorded as killed.
+async fn booked_outcome(
+    ctx: &ExecutorContext,
+    mut booking: crate::instant_calls::Booking,
+    target: &jetcron_core::job::Target,
+    run: &RunContext,
+) -> Outcome {
+    use crate::instant_calls::Dispatched;
+    let jetcron_core::job::Target::Nats(target) = target else {
+        return Outcome::failed("a booked call of a target that is not nats");
+    };
+    match booking.answer().await {
+        Some(Dispatched::Reply(reply)) => {
+            targets::nats::outcome(reply, target, ctx.config.output_limit)
+        }
+        Some(Dispatched::Killed(marker)) => {
+            info!(reason = %marker.reason, "run was killed before its instant, not calling it");
+            ctx.attempts.kill(run.run_id.as_str(), &marker.reason);
+            std::future::pending().await
+        }
+        Some(Dispatched::Unchecked(error)) => Outcome::failed(format!(
+            "not called: cannot check for a kill request ({error})"
+        )),
+        None => Outcome::failed("not called: the executor stopped before the fire's instant"),
+    }
+}
+
+/// Wait up to [`STARTED_WAIT`] for `store`, the storing of the attempt's
+/// `started` event: the start is recorded before the target is called, but
+/// the call does not wait longer for it (while `JETCRON_RUNS` elects a
+/// leader the event is stored later, before the outcome, and the fire still
+/// reaches its target on time). `Some(stored in time)` to go on and call;
+/// `None` when this delivery is done with: another delivery started this
+/// very attempt, or the start cannot be recorded (handed back).
+async fn record_start<F>(
+    attempt: &Attempt<'_>,
+    store: &mut std::pin::Pin<Box<F>>,
+    claim: &mut Option<ClaimHandle>,
+) -> Option<bool>
+where
+    F: std::future::Future<Output = anyhow::Result<crate::run_events::Stored>>,
+{
+    let Attempt {
+        ctx, message, due, ..
+    } = *attempt;
+    match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
+        Ok(Ok(stored)) if stored.duplicate => {
+            // Another delivery started this very attempt: it ran, or runs now.
+            match ended_already(ctx, message, due, Since::Sequence(stored.sequence)).await {
+                RunEnd::NotYet => {
+                    info!("another delivery started this attempt, handing this one back");
+                    hand_back(message).await;
+                }
+                RunEnd::Ended => release(claim.take()).await,
+                RunEnd::Unknown => {}
+            }
+            None
+        }
+        Ok(Ok(_)) => Some(true),
+        Ok(Err(e)) => {
+            warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
+            hand_back(message).await;
+            None
+        }
+        Err(_) => {
+            info!("start not stored yet, calling the target meanwhile");
+            Some(false)
         }
     }
 }
@@ -547,8 +694,24 @@ async fn supervise(
     run: &RunContext,
     registration: &Registration,
     mut claim: Option<&mut ClaimHandle>,
+    booked: Option<BookedCall>,
 ) -> Ending {
-    let work = tokio::time::timeout(job.timeout, targets::run(ctx, &job.spec.target, run));
+    let work = match booked {
+        // The timeout counts from the instant the call is sent.
+        Some(call) => futures::future::Either::Left(tokio::time::timeout(
+            job.timeout + (call.at - ctx.clock.now()).to_std().unwrap_or_default(),
+            targets::completion::run_expecting(
+                ctx,
+                run,
+                call.reports,
+                booked_outcome(ctx, call.booking, &job.spec.target, run),
+            ),
+        )),
+        None => futures::future::Either::Right(tokio::time::timeout(
+            job.timeout,
+            targets::run(ctx, &job.spec.target, run),
+        )),
+    };
     tokio::pin!(work);
     let mut ticks = tokio::time::interval(ctx.config.progress_interval);
     ticks.tick().await;
@@ -785,6 +948,11 @@ async fn ack(message: &Message, kind: AckKind) {
         tokio::time::sleep(wait).await;
     }
 }
+
+/// How long before its instant a held fire of a job that allows overlap
+/// records its start (longer than [`STARTED_WAIT`], so that the call at
+/// the instant does not wait for it).
+const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(250);
 
 /// How long the call of the target waits for the `started` event to be
 /// stored (it is stored meanwhile, before the outcome, when this is not enough).

@@ -55,6 +55,16 @@ impl KillMarkers {
         control::kill_requested(running, run_id).await
     }
 
+    /// The kill request of `run_id` as known in memory, without waiting:
+    /// `None` while the watch is not caught up (then only
+    /// [`KillMarkers::requested`] can tell).
+    pub fn known(&self, run_id: &str) -> Option<Option<KillMarker>> {
+        if let Some(marker) = self.lock().get(run_id) {
+            return Some(Some(marker.clone()));
+        }
+        self.synced.load(Ordering::Acquire).then_some(None)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, KillMarker>> {
         self.markers
             .lock()

@@ -28,11 +28,13 @@ pub mod attempt;
 pub mod chains;
 mod claim_state;
 pub mod claims;
+pub mod completion_reports;
 pub mod ended;
 pub mod ending;
 pub mod fanout;
 mod helper_pull;
 pub mod hold;
+pub mod instant_calls;
 pub mod kill_markers;
 pub mod mail;
 pub mod notify;
@@ -95,7 +97,21 @@ pub struct ExecutorConfig {
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
+    /// The connection `nats` targets are called on (the executor's own when
+    /// `None`); `jetcron executor` opens a second one, so that calls never
+    /// queue behind run events and acks.
+    pub calls_client: Option<async_nats::Client>,
 }
+
+/// Default of the most attempts running at once: a burst of 1,000 held
+/// `nats` calls at one instant books its calls ahead with a slot each
+/// ([`instant_calls`]). Shell targets are processes: lower it where many
+/// shell jobs are due at once.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 2048;
+
+/// Most messages one pull asks for: the slots a pull reserves for messages
+/// still to come are not free for held fires to book their calls with.
+const PULL_BATCH: usize = 256;
 
 /// Default cap on kept output: 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
@@ -104,7 +120,7 @@ impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             executor_id: default_executor_id(),
-            max_in_flight: 64,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             shell: ShellOptions::default(),
             ack_wait: Duration::from_secs(30),
@@ -117,6 +133,7 @@ impl Default for ExecutorConfig {
             smtp_ca_file: None,
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
+            calls_client: None,
         }
     }
 }
@@ -133,6 +150,8 @@ pub fn default_executor_id() -> String {
 pub struct ExecutorContext {
     pub config: ExecutorConfig,
     pub nats: async_nats::Client,
+    /// Where `nats` targets are called ([`ExecutorConfig::calls_client`]).
+    pub calls: async_nats::Client,
     pub js: jetstream::Context,
     pub http: reqwest::Client,
     /// `jetcron_running`: overlap claims and kill requests.
@@ -152,6 +171,10 @@ pub struct ExecutorContext {
     pub schedules: schedule_cache::ScheduleCache,
     /// The kill requests of `jetcron_running`, followed in memory.
     pub kill_markers: kill_markers::KillMarkers,
+    /// Completion reports of asynchronous targets, by run.
+    pub completions: Arc<completion_reports::CompletionReports>,
+    /// Calls of held fires, sent together at their instant.
+    pub instant_calls: instant_calls::InstantCalls,
 }
 
 /// Run the executor until `shutdown` is cancelled.
@@ -244,9 +267,16 @@ pub async fn run(
         .context("build HTTP client")?;
     let max_in_flight = config.max_in_flight.max(1);
     let grace = config.shutdown_grace;
+    let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
+    let (instant_calls, booked_calls) = instant_calls::InstantCalls::new();
+    let calls = config
+        .calls_client
+        .clone()
+        .unwrap_or_else(|| client.clone());
     let ctx = Arc::new(ExecutorContext {
         config,
         nats: client.clone(),
+        calls,
         js,
         http,
         running,
@@ -257,6 +287,8 @@ pub async fn run(
         clock,
         schedules: Default::default(),
         kill_markers: Default::default(),
+        completions: Default::default(),
+        instant_calls,
     });
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let tasks = TaskTracker::new();
@@ -279,6 +311,17 @@ pub async fn run(
         let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
         async move { ctx.kill_markers.follow(&ctx.running, &stop).await }
     });
+    helpers.spawn({
+        let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
+        async move { ctx.completions.route(completion_subscription, stop).await }
+    });
+    // Outside tokio's cooperative budget, so that the calls of one instant
+    // go out in one go rather than 128 at a time between other tasks.
+    helpers.spawn(tokio::task::unconstrained(instant_calls::dispatch(
+        ctx.clone(),
+        booked_calls,
+        helpers_stop.clone(),
+    )));
     let chain_index = Arc::new(chains::index::ChainIndex::default());
     helpers.spawn({
         let (index, stop) = (chain_index.clone(), helpers_stop.clone());
@@ -292,7 +335,7 @@ pub async fn run(
     let pullers = TaskTracker::new();
     // Each pool's batch reserves at most its share of the free slots, so an
     // idle pool's open pull request never holds the slots another pool needs.
-    let share = (max_in_flight / consumers.len()).max(1);
+    let share = (max_in_flight / consumers.len()).clamp(1, PULL_BATCH);
     for (pool, consumer) in consumers {
         pullers.spawn(pull_loop(
             ctx.clone(),

@@ -177,8 +177,9 @@ pub struct TickerArgs {
     /// Store each fire this long before its time; executors hold it until
     /// then, so a NATS leader election at the scheduled instant delays
     /// nothing. A change to a job applies to fires further away than this; a
-    /// delete or pause kills the fires already handed out. Default: 0s with
-    /// --replicas 1, 10s on a cluster (elections take 4-9 s). At most 1m.
+    /// delete or pause kills the fires already handed out. Default: 1.5s
+    /// with --replicas 1 (calls of an instant are built ahead and sent
+    /// together), 10s on a cluster (elections take 4-9 s). At most 1m.
     #[arg(long, env = "JETCRON_LOOKAHEAD", value_parser = humantime::parse_duration)]
     pub lookahead: Option<Duration>,
     /// A ticker that cannot get due events stored for this long hands its
@@ -189,13 +190,16 @@ pub struct TickerArgs {
     pub publish_stall_limit: Duration,
 }
 
-/// The lookahead when none is given: none on one node, where no election
-/// happens; 10 s on a cluster, longer than nats-server's elections (4-9 s).
+/// The lookahead when none is given. On one node 1.5 s: executors hold the
+/// fires, build their calls and record their starts before the instant, and
+/// the ticker stores the next second's fires half a second away from the
+/// calls of this one. On a cluster 10 s, longer than nats-server's
+/// elections (4-9 s).
 pub fn default_lookahead(replicas: usize) -> Duration {
     if replicas > 1 {
         Duration::from_secs(10)
     } else {
-        Duration::ZERO
+        Duration::from_millis(1500)
     }
 }
 
@@ -212,7 +216,7 @@ pub struct ExecutorArgs {
     #[arg(long, env = "JETCRON_SHELL_WORKDIR")]
     pub shell_workdir: Option<PathBuf>,
     /// Most attempts running at once.
-    #[arg(long, env = "JETCRON_MAX_IN_FLIGHT", default_value_t = 64)]
+    #[arg(long, env = "JETCRON_MAX_IN_FLIGHT", default_value_t = jetcron_executor::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// Largest output kept per attempt, in bytes.
     #[arg(long, env = "JETCRON_OUTPUT_LIMIT", default_value_t = jetcron_executor::DEFAULT_OUTPUT_LIMIT)]

@@ -221,7 +221,11 @@ async fn spawn_executor(
 ) -> anyhow::Result<()> {
     let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "executor", shutdown).await?;
+    // Target calls on a connection of their own: a burst of calls at an
+    // instant never queues behind the executor's JetStream traffic.
+    let calls_client = connect(common, "executor-calls", shutdown).await?;
     let mut config = jetcron_executor::ExecutorConfig {
+        calls_client: Some(calls_client),
         max_in_flight: args.max_in_flight,
         output_limit: args.output_limit,
         shell: jetcron_executor::ShellOptions {

@@ -1,16 +1,15 @@
 //! Asynchronous completion: the target answered "accepted" and reports the
 //! result later on `jetcron.runs.<run_id>.complete`.
 //!
-//! The executor subscribes to that subject before it calls the target, so a
+//! The executor expects a report for the run before it calls the target
+//! ([`crate::completion_reports`], one subscription per executor), so a
 //! report that arrives before the "accepted" answer is not missed. The subject
 //! lies inside `JETCRON_RUNS`: reports are stored with the run's events (the
 //! projector skips them; the result is recorded as the attempt's outcome
 //! event). Until a matching report arrives the run stays `running`; the
 //! caller's timeout and kill still apply.
 
-use futures::StreamExt as _;
 use jetcron_core::control::{Completion, CompletionStatus};
-use jetcron_core::subjects;
 use tracing::{info, warn};
 
 use super::{cap_output, Outcome, RunContext};
@@ -23,27 +22,26 @@ pub async fn run_async_aware(
     run: &RunContext,
     call: impl std::future::Future<Output = Outcome>,
 ) -> Outcome {
-    let subject = subjects::run_complete_subject(run.run_id.as_str());
-    let mut reports = match ctx.nats.subscribe(subject.clone()).await {
-        Ok(subscription) => Some(subscription),
-        Err(e) => {
-            warn!(error = %e, "cannot listen for completion reports");
-            None
-        }
-    };
+    let reports = ctx.completions.expect(run.run_id.as_str());
+    run_expecting(ctx, run, reports, call).await
+}
+
+/// [`run_async_aware`] for a call whose reports were expected already
+/// (a call sent at its instant by [`crate::instant_calls`]).
+pub async fn run_expecting(
+    ctx: &ExecutorContext,
+    run: &RunContext,
+    mut reports: crate::completion_reports::Expected,
+    call: impl std::future::Future<Output = Outcome>,
+) -> Outcome {
     let outcome = call.await;
     if !outcome.accepted || !outcome.success {
         return outcome;
     }
-    let Some(reports) = reports.as_mut() else {
-        return Outcome::failed(
-            "target answered accepted, but this executor cannot listen for its completion",
-        );
-    };
     info!("target accepted the work, waiting for its completion report");
     let shard = run.shard.map(|(index, _)| index);
-    while let Some(message) = reports.next().await {
-        let report = match Completion::parse(&message.payload) {
+    while let Some(payload) = reports.payloads.recv().await {
+        let report = match Completion::parse(&payload) {
             Ok(report) => report,
             Err(why) => {
                 warn!(why, "ignoring malformed completion report");

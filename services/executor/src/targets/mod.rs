@@ -90,7 +90,7 @@ pub async fn run(ctx: &ExecutorContext, target: &Target, run: &RunContext) -> Ou
     match target {
         Target::Shell(t) => shell::run(&ctx.config.shell, t, run, limit).await,
         Target::Nats(t) => {
-            completion::run_async_aware(ctx, run, nats::run(&ctx.nats, t, run, limit)).await
+            completion::run_async_aware(ctx, run, nats::run(&ctx.calls, t, run, limit)).await
         }
         Target::Http(t) => {
             completion::run_async_aware(ctx, run, http::run(&ctx.http, t, run, limit)).await

@@ -18,6 +18,14 @@ pub async fn run(
     ctx: &RunContext,
     output_limit: usize,
 ) -> Outcome {
+    let request = prepare(target, ctx);
+    let reply = client.send_request(target.subject.clone(), request).await;
+    outcome(reply, target, output_limit)
+}
+
+/// The request of one call: its payload (the target's, or the run as JSON)
+/// and headers (the target's, then the run's).
+pub fn prepare(target: &NatsTarget, ctx: &RunContext) -> async_nats::Request {
     let payload = match &target.payload {
         None => ctx.to_json().to_string(),
         Some(serde_json::Value::String(text)) => text.clone(),
@@ -31,11 +39,19 @@ pub async fn run(
         headers.insert(name, value.as_str());
     }
     // No client-side timeout: the executor bounds the whole attempt.
-    let request = async_nats::Request::new()
+    async_nats::Request::new()
         .payload(payload.into())
         .headers(headers)
-        .timeout(None);
-    let reply = match client.send_request(target.subject.clone(), request).await {
+        .timeout(None)
+}
+
+/// What a call's reply (or its failure) says about the attempt.
+pub fn outcome(
+    reply: Result<async_nats::Message, async_nats::RequestError>,
+    target: &NatsTarget,
+    output_limit: usize,
+) -> Outcome {
+    let reply = match reply {
         Ok(reply) => reply,
         Err(e) => {
             let reason = match e.kind() {
