@@ -274,13 +274,18 @@ async fn run_attempt(
         shard: due.shard.map(|index| (index, job.shards)),
         parent: due.parent.clone(),
     };
-    // A held fire of a job that allows overlap records its start just
-    // before its instant, so that at the instant only the call is left. Any
-    // other attempt records it once it has its slot (and claim).
+    // A held fire of a job that allows overlap, with a `nats` target, books
+    // its call and records its start just before its instant, so that at the
+    // instant only the call is left ([`crate::instant_calls`]). Any other
+    // attempt records its start once it has its slot (and claim).
     let started_ahead = match &slot {
         Slot::At {
             fire_at, shutdown, ..
-        } if job.concurrency == ConcurrencyPolicy::Allow => Some((*fire_at, shutdown.clone())),
+        } if job.concurrency == ConcurrencyPolicy::Allow
+            && matches!(job.spec.target, jetcron_core::job::Target::Nats(_)) =>
+        {
+            Some((*fire_at, shutdown.clone()))
+        }
         _ => None,
     };
     // The storing of `started`, owning its copy of the event (it may go on
@@ -290,31 +295,31 @@ async fn run_attempt(
         Box::pin(async move { publisher.publish(&event, store_budget(ctx), message).await })
     };
     let mut ahead = None;
+    let mut booked = None;
     if let Some((fire_at, shutdown)) = started_ahead {
         if !crate::hold::hold_until(ctx, &message, fire_at - START_AHEAD, &shutdown).await
             || killed_before_start(ctx, &message, &due, &job, &publisher).await
         {
             return;
         }
-        registration.activate();
-        let started = publisher.started(fire_at, max_attempts);
-        let mut store = store_start(started.clone());
-        match record_start(&view, &mut store, &mut None).await {
-            Some(stored_in_time) => ahead = Some((fire_at, started, store, stored_in_time)),
-            None => return,
+        // Without a free slot now it goes on the usual way at the instant.
+        if let Some(call) = book_call(ctx, &job, &run, fire_at, &slot) {
+            registration.activate();
+            let started = publisher.started(fire_at, max_attempts);
+            let mut store = store_start(started.clone());
+            // Not going on withdraws the booking (dropped before the instant).
+            let Some(stored_in_time) = record_start(&view, &mut store, &mut None).await else {
+                return;
+            };
+            ahead = Some((fire_at, started, store, stored_in_time));
+            booked = Some(call);
         }
     }
-    // Its call, built now and sent at the instant with the others due then.
-    let booked = match &ahead {
-        Some((fire_at, ..)) => book_call(ctx, &job, &run, *fire_at, &slot),
-        None => None,
-    };
     // A held fire takes its slot at its instant and then looks for a kill
     // request (in memory, [`crate::kill_markers`]): a job paused or deleted
     // while the fire was held (the ticker marks such fires killed) is caught
-    // then.
-    // A booked call has its slot already, and the dispatcher looks for the
-    // kill request at the instant.
+    // then. A booked call has its slot already, and the dispatcher looks
+    // for the kill request at the instant.
     let (permit, booked) = match (slot, booked) {
         (_, Some((permit, call))) => (permit, Some(call)),
         (Slot::Now(permit), None) => (permit, None),
@@ -463,32 +468,34 @@ fn book_call(
     ))
 }
 
-/// The outcome of a booked call. A kill request found at the instant
-/// stops the attempt the way a kill during the call does (through its
-/// registration), so it is recorded as killed.
+/// The outcome of a booked call, or why it was not sent. A kill request
+/// found at the instant stops the attempt the way a kill during the call
+/// does (through its registration), so it is recorded as killed.
 async fn booked_outcome(
     ctx: &ExecutorContext,
     mut booking: crate::instant_calls::Booking,
     target: &jetcron_core::job::Target,
     run: &RunContext,
-) -> Outcome {
+) -> Result<Outcome, String> {
     use crate::instant_calls::Dispatched;
     let jetcron_core::job::Target::Nats(target) = target else {
-        return Outcome::failed("a booked call of a target that is not nats");
+        return Err("a booked call of a target that is not nats".into());
     };
     match booking.answer().await {
-        Some(Dispatched::Reply(reply)) => {
-            targets::nats::outcome(reply, target, ctx.config.output_limit)
-        }
+        Some(Dispatched::Reply(reply)) => Ok(targets::nats::outcome(
+            reply,
+            target,
+            ctx.config.output_limit,
+        )),
         Some(Dispatched::Killed(marker)) => {
             info!(reason = %marker.reason, "run was killed before its instant, not calling it");
             ctx.attempts.kill(run.run_id.as_str(), &marker.reason);
             std::future::pending().await
         }
-        Some(Dispatched::Unchecked(error)) => Outcome::failed(format!(
-            "not called: cannot check for a kill request ({error})"
-        )),
-        None => Outcome::failed("not called: the executor stopped before the fire's instant"),
+        Some(Dispatched::Unchecked(error)) => {
+            Err(format!("cannot check for a kill request ({error})"))
+        }
+        None => Err("the executor stopped before the fire's instant".into()),
     }
 }
 
@@ -700,17 +707,15 @@ async fn supervise(
         // The timeout counts from the instant the call is sent.
         Some(call) => futures::future::Either::Left(tokio::time::timeout(
             job.timeout + (call.at - ctx.clock.now()).to_std().unwrap_or_default(),
-            targets::completion::run_expecting(
-                ctx,
-                run,
-                call.reports,
-                booked_outcome(ctx, call.booking, &job.spec.target, run),
-            ),
+            async {
+                let outcome = booked_outcome(ctx, call.booking, &job.spec.target, run).await?;
+                let outcome = std::future::ready(outcome);
+                Ok(targets::completion::run_expecting(ctx, run, call.reports, outcome).await)
+            },
         )),
-        None => futures::future::Either::Right(tokio::time::timeout(
-            job.timeout,
-            targets::run(ctx, &job.spec.target, run),
-        )),
+        None => futures::future::Either::Right(tokio::time::timeout(job.timeout, async {
+            Ok(targets::run(ctx, &job.spec.target, run).await)
+        })),
     };
     tokio::pin!(work);
     let mut ticks = tokio::time::interval(ctx.config.progress_interval);
@@ -721,7 +726,8 @@ async fn supervise(
             _ = registration.killed.cancelled() => return Ending::Killed(registration.reason()),
             _ = ctx.interrupt.cancelled() => return Ending::Interrupted,
             result = &mut work => return match result {
-                Ok(outcome) => Ending::Done(outcome),
+                Ok(Ok(outcome)) => Ending::Done(outcome),
+                Ok(Err(why)) => Ending::NotCalled(why),
                 Err(_) => Ending::TimedOut,
             },
             _ = ticks.tick() => {

@@ -75,7 +75,10 @@ impl CompletionReports {
                 _ = shutdown.cancelled() => return,
                 report = reports.next() => report,
             };
-            let Some(report) = report else { return };
+            let Some(report) = report else {
+                tracing::warn!("the completion report subscription ended");
+                return;
+            };
             let Some(run_id) = subjects::run_of_complete_subject(report.subject.as_str()) else {
                 continue;
             };

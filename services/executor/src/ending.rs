@@ -27,6 +27,10 @@ pub enum Ending {
     Killed(String),
     /// The executor is shutting down and its grace period is over.
     Interrupted,
+    /// A call booked for its instant was not sent, for the reason given (the
+    /// kill request could not be looked up, or the executor stopped first):
+    /// handed back like an interrupted attempt, not counted as a try.
+    NotCalled(String),
 }
 
 /// What the job allows, as far as the ending's consequences go.
@@ -146,6 +150,19 @@ pub fn decide(ending: &Ending, try_number: u32, policy: Policy) -> Decision {
                 )
             };
         }
+        Ending::NotCalled(why) => {
+            return Decision {
+                called_and_over: None,
+                claim: ClaimStep::Keep,
+                ..over(
+                    RunEventKind::Retrying,
+                    AttemptOutcome::Interrupted,
+                    Some(format!("not called: {why}")),
+                    Settle::Nak(None),
+                    false,
+                )
+            };
+        }
         Ending::TimedOut => (
             AttemptOutcome::TimedOut,
             Some(format!(
@@ -203,6 +220,10 @@ mod tests {
                 Ending::Killed("replaced by run r2 (concurrency: replace)".into()),
             ),
             ("shutting down", Ending::Interrupted),
+            (
+                "not called",
+                Ending::NotCalled("cannot check for a kill request (timed out)".into()),
+            ),
         ]
     }
 
@@ -284,8 +305,26 @@ mod tests {
         let last = |e: &Ending| decide(e, 3, policy(3, true));
         let first = |e: &Ending| decide(e, 1, policy(3, true));
         let endings = endings();
-        let [ok, failed, timed_out, killed, replaced, interrupted] =
-            [0, 1, 2, 3, 4, 5].map(|i| &endings[i].1);
+        let [ok, failed, timed_out, killed, replaced, interrupted, not_called] =
+            [0, 1, 2, 3, 4, 5, 6].map(|i| &endings[i].1);
+
+        // A booked call that was not sent is handed back, not counted, even
+        // on the last try.
+        let d = last(not_called);
+        assert_eq!(
+            (d.kind, d.outcome, d.settle, d.claim),
+            (
+                RunEventKind::Retrying,
+                AttemptOutcome::Interrupted,
+                Settle::Nak(None),
+                ClaimStep::Keep
+            )
+        );
+        assert_eq!(d.ledger_before, None, "{d:?}");
+        assert_eq!(
+            d.error.as_deref(),
+            Some("not called: cannot check for a kill request (timed out)")
+        );
 
         let d = first(ok);
         assert_eq!(

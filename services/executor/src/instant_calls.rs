@@ -34,6 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ExecutorContext;
 
+/// Longest a reply waits for the flush of its instant's requests.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 const WAITING: u8 = 0;
 const SENT: u8 = 1;
 const WITHDRAWN: u8 = 2;
@@ -147,8 +150,9 @@ pub async fn dispatch(
                         calls.push(sent);
                     }
                 }
-                // The first poll sends every request of the instant.
-                let _ = futures::poll!(calls.next());
+                // Poll until every request of the instant is sent (a poll
+                // stops at the first call that completes).
+                while let std::task::Poll::Ready(Some(())) = futures::poll!(calls.next()) {}
                 let (client, gate) = (ctx.calls.clone(), std::mem::take(&mut flushed));
                 tokio::spawn(async move {
                     let _ = client.flush().await;
@@ -209,7 +213,9 @@ fn send(
                 let mut answer = answer;
                 tokio::select! {
                     reply = client.send_request(subject, request) => {
-                        flushed.cancelled().await;
+                        // Not past a reconnect, though: the flush may wait
+                        // for one, the reply must not.
+                        let _ = tokio::time::timeout(FLUSH_WAIT, flushed.cancelled()).await;
                         let _ = answer.send(Dispatched::Reply(reply));
                     }
                     _ = answer.closed() => {}
