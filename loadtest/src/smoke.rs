@@ -22,6 +22,9 @@ use crate::{percentile, run, RunArgs, Servers};
 /// How far a figure may fall before the guard fails.
 const TOLERANCE: f64 = 3.0;
 
+/// The least growth of the target-call p99 that counts as a fall.
+const LAG_SLACK_MS: f64 = 100.0;
+
 #[derive(clap::Args, Clone)]
 pub struct SmokeArgs {
     /// The recorded figures.
@@ -102,7 +105,11 @@ fn falls_below(measured: &Figures, recorded: &Figures) -> Vec<String> {
             measured.cpu_per_run_us, recorded.cpu_per_run_us
         ));
     }
-    if measured.target_call_p99_ms > recorded.target_call_p99_ms * TOLERANCE {
+    // Tens of milliseconds swing with a shared machine's other work: a lag
+    // regression is also at least LAG_SLACK_MS worse.
+    if measured.target_call_p99_ms > recorded.target_call_p99_ms * TOLERANCE
+        && measured.target_call_p99_ms > recorded.target_call_p99_ms + LAG_SLACK_MS
+    {
         falls.push(format!(
             "target-call p99 {:.0} ms, recorded {:.0}",
             measured.target_call_p99_ms, recorded.target_call_p99_ms
@@ -125,9 +132,9 @@ mod tests {
 
     #[test]
     fn noise_passes_and_a_third_fails() {
-        let recorded = figures(6000.0, 320.0, 9000.0);
-        assert!(falls_below(&figures(2500.0, 700.0, 20000.0), &recorded).is_empty());
-        let falls = falls_below(&figures(1900.0, 1000.0, 28000.0), &recorded);
+        let recorded = figures(6000.0, 320.0, 25.0);
+        assert!(falls_below(&figures(2500.0, 700.0, 120.0), &recorded).is_empty());
+        let falls = falls_below(&figures(1900.0, 1000.0, 130.0), &recorded);
         assert_eq!(falls.len(), 3, "{falls:?}");
         assert!(falls[0].contains("1900 runs/s, recorded 6000"), "{falls:?}");
     }
