@@ -137,27 +137,18 @@ pub fn decide(ending: &Ending, try_number: u32, policy: Policy) -> Decision {
                 policy.notifies,
             );
         }
-        Ending::Interrupted => {
-            return Decision {
-                called_and_over: None,
-                claim: ClaimStep::Keep,
-                ..over(
-                    RunEventKind::Retrying,
-                    AttemptOutcome::Interrupted,
-                    Some("executor shut down before the attempt finished".into()),
-                    Settle::Nak(None),
-                    false,
-                )
+        Ending::Interrupted | Ending::NotCalled(_) => {
+            let why = match ending {
+                Ending::NotCalled(why) => format!("not called: {why}"),
+                _ => "executor shut down before the attempt finished".into(),
             };
-        }
-        Ending::NotCalled(why) => {
             return Decision {
                 called_and_over: None,
                 claim: ClaimStep::Keep,
                 ..over(
                     RunEventKind::Retrying,
                     AttemptOutcome::Interrupted,
-                    Some(format!("not called: {why}")),
+                    Some(why),
                     Settle::Nak(None),
                     false,
                 )
