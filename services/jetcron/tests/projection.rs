@@ -245,31 +245,31 @@ async fn replaying_the_whole_stream_changes_no_answer() {
     replay.batch_wait = Duration::from_millis(100);
     stack.spawn_projector(replay).await;
     let js = stack.js.clone();
-    wait_until("replay done", Duration::from_secs(30), || async {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_stream("JETCRON_RUNS")
-            .await
-            .ok()?
-            .get_consumer("projector-replay")
-            .await
-            .ok()?;
+    // (events the replay acked, events in the stream)
+    let (acked, in_stream) = wait_until("replay done", Duration::from_secs(30), || async {
+        let mut stream = js.get_stream("JETCRON_RUNS").await.ok()?;
+        let last = stream.info().await.ok()?.state.last_sequence;
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+            stream.get_consumer("projector-replay").await.ok()?;
         let info = consumer.info().await.ok()?;
         (info.num_pending == 0 && info.num_ack_pending == 0 && info.delivered.stream_sequence > 0)
-            .then_some(())
+            .then_some((info.ack_floor.stream_sequence, last))
     })
     .await;
-    let rows = clickhouse_column(&stack, "SELECT count() FROM jetcron.run_events").await;
     let after = answers(&stack, &run_ids).await;
-    // The last answer counts raw rows: the replay doubled them...
+    // The replay stored every event again: the projector acks an event only
+    // after ClickHouse took its rows. The raw row count shows it only until
+    // ReplacingMergeTree merges the copies away (CI saw 8 → 8 once).
+    assert_eq!(acked, in_stream, "the replay acked every event");
     let (raw_before, raw_after) = (&before[before.len() - 1], &after[after.len() - 1]);
     let (count_before, distinct_before) = split_counts(raw_before);
     let (count_after, distinct_after) = split_counts(raw_after);
     assert!(
-        count_after > count_before || rows.is_empty(),
+        count_after >= count_before,
         "replayed rows: {raw_before} → {raw_after}"
     );
     assert_eq!(distinct_before, distinct_after);
-    // ...and nothing a user reads changed, in the gateway or in Grafana.
+    // Nothing a user reads changed, in the gateway or in Grafana.
     assert_eq!(before[..before.len() - 1], after[..after.len() - 1]);
     let panels_after = dashboard_answers(&stack, from, to).await;
     assert_eq!(panels_before.len(), panels_after.len());
