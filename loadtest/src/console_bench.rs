@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
+use jetcron_loadtest::percentile;
 use jetcron_testkit::{Stack, StackOptions};
 
 #[derive(Parser)]
@@ -34,11 +35,6 @@ fn rss_bytes() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * 4096)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> String {
@@ -161,8 +157,8 @@ async fn main() -> anyhow::Result<()> {
         times.sort();
         println!(
             "| {name} | {} | {} | {} | {bytes} |",
-            ms(percentile(&times, 0.5)),
-            ms(percentile(&times, 0.95)),
+            ms(percentile(&times, 50.0)),
+            ms(percentile(&times, 95.0)),
             ms(*times.last().unwrap_or(&Duration::ZERO))
         );
     }

@@ -34,6 +34,7 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_loadtest::percentile;
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
 mod server_schedules;
@@ -136,7 +137,6 @@ async fn versus_schedules(args: &RunArgs) -> anyhow::Result<()> {
     let js = jetstream::new(servers.nats.client().await);
     let server = server_schedules::measure(&js, args.jobs, args.warmup, args.seconds).await?;
     let expected = args.jobs as u64 * args.seconds;
-    let ms = |us: i64| us as f64 / 1000.0;
     let row = |name: &str, lags: &[i64]| {
         println!(
             "| {name} | {} of {expected} | {:.1} | {:.1} | {:.1} |",
@@ -283,25 +283,12 @@ impl NatsMonitor {
     }
 }
 
-/// Store `count` job definitions with pipelined publishes into the bucket.
+/// Store `count` job definitions, every second to the target.
 async fn load_jobs(js: &jetstream::Context, count: usize) -> anyhow::Result<()> {
-    let mut pending = Vec::with_capacity(4096);
-    for i in 0..count {
-        let value = format!(
-            r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{TARGET_SUBJECT}"}}}}"#
-        );
-        let subject = format!("$KV.{}.e2e-{i:07}", subjects::JOBS_BUCKET);
-        pending.push(js.publish(subject, value.into()).await?);
-        if pending.len() >= 4096 {
-            for ack in pending.drain(..) {
-                ack.await.context("job put ack")?;
-            }
-        }
-    }
-    for ack in pending {
-        ack.await.context("job put ack")?;
-    }
-    Ok(())
+    let value = format!(
+        r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{TARGET_SUBJECT}"}}}}"#
+    );
+    jetcron_loadtest::put_jobs(js, 0..count, |i| format!("e2e-{i:07}"), |_| value.clone()).await
 }
 
 /// CPU seconds (user + system) a process has used so far.
@@ -321,14 +308,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / 100.0
 }
 
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 /// Lags (µs, sorted) of the arrivals scheduled in `[from, to)`.
 fn lags_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<i64> {
     let mut lags: Vec<i64> = arrivals
@@ -340,6 +319,11 @@ fn lags_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> 
         .collect();
     lags.sort_unstable();
     lags
+}
+
+/// Microseconds in milliseconds, for the tables.
+fn ms(us: i64) -> f64 {
+    us as f64 / 1000.0
 }
 
 /// The next whole second after now.
@@ -500,7 +484,6 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         .state
         .messages;
 
-    let ms = |us: i64| us as f64 / 1000.0;
     println!("| measure | value |");
     println!("|---|---|");
     println!("| jobs firing every second | {jobs} |");

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::{percentile, run, RunArgs, Servers};
+use crate::{run, RunArgs, Servers};
+use jetcron_loadtest::percentile;
 
 /// How far a figure may fall before the guard fails.
 const TOLERANCE: f64 = 3.0;

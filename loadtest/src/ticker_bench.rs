@@ -29,6 +29,7 @@ use jetcron_core::clock::SystemClock;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_loadtest::percentile;
 use jetcron_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -75,8 +76,6 @@ enum Scenario {
         seconds: u64,
     },
 }
-
-const BATCH: usize = 1024;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -125,24 +124,9 @@ async fn load_job_range(
     schedule: &str,
     id: impl Fn(usize) -> String,
 ) -> anyhow::Result<()> {
-    let mut pending = Vec::with_capacity(BATCH * 4);
-    for i in range {
-        let key = id(i);
-        let value = format!(
-            r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"bench.svc"}}}}"#
-        );
-        let subject = format!("$KV.{}.{key}", subjects::JOBS_BUCKET);
-        pending.push(js.publish(subject, value.into()).await?);
-        if pending.len() >= BATCH * 4 {
-            for ack in pending.drain(..) {
-                ack.await.context("job put ack")?;
-            }
-        }
-    }
-    for ack in pending {
-        ack.await.context("job put ack")?;
-    }
-    Ok(())
+    let value =
+        format!(r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"bench.svc"}}}}"#);
+    jetcron_loadtest::put_jobs(js, range, id, |_| value.clone()).await
 }
 
 /// A due event as the ticker would publish it, for a realistic payload size.
@@ -167,15 +151,26 @@ fn sample_due_payload() -> Vec<u8> {
     serde_json::to_vec(&event).expect("encode")
 }
 
-async fn due_count(js: &jetstream::Context) -> anyhow::Result<u64> {
-    let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
-    Ok(stream.info().await?.state.messages)
+/// Stop the ticker, drop the due stream it filled, and measure raw
+/// publishes again: (after, mean of `raw_before` and after).
+async fn stop_then_raw_again(
+    ticker: tokio::task::JoinHandle<anyhow::Result<()>>,
+    stop: &CancellationToken,
+    js: &jetstream::Context,
+    seconds: u64,
+    raw_before: f64,
+) -> anyhow::Result<(f64, f64)> {
+    stop.cancel();
+    ticker.await??;
+    js.delete_stream(subjects::DUE_STREAM).await?;
+    let raw_after = raw_publish_rate(js, seconds).await?;
+    Ok((raw_after, (raw_before + raw_after) / 2.0))
 }
 
-/// The due stream's last sequence: how many due events it ever stored.
-async fn due_sequence(js: &jetstream::Context) -> anyhow::Result<u64> {
+/// The due stream's state: `messages` held, `last_sequence` ever stored.
+async fn due_state(js: &jetstream::Context) -> anyhow::Result<stream::State> {
     let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
-    Ok(stream.info().await?.state.last_sequence)
+    Ok(stream.info().await?.state.clone())
 }
 
 fn start_ticker(
@@ -254,20 +249,15 @@ async fn throughput(
     let stop = CancellationToken::new();
     let ticker = start_ticker(nats.client().await, &stop);
     // Warm up until fires flow, then measure a steady window.
-    while due_count(js).await? < jobs as u64 {
+    while due_state(js).await?.messages < jobs as u64 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let before = due_count(js).await?;
+    let before = due_state(js).await?.messages;
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = due_count(js).await?;
+    let after = due_state(js).await?.messages;
     let fire_rate = (after - before) as f64 / started.elapsed().as_secs_f64();
-    stop.cancel();
-    ticker.await??;
-    js.delete_stream(subjects::DUE_STREAM).await?;
-
-    let raw_after = raw_publish_rate(js, seconds).await?;
-    let raw = (raw_before + raw_after) / 2.0;
+    let (raw_after, raw) = stop_then_raw_again(ticker, &stop, js, seconds, raw_before).await?;
     println!("| measure | value |");
     println!("|---|---|");
     println!(
@@ -337,11 +327,7 @@ async fn capacity(
         }
         offered += step;
     }
-    stop.cancel();
-    ticker.await??;
-    js.delete_stream(subjects::DUE_STREAM).await?;
-    let raw_after = raw_publish_rate(js, seconds).await?;
-    let raw = (raw_before + raw_after) / 2.0;
+    let (raw_after, raw) = stop_then_raw_again(ticker, &stop, js, seconds, raw_before).await?;
 
     println!("| offered (jobs due every second) | stored due events/s | kept up (≥ 98 %) |");
     println!("|---|---|---|");
@@ -383,10 +369,10 @@ async fn capacity_step(
     let now = Utc::now();
     let start = DateTime::from_timestamp(now.timestamp() + 1, 950_000_000).context("second")?;
     tokio::time::sleep((start - now).to_std().unwrap_or_default()).await;
-    let before = due_sequence(js).await?;
+    let before = due_state(js).await?.last_sequence;
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = due_sequence(js).await?;
+    let after = due_state(js).await?.last_sequence;
     let stored_per_second = after.saturating_sub(before) as f64 / started.elapsed().as_secs_f64();
     Ok(CapacityStep {
         offered,
@@ -446,14 +432,6 @@ async fn cold_start(nats: &NatsServer, js: &jetstream::Context, jobs: usize) -> 
     Ok(())
 }
 
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 async fn lag(
     nats: &NatsServer,
     js: &jetstream::Context,
@@ -496,7 +474,7 @@ async fn lag(
             ..Default::default()
         })
         .await?;
-    let stored = due_count(js).await?;
+    let stored = due_state(js).await?.messages;
     let mut messages = consumer.messages().await?;
     // Skip the first seconds: replicas start, load the bucket and share shards.
     let warm = started_at + chrono::Duration::seconds(5);

@@ -14,7 +14,7 @@
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
-use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
+use jetcron_core::job::{self, ConcurrencyPolicy, NatsTarget, Target, ValidJob};
 use jetcron_io::retry::RetryDelay;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info, warn, Instrument as _};
@@ -274,92 +274,95 @@ async fn run_attempt(
         shard: due.shard.map(|index| (index, job.shards)),
         parent: due.parent.clone(),
     };
-    // A held fire of a job that allows overlap, with a `nats` target, books
-    // its call and records its start just before its instant, so that at the
-    // instant only the call is left ([`crate::instant_calls`]). Any other
-    // attempt records its start once it has its slot (and claim).
-    let started_ahead = match &slot {
-        Slot::At {
-            fire_at, shutdown, ..
-        } if job.concurrency == ConcurrencyPolicy::Allow
-            && matches!(job.spec.target, jetcron_core::job::Target::Nats(_)) =>
-        {
-            Some((*fire_at, shutdown.clone()))
-        }
-        _ => None,
-    };
     // The storing of `started`, owning its copy of the event (it may go on
     // beside the call).
     let store_start = |event: RunEvent| {
         let (message, publisher) = (&message, &publisher);
         Box::pin(async move { publisher.publish(&event, store_budget(ctx), message).await })
     };
+    // A held fire of a job that allows overlap, with a `nats` target, books
+    // its call and records its start just before its instant, so that at the
+    // instant only the call is left ([`crate::instant_calls`]). Without a
+    // free slot then it goes on the usual way at the instant.
     let mut ahead = None;
-    let mut booked = None;
-    if let Some((fire_at, shutdown)) = started_ahead {
-        if !crate::hold::hold_until(ctx, &message, fire_at - START_AHEAD, &shutdown).await
+    if let (
+        Slot::At {
+            fire_at,
+            permits,
+            shutdown,
+        },
+        ConcurrencyPolicy::Allow,
+        Target::Nats(target),
+    ) = (&slot, job.concurrency, &job.spec.target)
+    {
+        if !crate::hold::hold_until(ctx, &message, *fire_at - START_AHEAD, shutdown).await
             || killed_before_start(ctx, &message, &due, &job, &publisher).await
         {
             return;
         }
-        // Without a free slot now it goes on the usual way at the instant.
-        if let Some(call) = book_call(ctx, &job, &run, fire_at, &slot) {
+        if let Some((permit, call)) = book_call(ctx, target, &run, *fire_at, permits) {
             registration.activate();
-            let started = publisher.started(fire_at, max_attempts);
+            let started = publisher.started(*fire_at, max_attempts);
             let mut store = store_start(started.clone());
             // Not going on withdraws the booking (dropped before the instant).
             let Some(stored_in_time) = record_start(&view, &mut store, &mut None).await else {
                 return;
             };
-            ahead = Some((fire_at, started, store, stored_in_time));
-            booked = Some(call);
+            ahead = Some((permit, call, started, store, stored_in_time));
         }
     }
-    // A held fire takes its slot at its instant and then looks for a kill
-    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
-    // while the fire was held (the ticker marks such fires killed) is caught
-    // then. A booked call has its slot already, and the dispatcher looks
-    // for the kill request at the instant.
-    let (permit, booked) = match (slot, booked) {
-        (_, Some((permit, call))) => (permit, Some(call)),
-        (Slot::Now(permit), None) => (permit, None),
-        (
-            Slot::At {
-                fire_at,
-                permits,
-                shutdown,
-            },
-            None,
-        ) => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
-            Some(permit) => (permit, None),
-            None => return,
-        },
-    };
-    if booked.is_none() && killed_before_start(ctx, &message, &due, &job, &publisher).await {
-        return;
-    }
-    let (mut claim, started_at, started, mut store_started, stored_in_time) = match ahead {
-        Some((fire_at, started, store, stored_in_time)) => {
-            (None, fire_at, started, store, stored_in_time)
-        }
-        None => {
-            let mut claim = match job.concurrency {
-                ConcurrencyPolicy::Allow => None,
-                policy => match take_claim(&view, policy).await {
-                    Some(claim) => Some(claim),
-                    None => return,
-                },
-            };
-            registration.activate();
-            let started_at = ctx.clock.now();
-            let started = publisher.started(started_at, max_attempts);
-            let mut store = store_start(started.clone());
-            let Some(stored_in_time) = record_start(&view, &mut store, &mut claim).await else {
-                return;
-            };
-            (claim, started_at, started, store, stored_in_time)
-        }
-    };
+    let (permit, booked, mut claim, started_at, started, mut store_started, stored_in_time) =
+        match ahead {
+            Some((permit, call, started, store, stored_in_time)) => {
+                let at = call.at;
+                (permit, Some(call), None, at, started, store, stored_in_time)
+            }
+            None => {
+                // A held fire takes its slot at its instant and then looks
+                // for a kill request (in memory, [`crate::kill_markers`]): a
+                // job paused or deleted while the fire was held (the ticker
+                // marks such fires killed) is caught then. (A booked call's
+                // kill request is looked for by the dispatcher.)
+                let permit = match slot {
+                    Slot::Now(permit) => permit,
+                    Slot::At {
+                        fire_at,
+                        permits,
+                        shutdown,
+                    } => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await
+                    {
+                        Some(permit) => permit,
+                        None => return,
+                    },
+                };
+                if killed_before_start(ctx, &message, &due, &job, &publisher).await {
+                    return;
+                }
+                let mut claim = match job.concurrency {
+                    ConcurrencyPolicy::Allow => None,
+                    policy => match take_claim(&view, policy).await {
+                        Some(claim) => Some(claim),
+                        None => return,
+                    },
+                };
+                registration.activate();
+                let started_at = ctx.clock.now();
+                let started = publisher.started(started_at, max_attempts);
+                let mut store = store_start(started.clone());
+                let Some(stored_in_time) = record_start(&view, &mut store, &mut claim).await else {
+                    return;
+                };
+                (
+                    permit,
+                    None,
+                    claim,
+                    started_at,
+                    started,
+                    store,
+                    stored_in_time,
+                )
+            }
+        };
     // Per-run lines at debug: every run is in `JETCRON_RUNS` and ClickHouse,
     // and two info lines per run cost about 5 % of the CPU at 10,000 runs/s.
     debug!(target_type = job.spec.target.kind(), "attempt started");
@@ -427,7 +430,8 @@ async fn run_attempt(
 }
 
 /// A held attempt's call booked with [`crate::instant_calls`].
-struct BookedCall {
+struct BookedCall<'a> {
+    target: &'a NatsTarget,
     at: DateTime<Utc>,
     booking: crate::instant_calls::Booking,
     /// Completion reports are expected from before the call is sent.
@@ -435,21 +439,15 @@ struct BookedCall {
 }
 
 /// Book the call of a held fire's `nats` target for its instant, with its
-/// in-flight slot taken now. `None` for other targets, or when no slot is
-/// free now (the attempt then waits for one at the instant and calls
-/// itself).
-fn book_call(
+/// in-flight slot taken now; `None` when no slot is free now (the attempt
+/// then waits for one at the instant and calls itself).
+fn book_call<'a>(
     ctx: &ExecutorContext,
-    job: &ValidJob,
+    target: &'a NatsTarget,
     run: &RunContext,
     fire_at: DateTime<Utc>,
-    slot: &Slot,
-) -> Option<(OwnedSemaphorePermit, BookedCall)> {
-    let (jetcron_core::job::Target::Nats(target), Slot::At { permits, .. }) =
-        (&job.spec.target, slot)
-    else {
-        return None;
-    };
+    permits: &std::sync::Arc<tokio::sync::Semaphore>,
+) -> Option<(OwnedSemaphorePermit, BookedCall<'a>)> {
     let permit = permits.clone().try_acquire_owned().ok()?;
     let reports = ctx.completions.expect(run.run_id.as_str());
     let booking = ctx.instant_calls.book(
@@ -461,6 +459,7 @@ fn book_call(
     Some((
         permit,
         BookedCall {
+            target,
             at: fire_at,
             booking,
             reports,
@@ -474,13 +473,10 @@ fn book_call(
 async fn booked_outcome(
     ctx: &ExecutorContext,
     mut booking: crate::instant_calls::Booking,
-    target: &jetcron_core::job::Target,
+    target: &NatsTarget,
     run: &RunContext,
 ) -> Result<Outcome, String> {
     use crate::instant_calls::Dispatched;
-    let jetcron_core::job::Target::Nats(target) = target else {
-        return Err("a booked call of a target that is not nats".into());
-    };
     match booking.answer().await {
         Some(Dispatched::Reply(reply)) => Ok(targets::nats::outcome(
             reply,
@@ -701,14 +697,14 @@ async fn supervise(
     run: &RunContext,
     registration: &Registration,
     mut claim: Option<&mut ClaimHandle>,
-    booked: Option<BookedCall>,
+    booked: Option<BookedCall<'_>>,
 ) -> Ending {
     let work = match booked {
         // The timeout counts from the instant the call is sent.
         Some(call) => futures::future::Either::Left(tokio::time::timeout(
             job.timeout + (call.at - ctx.clock.now()).to_std().unwrap_or_default(),
             async {
-                let outcome = booked_outcome(ctx, call.booking, &job.spec.target, run).await?;
+                let outcome = booked_outcome(ctx, call.booking, call.target, run).await?;
                 let outcome = std::future::ready(outcome);
                 Ok(targets::completion::run_expecting(ctx, run, call.reports, outcome).await)
             },

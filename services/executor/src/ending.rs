@@ -299,24 +299,6 @@ mod tests {
         let [ok, failed, timed_out, killed, replaced, interrupted, not_called] =
             [0, 1, 2, 3, 4, 5, 6].map(|i| &endings[i].1);
 
-        // A booked call that was not sent is handed back, not counted, even
-        // on the last try.
-        let d = last(not_called);
-        assert_eq!(
-            (d.kind, d.outcome, d.settle, d.claim),
-            (
-                RunEventKind::Retrying,
-                AttemptOutcome::Interrupted,
-                Settle::Nak(None),
-                ClaimStep::Keep
-            )
-        );
-        assert_eq!(d.ledger_before, None, "{d:?}");
-        assert_eq!(
-            d.error.as_deref(),
-            Some("not called: cannot check for a kill request (timed out)")
-        );
-
         let d = first(ok);
         assert_eq!(
             (d.kind, d.settle, d.claim, d.forget_ledger),
@@ -372,7 +354,14 @@ mod tests {
             assert_eq!(d.ledger_before, None, "a kill does not use up a try");
         }
 
-        for d in [first(interrupted), last(interrupted)] {
+        // A shutdown, or a booked call that was not sent, is handed back and
+        // not counted, even on the last try.
+        for d in [
+            first(interrupted),
+            last(interrupted),
+            first(not_called),
+            last(not_called),
+        ] {
             assert_eq!(
                 (d.kind, d.outcome, d.settle, d.claim),
                 (
@@ -388,6 +377,10 @@ mod tests {
                 "a shutdown costs no try"
             );
         }
+        assert_eq!(
+            last(not_called).error.as_deref(),
+            Some("not called: cannot check for a kill request (timed out)")
+        );
         // No notification for a job without one.
         assert!(!decide(failed, 1, policy(1, false)).notify);
     }

@@ -207,37 +207,24 @@ fn send(
             let _ = answer.send(Dispatched::Killed(marker));
             None
         }
-        Some(None) => {
-            let client = ctx.calls.clone();
-            Some(Box::pin(async move {
-                let mut answer = answer;
-                tokio::select! {
-                    reply = client.send_request(subject, request) => {
-                        // Not past a reconnect, though: the flush may wait
-                        // for one, the reply must not.
-                        let _ = tokio::time::timeout(FLUSH_WAIT, flushed.cancelled()).await;
-                        let _ = answer.send(Dispatched::Reply(reply));
-                    }
-                    _ = answer.closed() => {}
-                }
-            }))
-        }
+        Some(None) => Some(Box::pin(request_and_answer(
+            ctx.calls.clone(),
+            subject,
+            request,
+            answer,
+            flushed,
+        ))),
         // The kill requests are not followed yet: read this one first.
         None => {
             let ctx = Arc::clone(ctx);
             Some(Box::pin(async move {
-                let mut answer = answer;
                 match ctx.kill_markers.requested(&ctx.running, &run_id).await {
                     Ok(Some(marker)) => {
                         let _ = answer.send(Dispatched::Killed(marker));
                     }
                     Ok(None) => {
-                        tokio::select! {
-                            reply = ctx.calls.send_request(subject, request) => {
-                                let _ = answer.send(Dispatched::Reply(reply));
-                            }
-                            _ = answer.closed() => {}
-                        }
+                        request_and_answer(ctx.calls.clone(), subject, request, answer, flushed)
+                            .await
                     }
                     Err(e) => {
                         let _ = answer.send(Dispatched::Unchecked(format!("{e:#}")));
@@ -245,5 +232,25 @@ fn send(
                 }
             }))
         }
+    }
+}
+
+/// Send the request; hand its reply to the attempt once the requests of
+/// the instant are flushed, or stop when the attempt stops waiting.
+async fn request_and_answer(
+    client: async_nats::Client,
+    subject: Subject,
+    request: Request,
+    mut answer: oneshot::Sender<Dispatched>,
+    flushed: CancellationToken,
+) {
+    tokio::select! {
+        reply = client.send_request(subject, request) => {
+            // Not past a reconnect, though: the flush may wait for one, the
+            // reply must not.
+            let _ = tokio::time::timeout(FLUSH_WAIT, flushed.cancelled()).await;
+            let _ = answer.send(Dispatched::Reply(reply));
+        }
+        _ = answer.closed() => {}
     }
 }

@@ -46,13 +46,10 @@ impl KillMarkers {
         running: &kv::Store,
         run_id: &str,
     ) -> anyhow::Result<Option<KillMarker>> {
-        if let Some(marker) = self.lock().get(run_id) {
-            return Ok(Some(marker.clone()));
+        match self.known(run_id) {
+            Some(known) => Ok(known),
+            None => control::kill_requested(running, run_id).await,
         }
-        if self.synced.load(Ordering::Acquire) {
-            return Ok(None);
-        }
-        control::kill_requested(running, run_id).await
     }
 
     /// The kill request of `run_id` as known in memory, without waiting:

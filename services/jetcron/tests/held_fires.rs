@@ -116,3 +116,68 @@ async fn held_fires_start_on_time_and_a_pause_or_delete_stops_them() {
     );
     stack.stop().await;
 }
+
+/// A held fire's call is booked and sent at its instant: its start is
+/// recorded as the instant itself (an attempt that starts at the instant on
+/// its own records the moment it got there). A target that answers
+/// "accepted" and reports at once still completes the run: the report is
+/// expected from before the call goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_booked_call_starts_at_its_instant_and_an_immediate_report_completes_it() {
+    let stack = Stack::start(StackOptions {
+        lookahead: Duration::from_secs(3),
+        ..StackOptions::default()
+    })
+    .await;
+    let run_ids: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut requests = stack
+        .client
+        .subscribe("svc.held.async")
+        .await
+        .expect("subscribe");
+    let (client, seen) = (stack.client.clone(), run_ids.clone());
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let Some(run_id) = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Jetcron-Run-Id"))
+                .map(|v| v.as_str().to_string())
+            else {
+                continue;
+            };
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Jetcron-Status", "accepted");
+            if let Some(reply) = request.reply {
+                let _ = client
+                    .publish_with_headers(reply, headers, "queued".into())
+                    .await;
+            }
+            let _ = client
+                .publish(
+                    format!("jetcron.runs.{run_id}.complete"),
+                    r#"{"status":"succeeded","output":"reported"}"#.into(),
+                )
+                .await;
+            seen.lock().expect("run ids").push(run_id);
+        }
+    });
+    stack
+        .put_job(r#"{"id":"held-async","schedule":"*/2 * * * * *","target":{"type":"nats","subject":"svc.held.async"}}"#)
+        .await;
+    // The first fires may be stored late (not held); the fourth is held.
+    let run_id = wait_until("four calls", Duration::from_secs(30), || async {
+        run_ids.lock().expect("run ids").get(3).cloned()
+    })
+    .await;
+    let run = stack
+        .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(10))
+        .await;
+    assert_eq!(run["output"], "reported");
+    assert_eq!(
+        jetcron_testkit::instant(&run["started_at"]),
+        jetcron_testkit::instant(&run["scheduled_at"]),
+        "{run}"
+    );
+    stack.stop().await;
+}

@@ -1,0 +1,58 @@
+//! What the benchmarks of `loadtest/` share: storing many job definitions
+//! quickly and reading percentiles.
+
+use std::ops::Range;
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use jetcron_core::subjects;
+
+/// Unacknowledged KV puts at most while loading jobs.
+const PUTS_IN_FLIGHT: usize = 4096;
+
+/// Store the definitions numbered `range` in the jobs bucket (key `key(i)`,
+/// value `value(i)`) with pipelined publishes, waiting for every ack.
+pub async fn put_jobs(
+    js: &jetstream::Context,
+    range: Range<usize>,
+    key: impl Fn(usize) -> String,
+    value: impl Fn(usize) -> String,
+) -> anyhow::Result<()> {
+    let mut pending = Vec::with_capacity(PUTS_IN_FLIGHT);
+    for i in range {
+        let subject = format!("$KV.{}.{}", subjects::JOBS_BUCKET, key(i));
+        pending.push(js.publish(subject, value(i).into()).await?);
+        if pending.len() >= PUTS_IN_FLIGHT {
+            for ack in pending.drain(..) {
+                ack.await.context("job put ack")?;
+            }
+        }
+    }
+    for ack in pending {
+        ack.await.context("job put ack")?;
+    }
+    Ok(())
+}
+
+/// The `p`-th percentile (0-100) of `sorted`; the default for none.
+pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_by_rank() {
+        let sorted: Vec<i64> = (1..=100).collect();
+        assert_eq!(percentile(&sorted, 50.0), 51);
+        assert_eq!(percentile(&sorted, 99.0), 99);
+        assert_eq!(percentile(&sorted, 100.0), 100);
+        assert_eq!(percentile::<i64>(&[], 99.0), 0);
+    }
+}
