@@ -64,6 +64,9 @@ fn write_config(dir: &Path, http_port: u16, tcp_port: u16) -> PathBuf {
     path
 }
 
+/// Starts tried on other ports when the first one's port was taken.
+const PORT_TRIES: usize = 5;
+
 impl ClickHouseServer {
     /// Start on free ports and wait until `/ping` answers.
     pub fn start() -> Self {
@@ -76,11 +79,30 @@ impl ClickHouseServer {
             http_port: super::free_port(),
             dir,
         };
-        server.spawn();
-        server
+        // A port found free can be taken by another test's process before
+        // this one binds it: try again on other ports then.
+        for _ in 0..PORT_TRIES {
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(log) if log.contains("Address already in use") => {
+                    server.http_port = super::free_port();
+                }
+                Err(log) => panic!("clickhouse-server exited: {log}"),
+            }
+        }
+        panic!("clickhouse-server found no free port in {PORT_TRIES} tries");
     }
 
+    /// Start the process on `http_port` (and a fresh TCP port).
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("clickhouse-server exited: {log}");
+        }
+    }
+
+    /// Start the process and wait for `/ping`; its exit status and error
+    /// log when it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let config = write_config(self.dir.path(), self.http_port, super::free_port());
         let child = Command::new(binary())
             .arg(format!("--config-file={}", config.display()))
@@ -95,7 +117,10 @@ impl ClickHouseServer {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 let log = std::fs::read_to_string(self.dir.path().join("server.err.log"))
                     .unwrap_or_default();
-                panic!("clickhouse-server exited with {status}: {log}");
+                // The next try appends to the same log: start it afresh.
+                let _ = std::fs::remove_file(self.dir.path().join("server.err.log"));
+                self.child = None;
+                return Err(format!("{status}: {log}"));
             }
             assert!(
                 Instant::now() < deadline,
@@ -103,6 +128,7 @@ impl ClickHouseServer {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     fn ping(&self) -> bool {
