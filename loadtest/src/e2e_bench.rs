@@ -21,6 +21,9 @@
 //! schedules (`Nats-Schedule`, the same line, as many schedules as jobs) on
 //! the same server, one after the other, and prints both lags side by side.
 //!
+//! `memory` holds a million daily jobs and measures resident memory per job
+//! and the cold start ([`memory`]).
+//!
 //! `cargo build --release -p jetcron -p jetcron-loadtest && ./target/release/e2e-bench run --jobs 10000`
 
 use std::path::PathBuf;
@@ -37,6 +40,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::percentile;
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
+mod memory;
 mod server_schedules;
 mod smoke;
 
@@ -56,6 +60,9 @@ enum Scenario {
     /// A short `run` for CI, failing when a figure falls far below the
     /// recorded one.
     Smoke(smoke::SmokeArgs),
+    /// A million jobs held by `jetcron all`: resident memory per job at
+    /// peak and at rest, cold start beside the time to read the bucket.
+    Memory(memory::MemoryArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -78,20 +85,25 @@ struct RunArgs {
 impl RunArgs {
     /// The jetcron binary: given, or the one beside this benchmark.
     fn jetcron(&self) -> anyhow::Result<PathBuf> {
-        let path = match &self.jetcron {
-            Some(path) => path.clone(),
-            None => std::env::current_exe()?
-                .parent()
-                .context("bench binary without a directory")?
-                .join("jetcron"),
-        };
-        anyhow::ensure!(
-            path.exists(),
-            "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
-            path.display()
-        );
-        Ok(path)
+        jetcron_binary(self.jetcron.as_deref())
     }
+}
+
+/// The jetcron binary: `given`, or the one beside this benchmark.
+fn jetcron_binary(given: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("bench binary without a directory")?
+            .join("jetcron"),
+    };
+    anyhow::ensure!(
+        path.exists(),
+        "no jetcron binary at {} (cargo build --release -p jetcron, or --jetcron)",
+        path.display()
+    );
+    Ok(path)
 }
 
 /// The servers of one invocation: nats-server (with its monitoring port)
@@ -126,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Scenario::VersusSchedules(args) => versus_schedules(&args).await,
         Scenario::Smoke(args) => smoke::check(&args).await,
+        Scenario::Memory(args) => memory::measure(&args).await,
     }
 }
 

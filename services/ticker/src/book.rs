@@ -1,6 +1,7 @@
 //! Every valid job this replica knows, grouped by shard, whether or not it
 //! owns the shard: a standby needs them all to take a shard over, and taking
-//! one over reads only that shard's jobs.
+//! one over reads only that shard's jobs. Jobs are held small
+//! ([`HeldJob`]): a million of them is the design point.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,48 +9,64 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use jetcron_core::job::ValidJob;
 
+use crate::held_job::{HeldJob, Pools};
 use crate::shards::{shard_of, SHARDS};
-
-/// A job as the book holds it.
-pub struct BookEntry {
-    pub job: Arc<ValidJob>,
-    pub revision: u64,
-    /// When this revision was written (server time).
-    pub defined_at: DateTime<Utc>,
-}
 
 /// The jobs, one map per shard.
 pub struct Book {
-    by_shard: Vec<HashMap<String, BookEntry>>,
+    by_shard: Vec<HashMap<Arc<str>, Arc<HeldJob>>>,
+    pools: Pools,
 }
 
 impl Default for Book {
     fn default() -> Self {
         Self {
             by_shard: (0..SHARDS).map(|_| HashMap::new()).collect(),
+            pools: Pools::default(),
         }
     }
 }
 
 impl Book {
-    fn map(&self, job_id: &str) -> &HashMap<String, BookEntry> {
+    fn map(&self, job_id: &str) -> &HashMap<Arc<str>, Arc<HeldJob>> {
         &self.by_shard[shard_of(job_id) as usize]
     }
 
-    pub fn get(&self, job_id: &str) -> Option<&BookEntry> {
+    pub fn get(&self, job_id: &str) -> Option<&Arc<HeldJob>> {
         self.map(job_id).get(job_id)
     }
 
-    pub fn insert(&mut self, job_id: String, entry: BookEntry) {
-        self.by_shard[shard_of(&job_id) as usize].insert(job_id, entry);
+    /// Hold `job` at `revision` (written at `defined_at`), replacing what
+    /// was held for its id; returns the held form.
+    pub fn insert(
+        &mut self,
+        job: &ValidJob,
+        revision: u64,
+        defined_at: DateTime<Utc>,
+    ) -> Arc<HeldJob> {
+        let shard = shard_of(&job.spec.id) as usize;
+        // Keep the id already allocated for this key.
+        let id = self.by_shard[shard]
+            .get_key_value(job.spec.id.as_str())
+            .map_or_else(|| Arc::from(job.spec.id.as_str()), |(id, _)| Arc::clone(id));
+        let pool = self.pools.intern(&job.pool);
+        let held = Arc::new(HeldJob::new(
+            job,
+            Arc::clone(&id),
+            pool,
+            revision,
+            defined_at,
+        ));
+        self.by_shard[shard].insert(id, Arc::clone(&held));
+        held
     }
 
-    pub fn remove(&mut self, job_id: &str) -> Option<BookEntry> {
+    pub fn remove(&mut self, job_id: &str) -> Option<Arc<HeldJob>> {
         self.by_shard[shard_of(job_id) as usize].remove(job_id)
     }
 
     /// The jobs of one shard.
-    pub fn shard(&self, shard: u32) -> impl Iterator<Item = &BookEntry> {
+    pub fn shard(&self, shard: u32) -> impl Iterator<Item = &Arc<HeldJob>> {
         self.by_shard
             .get(shard as usize)
             .into_iter()

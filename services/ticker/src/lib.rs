@@ -18,6 +18,8 @@
 
 pub mod ahead;
 pub mod book;
+pub mod definitions;
+pub mod held_job;
 pub mod lease_options;
 pub mod ownership;
 pub mod plan;
@@ -35,14 +37,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
-use jetcron_core::job::ValidJob;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::book::{Book, BookEntry};
+use crate::book::Book;
+use crate::definitions::{Definitions, Resolved};
 use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::shards::shard_of;
@@ -65,6 +67,10 @@ pub struct TickerConfig {
     /// more than this far away; a delete or pause kills the fires already
     /// handed out.
     pub lookahead: Duration,
+    /// A job firing again within this keeps its definition in memory;
+    /// others read theirs back by revision when they fire
+    /// ([`definitions`]). Tests set zero to read back every fire.
+    pub keep_definitions_for: Duration,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -78,6 +84,7 @@ impl Default for TickerConfig {
             late_threshold: Duration::from_secs(60),
             batch_size: MAX_BATCH,
             lookahead: Duration::ZERO,
+            keep_definitions_for: definitions::KEEP_FOR,
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -136,6 +143,7 @@ pub async fn run(
     else {
         return Ok(());
     };
+    let mut definitions = Definitions::new(jobs.stream.clone(), config.keep_definitions_for);
     let Some(due_stream) = converging
         .ensure(|| topology::ensure_due_stream(&tjs, wanted))
         .await?
@@ -212,13 +220,22 @@ pub async fn run(
     loop {
         // Apply what arrived without waiting.
         while let Ok(change) = ownership_changes.try_recv() {
-            on_ownership(change, &book, &mut plans, &recovery, clock.now()).await;
+            on_ownership(
+                change,
+                &book,
+                &mut plans,
+                &mut definitions,
+                &recovery,
+                clock.now(),
+            )
+            .await;
         }
         while let Ok(change) = job_changes.try_recv() {
             on_job(
                 change,
                 &mut book,
                 &mut plans,
+                &mut definitions,
                 &mut revoker,
                 &ready_tx,
                 recovery.late_threshold,
@@ -237,16 +254,18 @@ pub async fn run(
             let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
             let fires = take_due_fires(&mut plans, &leases, horizon, batch);
             if !fires.is_empty() {
-                let acks = publish::send_batch(&js, &fires, clock.now()).await;
-                in_flight.push_back((fires, acks));
+                let resolved = definitions.resolve(&fires).await;
+                let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
+                in_flight.push_back((fires, resolved, acks));
                 continue;
             }
         }
-        if let Some((fires, acks)) = in_flight.pop_front() {
+        if let Some((fires, resolved, acks)) = in_flight.pop_front() {
             let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
             let now = clock.now();
-            let failed = settle(&mut plans, &fires, &stored, now);
+            let failed = settle(&mut plans, &fires, &done(&stored, &resolved), now);
             revoker.stored(&fires, &stored, now);
+            let_cold_definitions_go(&mut definitions, &plans, &fires, now);
             record_watermarks(&plans, &leases, now + lookahead);
             if failed == fires.len() {
                 health.failed(&leases, failed);
@@ -275,7 +294,15 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    on_ownership(change, &book, &mut plans, &recovery, clock.now()).await;
+                    on_ownership(
+                        change,
+                        &book,
+                        &mut plans,
+                        &mut definitions,
+                        &recovery,
+                        clock.now(),
+                    )
+                    .await;
                 }
             }
             change = job_changes.recv() => match change {
@@ -283,6 +310,7 @@ pub async fn run(
                     change,
                     &mut book,
                     &mut plans,
+                    &mut definitions,
                     &mut revoker,
                     &ready_tx,
                     recovery.late_threshold,
@@ -295,9 +323,9 @@ pub async fn run(
     }
     // Settle what is in flight, record final watermarks, then release the
     // shards so a standby resumes at once.
-    while let Some((fires, acks)) = in_flight.pop_front() {
+    while let Some((fires, resolved, acks)) = in_flight.pop_front() {
         let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
-        settle(&mut plans, &fires, &stored, clock.now());
+        settle(&mut plans, &fires, &done(&stored, &resolved), clock.now());
     }
     record_watermarks(&plans, &leases, clock.now() + lookahead);
     drop(revoker);
@@ -379,6 +407,7 @@ async fn on_ownership(
     change: OwnershipChange,
     book: &Book,
     plans: &mut HashMap<u32, FirePlan>,
+    definitions: &mut Definitions,
     recovery: &Recovery,
     now: DateTime<Utc>,
 ) {
@@ -389,21 +418,14 @@ async fn on_ownership(
             emitted_before,
         } => {
             let mut plan = FirePlan::default();
-            for entry in book.shard(shard) {
-                plan.recover(
-                    Arc::clone(&entry.job),
-                    entry.revision,
-                    entry.defined_at,
-                    done,
-                    now,
-                    recovery.late_threshold,
-                );
+            for job in book.shard(shard) {
+                plan.recover(Arc::clone(job), done, now, recovery.late_threshold);
             }
             let mut verified = 0;
             if now - done > recovery.dedup_horizon {
                 // The previous owner may have published fires in
                 // (done, emitted_before] that dedup no longer remembers.
-                let ids: Vec<String> = plan.job_ids().cloned().collect();
+                let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
                 for id in ids {
                     if plan.catch_up_between(&id, done, emitted_before).is_empty() {
                         continue;
@@ -428,14 +450,19 @@ async fn on_ownership(
         }
         OwnershipChange::Lost { shard } => {
             plans.remove(&shard);
+            for job in book.shard(shard) {
+                definitions.forget(&job.id);
+            }
         }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn on_job(
     change: JobChange,
     book: &mut Book,
     plans: &mut HashMap<u32, FirePlan>,
+    definitions: &mut Definitions,
     revoker: &mut revoke::Revoker,
     ready: &tokio::sync::watch::Sender<bool>,
     late_threshold: chrono::Duration,
@@ -447,32 +474,27 @@ fn on_job(
             revision,
             defined_at,
         } => {
-            let id = job.spec.id.clone();
-            if book.get(&id).is_some_and(|e| e.revision >= revision) {
+            let id = job.spec.id.as_str();
+            if book.get(id).is_some_and(|held| held.revision >= revision) {
                 return;
             }
             debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
             if job.spec.paused {
-                revoker.revoke(&id, "job paused before this fire", now);
+                revoker.revoke(id, "job paused before this fire", now);
             }
-            let job: Arc<ValidJob> = Arc::from(job);
+            let held = book.insert(&job, revision, defined_at);
             // Written a moment ago (a slow watch, a loaded machine): the
             // times since the write fire late. Older writes are recovery's.
             let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
-            if let Some(plan) = plans.get_mut(&shard_of(&id)) {
-                plan.upsert(Arc::clone(&job), revision, written_at, now);
-            }
-            book.insert(
-                id,
-                BookEntry {
-                    job,
-                    revision,
-                    defined_at,
-                },
-            );
+            let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
+                plan.upsert(Arc::clone(&held), written_at, now);
+                plan.get(id).and_then(|planned| planned.next_fire())
+            });
+            definitions.keep_if_soon(&held.id, revision, Arc::new(job.spec), next_fire, now);
         }
         JobChange::Removed { job_id } => {
             revoker.revoke(&job_id, "job deleted before this fire", now);
+            definitions.forget(&job_id);
             book.remove(&job_id);
             if let Some(plan) = plans.get_mut(&shard_of(&job_id)) {
                 if plan.remove(&job_id) {
@@ -519,7 +541,7 @@ fn settle(
     let mut failed = 0;
     let lag = metrics::histogram!("jetcron_fire_lag_seconds");
     for (fire, ok) in fires.iter().zip(stored.iter().copied()) {
-        let Some(plan) = plans.get_mut(&shard_of(&fire.job.spec.id)) else {
+        let Some(plan) = plans.get_mut(&shard_of(&fire.job.id)) else {
             continue;
         };
         if ok {
@@ -535,6 +557,32 @@ fn settle(
         metrics::counter!("jetcron_fire_publish_failures_total").increment(failed as u64);
     }
     failed
+}
+
+/// Which fires are done with: stored, or with no job left to run
+/// ([`Resolved::Gone`], nothing to store).
+fn done(stored: &[bool], resolved: &[Resolved]) -> Vec<bool> {
+    stored
+        .iter()
+        .zip(resolved)
+        .map(|(ok, resolved)| *ok || matches!(resolved, Resolved::Gone))
+        .collect()
+}
+
+/// After a batch: definitions of jobs that do not fire again soon leave memory.
+fn let_cold_definitions_go(
+    definitions: &mut Definitions,
+    plans: &HashMap<u32, FirePlan>,
+    fires: &[plan::Fire],
+    now: DateTime<Utc>,
+) {
+    for fire in fires {
+        let next = plans
+            .get(&shard_of(&fire.job.id))
+            .and_then(|plan| plan.get(&fire.job.id))
+            .and_then(plan::PlannedJob::next_fire);
+        definitions.settled(&fire.job.id, next, now);
+    }
 }
 
 fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {

@@ -17,27 +17,40 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use jetcron_core::job::ValidJob;
+use smallvec::SmallVec;
+
+use crate::held_job::HeldJob;
+
+/// (publish instant, scheduled time) of a job's queued or in-flight fires:
+/// one inline (the regular next fire), catch-ups beyond it on the heap.
+type JobFires = SmallVec<[(DateTime<Utc>, DateTime<Utc>); 1]>;
 
 /// A job as the plan holds it.
 #[derive(Debug, Clone)]
 pub struct PlannedJob {
     /// Shared with the ticker's book of all jobs and with in-flight fires.
-    pub job: Arc<ValidJob>,
-    pub revision: u64,
+    pub job: Arc<HeldJob>,
     /// Latest scheduled time queued for the job (its regular next fire).
     pub last_planned: Option<DateTime<Utc>>,
     /// Since when the job is paused (to apply its misfire policy on resume).
     pub paused_since: Option<DateTime<Utc>>,
     /// (publish instant, scheduled time) of its queued or in-flight fires.
-    fires: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    fires: JobFires,
+}
+
+impl PlannedJob {
+    /// The publish instant of its earliest pending fire.
+    pub fn next_fire(&self) -> Option<DateTime<Utc>> {
+        self.fires.iter().map(|(fire_at, _)| *fire_at).min()
+    }
 }
 
 /// One fire to emit.
 #[derive(Debug, Clone)]
 pub struct Fire {
-    pub job: Arc<ValidJob>,
-    pub revision: u64,
+    /// The job as it was when the fire was decided (its revision is the
+    /// definition the due event carries).
+    pub job: Arc<HeldJob>,
     pub scheduled_at: DateTime<Utc>,
     /// When it is published (scheduled time plus jitter).
     pub fire_at: DateTime<Utc>,
@@ -46,13 +59,13 @@ pub struct Fire {
 /// Every job of a shard and the queue of their pending fires.
 #[derive(Debug, Default)]
 pub struct FirePlan {
-    jobs: HashMap<String, PlannedJob>,
+    jobs: HashMap<Arc<str>, PlannedJob>,
     /// (publish instant, scheduled time, job id) of every pending fire.
-    queue: BTreeSet<(DateTime<Utc>, DateTime<Utc>, String)>,
+    queue: BTreeSet<(DateTime<Utc>, DateTime<Utc>, Arc<str>)>,
     /// Fires taken for publishing whose ack has not come back yet.
-    in_flight: BTreeSet<(DateTime<Utc>, DateTime<Utc>, String)>,
+    in_flight: BTreeSet<(DateTime<Utc>, DateTime<Utc>, Arc<str>)>,
     /// (scheduled time, job id) of every queued or in-flight fire, for the watermark.
-    pending: BTreeSet<(DateTime<Utc>, String)>,
+    pending: BTreeSet<(DateTime<Utc>, Arc<str>)>,
 }
 
 impl FirePlan {
@@ -78,13 +91,14 @@ impl FirePlan {
         let Some(planned) = self.jobs.get_mut(job_id) else {
             return;
         };
-        let fire_at = planned.job.fire_instant(scheduled);
+        let fire_at = planned.job.timing.fire_instant(job_id, scheduled);
         if planned.fires.contains(&(fire_at, scheduled)) {
             return;
         }
         planned.fires.push((fire_at, scheduled));
-        self.queue.insert((fire_at, scheduled, job_id.to_string()));
-        self.pending.insert((scheduled, job_id.to_string()));
+        let id = Arc::clone(&planned.job.id);
+        self.queue.insert((fire_at, scheduled, Arc::clone(&id)));
+        self.pending.insert((scheduled, id));
     }
 
     /// Drop pending fires of `job_id` that `drop` picks, from every set.
@@ -92,7 +106,7 @@ impl FirePlan {
         let Some(planned) = self.jobs.get_mut(job_id) else {
             return;
         };
-        let id = job_id.to_string();
+        let id = Arc::clone(&planned.job.id);
         planned.fires.retain(|(fire_at, scheduled)| {
             if !drop(*scheduled) {
                 return true;
@@ -105,7 +119,7 @@ impl FirePlan {
         });
     }
 
-    /// Add or replace a definition seen at KV `revision`, live (not on recovery).
+    /// Add or replace a job seen at its KV revision, live (not on recovery).
     /// A revision already held is ignored (a re-delivered watch entry must not
     /// move the schedule); a new one is scheduled from `now`, and when it was
     /// written at `written_at` and seen only now, its scheduled times in
@@ -116,16 +130,14 @@ impl FirePlan {
     /// misfire policy asks for.
     pub fn upsert(
         &mut self,
-        job: impl Into<Arc<ValidJob>>,
-        revision: u64,
+        job: Arc<HeldJob>,
         written_at: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
-        let job = job.into();
-        let id = job.spec.id.clone();
+        let id = Arc::clone(&job.id);
         let mut paused_since = None;
         if let Some(existing) = self.jobs.get(&id) {
-            if existing.revision >= revision {
+            if existing.job.revision >= job.revision {
                 return;
             }
             paused_since = existing.paused_since;
@@ -141,86 +153,80 @@ impl FirePlan {
             .filter(|t| *t <= now)
             .collect();
         self.remove(&id);
-        if job.spec.paused {
-            self.hold_paused(id, job, revision, paused_since.unwrap_or(now));
+        if job.paused {
+            self.hold_paused(id, job, paused_since.unwrap_or(now));
             return;
         }
         let mut catch_up = paused_since
-            .map(|since| job.missed(since, now))
+            .map(|since| job.timing.missed(since, now))
             .unwrap_or_default();
         catch_up.extend(carried);
         if let Some(written_at) = written_at.filter(|w| *w < now) {
-            catch_up.extend(job.latest_scheduled_in(written_at, now));
+            catch_up.extend(job.timing.latest_scheduled_in(written_at, now));
         }
         catch_up.sort();
         catch_up.dedup();
-        self.plan(id, job, revision, catch_up, now);
+        self.plan(id, job, catch_up, now);
     }
 
     /// Add a definition when taking over a shard whose fires are stored up to
     /// `done`. Fires in `(done, now]` are late: all of them fire when the gap
     /// is within `late_threshold` (a failover), else the misfire policy decides
-    /// (nobody was ticking). `defined_at` is when this revision was written: a
-    /// job defined after `done` has nothing to catch up before it.
+    /// (nobody was ticking). A job whose revision was written (`defined_at`)
+    /// after `done` has nothing to catch up before it.
     pub fn recover(
         &mut self,
-        job: impl Into<Arc<ValidJob>>,
-        revision: u64,
-        defined_at: DateTime<Utc>,
+        job: Arc<HeldJob>,
         done: DateTime<Utc>,
         now: DateTime<Utc>,
         late_threshold: chrono::Duration,
     ) {
-        let job = job.into();
-        let id = job.spec.id.clone();
+        let id = Arc::clone(&job.id);
         self.remove(&id);
-        if job.spec.paused {
-            self.hold_paused(id, job, revision, done.max(defined_at));
+        let from = done.max(job.defined_at);
+        if job.paused {
+            self.hold_paused(id, job, from);
             return;
         }
-        let from = done.max(defined_at);
         let catch_up = if now - from <= late_threshold {
-            job.latest_scheduled_in(from, now)
+            job.timing.latest_scheduled_in(from, now)
         } else {
-            job.missed(from, now)
+            job.timing.missed(from, now)
         };
         // A previous owner with a lookahead stored fires up to `done`, which
         // may lie ahead of `now`: the next regular fire comes after both.
-        self.plan(id, job, revision, catch_up, now.max(done));
+        self.plan(id, job, catch_up, now.max(done));
     }
 
     /// Keep a paused job (no fires), remembering since when it is paused.
-    fn hold_paused(&mut self, id: String, job: Arc<ValidJob>, revision: u64, since: DateTime<Utc>) {
+    fn hold_paused(&mut self, id: Arc<str>, job: Arc<HeldJob>, since: DateTime<Utc>) {
         self.jobs.insert(
             id,
             PlannedJob {
                 job,
-                revision,
                 last_planned: None,
                 paused_since: Some(since),
-                fires: Vec::new(),
+                fires: JobFires::new(),
             },
         );
     }
 
     fn plan(
         &mut self,
-        id: String,
-        job: Arc<ValidJob>,
-        revision: u64,
+        id: Arc<str>,
+        job: Arc<HeldJob>,
         catch_up: Vec<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
-        let next = job.next_scheduled(now);
+        let next = job.timing.next_scheduled(now);
         let last_planned = next.or(catch_up.last().copied());
         self.jobs.insert(
-            id.clone(),
+            Arc::clone(&id),
             PlannedJob {
                 job,
-                revision,
                 last_planned,
                 paused_since: None,
-                fires: Vec::with_capacity(catch_up.len() + 1),
+                fires: JobFires::new(),
             },
         );
         for t in catch_up.into_iter().chain(next) {
@@ -248,7 +254,7 @@ impl FirePlan {
     }
 
     /// Ids of the jobs held.
-    pub fn job_ids(&self) -> impl Iterator<Item = &String> {
+    pub fn job_ids(&self) -> impl Iterator<Item = &Arc<str>> {
         self.jobs.keys()
     }
 
@@ -280,7 +286,6 @@ impl FirePlan {
                 let planned = self.jobs.get(id)?;
                 Some(Fire {
                     job: Arc::clone(&planned.job),
-                    revision: planned.revision,
                     scheduled_at: *scheduled,
                     fire_at: *at,
                 })
@@ -293,7 +298,7 @@ impl FirePlan {
     pub fn take_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<Fire> {
         let fires = self.due(now, limit);
         for fire in &fires {
-            let key = (fire.fire_at, fire.scheduled_at, fire.job.spec.id.clone());
+            let key = (fire.fire_at, fire.scheduled_at, Arc::clone(&fire.job.id));
             self.queue.remove(&key);
             self.in_flight.insert(key);
         }
@@ -302,7 +307,7 @@ impl FirePlan {
 
     /// A taken fire was not stored: offer it again.
     pub fn unfired(&mut self, fire: &Fire) {
-        let key = (fire.fire_at, fire.scheduled_at, fire.job.spec.id.clone());
+        let key = (fire.fire_at, fire.scheduled_at, Arc::clone(&fire.job.id));
         if self.in_flight.remove(&key) {
             self.queue.insert(key);
         }
@@ -312,22 +317,24 @@ impl FirePlan {
     /// and, if it was the job's regular fire, plan the next one (only when the
     /// job did not change meanwhile: an edit planned its own next fire).
     pub fn fired(&mut self, fire: &Fire) {
-        let id = &fire.job.spec.id;
+        let id = &fire.job.id;
         let Some(planned) = self.jobs.get_mut(id) else {
             return;
         };
-        let key = (fire.fire_at, fire.scheduled_at, id.clone());
+        let key = (fire.fire_at, fire.scheduled_at, Arc::clone(id));
         let was_queued = self.queue.remove(&key);
         let was_in_flight = self.in_flight.remove(&key);
         if !was_queued && !was_in_flight {
             return;
         }
-        self.pending.remove(&(fire.scheduled_at, id.clone()));
+        self.pending.remove(&(fire.scheduled_at, Arc::clone(id)));
         planned
             .fires
             .retain(|entry| *entry != (fire.fire_at, fire.scheduled_at));
-        if planned.revision == fire.revision && planned.last_planned == Some(fire.scheduled_at) {
-            let next = planned.job.next_scheduled(fire.scheduled_at);
+        if planned.job.revision == fire.job.revision
+            && planned.last_planned == Some(fire.scheduled_at)
+        {
+            let next = planned.job.timing.next_scheduled(fire.scheduled_at);
             planned.last_planned = next;
             if let Some(t) = next {
                 self.enqueue(id, t);

@@ -23,28 +23,35 @@ use tracing::debug;
 /// at once or not at all, and waiting longer would only delay the retry.
 pub const ACK_DEADLINE: Duration = Duration::from_secs(2);
 
+use crate::definitions::Resolved;
 use crate::plan::Fire;
 
-/// Send every fire without waiting for acks (await them with [`collect_acks`]).
-/// `None` where the send itself failed. A fire sent before its time (`now`
-/// earlier than its publish instant: the ticker's lookahead) tells executors
-/// to hold it until then.
+/// Send every fire with the definition it resolved to, without waiting for
+/// acks (await them with [`collect_acks`]). `None` where nothing was sent:
+/// no definition, or the send itself failed. A fire sent before its time
+/// (`now` earlier than its publish instant: the ticker's lookahead) tells
+/// executors to hold it until then.
 pub async fn send_batch(
     js: &jetstream::Context,
     fires: &[Fire],
+    definitions: &[Resolved],
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Option<PublishAckFuture>> {
     let mut pending = Vec::with_capacity(fires.len());
-    for fire in fires {
-        let run_id = RunId::for_fire(&fire.job.spec.id, fire.scheduled_at);
+    for (fire, resolved) in fires.iter().zip(definitions) {
+        let Resolved::Definition { revision, spec } = resolved else {
+            pending.push(None);
+            continue;
+        };
+        let run_id = RunId::for_fire(&fire.job.id, fire.scheduled_at);
         let event = DueEventRef {
             run_id: &run_id,
-            job_id: &fire.job.spec.id,
+            job_id: &fire.job.id,
             scheduled_at: fire.scheduled_at,
             trigger: Trigger::Schedule,
             pool: &fire.job.pool,
-            job_revision: fire.revision,
-            job: &fire.job.spec,
+            job_revision: *revision,
+            job: spec,
             shard: None,
             parent: None,
         };

@@ -54,7 +54,7 @@ impl Revoker {
         for (fire, ok) in fires.iter().zip(stored) {
             if *ok {
                 self.ahead
-                    .stored(&fire.job.spec.id, fire.scheduled_at, fire.fire_at, now);
+                    .stored(&fire.job.id, fire.scheduled_at, fire.fire_at, now);
             }
         }
         self.ahead.prune(now);

@@ -25,18 +25,86 @@ use crate::job::{MisfirePolicy, ValidJob};
 /// Most fires a `fire_all` recovery emits for one job.
 pub const MAX_CATCHUP_FIRES: usize = 1000;
 
-impl ValidJob {
+/// What decides when a job fires, and nothing else: the part of a
+/// definition a holder of a million jobs keeps (the ticker fetches the rest
+/// by revision when a fire is published). 32 bytes: the rarely set bounds,
+/// jitter and catch-up window live behind one pointer.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub schedule: crate::schedule::Schedule,
+    pub timezone: Tz,
+    pub misfire: MisfirePolicy,
+    rare: Option<Box<RareTiming>>,
+}
+
+/// The parts of a [`Timing`] most jobs leave at their defaults.
+#[derive(Debug, Clone, PartialEq)]
+struct RareTiming {
+    start_at: Option<DateTime<Utc>>,
+    end_at: Option<DateTime<Utc>>,
+    jitter: Duration,
+    catchup_window: Duration,
+}
+
+impl Timing {
+    pub fn new(
+        schedule: crate::schedule::Schedule,
+        timezone: Tz,
+        misfire: MisfirePolicy,
+        start_at: Option<DateTime<Utc>>,
+        end_at: Option<DateTime<Utc>>,
+        jitter: Duration,
+        catchup_window: Duration,
+    ) -> Self {
+        let rare = RareTiming {
+            start_at,
+            end_at,
+            jitter,
+            catchup_window,
+        };
+        let default = RareTiming {
+            start_at: None,
+            end_at: None,
+            jitter: Duration::ZERO,
+            catchup_window: crate::job::DEFAULT_CATCHUP_WINDOW,
+        };
+        Self {
+            schedule,
+            timezone,
+            misfire,
+            rare: (rare != default).then(|| Box::new(rare)),
+        }
+    }
+
+    pub fn start_at(&self) -> Option<DateTime<Utc>> {
+        self.rare.as_ref().and_then(|r| r.start_at)
+    }
+
+    pub fn end_at(&self) -> Option<DateTime<Utc>> {
+        self.rare.as_ref().and_then(|r| r.end_at)
+    }
+
+    pub fn jitter(&self) -> Duration {
+        self.rare.as_ref().map_or(Duration::ZERO, |r| r.jitter)
+    }
+
+    pub fn catchup_window(&self) -> Duration {
+        self.rare
+            .as_ref()
+            .map_or(crate::job::DEFAULT_CATCHUP_WINDOW, |r| r.catchup_window)
+    }
+
     /// The first scheduled time strictly after `after`, within the job's bounds.
     pub fn next_scheduled(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let mut cursor = after;
-        if let Some(start) = self.start_at {
+        if let Some(start) = self.start_at() {
             let just_before = start - chrono::Duration::milliseconds(1);
             if cursor < just_before {
                 cursor = just_before;
             }
         }
         let t = self.schedule.next_fire(cursor, self.timezone)?;
-        if self.end_at.is_some_and(|end| t > end) {
+        if self.end_at().is_some_and(|end| t > end) {
             return None;
         }
         Some(t)
@@ -44,36 +112,28 @@ impl ValidJob {
 
     /// The last scheduled time at or before `at`, within the job's bounds.
     pub fn previous_scheduled(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let cursor = match self.end_at {
+        let cursor = match self.end_at() {
             Some(end) if end < at => end,
             _ => at,
         };
         let t = self.schedule.previous_fire(cursor, self.timezone)?;
-        if self.start_at.is_some_and(|start| t < start) {
+        if self.start_at().is_some_and(|start| t < start) {
             return None;
         }
         Some(t)
     }
 
-    /// The next `count` scheduled times after `after` (fewer when the
-    /// schedule ends), oldest first.
-    pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        std::iter::successors(self.next_scheduled(after), |t| self.next_scheduled(*t))
-            .take(count)
-            .collect()
-    }
-
-    /// When the due event of `scheduled` is published: `scheduled` plus the
-    /// job's deterministic jitter.
-    pub fn fire_instant(&self, scheduled: DateTime<Utc>) -> DateTime<Utc> {
-        let offset = jitter_offset(&self.spec.id, scheduled, self.jitter);
+    /// When the due event of `job_id`'s fire at `scheduled` is published:
+    /// `scheduled` plus the job's deterministic jitter.
+    pub fn fire_instant(&self, job_id: &str, scheduled: DateTime<Utc>) -> DateTime<Utc> {
+        let offset = jitter_offset(job_id, scheduled, self.jitter());
         scheduled + chrono::Duration::from_std(offset).unwrap_or_default()
     }
 
-    /// Scheduled times in `(last_done, now]` that recovery fires, oldest first,
-    /// per the job's misfire policy.
+    /// Scheduled times in `(last_done, now]` that recovery fires, oldest
+    /// first, per the misfire policy (of a job that is not paused).
     pub fn missed(&self, last_done: DateTime<Utc>, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
-        if now <= last_done || self.spec.paused {
+        if now <= last_done {
             return Vec::new();
         }
         match self.misfire {
@@ -84,7 +144,7 @@ impl ValidJob {
                 .into_iter()
                 .collect(),
             MisfirePolicy::FireAll => {
-                let window = chrono::Duration::from_std(self.catchup_window).unwrap_or_default();
+                let window = chrono::Duration::from_std(self.catchup_window()).unwrap_or_default();
                 self.latest_scheduled_in(last_done.max(now - window), now)
             }
         }
@@ -110,6 +170,65 @@ impl ValidJob {
             cursor = t;
         }
         times.into()
+    }
+}
+
+impl ValidJob {
+    /// The part of the job that decides when it fires.
+    pub fn timing(&self) -> Timing {
+        Timing::new(
+            self.schedule.clone(),
+            self.timezone,
+            self.misfire,
+            self.start_at,
+            self.end_at,
+            self.jitter,
+            self.catchup_window,
+        )
+    }
+
+    /// The first scheduled time strictly after `after`, within the job's bounds.
+    pub fn next_scheduled(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.timing().next_scheduled(after)
+    }
+
+    /// The last scheduled time at or before `at`, within the job's bounds.
+    pub fn previous_scheduled(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.timing().previous_scheduled(at)
+    }
+
+    /// The next `count` scheduled times after `after` (fewer when the
+    /// schedule ends), oldest first.
+    pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        let timing = self.timing();
+        std::iter::successors(timing.next_scheduled(after), |t| timing.next_scheduled(*t))
+            .take(count)
+            .collect()
+    }
+
+    /// When the due event of `scheduled` is published: `scheduled` plus the
+    /// job's deterministic jitter.
+    pub fn fire_instant(&self, scheduled: DateTime<Utc>) -> DateTime<Utc> {
+        self.timing().fire_instant(&self.spec.id, scheduled)
+    }
+
+    /// Scheduled times in `(last_done, now]` that recovery fires, oldest first,
+    /// per the job's misfire policy; none while it is paused.
+    pub fn missed(&self, last_done: DateTime<Utc>, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        if self.spec.paused {
+            return Vec::new();
+        }
+        self.timing().missed(last_done, now)
+    }
+
+    /// Scheduled times in `(after, up_to]`, oldest first, at most
+    /// [`MAX_CATCHUP_FIRES`] (the latest ones).
+    pub fn latest_scheduled_in(
+        &self,
+        after: DateTime<Utc>,
+        up_to: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        self.timing().latest_scheduled_in(after, up_to)
     }
 }
 
@@ -144,9 +263,10 @@ impl ValidJob {
         to: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, usize> {
+        let timing = self.timing();
         let mut times = Vec::new();
         let mut cursor = from - chrono::Duration::milliseconds(1);
-        while let Some(t) = self.next_scheduled(cursor) {
+        while let Some(t) = timing.next_scheduled(cursor) {
             if t > to {
                 break;
             }

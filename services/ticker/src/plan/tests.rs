@@ -1,6 +1,43 @@
 use super::*;
 use chrono::TimeZone;
-use jetcron_core::job::parse_job;
+use jetcron_core::job::{parse_job, ValidJob};
+
+/// The held form of `job` at `revision`, written at `defined_at`.
+fn held(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> Arc<HeldJob> {
+    Arc::new(HeldJob::new(
+        job,
+        Arc::from(job.spec.id.as_str()),
+        Arc::from(job.pool.as_str()),
+        revision,
+        defined_at,
+    ))
+}
+
+fn upsert(
+    plan: &mut FirePlan,
+    job: ValidJob,
+    revision: u64,
+    written_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) {
+    plan.upsert(
+        held(&job, revision, written_at.unwrap_or(now)),
+        written_at,
+        now,
+    );
+}
+
+fn recover(
+    plan: &mut FirePlan,
+    job: ValidJob,
+    revision: u64,
+    defined_at: DateTime<Utc>,
+    done: DateTime<Utc>,
+    now: DateTime<Utc>,
+    late_threshold: chrono::Duration,
+) {
+    plan.recover(held(&job, revision, defined_at), done, now, late_threshold);
+}
 
 fn job_with(id: &str, schedule: &str, extra: &str) -> ValidJob {
     let json = format!(
@@ -28,7 +65,7 @@ fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
     loop {
         let due = plan.due(now, 1);
         let Some(fire) = due.first() else { break };
-        out.push((fire.job.spec.id.clone(), secs(fire.scheduled_at)));
+        out.push((fire.job.id.to_string(), secs(fire.scheduled_at)));
         plan.fired(fire);
     }
     out
@@ -37,8 +74,8 @@ fn drain(plan: &mut FirePlan, now: DateTime<Utc>) -> Vec<(String, i64)> {
 #[test]
 fn fires_every_due_time_in_order() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
-    plan.upsert(job("b", "*/3 * * * * *"), 2, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("b", "*/3 * * * * *"), 2, None, t(0));
     assert_eq!(plan.next_fire_at(), Some(t(2)));
     assert_eq!(
         drain(&mut plan, t(6)),
@@ -55,7 +92,7 @@ fn fires_every_due_time_in_order() {
 #[test]
 fn a_fire_not_recorded_stays_due_and_holds_the_watermark() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 1, None, t(0));
     assert_eq!(plan.watermark(t(1)), t(1));
     let fire = plan.due(t(2), 10).remove(0);
     // publish failed: nothing recorded, the same fire is offered again
@@ -69,10 +106,10 @@ fn a_fire_not_recorded_stays_due_and_holds_the_watermark() {
 #[test]
 fn redelivered_revision_does_not_move_the_schedule() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 5, None, t(0));
-    plan.upsert(job("a", "*/2 * * * * *"), 5, None, t(3));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 5, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 5, None, t(3));
     assert_eq!(plan.next_fire_at(), Some(t(2)));
-    plan.upsert(job("a", "*/10 * * * * *"), 6, None, t(3));
+    upsert(&mut plan, job("a", "*/10 * * * * *"), 6, None, t(3));
     // The fire due at 2 (not yet published) still happens, then the new schedule.
     assert_eq!(drain(&mut plan, t(3)), [("a".into(), 2)]);
     assert_eq!(plan.next_fire_at(), Some(t(10)));
@@ -81,9 +118,9 @@ fn redelivered_revision_does_not_move_the_schedule() {
 #[test]
 fn edits_during_a_publish_keep_the_due_fire_and_plan_the_new_schedule() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 1, None, t(0));
     let fire = plan.due(t(2), 1).remove(0);
-    plan.upsert(job("a", "*/5 * * * * *"), 2, None, t(2));
+    upsert(&mut plan, job("a", "*/5 * * * * *"), 2, None, t(2));
     plan.fired(&fire);
     assert_eq!(plan.next_fire_at(), Some(t(5)));
 }
@@ -91,10 +128,11 @@ fn edits_during_a_publish_keep_the_due_fire_and_plan_the_new_schedule() {
 #[test]
 fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 1, None, t(0));
     // Due at 2, not yet published (a burst is draining), edited at 2.02.
     let edited_at = t(2) + chrono::Duration::milliseconds(20);
-    plan.upsert(
+    upsert(
+        &mut plan,
         job_with("a", "*/2 * * * * *", r#","description":"x""#),
         2,
         None,
@@ -107,7 +145,8 @@ fn an_edit_at_the_fire_time_does_not_drop_the_fire() {
 fn a_revision_seen_late_fires_the_times_since_it_was_written() {
     let mut plan = FirePlan::default();
     // Written at 10, delivered by the watch at 12.5: 11 and 12 fire late.
-    plan.upsert(
+    upsert(
+        &mut plan,
         job("a", "* * * * * *"),
         1,
         Some(t(10)),
@@ -119,17 +158,18 @@ fn a_revision_seen_late_fires_the_times_since_it_was_written() {
     );
     // A write stamped after our clock (skew) adds nothing.
     let mut plan = FirePlan::default();
-    plan.upsert(job("b", "* * * * * *"), 1, Some(t(20)), t(12));
+    upsert(&mut plan, job("b", "* * * * * *"), 1, Some(t(20)), t(12));
     assert_eq!(drain(&mut plan, t(13)), [("b".into(), 13)]);
 }
 
 #[test]
 fn removed_and_paused_jobs_do_not_fire() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "*/2 * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("a", "*/2 * * * * *"), 1, None, t(0));
     assert!(plan.remove("a"));
     assert!(plan.due(t(10), 10).is_empty());
-    plan.upsert(
+    upsert(
+        &mut plan,
         job_with("p", "*/2 * * * * *", r#","paused":true"#),
         2,
         None,
@@ -151,7 +191,8 @@ fn resuming_applies_the_misfire_policy() {
     ] {
         let mut plan = FirePlan::default();
         let extra = format!(r#","misfire":"{policy}","catchup_window":"20s""#);
-        plan.upsert(
+        upsert(
+            &mut plan,
             job_with(
                 "a",
                 "* * * * * *",
@@ -161,7 +202,8 @@ fn resuming_applies_the_misfire_policy() {
             None,
             t(0),
         );
-        plan.upsert(
+        upsert(
+            &mut plan,
             job_with("a", "* * * * * *", &extra),
             2,
             None,
@@ -176,7 +218,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     let threshold = chrono::Duration::seconds(60);
     // Failover: done 10s ago → every time fires, even with misfire=skip.
     let mut plan = FirePlan::default();
-    plan.recover(
+    recover(
+        &mut plan,
         job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
         1,
         t(-1000),
@@ -187,7 +230,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(10)), [("a".into(), 5), ("a".into(), 10)]);
     // Outage: done 1000s ago → the policy decides.
     let mut plan = FirePlan::default();
-    plan.recover(
+    recover(
+        &mut plan,
         job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
         1,
         t(-1000),
@@ -198,7 +242,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert!(drain(&mut plan, t(1000)).is_empty());
     assert_eq!(plan.next_fire_at(), Some(t(1005)));
     let mut plan = FirePlan::default();
-    plan.recover(
+    recover(
+        &mut plan,
         job("a", "*/5 * * * * *"),
         1,
         t(-1000),
@@ -209,7 +254,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(1001)), [("a".into(), 1000)]);
     // A job defined during the outage catches up only from its definition.
     let mut plan = FirePlan::default();
-    plan.recover(
+    recover(
+        &mut plan,
         job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
         1,
         t(990),
@@ -226,7 +272,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
 #[test]
 fn jitter_delays_publish_but_not_the_scheduled_time() {
     let mut plan = FirePlan::default();
-    plan.upsert(
+    upsert(
+        &mut plan,
         job_with("j", "0 0 * * * *", r#","jitter":"30m""#),
         1,
         None,
@@ -246,8 +293,8 @@ fn jitter_delays_publish_but_not_the_scheduled_time() {
 #[test]
 fn taken_fires_are_not_offered_twice_and_failures_come_back() {
     let mut plan = FirePlan::default();
-    plan.upsert(job("a", "* * * * * *"), 1, None, t(0));
-    plan.upsert(job("b", "* * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("a", "* * * * * *"), 1, None, t(0));
+    upsert(&mut plan, job("b", "* * * * * *"), 1, None, t(0));
     let first = plan.take_due(t(1), 10);
     assert_eq!(first.len(), 2);
     assert!(
@@ -262,7 +309,7 @@ fn taken_fires_are_not_offered_twice_and_failures_come_back() {
     plan.unfired(&first[1]);
     let again = plan.take_due(t(1), 10);
     assert_eq!(again.len(), 1);
-    assert_eq!(again[0].job.spec.id, first[1].job.spec.id);
+    assert_eq!(again[0].job.id, first[1].job.id);
     plan.fired(&again[0]);
     assert_eq!(plan.watermark(t(1)), t(1));
 }
@@ -271,7 +318,7 @@ fn taken_fires_are_not_offered_twice_and_failures_come_back() {
 fn one_shot_fires_once() {
     let mut plan = FirePlan::default();
     let at = jetcron_core::time_format::rfc3339_millis(t(4));
-    plan.upsert(job("once", &format!("@at {at}")), 1, None, t(0));
+    upsert(&mut plan, job("once", &format!("@at {at}")), 1, None, t(0));
     assert_eq!(drain(&mut plan, t(100)), [("once".into(), 4)]);
     assert!(plan.next_fire_at().is_none());
 }

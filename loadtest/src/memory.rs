@@ -1,0 +1,247 @@
+//! `e2e-bench memory`: what a million jobs cost the whole `jetcron all`.
+//!
+//! N jobs firing once a day (spread over `--distinct-lines` different times
+//! of day, so parsed cron lines are shared only as much as real schedules
+//! would share them) plus one canary due every second, all with a NATS
+//! target answered here. It prints, in one invocation on one server:
+//! - the time to just read the bucket (an ordered KV watch of every current
+//!   value, in this process): the floor of any cold start;
+//! - `jetcron all` start → the canary's first due event, and → its first call;
+//! - the process's resident memory at peak (`VmHWM`, which covers the
+//!   missed-fire scans of the rest period) and at rest (`VmRSS` at the end),
+//!   each per job;
+//! - the canary's target-call lag over the rest period (fires on time while
+//!   a million jobs are held).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use futures::StreamExt as _;
+use jetcron_core::subjects;
+use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_loadtest::percentile;
+use jetcron_testkit::JetcronProcess;
+
+use crate::{ms, serve, Servers, TARGET_SUBJECT};
+
+const CANARY_SUBJECT: &str = "bench.canary";
+
+#[derive(clap::Args, Clone)]
+pub struct MemoryArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    jobs: usize,
+    /// Different cron lines among the jobs (at most 86,400: one per second of the day).
+    #[arg(long, default_value_t = 86_400)]
+    distinct_lines: usize,
+    /// Seconds `jetcron all` runs after the canary's first call (two
+    /// missed-fire scans happen in the default 75).
+    #[arg(long, default_value_t = 75)]
+    rest: u64,
+    /// The jetcron binary (default: beside this one).
+    #[arg(long)]
+    jetcron: Option<std::path::PathBuf>,
+}
+
+/// The daily line of job `i`: one of `distinct` seconds of the day.
+fn daily_line(i: usize, distinct: usize) -> String {
+    let k = i % distinct.clamp(1, 86_400);
+    format!("{} {} {} * * *", k % 60, (k / 60) % 60, (k / 3600) % 24)
+}
+
+pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
+    let jetcron = crate::jetcron_binary(args.jetcron.as_deref())?;
+    let servers = Servers::start();
+    let client = servers.nats.client().await;
+    let js = jetstream::new(client.clone());
+    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
+
+    let loading = Instant::now();
+    let distinct = args.distinct_lines;
+    jetcron_loadtest::put_jobs(
+        &js,
+        0..args.jobs,
+        |i| format!("mem-{i:07}"),
+        |i| {
+            format!(
+                r#"{{"schedule":"{}","target":{{"type":"nats","subject":"{TARGET_SUBJECT}"}}}}"#,
+                daily_line(i, distinct)
+            )
+        },
+    )
+    .await?;
+    jetcron_loadtest::put_jobs(
+        &js,
+        0..1,
+        |_| "canary".to_string(),
+        |_| {
+            format!(
+                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{CANARY_SUBJECT}"}}}}"#
+            )
+        },
+    )
+    .await?;
+    let loaded_in = loading.elapsed();
+
+    let reading = Instant::now();
+    let read = read_bucket(&bucket).await?;
+    let read_in = reading.elapsed();
+    anyhow::ensure!(
+        read == args.jobs + 1,
+        "read {read} values, stored {}",
+        args.jobs + 1
+    );
+
+    let _targets = serve(servers.nats.client().await, TARGET_SUBJECT).await?;
+    let canary_calls = serve(servers.nats.client().await, CANARY_SUBJECT).await?;
+    let mut canary_due = client
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
+        .await?;
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let started = Instant::now();
+    let process = JetcronProcess::start(
+        &jetcron,
+        &["all", "--http-addr", &http_addr],
+        &[
+            ("JETCRON_NATS_URL", servers.nats.url().as_str()),
+            ("JETCRON_CLICKHOUSE_URL", servers.clickhouse.url().as_str()),
+        ],
+    );
+    let pid = process.pid().context("jetcron all has no pid")?;
+    tokio::time::timeout(Duration::from_secs(300), canary_due.next())
+        .await
+        .context("no due event of the canary within 300 s")?;
+    let to_due = started.elapsed();
+    let to_call = loop {
+        if !canary_calls.lock().expect("arrivals").is_empty() {
+            break started.elapsed();
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(300),
+            "the canary's target was not called within 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let rest_from = chrono::Utc::now();
+    let mut samples = Vec::new();
+    let resting = Instant::now();
+    while resting.elapsed() < Duration::from_secs(args.rest) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        samples.push(memory_of(pid)?);
+    }
+    let at_rest = memory_of(pid)?;
+    let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let mut lags: Vec<i64> = canary_calls
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|a| a.scheduled >= rest_from && a.scheduled < rest_to)
+        .map(|a| a.lag_us)
+        .collect();
+    lags.sort_unstable();
+    let expected = (rest_to - rest_from).num_seconds().max(0);
+    drop(process);
+
+    let jobs = args.jobs + 1;
+    let per_job = |bytes: u64| bytes as f64 / jobs as f64;
+    let mib = |bytes: u64| bytes as f64 / 1_048_576.0;
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!(
+        "| jobs in the bucket | {jobs} ({distinct} distinct daily lines + a canary every second) |"
+    );
+    println!(
+        "| time to store them (pipelined KV puts) | {:.1} s |",
+        loaded_in.as_secs_f64()
+    );
+    println!(
+        "| time to read the bucket (KV watch, this process) | {:.2} s |",
+        read_in.as_secs_f64()
+    );
+    println!(
+        "| `jetcron all` start → first due event of the canary | {:.2} s |",
+        to_due.as_secs_f64()
+    );
+    println!(
+        "| `jetcron all` start → first call of the canary | {:.2} s |",
+        to_call.as_secs_f64()
+    );
+    println!(
+        "| resident at peak (VmHWM, {} s incl. missed-fire scans) | {:.0} MiB, {:.0} bytes/job |",
+        args.rest,
+        mib(at_rest.peak),
+        per_job(at_rest.peak)
+    );
+    println!(
+        "| resident at rest (VmRSS at the end) | {:.0} MiB, {:.0} bytes/job |",
+        mib(at_rest.resident),
+        per_job(at_rest.resident)
+    );
+    let max_sampled = samples.iter().map(|s| s.resident).max().unwrap_or(0);
+    println!(
+        "| highest VmRSS sampled each second | {:.0} MiB |",
+        mib(max_sampled)
+    );
+    println!(
+        "| canary calls in the rest period | {} of {expected}; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+        lags.len(),
+        ms(percentile(&lags, 50.0)),
+        ms(percentile(&lags, 99.0)),
+        ms(lags.last().copied().unwrap_or_default())
+    );
+    Ok(())
+}
+
+/// Every current value of the bucket, read once through a KV watch (as the
+/// ticker reads it); returns how many there are.
+async fn read_bucket(bucket: &jetstream::kv::Store) -> anyhow::Result<usize> {
+    let mut entries = bucket.watch_with_history(">").await?;
+    let mut count = 0;
+    while let Some(entry) = entries.next().await {
+        let entry = entry.context("read the jobs bucket")?;
+        count += 1;
+        if entry.seen_current {
+            break;
+        }
+    }
+    Ok(count)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    resident: u64,
+    peak: u64,
+}
+
+/// `VmRSS` and `VmHWM` of a process, in bytes.
+fn memory_of(pid: u32) -> anyhow::Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok(Memory {
+        resident: field("VmRSS:")?,
+        peak: field("VmHWM:")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daily_lines_spread_over_the_seconds_of_a_day() {
+        assert_eq!(daily_line(0, 86_400), "0 0 0 * * *");
+        assert_eq!(daily_line(3_661, 86_400), "1 1 1 * * *");
+        assert_eq!(daily_line(86_399, 86_400), "59 59 23 * * *");
+        assert_eq!(daily_line(86_400, 86_400), "0 0 0 * * *");
+        assert_eq!(daily_line(5, 1), "0 0 0 * * *");
+    }
+}

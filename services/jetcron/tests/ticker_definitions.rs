@@ -1,0 +1,187 @@
+//! The definition a due event carries when the ticker does not keep it in
+//! memory: read back from `jetcron_jobs` by revision at the fire, the key's
+//! current value when that revision left the bucket's history, and no fire
+//! at all for a key deleted since.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use chrono::Utc;
+use futures::StreamExt as _;
+use jetcron_core::events::DueEvent;
+use jetcron_core::job::parse_job;
+use jetcron_core::subjects;
+use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_testkit::NatsServer;
+use jetcron_ticker::definitions::{Definitions, Resolved};
+use jetcron_ticker::held_job::HeldJob;
+use jetcron_ticker::plan::Fire;
+
+fn definition(description: &str) -> String {
+    format!(
+        r#"{{"schedule":"* * * * * *","description":"{description}","target":{{"type":"nats","subject":"readback.target"}}}}"#
+    )
+}
+
+/// A fire of `id` decided from `value` at `revision`.
+fn fire_of(id: &str, value: &str, revision: u64) -> Fire {
+    let job = parse_job(value.as_bytes(), Some(id)).expect("valid");
+    let now = Utc::now();
+    Fire {
+        job: Arc::new(HeldJob::new(
+            &job,
+            Arc::from(id),
+            Arc::from(job.pool.as_str()),
+            revision,
+            now,
+        )),
+        scheduled_at: now,
+        fire_at: now,
+    }
+}
+
+fn description_of(resolved: &Resolved) -> (u64, String) {
+    match resolved {
+        Resolved::Definition { revision, spec } => {
+            (*revision, spec.description.clone().unwrap_or_default())
+        }
+        other => panic!("expected a definition, got {other:?}"),
+    }
+}
+
+async fn next_event(due: &mut async_nats::Subscriber) -> DueEvent {
+    let message = tokio::time::timeout(Duration::from_secs(10), due.next())
+        .await
+        .expect("a due event within 10 s")
+        .expect("subscription open");
+    serde_json::from_slice(&message.payload).expect("due event")
+}
+
+#[tokio::test]
+async fn a_ticker_keeping_no_definitions_publishes_each_fire_with_its_revision() {
+    let nats = NatsServer::start();
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
+    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
+        .await
+        .expect("jobs bucket");
+    let mut due = client
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "readback"))
+        .await
+        .expect("subscribe");
+    let first = bucket
+        .put("readback", definition("first").into())
+        .await
+        .expect("put");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let ticker = tokio::spawn(jetcron_ticker::run(
+        jetcron_ticker::TickerConfig {
+            leases: jetcron_testkit::fast_leases(),
+            keep_definitions_for: Duration::ZERO,
+            ..Default::default()
+        },
+        client.clone(),
+        Arc::new(jetcron_core::clock::SystemClock),
+        shutdown.clone(),
+    ));
+    let event = next_event(&mut due).await;
+    assert_eq!(event.job_revision, first);
+    assert_eq!(event.job.description.as_deref(), Some("first"));
+    assert_eq!(event.job.id, "readback");
+
+    let second = bucket
+        .put("readback", definition("second").into())
+        .await
+        .expect("edit");
+    // Fires decided before the edit may still carry the first revision;
+    // the edit shows within a few fires, and every fire after it carries it.
+    let mut seen_second = 0;
+    for _ in 0..8 {
+        let event = next_event(&mut due).await;
+        if seen_second > 0 {
+            assert_eq!(event.job_revision, second, "an older revision came back");
+        }
+        if event.job_revision == second {
+            assert_eq!(event.job.description.as_deref(), Some("second"));
+            seen_second += 1;
+        } else {
+            assert_eq!(event.job_revision, first);
+            assert_eq!(event.job.description.as_deref(), Some("first"));
+        }
+        if seen_second == 3 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen_second, 3,
+        "the edited definition never fired three times"
+    );
+    shutdown.cancel();
+    ticker.await.expect("join").expect("ticker");
+}
+
+#[tokio::test]
+async fn a_revision_gone_from_the_history_reads_the_current_value_and_a_deleted_key_fires_nothing()
+{
+    let nats = NatsServer::start();
+    let js = jetstream::new(nats.client().await);
+    // One revision per key: a new value removes the old one.
+    let options = TopologyOptions {
+        jobs_history: 1,
+        ..Default::default()
+    };
+    let bucket = topology::ensure_jobs_bucket(&js, &options)
+        .await
+        .expect("jobs bucket");
+    let old_value = definition("old");
+    let old = bucket
+        .put("edited", old_value.clone().into())
+        .await
+        .expect("put");
+    let mut definitions = Definitions::new(bucket.stream.clone(), Duration::ZERO);
+
+    // Its own revision, read back.
+    let resolved = definitions
+        .resolve(&[fire_of("edited", &old_value, old)])
+        .await;
+    assert_eq!(description_of(&resolved[0]), (old, "old".to_string()));
+
+    // The revision is gone: the current value is carried, with its revision.
+    let new = bucket
+        .put("edited", definition("new").into())
+        .await
+        .expect("edit");
+    let resolved = definitions
+        .resolve(&[fire_of("edited", &old_value, old)])
+        .await;
+    assert_eq!(description_of(&resolved[0]), (new, "new".to_string()));
+
+    // Held in memory at the fire's revision: no read, the held one is used.
+    let fire = fire_of("edited", &definition("held"), new);
+    let held = parse_job(definition("held").as_bytes(), Some("edited")).expect("valid");
+    definitions.keep_if_soon(
+        &fire.job.id,
+        new,
+        Arc::new(held.spec),
+        Some(Utc::now()),
+        Utc::now(),
+    );
+    assert_eq!(definitions.len(), 1);
+    let resolved = definitions.resolve(std::slice::from_ref(&fire)).await;
+    assert_eq!(description_of(&resolved[0]), (new, "held".to_string()));
+    definitions.forget("edited");
+    assert!(definitions.is_empty());
+
+    // Deleted since: nothing to run.
+    bucket.delete("edited").await.expect("delete");
+    let resolved = definitions
+        .resolve(&[fire_of("edited", &old_value, old)])
+        .await;
+    assert!(matches!(resolved[0], Resolved::Gone), "{resolved:?}");
+    // A key never written, at a revision the stream never had.
+    let resolved = definitions
+        .resolve(&[fire_of("never", &old_value, 999_999)])
+        .await;
+    assert!(matches!(resolved[0], Resolved::Gone), "{resolved:?}");
+}
