@@ -10,6 +10,7 @@ use jetcron_core::subjects;
 use serde::Serialize;
 
 use crate::job_catalog::{count_keys, JobCatalog};
+use crate::job_pass::JobPass;
 
 /// `put`: a definition as sent; `key`, the id named by the HTTP path (the
 /// body may then leave it out); `expected_revision`, a compare-and-swap
@@ -407,30 +408,12 @@ impl JobStore {
         Ok(revisions)
     }
 
-    /// Every current valid definition with the time its revision was written.
-    pub async fn valid_jobs(
-        &self,
-    ) -> anyhow::Result<Vec<(ValidJob, chrono::DateTime<chrono::Utc>)>> {
-        let keys: Vec<String> = match self.bucket.keys().await {
-            Ok(keys) => keys.try_collect().await.context("list job keys")?,
-            Err(e) => return Err(anyhow::Error::from(e).context("list job keys")),
-        };
-        let mut jobs = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Some(entry) = self
-                .bucket
-                .entry(&key)
-                .await
-                .with_context(|| format!("read job {key}"))?
-                .filter(|e| e.operation == Operation::Put)
-            else {
-                continue;
-            };
-            if let Ok(job) = parse_written(&entry.value, Some(&entry.key), entry.created) {
-                jobs.push((job, entry.created));
-            }
-        }
-        Ok(jobs)
+    /// One read of every current definition, a chunk at a time, on `js`'s
+    /// connection ([`JobPass`]: nothing of it stays but the chunk in hand).
+    pub async fn pass(&self, js: &async_nats::jetstream::Context) -> anyhow::Result<JobPass> {
+        JobPass::open(&self.bucket, js)
+            .await
+            .context("read every job")
     }
 
     /// Every current definition, ordered by id. A key that cannot be read

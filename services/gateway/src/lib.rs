@@ -27,6 +27,7 @@ pub mod channel_requests;
 pub mod console;
 pub mod http;
 pub mod job_catalog;
+pub mod job_pass;
 pub mod job_requests;
 pub mod job_store;
 pub mod limits;

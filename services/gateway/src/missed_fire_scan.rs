@@ -8,7 +8,7 @@
 //! Stored once per fire, however many gateways scan and however often: the
 //! event id (`<run_id>:fire.missed`) is the same for every scan, and is
 //!
-//! - skipped when ClickHouse already holds it (one lookup per scan),
+//! - skipped when ClickHouse already holds it (one lookup per chunk of jobs),
 //! - the `Nats-Msg-Id` of the publish, so JetStream drops a repeat inside
 //!   `JETCRON_RUNS`' duplicate window (two gateways finding it at once, or a
 //!   scan before the projector stored the last one),
@@ -20,8 +20,15 @@
 //! hour when a gateway first looks (every gateway down for longer) are not
 //! recorded afterwards; `/v1/stats` still computes them for any range. The
 //! counts of each scan also feed the `jetcron_missed_fires` gauge.
+//!
+//! A scan streams the jobs ([`crate::job_pass`]): it reads
+//! [`MAX_STATS_JOBS`] current definitions, judges them against ClickHouse,
+//! records their missed fires and drops them before it reads the next ones.
+//! Holding every job for the scan cost about 8 KB per job (a million jobs:
+//! gigabytes every 30 s); now a scan holds one chunk, and afterwards only
+//! the gauge's counts of jobs with missed fires stay.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +40,7 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::stats::{self, missed_by_job, Missed, MAX_STATS_JOBS};
+use crate::stats::{self, Missed, MAX_STATS_JOBS};
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
@@ -101,49 +108,67 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
 }
 
 /// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
-/// record every missed fire not yet stored, and give the
-/// gauge the counts.
+/// record every missed fire not yet stored, and give the gauge the counts.
+/// Jobs are read, judged and recorded [`MAX_STATS_JOBS`] at a time; only the
+/// counts of jobs with missed fires outlive their chunk.
 pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<ScanReport> {
-    let missed = missed_by_job(state, until).await?;
+    let mut jobs = state.jobs.pass(&state.js).await?;
+    let mut counts = BTreeMap::new();
+    let mut report = ScanReport::default();
+    while let Some(chunk) = jobs.next_chunk(MAX_STATS_JOBS).await? {
+        let missed = stats::missed_in_window(state, &chunk, until).await?;
+        drop(chunk);
+        counts.extend(stats::counts_of(&missed));
+        record(state, &missed, &mut report).await?;
+    }
+    state.missed.record(counts).await;
+    Ok(report)
+}
+
+/// Record the missed fires of one chunk of jobs that ClickHouse does not
+/// hold yet, and alert on the ones JetStream stored.
+async fn record(
+    state: &GatewayState,
+    missed: &BTreeMap<String, Missed>,
+    report: &mut ScanReport,
+) -> anyhow::Result<()> {
     let detected_at = state.clock.now();
     let grace = state.limits.missed_grace;
-    let mut report = ScanReport::default();
-    let with_times: Vec<(&str, &Missed)> = missed
+    let chunk: Vec<(&str, &Missed)> = missed
         .iter()
         .filter(|(_, m)| !m.times.is_empty())
         .map(|(id, m)| (id.as_str(), m))
         .collect();
-    for chunk in with_times.chunks(MAX_STATS_JOBS) {
-        let recorded = recorded(state, chunk).await?;
-        let events: Vec<FireMissed> = chunk
-            .iter()
-            .flat_map(|(id, m)| {
-                m.times
-                    .iter()
-                    .map(move |t| FireMissed::new(id, *t, detected_at, grace))
-            })
-            .filter(|e| !recorded.contains(&e.event_id))
-            .collect();
-        report.missed += chunk.iter().map(|(_, m)| m.times.len()).sum::<usize>();
-        report.published += events.len();
-        let stored: Vec<Option<FireMissed>> = futures::stream::iter(events)
-            .map(|event| async move {
-                let new = job_events::publish_fire_missed(&state.js, &event).await?;
-                anyhow::Ok(new.then_some(event))
-            })
-            .buffer_unordered(PUBLISHES_IN_FLIGHT)
-            .try_collect()
-            .await?;
-        let stored: Vec<FireMissed> = stored.into_iter().flatten().collect();
-        report.stored += stored.len();
-        metrics::counter!("jetcron_missed_fires_recorded_total").increment(stored.len() as u64);
-        alert_missed(state, &stored, detected_at).await;
+    if chunk.is_empty() {
+        return Ok(());
     }
-    state.missed.record(stats::counts_of(&missed)).await;
-    Ok(report)
+    let recorded = recorded(state, &chunk).await?;
+    let events: Vec<FireMissed> = chunk
+        .iter()
+        .flat_map(|(id, m)| {
+            m.times
+                .iter()
+                .map(move |t| FireMissed::new(id, *t, detected_at, grace))
+        })
+        .filter(|e| !recorded.contains(&e.event_id))
+        .collect();
+    report.missed += chunk.iter().map(|(_, m)| m.times.len()).sum::<usize>();
+    report.published += events.len();
+    let stored: Vec<Option<FireMissed>> = futures::stream::iter(events)
+        .map(|event| async move {
+            let new = job_events::publish_fire_missed(&state.js, &event).await?;
+            anyhow::Ok(new.then_some(event))
+        })
+        .buffer_unordered(PUBLISHES_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let stored: Vec<FireMissed> = stored.into_iter().flatten().collect();
+    report.stored += stored.len();
+    metrics::counter!("jetcron_missed_fires_recorded_total").increment(stored.len() as u64);
+    alert_missed(state, &stored, detected_at).await;
+    Ok(())
 }
 
-/// Event ids of the `fire.missed` events ClickHouse already holds for these jobs' times.
 /// Tell the alert channels of the jobs whose fires were just recorded as
 /// missed (`notify.channels`): one notification per missed fire, which the
 /// executors' notifier turns into the job's `missed` incident. A failure is
@@ -176,6 +201,7 @@ async fn alert_missed(state: &GatewayState, missed: &[FireMissed], seen_at: Date
     }
 }
 
+/// Event ids of the `fire.missed` events ClickHouse already holds for these jobs' times.
 async fn recorded(
     state: &GatewayState,
     jobs: &[(&str, &Missed)],

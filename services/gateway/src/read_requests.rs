@@ -415,14 +415,28 @@ pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply
             })
             .into_iter()
             .collect(),
-        None => state
-            .jobs
-            .valid_jobs()
-            .await
-            .map_err(ApiError::unavailable)?
-            .into_iter()
-            .map(|(job, written_at)| CurrentJob { job, written_at })
-            .collect(),
+        // The first MAX_STATS_JOBS valid jobs, and one more to tell that
+        // there are more: the rest of the bucket is not read.
+        None => {
+            let mut pass = state
+                .jobs
+                .pass(&state.js)
+                .await
+                .map_err(ApiError::unavailable)?;
+            let mut jobs = Vec::new();
+            while jobs.len() <= MAX_STATS_JOBS {
+                let wanted = MAX_STATS_JOBS + 1 - jobs.len();
+                match pass
+                    .next_chunk(wanted)
+                    .await
+                    .map_err(ApiError::unavailable)?
+                {
+                    Some(chunk) => jobs.extend(chunk),
+                    None => break,
+                }
+            }
+            jobs
+        }
     };
     let truncated = jobs.len() > MAX_STATS_JOBS;
     jobs.truncate(MAX_STATS_JOBS);

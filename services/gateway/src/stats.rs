@@ -435,8 +435,8 @@ impl MissedGauge {
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < self.fresh_for);
         if !fresh {
-            let missed = missed_by_job(state, state.clock.now()).await?;
-            *latest = Some((std::time::Instant::now(), counts_of(&missed)));
+            let counts = missed_counts(state, state.clock.now()).await?;
+            *latest = Some((std::time::Instant::now(), counts));
         }
         let counts = latest.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
         let mut out = String::from(
@@ -456,42 +456,47 @@ impl MissedGauge {
     }
 }
 
-/// Missed fires per job, as the gauge counts them.
+/// Missed fires per job with any, as the gauge counts them (a job with
+/// none is not shown, so not kept).
 pub fn counts_of(missed: &BTreeMap<String, Missed>) -> BTreeMap<String, u64> {
     missed
         .iter()
+        .filter(|(_, m)| !m.times.is_empty())
         .map(|(id, m)| (id.clone(), m.times.len() as u64))
         .collect()
 }
 
-/// Missed fires of the last [`GAUGE_WINDOW`] before `now`, of every valid job
-/// (the missed-fire scan and the gauge), [`MAX_STATS_JOBS`] jobs per lookup.
-pub async fn missed_by_job(
+/// Missed fires of `jobs` (one chunk of a [`crate::job_pass::JobPass`],
+/// at most [`MAX_STATS_JOBS`]) in the last [`GAUGE_WINDOW`] before `now`:
+/// the window of the missed-fire scan and of the gauge.
+pub async fn missed_in_window(
     state: &crate::GatewayState,
+    jobs: &[CurrentJob],
     now: DateTime<Utc>,
 ) -> anyhow::Result<BTreeMap<String, Missed>> {
-    let jobs: Vec<CurrentJob> = state
-        .jobs
-        .valid_jobs()
-        .await?
-        .into_iter()
-        .map(|(job, written_at)| CurrentJob { job, written_at })
-        .collect();
-    let mut missed = BTreeMap::new();
-    for chunk in jobs.chunks(MAX_STATS_JOBS) {
-        missed.extend(
-            missed_fires(
-                state.runs.client(),
-                chunk,
-                now - GAUGE_WINDOW,
-                now,
-                now,
-                state.limits.missed_grace,
-            )
-            .await?,
-        );
+    missed_fires(
+        state.runs.client(),
+        jobs,
+        now - GAUGE_WINDOW,
+        now,
+        now,
+        state.limits.missed_grace,
+    )
+    .await
+}
+
+/// [`counts_of`] every valid job in the last [`GAUGE_WINDOW`] before `now`,
+/// read and counted [`MAX_STATS_JOBS`] jobs at a time: only the counts stay.
+pub async fn missed_counts(
+    state: &crate::GatewayState,
+    now: DateTime<Utc>,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    let mut jobs = state.jobs.pass(&state.js).await?;
+    let mut counts = BTreeMap::new();
+    while let Some(chunk) = jobs.next_chunk(MAX_STATS_JOBS).await? {
+        counts.extend(counts_of(&missed_in_window(state, &chunk, now).await?));
     }
-    Ok(missed)
+    Ok(counts)
 }
 
 #[cfg(test)]
