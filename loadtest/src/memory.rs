@@ -41,6 +41,9 @@ pub struct MemoryArgs {
     /// The jetcron binary (default: beside this one).
     #[arg(long)]
     jetcron: Option<std::path::PathBuf>,
+    /// Write the log of `jetcron all` here (its start-up timeline).
+    #[arg(long)]
+    keep_log: Option<std::path::PathBuf>,
 }
 
 /// The daily line of job `i`: one of `distinct` seconds of the day.
@@ -140,6 +143,10 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         .collect();
     lags.sort_unstable();
     let expected = (rest_to - rest_from).num_seconds().max(0);
+    if let Some(path) = &args.keep_log {
+        std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
     drop(process);
 
     let jobs = args.jobs + 1;

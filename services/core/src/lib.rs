@@ -42,6 +42,7 @@ pub mod job;
 pub mod job_events;
 pub mod run_summary;
 pub mod schedule;
+pub mod schedule_lines;
 pub mod schedule_preview;
 pub mod schedule_words;
 pub mod subjects;

@@ -24,7 +24,8 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
-use jetcron_core::job::{parse_written, ChainLink, ChainOn};
+use jetcron_core::job::{parse_written_with, ChainLink, ChainOn};
+use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::bucket_follow::{self, BucketView};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -53,11 +54,18 @@ pub struct JobRow {
 }
 
 impl JobRow {
-    /// The row of a stored value (`key`, written at `at`), valid or not.
-    pub fn from_value(key: &str, revision: u64, value: &[u8], at: DateTime<Utc>) -> Self {
+    /// The row of a stored value (`key`, written at `at`), valid or not;
+    /// its schedule line parsed through `lines`.
+    pub fn from_value(
+        key: &str,
+        revision: u64,
+        value: &[u8],
+        at: DateTime<Utc>,
+        lines: &SharedLines,
+    ) -> Self {
         // A valid definition is read once, by the validation; only an
         // invalid one is looked at again, as plain JSON, for what it has.
-        if let Ok(job) = parse_written(value, Some(key), at) {
+        if let Ok(job) = parse_written_with(value, Some(key), at, &mut |line| lines.parse(line)) {
             let spec = job.spec;
             return Self {
                 id: key.to_string(),
@@ -295,6 +303,8 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct JobCatalog {
     inner: Arc<RwLock<CatalogState>>,
+    /// The process's parsed schedule lines (a row keeps only the text).
+    lines: SharedLines,
 }
 
 #[derive(Default)]
@@ -332,6 +342,14 @@ impl CatalogState {
 }
 
 impl JobCatalog {
+    /// An empty catalog parsing schedule lines through `lines`.
+    pub fn new(lines: SharedLines) -> Self {
+        Self {
+            inner: Arc::default(),
+            lines,
+        }
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, CatalogState> {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -420,7 +438,7 @@ impl JobCatalog {
 
     /// Note a put this gateway made: `value` is now `key`'s at `revision`.
     pub fn note_put(&self, key: &str, revision: u64, value: &[u8], at: DateTime<Utc>) {
-        let row = JobRow::from_value(key, revision, value, at);
+        let row = JobRow::from_value(key, revision, value, at, &self.lines);
         self.write().record(key, revision, Some(row));
     }
 
@@ -485,8 +503,15 @@ impl JobCatalog {
 
 impl BucketView for JobCatalog {
     fn apply(&self, entry: &kv::Entry) {
-        let row = (entry.operation == Operation::Put)
-            .then(|| JobRow::from_value(&entry.key, entry.revision, &entry.value, entry.created));
+        let row = (entry.operation == Operation::Put).then(|| {
+            JobRow::from_value(
+                &entry.key,
+                entry.revision,
+                &entry.value,
+                entry.created,
+                &self.lines,
+            )
+        });
         self.write().record(&entry.key, entry.revision, row);
     }
 
@@ -532,9 +557,29 @@ mod tests {
         // The watch delivers the same and older revisions later.
         let mut state = catalog.write();
         state.record("a", 1, None);
-        state.record("a", 3, Some(JobRow::from_value("a", 3, &job("a", ""), now)));
+        state.record(
+            "a",
+            3,
+            Some(JobRow::from_value(
+                "a",
+                3,
+                &job("a", ""),
+                now,
+                &SharedLines::default(),
+            )),
+        );
         state.record("b", 5, None);
-        state.record("b", 4, Some(JobRow::from_value("b", 4, &job("b", ""), now)));
+        state.record(
+            "b",
+            4,
+            Some(JobRow::from_value(
+                "b",
+                4,
+                &job("b", ""),
+                now,
+                &SharedLines::default(),
+            )),
+        );
         drop(state);
         assert_eq!(catalog.lookup("a"), Some((true, 1)));
         assert_eq!(catalog.lookup("b"), Some((false, 1)));

@@ -8,7 +8,8 @@
 //! instead reads the bucket's current values in one go (an ephemeral push
 //! consumer with `LastPerSubject`), hands them out [`JobPass::next_chunk`] by
 //! chunk, and keeps nothing of a chunk once the caller drops it. Jobs with
-//! the same schedule line share one parsed line (up to 1,000 lines per pass).
+//! the same schedule line share one parsed line (the process's
+//! [`SharedLines`]).
 //!
 //! Why its own consumer rather than a KV watch ([`jetcron_io::bucket_follow`]
 //! follows the bucket for good, applying each entry at once): a caller works
@@ -32,7 +33,6 @@
 //! at its old value, or at both (the new one later); deleted keys, delete
 //! markers and definitions that do not validate are skipped.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -40,7 +40,7 @@ use async_nats::jetstream::{self, consumer, kv};
 use async_nats::StatusCode;
 use futures::StreamExt as _;
 use jetcron_core::job::parse_written_with;
-use jetcron_core::schedule::{Schedule, ScheduleError};
+use jetcron_core::schedule_lines::SharedLines;
 use tokio::sync::mpsc;
 
 use crate::stats::CurrentJob;
@@ -52,9 +52,6 @@ const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
 const STALLED_AFTER: Duration = Duration::from_secs(20);
 /// How long the server keeps the consumer of a pass nobody reads any more.
 const INACTIVE_THRESHOLD: Duration = Duration::from_secs(30);
-/// Distinct schedule lines a pass keeps parsed; past this it starts over (a
-/// bound on memory: each parsed cron line is about 6 KB).
-const MAX_LINES: usize = 1_000;
 /// The header of a heartbeat sent while the server waits for a flow control
 /// reply (the request may have been lost): where to reply.
 const CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
@@ -73,7 +70,8 @@ pub struct JobPass {
     delivered: u64,
     /// Every value the bucket held when the pass opened has been read.
     done: bool,
-    schedules: ScheduleLines,
+    /// The process's parsed lines (shared with the ticker in `jetcron all`).
+    schedules: SharedLines,
 }
 
 impl Drop for JobPass {
@@ -85,7 +83,11 @@ impl Drop for JobPass {
 
 impl JobPass {
     /// Open a pass over `bucket`'s current values, on `js`'s connection.
-    pub async fn open(bucket: &kv::Store, js: &jetstream::Context) -> anyhow::Result<Self> {
+    pub async fn open(
+        bucket: &kv::Store,
+        js: &jetstream::Context,
+        lines: SharedLines,
+    ) -> anyhow::Result<Self> {
         let client = js.client();
         let deliver_subject = client.new_inbox();
         // Subscribed before the consumer exists, so its first messages find us.
@@ -128,7 +130,7 @@ impl JobPass {
             drain,
             delivered: 0,
             done,
-            schedules: ScheduleLines::default(),
+            schedules: lines,
         })
     }
 
@@ -144,7 +146,7 @@ impl JobPass {
             let Some(key) = value.subject.strip_prefix(self.prefix.as_str()) else {
                 continue;
             };
-            let schedules = &mut self.schedules;
+            let schedules = &self.schedules;
             let parsed =
                 parse_written_with(&value.payload, Some(key), value.written_at, &mut |line| {
                     schedules.parse(line)
@@ -261,28 +263,6 @@ fn is_put(message: &async_nats::Message) -> bool {
     headers
         .get("KV-Operation")
         .is_none_or(|op| op.as_str().parse::<kv::Operation>().ok() == Some(kv::Operation::Put))
-}
-
-/// Parsed schedule lines by line, so the jobs of a chunk (and the next
-/// chunks) that share a line share one parse; at most [`MAX_LINES`] kept.
-#[derive(Default)]
-struct ScheduleLines {
-    parsed: HashMap<String, Schedule>,
-}
-
-impl ScheduleLines {
-    /// `line` parsed, shared with the jobs parsed before it when it was seen.
-    fn parse(&mut self, line: &str) -> Result<Schedule, ScheduleError> {
-        if let Some(shared) = self.parsed.get(line) {
-            return Ok(shared.clone());
-        }
-        let parsed = Schedule::parse(line)?;
-        if self.parsed.len() >= MAX_LINES {
-            self.parsed.clear();
-        }
-        self.parsed.insert(line.to_string(), parsed.clone());
-        Ok(parsed)
-    }
 }
 
 #[cfg(test)]

@@ -121,15 +121,23 @@ pub struct JobStore {
     bucket: kv::Store,
     catalog: JobCatalog,
     max_jobs: usize,
+    lines: jetcron_core::schedule_lines::SharedLines,
 }
 
 impl JobStore {
     /// `catalog` must be following `bucket` ([`JobCatalog::follow`]).
-    pub fn new(bucket: kv::Store, catalog: JobCatalog, max_jobs: usize) -> Self {
+    /// `lines`: the process's parsed schedule lines, for passes.
+    pub fn new(
+        bucket: kv::Store,
+        catalog: JobCatalog,
+        max_jobs: usize,
+        lines: jetcron_core::schedule_lines::SharedLines,
+    ) -> Self {
         Self {
             bucket,
             catalog,
             max_jobs,
+            lines,
         }
     }
 
@@ -411,7 +419,7 @@ impl JobStore {
     /// One read of every current definition, a chunk at a time, on `js`'s
     /// connection ([`JobPass`]: nothing of it stays but the chunk in hand).
     pub async fn pass(&self, js: &async_nats::jetstream::Context) -> anyhow::Result<JobPass> {
-        JobPass::open(&self.bucket, js)
+        JobPass::open(&self.bucket, js, self.lines.clone())
             .await
             .context("read every job")
     }

@@ -67,6 +67,8 @@ pub struct GatewayConfig {
     pub readiness: Readiness,
     /// Base URL of a Grafana with jetcron's dashboards, linked from the console.
     pub grafana_url: Option<String>,
+    /// Parsed schedule lines, shared with the other services of the process.
+    pub lines: jetcron_core::schedule_lines::SharedLines,
 }
 
 /// What request handlers share.
@@ -155,7 +157,7 @@ pub async fn run(
     };
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
-    let catalog = job_catalog::JobCatalog::default();
+    let catalog = job_catalog::JobCatalog::new(config.lines.clone());
     let catalog_task = tokio::spawn(catalog.clone().follow(bucket.clone(), shutdown.clone()));
     if config.http_auth.has_no_tokens() {
         warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
@@ -164,7 +166,12 @@ pub async fn run(
         running,
         nats: client.clone(),
         js: js.clone(),
-        jobs: job_store::JobStore::new(bucket, catalog.clone(), config.limits.max_jobs),
+        jobs: job_store::JobStore::new(
+            bucket,
+            catalog.clone(),
+            config.limits.max_jobs,
+            config.lines.clone(),
+        ),
         catalog,
         channels: channel_requests::ChannelStore::new(channels),
         runs: run_history::RunHistory::new(clickhouse.clone()),

@@ -66,9 +66,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_server::serve(addr, readiness.clone(), stop),
         );
     }
+    let lines = jetcron_core::schedule_lines::SharedLines::default();
     let process = Process {
         common: &common,
         readiness: &readiness,
+        lines: &lines,
         shutdown: &shutdown,
     };
     match command {
@@ -162,6 +164,8 @@ fn refused(error: &async_nats::ConnectError) -> bool {
 struct Process<'a> {
     common: &'a CommonArgs,
     readiness: &'a Readiness,
+    /// Parsed schedule lines, one set for every service of the process.
+    lines: &'a jetcron_core::schedule_lines::SharedLines,
     shutdown: &'a CancellationToken,
 }
 
@@ -198,6 +202,7 @@ async fn spawn_ticker(
         late_threshold: args.late_threshold,
         topology: topology(common),
         readiness: process.readiness.clone(),
+        lines: process.lines.clone(),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {
@@ -311,6 +316,7 @@ async fn spawn_gateway(
         },
         readiness: process.readiness.clone(),
         grafana_url: args.grafana_url.clone(),
+        lines: process.lines.clone(),
     };
     let stop = CancellationToken::new();
     services.spawn(

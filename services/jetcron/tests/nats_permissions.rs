@@ -164,6 +164,7 @@ fn gateway_config(clickhouse_url: String) -> jetcron_gateway::GatewayConfig {
         limits: Default::default(),
         readiness: Default::default(),
         grafana_url: None,
+        lines: Default::default(),
     }
 }
 
@@ -252,6 +253,8 @@ async fn every_service_runs_as_its_role_and_the_job_authors_jobs_run() {
     services.spawn(jetcron_ticker::run(
         jetcron_ticker::TickerConfig {
             leases: fast_leases(),
+            // Every fire reads its definition back: the role must allow it.
+            keep_definitions_for: Duration::ZERO,
             ..Default::default()
         },
         connect(&url, &as_role("ticker")).await.client,

@@ -319,6 +319,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
             limits,
             readiness: Default::default(),
             grafana_url: None,
+            lines: Default::default(),
         },
         stack.nats.client().await,
         std::sync::Arc::new(jetcron_core::clock::SystemClock),

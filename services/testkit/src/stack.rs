@@ -150,6 +150,7 @@ impl Stack {
                 limits: options.limits.clone(),
                 readiness: readiness.clone(),
                 grafana_url: None,
+                lines: Default::default(),
             };
             services.spawn(jetcron_gateway::run(
                 config,

@@ -71,6 +71,8 @@ pub struct TickerConfig {
     /// others read theirs back by revision when they fire
     /// ([`definitions`]). Tests set zero to read back every fire.
     pub keep_definitions_for: Duration,
+    /// Parsed schedule lines, shared with the other services of the process.
+    pub lines: jetcron_core::schedule_lines::SharedLines,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -85,6 +87,7 @@ impl Default for TickerConfig {
             batch_size: MAX_BATCH,
             lookahead: Duration::ZERO,
             keep_definitions_for: definitions::KEEP_FOR,
+            lines: Default::default(),
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -176,6 +179,7 @@ pub async fn run(
     let watcher = tokio::spawn(watch::watch_jobs(
         jobs,
         js.clone(),
+        config.lines.clone(),
         job_tx,
         watch_stop.clone(),
     ));

@@ -188,14 +188,27 @@ impl FirePlan {
             self.hold_paused(id, job, from);
             return;
         }
+        // A previous owner with a lookahead stored fires up to `done`, which
+        // may lie ahead of `now`: the next regular fire comes after both.
+        let anchor = now.max(done);
+        // One schedule search answers the usual case (nothing due since
+        // `from`): a million jobs are recovered at a cold start.
+        let first = job.timing.next_scheduled(from);
+        if first.is_none_or(|t| t > now) {
+            let next = if from <= anchor && first.is_none_or(|t| t > anchor) {
+                first
+            } else {
+                job.timing.next_scheduled(anchor)
+            };
+            self.plan_with_next(id, job, Vec::new(), next);
+            return;
+        }
         let catch_up = if now - from <= late_threshold {
             job.timing.latest_scheduled_in(from, now)
         } else {
             job.timing.missed(from, now)
         };
-        // A previous owner with a lookahead stored fires up to `done`, which
-        // may lie ahead of `now`: the next regular fire comes after both.
-        self.plan(id, job, catch_up, now.max(done));
+        self.plan(id, job, catch_up, anchor);
     }
 
     /// Keep a paused job (no fires), remembering since when it is paused.
@@ -219,6 +232,17 @@ impl FirePlan {
         now: DateTime<Utc>,
     ) {
         let next = job.timing.next_scheduled(now);
+        self.plan_with_next(id, job, catch_up, next);
+    }
+
+    /// [`FirePlan::plan`] with the next regular fire already known.
+    fn plan_with_next(
+        &mut self,
+        id: Arc<str>,
+        job: Arc<HeldJob>,
+        catch_up: Vec<DateTime<Utc>>,
+        next: Option<DateTime<Utc>>,
+    ) {
         let last_planned = next.or(catch_up.last().copied());
         self.jobs.insert(
             Arc::clone(&id),

@@ -14,11 +14,10 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use std::collections::HashMap;
 
 use jetcron_core::job::{parse_written_with, ValidJob};
 use jetcron_core::job_events::JobRejected;
-use jetcron_core::schedule::{Schedule, ScheduleError};
+use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::job_events;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -49,12 +48,13 @@ const REJECTION_QUEUE: usize = 1024;
 pub async fn watch_jobs(
     jobs: kv::Store,
     js: async_nats::jetstream::Context,
+    lines: SharedLines,
     changes: mpsc::Sender<JobChange>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (rejections, queue) = mpsc::channel(REJECTION_QUEUE);
     let publisher = tokio::spawn(publish_rejections(js, queue));
-    let result = follow(jobs, changes, rejections, shutdown).await;
+    let result = follow(jobs, lines, changes, rejections, shutdown).await;
     publisher.abort();
     result
 }
@@ -72,13 +72,13 @@ async fn publish_rejections(
 
 async fn follow(
     jobs: kv::Store,
+    schedules: SharedLines,
     changes: mpsc::Sender<JobChange>,
     rejections: mpsc::Sender<JobRejected>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut dropped_rejections = 0u64;
     let mut synced = false;
-    let mut schedules = ScheduleCache::default();
     loop {
         // An empty bucket delivers nothing: it is loaded as soon as we know that.
         if !synced && bucket_is_empty(&jobs).await {
@@ -114,7 +114,7 @@ async fn follow(
                 }
             };
             let caught_up = entry.seen_current;
-            let (change, rejected) = to_change(entry, &mut schedules);
+            let (change, rejected) = to_change(entry, &schedules);
             if let Some(rejected) = rejected {
                 if rejections.try_send(rejected).is_err() {
                     dropped_rejections += 1;
@@ -140,26 +140,7 @@ async fn follow(
     }
 }
 
-/// Parsed schedules by line, so that jobs with the same line share one parse
-/// (a cron line costs several KiB once parsed, and parsing dominates a cold
-/// start with a million jobs). Grows with the distinct lines this process saw.
-#[derive(Default)]
-struct ScheduleCache {
-    by_line: HashMap<String, Schedule>,
-}
-
-impl ScheduleCache {
-    fn parse(&mut self, line: &str) -> Result<Schedule, ScheduleError> {
-        if let Some(shared) = self.by_line.get(line) {
-            return Ok(shared.clone());
-        }
-        let parsed = Schedule::parse(line)?;
-        self.by_line.insert(line.to_string(), parsed.clone());
-        Ok(parsed)
-    }
-}
-
-fn to_change(entry: kv::Entry, schedules: &mut ScheduleCache) -> (JobChange, Option<JobRejected>) {
+fn to_change(entry: kv::Entry, schedules: &SharedLines) -> (JobChange, Option<JobRejected>) {
     let change = match entry.operation {
         Operation::Delete | Operation::Purge => {
             debug!(job_id = %entry.key, revision = entry.revision, "job deleted");

@@ -241,8 +241,14 @@ impl ValidJob {
         &self,
         written_at: DateTime<Utc>,
     ) -> Option<crate::job::FieldError> {
-        if self.next_scheduled(written_at).is_some()
+        let repeats = match &self.schedule {
+            crate::schedule::Schedule::Cron(line) => line.repeats_forever(),
+            crate::schedule::Schedule::Every { .. } | crate::schedule::Schedule::AfterOnly => true,
+            crate::schedule::Schedule::At(_) => false,
+        };
+        if (repeats && self.end_at.is_none())
             || matches!(self.schedule, crate::schedule::Schedule::AfterOnly)
+            || self.next_scheduled(written_at).is_some()
         {
             return None;
         }

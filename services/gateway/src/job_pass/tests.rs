@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use async_nats::jetstream;
 use futures::{StreamExt as _, TryStreamExt as _};
+use jetcron_core::schedule::Schedule;
+use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
 
@@ -75,7 +77,9 @@ async fn a_pass_hands_out_each_current_valid_definition_once_in_chunks() {
     put(&bucket, "f", b"not json").await;
     put(&bucket, "g", &job("not-g", "0 * * * *", "")).await;
 
-    let mut pass = JobPass::open(&bucket, &js).await.expect("open a pass");
+    let mut pass = JobPass::open(&bucket, &js, SharedLines::default())
+        .await
+        .expect("open a pass");
     let first = pass.next_chunk(2).await.expect("read").expect("a chunk");
     let second = pass.next_chunk(2).await.expect("read").expect("a chunk");
     assert!(pass.next_chunk(2).await.expect("read").is_none());
@@ -106,14 +110,18 @@ async fn a_pass_over_nothing_ends_at_once() {
     let nats = NatsServer::start();
     let (bucket, js) = jobs_bucket(nats.client().await).await;
     let within = Duration::from_secs(2);
-    let mut empty = JobPass::open(&bucket, &js).await.expect("open a pass");
+    let mut empty = JobPass::open(&bucket, &js, SharedLines::default())
+        .await
+        .expect("open a pass");
     let read = tokio::time::timeout(within, empty.next_chunk(10)).await;
     assert!(read.expect("ends at once").expect("read").is_none());
 
     // Only a delete marker left: read, skipped, and the pass ends.
     put(&bucket, "gone", &job("gone", "0 * * * *", "")).await;
     bucket.delete("gone").await.expect("delete");
-    let mut deleted = JobPass::open(&bucket, &js).await.expect("open a pass");
+    let mut deleted = JobPass::open(&bucket, &js, SharedLines::default())
+        .await
+        .expect("open a pass");
     let read = tokio::time::timeout(within, deleted.next_chunk(10)).await;
     assert!(read.expect("ends at once").expect("read").is_none());
 }
@@ -125,7 +133,9 @@ async fn a_pass_waits_for_its_reader_and_loses_nothing() {
     let (bucket, js) = jobs_bucket(nats.client().await).await;
     put_many(&bucket, JOBS).await;
 
-    let mut pass = JobPass::open(&bucket, &js).await.expect("open a pass");
+    let mut pass = JobPass::open(&bucket, &js, SharedLines::default())
+        .await
+        .expect("open a pass");
     let first = pass.next_chunk(10).await.expect("read").expect("a chunk");
     // The reader is busy with its chunk: the server stops at its flow
     // control window (2 MiB at first, this bucket holds about 8) instead of
@@ -177,7 +187,9 @@ async fn the_gateway_role_may_run_a_pass() {
     // Past 1 MiB: the server asks for flow control at least once.
     put_many(&bucket, 5_000).await;
 
-    let mut pass = JobPass::open(&bucket, &js).await.expect("open a pass");
+    let mut pass = JobPass::open(&bucket, &js, SharedLines::default())
+        .await
+        .expect("open a pass");
     let mut handed_out = 0;
     while let Some(chunk) = pass.next_chunk(1_000).await.expect("read") {
         handed_out += chunk.len();
