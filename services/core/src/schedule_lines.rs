@@ -7,61 +7,81 @@
 //! through one [`SharedLines`] per process: `jetcron all` parses each
 //! distinct line once, not once per service.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::wall_clock::CronLine;
 
 use crate::schedule::{Schedule, ScheduleError};
 
 pub struct ParsedLines {
-    parsed: HashMap<Box<str>, Schedule>,
-    max: usize,
+    /// Cron lines by text, as long as some job holds them.
+    parsed: HashMap<Box<str>, Weak<CronLine>>,
+    /// The lines parsed last, held here too: a reader that keeps only the
+    /// text (the gateway's catalog) still parses each line once per round.
+    recent: VecDeque<Arc<CronLine>>,
+    /// Size of `parsed` after the last sweep of dead entries.
+    swept_at: usize,
 }
 
-/// Lines kept by default: every distinct line a process holds jobs of is
-/// kept parsed by those jobs anyway, so the bound matters only past it
-/// (about 5 KB each).
-pub const DEFAULT_MAX_LINES: usize = 100_000;
+/// Lines [`ParsedLines`] holds on its own (about 5 KB each).
+pub const RECENT_LINES: usize = 4_096;
 
 impl Default for ParsedLines {
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_LINES)
+        Self {
+            parsed: HashMap::new(),
+            recent: VecDeque::with_capacity(RECENT_LINES),
+            swept_at: 1_024,
+        }
     }
 }
 
 impl ParsedLines {
-    /// Keeps at most `max` lines; lines seen past that are parsed each
-    /// time (not swapped in: a reader going round more lines than the bound
-    /// would then miss every time).
-    pub fn new(max: usize) -> Self {
-        Self {
-            parsed: HashMap::new(),
-            max: max.max(1),
-        }
-    }
-
-    /// `line` parsed, shared with the earlier parses of the same text.
-    /// Refused lines are not kept.
+    /// `line` parsed, shared with the earlier parses of the same text that
+    /// are still held anywhere. Refused lines are not kept; `@every` and
+    /// `@at` cost nothing to parse and are not kept either.
     pub fn parse(&mut self, line: &str) -> Result<Schedule, ScheduleError> {
-        if let Some(shared) = self.parsed.get(line) {
-            return Ok(shared.clone());
+        if let Some(shared) = self.held(line) {
+            return Ok(shared);
         }
         let parsed = Schedule::parse(line)?;
         self.keep(line, &parsed);
         Ok(parsed)
     }
 
+    fn held(&self, line: &str) -> Option<Schedule> {
+        self.parsed
+            .get(line)
+            .and_then(Weak::upgrade)
+            .map(Schedule::Cron)
+    }
+
     fn keep(&mut self, line: &str, parsed: &Schedule) {
-        if self.parsed.len() < self.max {
-            self.parsed.insert(line.into(), parsed.clone());
+        let Schedule::Cron(cron) = parsed else {
+            return;
+        };
+        self.parsed.insert(line.into(), Arc::downgrade(cron));
+        if self.recent.len() == RECENT_LINES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Arc::clone(cron));
+        if self.parsed.len() >= self.swept_at * 2 {
+            self.parsed.retain(|_, line| line.strong_count() > 0);
+            self.swept_at = self.parsed.len().max(1_024);
         }
     }
 
+    /// Lines known (held by some job or among the recent ones).
     pub fn len(&self) -> usize {
-        self.parsed.len()
+        self.parsed
+            .values()
+            .filter(|line| line.strong_count() > 0)
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parsed.is_empty()
+        self.len() == 0
     }
 }
 
@@ -70,15 +90,11 @@ impl ParsedLines {
 pub struct SharedLines(Arc<Mutex<ParsedLines>>);
 
 impl SharedLines {
-    pub fn new(max: usize) -> Self {
-        Self(Arc::new(Mutex::new(ParsedLines::new(max))))
-    }
-
     /// `line` parsed, shared with every earlier parse of the same text in
     /// this process; the parse itself runs outside the lock.
     pub fn parse(&self, line: &str) -> Result<Schedule, ScheduleError> {
-        if let Some(shared) = self.lock().parsed.get(line) {
-            return Ok(shared.clone());
+        if let Some(shared) = self.lock().held(line) {
+            return Ok(shared);
         }
         let parsed = Schedule::parse(line)?;
         self.lock().keep(line, &parsed);
@@ -111,8 +127,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn equal_lines_share_one_parse_and_the_bound_starts_over() {
-        let mut lines = ParsedLines::new(2);
+    fn equal_lines_share_one_parse_while_held() {
+        let mut lines = ParsedLines::default();
         let (Schedule::Cron(a), Schedule::Cron(b)) = (
             lines.parse("0 0 0 * * *").expect("valid"),
             lines.parse("0 0 0 * * *").expect("valid"),
@@ -121,12 +137,18 @@ mod tests {
         };
         assert!(std::sync::Arc::ptr_eq(&a, &b));
         assert!(lines.parse("0 0 61 * * *").is_err());
-        assert_eq!(lines.len(), 1, "a refused line is not kept");
-        lines.parse("1 0 0 * * *").expect("valid");
-        assert_eq!(lines.len(), 2);
-        lines.parse("2 0 0 * * *").expect("valid");
-        assert_eq!(lines.len(), 2, "past the bound nothing more is kept");
-        assert!(lines.parse("1 0 0 * * *").is_ok());
+        assert!(lines.parse("@every 5s").is_ok());
+        assert_eq!(lines.len(), 1, "refused and cheap lines are not kept");
+    }
+
+    #[test]
+    fn lines_nobody_holds_are_let_go_past_the_recent_ones() {
+        let mut lines = ParsedLines::default();
+        for k in 0..RECENT_LINES + 100 {
+            let line = format!("{} {} {} * * *", k % 60, (k / 60) % 60, (k / 3600) % 24);
+            lines.parse(&line).expect("valid");
+        }
+        assert!(lines.len() <= RECENT_LINES, "{} lines held", lines.len());
     }
 
     #[test]

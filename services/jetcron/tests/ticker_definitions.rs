@@ -11,6 +11,7 @@ use chrono::Utc;
 use futures::StreamExt as _;
 use jetcron_core::events::DueEvent;
 use jetcron_core::job::parse_job;
+use jetcron_core::schedule_lines::SharedLines;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
@@ -139,7 +140,11 @@ async fn a_revision_gone_from_the_history_reads_the_current_value_and_a_deleted_
         .put("edited", old_value.clone().into())
         .await
         .expect("put");
-    let mut definitions = Definitions::new(bucket.stream.clone(), Duration::ZERO);
+    let mut definitions = Definitions::new(
+        bucket.stream.clone(),
+        Duration::from_secs(60),
+        SharedLines::default(),
+    );
 
     // Its own revision, read back.
     let resolved = definitions
@@ -156,6 +161,16 @@ async fn a_revision_gone_from_the_history_reads_the_current_value_and_a_deleted_
         .resolve(&[fire_of("edited", &old_value, old)])
         .await;
     assert_eq!(description_of(&resolved[0]), (new, "new".to_string()));
+
+    // Read back once and firing again soon: kept, so the next fire of that
+    // revision needs no read.
+    let fire = fire_of("edited", &old_value, new);
+    let resolved = definitions.resolve(std::slice::from_ref(&fire)).await;
+    definitions.settled(&fire, &resolved[0], Some(Utc::now()), Utc::now());
+    assert_eq!(definitions.len(), 1);
+    // Not firing again soon: let go.
+    definitions.settled(&fire, &resolved[0], None, Utc::now());
+    assert!(definitions.is_empty());
 
     // Held in memory at the fire's revision: no read, the held one is used.
     let fire = fire_of("edited", &definition("held"), new);

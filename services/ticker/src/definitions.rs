@@ -7,17 +7,24 @@
 //! fires again within [`KEEP_FOR`] (every-second jobs never leave), and
 //! a fire of any other job reads its revision back with one direct get on
 //! the bucket's stream (a KV revision is the sequence of its message), a
-//! daily job once a day. A revision gone from the bucket's history is
-//! replaced by the key's current value; a key deleted since has no fire.
+//! daily job once a day, and a job read back after a start or a takeover
+//! stays in memory from then on if it fires again soon. A revision gone
+//! from the bucket's history is replaced by the key's current value; a key
+//! whose current value is a delete has no fire. "Gone" is only ever the
+//! stream leader's answer: a replica answering a direct get may lag.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
+use async_nats::jetstream::stream::{
+    DirectGetErrorKind, LastRawMessageErrorKind, RawMessageErrorKind, Stream,
+};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use jetcron_core::job::{parse_job, JobSpec};
+use jetcron_core::job::{parse_job_with, JobSpec};
+use jetcron_core::schedule_lines::SharedLines;
 use jetcron_core::subjects;
+use jetcron_io::retry::LogLimiter;
 use tracing::{debug, warn};
 
 use crate::plan::Fire;
@@ -44,16 +51,21 @@ pub struct Definitions {
     hot: HashMap<Arc<str>, (u64, Arc<JobSpec>)>,
     bucket_stream: Stream,
     keep_for: chrono::Duration,
+    /// Parses a read-back definition's line (shared with the watch).
+    lines: SharedLines,
+    unreadable_log: LogLimiter,
 }
 
 impl Definitions {
     /// Definitions read from `bucket_stream` (the jobs bucket's), kept for
     /// jobs that fire again within `keep_for`.
-    pub fn new(bucket_stream: Stream, keep_for: std::time::Duration) -> Self {
+    pub fn new(bucket_stream: Stream, keep_for: std::time::Duration, lines: SharedLines) -> Self {
         Self {
             hot: HashMap::new(),
             bucket_stream,
             keep_for: chrono::Duration::from_std(keep_for).unwrap_or(chrono::Duration::MAX),
+            lines,
+            unreadable_log: LogLimiter::per_10s(),
         }
     }
 
@@ -78,10 +90,25 @@ impl Definitions {
         }
     }
 
-    /// After a fire: let the definition go unless the job fires again soon.
-    pub fn settled(&mut self, id: &str, next_fire: Option<DateTime<Utc>>, now: DateTime<Utc>) {
+    /// After a fire of `fire` resolved to `resolved`: keep its definition
+    /// when the job fires again soon (so a job read back once, after a start
+    /// or a takeover, is read no more), else let it go.
+    pub fn settled(
+        &mut self,
+        fire: &Fire,
+        resolved: &Resolved,
+        next_fire: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
         if !self.soon(next_fire, now) {
-            self.hot.remove(id);
+            self.hot.remove(&fire.job.id);
+            return;
+        }
+        if let Resolved::Definition { revision, spec } = resolved {
+            if *revision == fire.job.revision {
+                self.hot
+                    .insert(Arc::clone(&fire.job.id), (*revision, Arc::clone(spec)));
+            }
         }
     }
 
@@ -99,7 +126,8 @@ impl Definitions {
     }
 
     /// What each fire's due event carries, in order: from memory when the
-    /// revision is held, else read back from the bucket (concurrently).
+    /// revision is held, else read back from the bucket (concurrently, each
+    /// (job, revision) once per batch).
     pub async fn resolve(&mut self, fires: &[Fire]) -> Vec<Resolved> {
         let mut resolved: Vec<Option<Resolved>> = fires
             .iter()
@@ -113,21 +141,42 @@ impl Definitions {
                     })
             })
             .collect();
-        let missing: Vec<usize> = (0..fires.len())
-            .filter(|i| resolved[*i].is_none())
-            .collect();
-        if missing.is_empty() {
+        let mut wanted: HashMap<(Arc<str>, u64), usize> = HashMap::new();
+        for (i, fire) in fires.iter().enumerate() {
+            if resolved[i].is_none() {
+                wanted
+                    .entry((Arc::clone(&fire.job.id), fire.job.revision))
+                    .or_insert(i);
+            }
+        }
+        if wanted.is_empty() {
             return resolved.into_iter().flatten().collect();
         }
-        let stream = &self.bucket_stream;
-        let read: Vec<(usize, Resolved)> = futures::stream::iter(missing)
-            .map(|i| async move { (i, read_back(stream, &fires[i]).await) })
+        let (stream, lines) = (&self.bucket_stream, &self.lines);
+        let read: HashMap<(Arc<str>, u64), Resolved> = futures::stream::iter(wanted)
+            .map(|(key, i)| async move { (key, read_back(stream, lines, &fires[i]).await) })
             .buffer_unordered(READS_IN_FLIGHT)
             .collect()
             .await;
         metrics::counter!("jetcron_ticker_definition_reads_total").increment(read.len() as u64);
-        for (i, answer) in read {
-            resolved[i] = Some(answer);
+        let unreadable = read
+            .values()
+            .filter(|r| matches!(r, Resolved::Unreadable))
+            .count();
+        if unreadable > 0 {
+            if let Some(times) = self.unreadable_log.admit() {
+                warn!(
+                    unreadable,
+                    times, "cannot read the definitions of fires back from the bucket, retrying"
+                );
+            }
+        }
+        for (i, fire) in fires.iter().enumerate() {
+            if resolved[i].is_none() {
+                resolved[i] = read
+                    .get(&(Arc::clone(&fire.job.id), fire.job.revision))
+                    .cloned();
+            }
         }
         resolved
             .into_iter()
@@ -136,20 +185,37 @@ impl Definitions {
     }
 }
 
-/// The definition of `fire` from the bucket: its revision, or the key's
-/// current value when that revision is no longer kept.
-async fn read_back(stream: &Stream, fire: &Fire) -> Resolved {
+/// The definition of `fire` from the bucket. A direct get (any replica)
+/// by the fire's revision first; when that finds nothing (the revision
+/// left the history, or the answering replica lags), the stream's leader
+/// is asked, by revision and then for the key's current value, so that
+/// "no such job" is never a lagging replica's word.
+async fn read_back(stream: &Stream, lines: &SharedLines, fire: &Fire) -> Resolved {
     let id: &str = &fire.job.id;
+    let subject = format!("$KV.{}.{id}", subjects::JOBS_BUCKET);
     match stream.direct_get(fire.job.revision).await {
-        Ok(message) => return definition_of(id, message.sequence, &message.payload),
+        Ok(message) if message.subject.as_str() == subject => {
+            return definition_of(id, message.sequence, &message.payload, lines);
+        }
+        Ok(_) => {}
         Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => {}
         Err(e) => {
-            warn!(job_id = %id, revision = fire.job.revision, error = %e, "cannot read the definition of a fire, retrying");
+            debug!(job_id = %id, revision = fire.job.revision, error = %e, "direct get of a definition failed");
             return Resolved::Unreadable;
         }
     }
-    let subject = format!("$KV.{}.{id}", subjects::JOBS_BUCKET);
-    match stream.direct_get_last_for_subject(subject).await {
+    match stream.get_raw_message(fire.job.revision).await {
+        Ok(message) if message.subject.as_str() == subject => {
+            return definition_of(id, message.sequence, &message.payload, lines);
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {}
+        Err(e) => {
+            debug!(job_id = %id, revision = fire.job.revision, error = %e, "leader get of a definition failed");
+            return Resolved::Unreadable;
+        }
+    }
+    match stream.get_last_raw_message_by_subject(&subject).await {
         Ok(message) => {
             let operation = message
                 .headers
@@ -159,18 +225,18 @@ async fn read_back(stream: &Stream, fire: &Fire) -> Resolved {
                 debug!(job_id = %id, "job deleted before its fire was published");
                 return Resolved::Gone;
             }
-            definition_of(id, message.sequence, &message.payload)
+            definition_of(id, message.sequence, &message.payload, lines)
         }
-        Err(e) if matches!(e.kind(), DirectGetErrorKind::NotFound) => Resolved::Gone,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Resolved::Gone,
         Err(e) => {
-            warn!(job_id = %id, error = %e, "cannot read the definition of a fire, retrying");
+            debug!(job_id = %id, error = %e, "leader get of a current definition failed");
             Resolved::Unreadable
         }
     }
 }
 
-fn definition_of(id: &str, revision: u64, payload: &[u8]) -> Resolved {
-    match parse_job(payload, Some(id)) {
+fn definition_of(id: &str, revision: u64, payload: &[u8], lines: &SharedLines) -> Resolved {
+    match parse_job_with(payload, Some(id), &mut |line| lines.parse(line)) {
         Ok(job) => Resolved::Definition {
             revision,
             spec: Arc::new(job.spec),

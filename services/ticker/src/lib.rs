@@ -146,7 +146,11 @@ pub async fn run(
     else {
         return Ok(());
     };
-    let mut definitions = Definitions::new(jobs.stream.clone(), config.keep_definitions_for);
+    let mut definitions = Definitions::new(
+        jobs.stream.clone(),
+        config.keep_definitions_for,
+        config.lines.clone(),
+    );
     let Some(due_stream) = converging
         .ensure(|| topology::ensure_due_stream(&tjs, wanted))
         .await?
@@ -259,8 +263,12 @@ pub async fn run(
             let fires = take_due_fires(&mut plans, &leases, horizon, batch);
             if !fires.is_empty() {
                 let resolved = definitions.resolve(&fires).await;
-                let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
-                in_flight.push_back((fires, resolved, acks));
+                // Reading back took time: publish only for shards still held.
+                let (fires, resolved) = still_leased(&mut plans, &leases, fires, resolved);
+                if !fires.is_empty() {
+                    let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
+                    in_flight.push_back((fires, resolved, acks));
+                }
                 continue;
             }
         }
@@ -269,7 +277,7 @@ pub async fn run(
             let now = clock.now();
             let failed = settle(&mut plans, &fires, &done(&stored, &resolved), now);
             revoker.stored(&fires, &stored, now);
-            let_cold_definitions_go(&mut definitions, &plans, &fires, now);
+            keep_definitions_of_soon_fires(&mut definitions, &plans, &fires, &resolved, now);
             record_watermarks(&plans, &leases, now + lookahead);
             if failed == fires.len() {
                 health.failed(&leases, failed);
@@ -573,20 +581,46 @@ fn done(stored: &[bool], resolved: &[Resolved]) -> Vec<bool> {
         .collect()
 }
 
-/// After a batch: definitions of jobs that do not fire again soon leave memory.
-fn let_cold_definitions_go(
+/// After a batch: definitions of jobs that fire again soon stay in
+/// memory, the others leave it.
+fn keep_definitions_of_soon_fires(
     definitions: &mut Definitions,
     plans: &HashMap<u32, FirePlan>,
     fires: &[plan::Fire],
+    resolved: &[Resolved],
     now: DateTime<Utc>,
 ) {
-    for fire in fires {
+    for (fire, resolved) in fires.iter().zip(resolved) {
         let next = plans
             .get(&shard_of(&fire.job.id))
             .and_then(|plan| plan.get(&fire.job.id))
             .and_then(plan::PlannedJob::next_fire);
-        definitions.settled(&fire.job.id, next, now);
+        definitions.settled(fire, resolved, next, now);
     }
+}
+
+/// The fires (with their definitions) of shards whose lease is still
+/// valid; the others go back to their plans untouched.
+fn still_leased(
+    plans: &mut HashMap<u32, FirePlan>,
+    leases: &Leases,
+    fires: Vec<plan::Fire>,
+    resolved: Vec<Resolved>,
+) -> (Vec<plan::Fire>, Vec<Resolved>) {
+    let mut kept = (
+        Vec::with_capacity(fires.len()),
+        Vec::with_capacity(fires.len()),
+    );
+    for (fire, resolved) in fires.into_iter().zip(resolved) {
+        let shard = shard_of(&fire.job.id);
+        if leases.is_valid(shard) {
+            kept.0.push(fire);
+            kept.1.push(resolved);
+        } else if let Some(plan) = plans.get_mut(&shard) {
+            plan.unfired(&fire);
+        }
+    }
+    kept
 }
 
 fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {

@@ -246,7 +246,7 @@ impl ValidJob {
             crate::schedule::Schedule::Every { .. } | crate::schedule::Schedule::AfterOnly => true,
             crate::schedule::Schedule::At(_) => false,
         };
-        if (repeats && self.end_at.is_none())
+        if (repeats && self.end_at.is_none() && self.start_at.is_none())
             || matches!(self.schedule, crate::schedule::Schedule::AfterOnly)
             || self.next_scheduled(written_at).is_some()
         {
