@@ -208,32 +208,32 @@ pub struct RowPage {
     pub total: usize,
 }
 
-/// A row as the catalog keeps it: boxed text, labels as a slice, no
-/// duplicate of the id (the map's key), so 100,000 jobs stay small.
+/// A row as the catalog keeps it, for a million jobs: no duplicate of the
+/// id (the map's key) or of the revision (the slot's), the schedule, zone
+/// and target type shared between rows, and what most jobs leave empty
+/// (description, labels, parents) behind one pointer.
 #[derive(Debug)]
 struct CompactRow {
-    revision: u64,
     updated_at: DateTime<Utc>,
     valid: bool,
     paused: bool,
-    schedule: Box<str>,
-    timezone: Box<str>,
-    target_type: Box<str>,
+    schedule: Arc<str>,
+    timezone: Arc<str>,
+    target_type: Arc<str>,
+    rare: Option<Box<RareRow>>,
+}
+
+/// The parts of a row most jobs leave empty.
+#[derive(Debug, Default)]
+struct RareRow {
     description: Box<str>,
     labels: Box<[(Box<str>, Box<str>)]>,
     after: Box<[(Box<str>, ChainOn)]>,
 }
 
 impl CompactRow {
-    fn of(row: JobRow) -> Self {
-        Self {
-            revision: row.revision,
-            updated_at: row.updated_at,
-            valid: row.valid,
-            paused: row.paused,
-            schedule: row.schedule.into(),
-            timezone: row.timezone.into(),
-            target_type: row.target_type.into(),
+    fn of(row: JobRow, texts: &mut SharedTexts) -> Self {
+        let rare = RareRow {
             description: row.description.into(),
             labels: row
                 .labels
@@ -245,27 +245,49 @@ impl CompactRow {
                 .into_iter()
                 .map(|l| (l.job.into_boxed_str(), l.on))
                 .collect(),
+        };
+        let empty = rare.description.is_empty() && rare.labels.is_empty() && rare.after.is_empty();
+        Self {
+            updated_at: row.updated_at,
+            valid: row.valid,
+            paused: row.paused,
+            schedule: texts.share(&row.schedule),
+            timezone: texts.share(&row.timezone),
+            target_type: texts.share(&row.target_type),
+            rare: (!empty).then(|| Box::new(rare)),
         }
     }
 
-    fn row(&self, id: &str) -> JobRow {
+    fn description(&self) -> &str {
+        self.rare.as_ref().map_or("", |r| &r.description)
+    }
+
+    fn labels(&self) -> &[(Box<str>, Box<str>)] {
+        self.rare.as_ref().map_or(&[], |r| &r.labels)
+    }
+
+    fn after(&self) -> &[(Box<str>, ChainOn)] {
+        self.rare.as_ref().map_or(&[], |r| &r.after)
+    }
+
+    fn row(&self, id: &str, revision: u64) -> JobRow {
         JobRow {
             id: id.to_string(),
-            revision: self.revision,
+            revision,
             updated_at: self.updated_at,
             valid: self.valid,
             schedule: self.schedule.to_string(),
             timezone: self.timezone.to_string(),
             paused: self.paused,
             labels: self
-                .labels
+                .labels()
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             target_type: self.target_type.to_string(),
-            description: self.description.to_string(),
+            description: self.description().to_string(),
             after: self
-                .after
+                .after()
                 .iter()
                 .map(|(job, on)| ChainLink {
                     job: job.to_string(),
@@ -284,10 +306,28 @@ impl CompactRow {
     }
 
     fn label(&self, key: &str) -> Option<&str> {
-        self.labels
+        self.labels()
             .iter()
             .find(|(k, _)| &**k == key)
             .map(|(_, v)| &**v)
+    }
+}
+
+/// Texts many rows repeat (schedule lines, zones, target types), one
+/// allocation each. Grows with the distinct texts seen.
+#[derive(Debug, Default)]
+struct SharedTexts {
+    texts: std::collections::HashSet<Arc<str>>,
+}
+
+impl SharedTexts {
+    fn share(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.texts.get(text) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.texts.insert(Arc::clone(&shared));
+        shared
     }
 }
 
@@ -314,11 +354,12 @@ struct CatalogState {
     /// Keys that hold a job.
     live: usize,
     synced: bool,
+    texts: SharedTexts,
 }
 
 impl CatalogState {
     fn record(&mut self, key: &str, revision: u64, row: Option<JobRow>) {
-        let row = row.map(CompactRow::of);
+        let row = row.map(|row| CompactRow::of(row, &mut self.texts));
         let now_live = row.is_some();
         match self.slots.get_mut(key) {
             Some(slot) if slot.revision >= revision => {}
@@ -389,7 +430,7 @@ impl JobCatalog {
             .slots
             .get(id)
             .and_then(|s| s.row.as_ref())
-            .map(|row| row.after.iter().map(|(job, _)| job.to_string()).collect())
+            .map(|row| row.after().iter().map(|(job, _)| job.to_string()).collect())
             .unwrap_or_default()
     }
 
@@ -410,7 +451,7 @@ impl JobCatalog {
             .get(id)
             .and_then(|s| s.row.as_ref())
             .map(|row| {
-                row.after
+                row.after()
                     .iter()
                     .map(|(job, on)| ChainPeer {
                         job: job.to_string(),
@@ -425,7 +466,7 @@ impl JobCatalog {
             .iter()
             .filter_map(|(child, slot)| {
                 let row = slot.row.as_ref()?;
-                let (_, on) = row.after.iter().find(|(job, _)| &**job == id)?;
+                let (_, on) = row.after().iter().find(|(job, _)| &**job == id)?;
                 Some(ChainPeer {
                     job: child.to_string(),
                     on: *on,
@@ -458,23 +499,23 @@ impl JobCatalog {
                     .iter()
                     .all(|(k, v)| row.label(k) == Some(v.as_str()))
                 && (needle.is_empty()
-                    || [id, &row.description, &row.schedule, &row.target_type]
+                    || [id, row.description(), &row.schedule, &row.target_type]
                         .iter()
                         .any(|f| f.to_lowercase().contains(&needle)))
         };
-        let mut all: Vec<(&str, &CompactRow)> = state
+        let mut all: Vec<(&str, &CompactRow, u64)> = state
             .slots
             .iter()
-            .filter_map(|(id, slot)| Some((&**id, slot.row.as_ref()?)))
-            .filter(|(id, row)| matches(id, row))
+            .filter_map(|(id, slot)| Some((&**id, slot.row.as_ref()?, slot.revision)))
+            .filter(|(id, row, _)| matches(id, row))
             .collect();
         // Already in id order; other columns sort with the id breaking ties.
         match query.sort {
             RowSort::Id => {}
-            RowSort::Updated => all.sort_by_key(|(_, r)| r.updated_at),
-            RowSort::State => all.sort_by_key(|(_, r)| r.state()),
-            RowSort::Schedule => all.sort_by(|(_, a), (_, b)| a.schedule.cmp(&b.schedule)),
-            RowSort::Timezone => all.sort_by(|(_, a), (_, b)| a.timezone.cmp(&b.timezone)),
+            RowSort::Updated => all.sort_by_key(|(_, r, _)| r.updated_at),
+            RowSort::State => all.sort_by_key(|(_, r, _)| r.state()),
+            RowSort::Schedule => all.sort_by(|(_, a, _), (_, b, _)| a.schedule.cmp(&b.schedule)),
+            RowSort::Timezone => all.sort_by(|(_, a, _), (_, b, _)| a.timezone.cmp(&b.timezone)),
         }
         if query.descending {
             all.reverse();
@@ -486,7 +527,7 @@ impl JobCatalog {
                 .into_iter()
                 .skip(query.offset)
                 .take(query.limit)
-                .map(|(id, row)| row.row(id))
+                .map(|(id, row, revision)| row.row(id, revision))
                 .collect(),
         }
     }

@@ -147,11 +147,9 @@ async fn last_sequence(js: &jetstream::Context, stream: &str) -> u64 {
 
 /// Permission violations the server logged for `users`.
 fn violations_of(nats: &NatsServer, users: &[&str]) -> Vec<String> {
-    nats.log()
-        .lines()
-        .filter(|l| l.contains("Violation"))
+    nats.permission_violations()
+        .into_iter()
         .filter(|l| users.iter().any(|u| l.contains(&format!("/user:{u}\""))))
-        .map(str::to_string)
         .collect()
 }
 
@@ -785,12 +783,7 @@ async fn token_nkey_and_tls_options_reach_the_client() {
     });
     let ticker = connect(&nats.url(), &ticker_auth).await;
     ticker_fires(ticker.client, &author, &admin.js()).await;
-    let violations: Vec<String> = nats
-        .log()
-        .lines()
-        .filter(|l| l.contains("Violation"))
-        .map(str::to_string)
-        .collect();
+    let violations = nats.permission_violations();
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 
     // Without the CA the server is not trusted; without a client certificate

@@ -144,6 +144,16 @@ impl NatsServer {
         std::fs::read_to_string(self.store.path().join("server.log")).unwrap_or_default()
     }
 
+    /// The permission violations the server logged (a role refused
+    /// something), one line each.
+    pub fn permission_violations(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("Violation"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The server's temporary directory (store, log, configuration), removed
     /// on drop; a test may keep its own files there (certificates, keys).
     pub fn dir(&self) -> &Path {

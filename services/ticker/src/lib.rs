@@ -146,7 +146,7 @@ pub async fn run(
     else {
         return Ok(());
     };
-    let mut definitions = Definitions::new(
+    let definitions = Definitions::new(
         jobs.stream.clone(),
         config.keep_definitions_for,
         config.lines.clone(),
@@ -215,8 +215,11 @@ pub async fn run(
         },
         emitted: verify::EmittedFires::open(&js).await?,
     };
-    let mut book = Book::default();
-    let mut plans: HashMap<u32, FirePlan> = HashMap::new();
+    let mut held = Held {
+        book: Book::default(),
+        plans: HashMap::new(),
+        definitions,
+    };
     let mut in_flight = std::collections::VecDeque::new();
     let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
     let mut health = PublishHealth::default();
@@ -228,29 +231,19 @@ pub async fn run(
     loop {
         // Apply what arrived without waiting.
         while let Ok(change) = ownership_changes.try_recv() {
-            on_ownership(
-                change,
-                &book,
-                &mut plans,
-                &mut definitions,
-                &recovery,
-                clock.now(),
-            )
-            .await;
+            on_ownership(change, &mut held, &recovery, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {
             on_job(
                 change,
-                &mut book,
-                &mut plans,
-                &mut definitions,
+                &mut held,
                 &mut revoker,
                 &ready_tx,
                 recovery.late_threshold,
                 clock.now(),
             );
         }
-        if plans.is_empty() {
+        if held.plans.is_empty() {
             health.clear(&leases);
         }
 
@@ -260,11 +253,11 @@ pub async fn run(
         // acks are on their way (at most PIPELINE batches in flight).
         if in_flight.len() < PIPELINE {
             let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
-            let fires = take_due_fires(&mut plans, &leases, horizon, batch);
+            let fires = take_due_fires(&mut held.plans, &leases, horizon, batch);
             if !fires.is_empty() {
-                let resolved = definitions.resolve(&fires).await;
+                let resolved = held.definitions.resolve(&fires).await;
                 // Reading back took time: publish only for shards still held.
-                let (fires, resolved) = still_leased(&mut plans, &leases, fires, resolved);
+                let (fires, resolved) = still_leased(&mut held.plans, &leases, fires, resolved);
                 if !fires.is_empty() {
                     let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
                     in_flight.push_back((fires, resolved, acks));
@@ -275,10 +268,10 @@ pub async fn run(
         if let Some((fires, resolved, acks)) = in_flight.pop_front() {
             let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
             let now = clock.now();
-            let failed = settle(&mut plans, &fires, &done(&stored, &resolved), now);
+            let failed = settle(&mut held.plans, &fires, &done(&stored, &resolved), now);
             revoker.stored(&fires, &stored, now);
-            keep_definitions_of_soon_fires(&mut definitions, &plans, &fires, &resolved, now);
-            record_watermarks(&plans, &leases, now + lookahead);
+            keep_definitions_of_soon_fires(&mut held, &fires, &resolved, now);
+            record_watermarks(&held.plans, &leases, now + lookahead);
             if failed == fires.len() {
                 health.failed(&leases, failed);
                 tokio::select! {
@@ -295,8 +288,9 @@ pub async fn run(
             }
             continue;
         }
-        record_watermarks(&plans, &leases, horizon);
-        let idle = plans
+        record_watermarks(&held.plans, &leases, horizon);
+        let idle = held
+            .plans
             .values()
             .filter_map(FirePlan::next_fire_at)
             .min()
@@ -306,24 +300,14 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    on_ownership(
-                        change,
-                        &book,
-                        &mut plans,
-                        &mut definitions,
-                        &recovery,
-                        clock.now(),
-                    )
-                    .await;
+                    on_ownership(change, &mut held, &recovery, clock.now()).await;
                 }
             }
             change = job_changes.recv() => match change {
                 Some(change) => on_job(
-                    change,
-                    &mut book,
-                    &mut plans,
-                    &mut definitions,
-                    &mut revoker,
+                change,
+                &mut held,
+                &mut revoker,
                     &ready_tx,
                     recovery.late_threshold,
                     clock.now(),
@@ -337,9 +321,14 @@ pub async fn run(
     // shards so a standby resumes at once.
     while let Some((fires, resolved, acks)) = in_flight.pop_front() {
         let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
-        settle(&mut plans, &fires, &done(&stored, &resolved), clock.now());
+        settle(
+            &mut held.plans,
+            &fires,
+            &done(&stored, &resolved),
+            clock.now(),
+        );
     }
-    record_watermarks(&plans, &leases, clock.now() + lookahead);
+    record_watermarks(&held.plans, &leases, clock.now() + lookahead);
     drop(revoker);
     let _ = tokio::time::timeout(Duration::from_secs(5), revoker_task).await;
     ownership_stop.cancel();
@@ -352,7 +341,7 @@ pub async fn run(
         .await
         .context("join job watcher")?
         .context("job watcher")?;
-    info!(jobs = book.len(), "ticker stopped");
+    info!(jobs = held.book.len(), "ticker stopped");
     Ok(())
 }
 
@@ -415,14 +404,25 @@ struct Recovery {
     emitted: verify::EmittedFires,
 }
 
+/// What the loop holds: every job, the plans of the shards it owns, and
+/// the definitions kept for fires coming soon.
+struct Held {
+    book: Book,
+    plans: HashMap<u32, FirePlan>,
+    definitions: Definitions,
+}
+
 async fn on_ownership(
     change: OwnershipChange,
-    book: &Book,
-    plans: &mut HashMap<u32, FirePlan>,
-    definitions: &mut Definitions,
+    held: &mut Held,
     recovery: &Recovery,
     now: DateTime<Utc>,
 ) {
+    let Held {
+        book,
+        plans,
+        definitions,
+    } = held;
     match change {
         OwnershipChange::Acquired {
             shard,
@@ -469,17 +469,19 @@ async fn on_ownership(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn on_job(
     change: JobChange,
-    book: &mut Book,
-    plans: &mut HashMap<u32, FirePlan>,
-    definitions: &mut Definitions,
+    held: &mut Held,
     revoker: &mut revoke::Revoker,
     ready: &tokio::sync::watch::Sender<bool>,
     late_threshold: chrono::Duration,
     now: DateTime<Utc>,
 ) {
+    let Held {
+        book,
+        plans,
+        definitions,
+    } = held;
     match change {
         JobChange::Put {
             job,
@@ -584,12 +586,14 @@ fn done(stored: &[bool], resolved: &[Resolved]) -> Vec<bool> {
 /// After a batch: definitions of jobs that fire again soon stay in
 /// memory, the others leave it.
 fn keep_definitions_of_soon_fires(
-    definitions: &mut Definitions,
-    plans: &HashMap<u32, FirePlan>,
+    held: &mut Held,
     fires: &[plan::Fire],
     resolved: &[Resolved],
     now: DateTime<Utc>,
 ) {
+    let Held {
+        plans, definitions, ..
+    } = held;
     for (fire, resolved) in fires.iter().zip(resolved) {
         let next = plans
             .get(&shard_of(&fire.job.id))

@@ -196,11 +196,6 @@ async fn the_gateway_role_may_run_a_pass() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(handed_out, 5_000);
-    let violations: Vec<String> = nats
-        .log()
-        .lines()
-        .filter(|l| l.contains("Violation"))
-        .map(str::to_string)
-        .collect();
+    let violations = nats.permission_violations();
     assert!(violations.is_empty(), "{violations:#?}");
 }
