@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
 use jetcron_core::job::{parse_written_with, ChainLink, ChainOn};
 use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::shared_text::SharedTexts;
 use jetcron_io::bucket_follow::{self, BucketView};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -310,24 +311,6 @@ impl CompactRow {
             .iter()
             .find(|(k, _)| &**k == key)
             .map(|(_, v)| &**v)
-    }
-}
-
-/// Texts many rows repeat (schedule lines, zones, target types), one
-/// allocation each. Grows with the distinct texts seen.
-#[derive(Debug, Default)]
-struct SharedTexts {
-    texts: std::collections::HashSet<Arc<str>>,
-}
-
-impl SharedTexts {
-    fn share(&mut self, text: &str) -> Arc<str> {
-        if let Some(shared) = self.texts.get(text) {
-            return Arc::clone(shared);
-        }
-        let shared: Arc<str> = Arc::from(text);
-        self.texts.insert(Arc::clone(&shared));
-        shared
     }
 }
 

@@ -9,20 +9,23 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use jetcron_core::job::ValidJob;
 
-use crate::held_job::{HeldJob, Pools};
+use jetcron_core::shared_text::SharedTexts;
+
+use crate::held_job::HeldJob;
 use crate::shards::{shard_of, SHARDS};
 
 /// The jobs, one map per shard.
 pub struct Book {
     by_shard: Vec<HashMap<Arc<str>, Arc<HeldJob>>>,
-    pools: Pools,
+    /// Pool names, one allocation each.
+    pools: SharedTexts,
 }
 
 impl Default for Book {
     fn default() -> Self {
         Self {
             by_shard: (0..SHARDS).map(|_| HashMap::new()).collect(),
-            pools: Pools::default(),
+            pools: SharedTexts::default(),
         }
     }
 }
@@ -49,7 +52,7 @@ impl Book {
         let id = self.by_shard[shard]
             .get_key_value(job.spec.id.as_str())
             .map_or_else(|| Arc::from(job.spec.id.as_str()), |(id, _)| Arc::clone(id));
-        let pool = self.pools.intern(&job.pool);
+        let pool = self.pools.share(&job.pool);
         let held = Arc::new(HeldJob::new(
             job,
             Arc::clone(&id),

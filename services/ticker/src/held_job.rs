@@ -8,7 +8,6 @@
 //! fire is published ([`crate::definitions`]), and kept only for jobs that
 //! fire again soon.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -18,7 +17,7 @@ use jetcron_core::job::ValidJob;
 #[derive(Debug)]
 pub struct HeldJob {
     pub id: Arc<str>,
-    /// Shared by the jobs of one pool ([`Pools`]).
+    /// Shared by the jobs of one pool.
     pub pool: Arc<str>,
     pub timing: Timing,
     pub paused: bool,
@@ -47,23 +46,6 @@ impl HeldJob {
     }
 }
 
-/// Pool names, one allocation per distinct name.
-#[derive(Debug, Default)]
-pub struct Pools {
-    names: HashSet<Arc<str>>,
-}
-
-impl Pools {
-    pub fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(shared) = self.names.get(name) {
-            return Arc::clone(shared);
-        }
-        let shared: Arc<str> = Arc::from(name);
-        self.names.insert(Arc::clone(&shared));
-        shared
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,14 +63,5 @@ mod tests {
             "{}",
             std::mem::size_of::<Timing>()
         );
-    }
-
-    #[test]
-    fn pools_share_one_name() {
-        let mut pools = Pools::default();
-        let a = pools.intern("default");
-        let b = pools.intern("default");
-        assert!(Arc::ptr_eq(&a, &b));
-        assert!(!Arc::ptr_eq(&a, &pools.intern("other")));
     }
 }
