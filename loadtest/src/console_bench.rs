@@ -31,10 +31,7 @@ struct Cli {
 const IN_FLIGHT: usize = 4096;
 
 fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+    jetcron_loadtest::status_bytes("self", "VmRSS:").unwrap_or(0)
 }
 
 fn ms(d: Duration) -> String {

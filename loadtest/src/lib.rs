@@ -34,6 +34,20 @@ pub async fn put_jobs(
     Ok(())
 }
 
+/// A size field of `/proc/<process>/status` (`VmRSS:`, `VmHWM:`), in bytes;
+/// `process` is a pid or `self`.
+pub fn status_bytes(process: &str, field: &str) -> anyhow::Result<u64> {
+    let path = format!("/proc/{process}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .with_context(|| format!("no {field} in {path}"))
+}
+
 /// The `p`-th percentile (0-100) of `sorted`; the default for none.
 pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     if sorted.is_empty() {

@@ -20,10 +20,10 @@ use async_nats::jetstream;
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::percentile;
+use jetcron_loadtest::{percentile, status_bytes};
 use jetcron_testkit::JetcronProcess;
 
-use crate::{ms, serve, Servers, TARGET_SUBJECT};
+use crate::{lags_between, ms, serve, Servers, TARGET_SUBJECT};
 
 const CANARY_SUBJECT: &str = "bench.canary";
 
@@ -134,14 +134,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
     }
     let at_rest = memory_of(pid)?;
     let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
-    let mut lags: Vec<i64> = canary_calls
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|a| a.scheduled >= rest_from && a.scheduled < rest_to)
-        .map(|a| a.lag_us)
-        .collect();
-    lags.sort_unstable();
+    let lags = lags_between(&canary_calls, rest_from, rest_to);
     let expected = (rest_to - rest_from).num_seconds().max(0);
     if let Some(path) = &args.keep_log {
         std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
@@ -222,20 +215,10 @@ struct Memory {
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.
 fn memory_of(pid: u32) -> anyhow::Result<Memory> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .with_context(|| format!("no {name} in /proc/{pid}/status"))
-    };
+    let pid = pid.to_string();
     Ok(Memory {
-        resident: field("VmRSS:")?,
-        peak: field("VmHWM:")?,
+        resident: status_bytes(&pid, "VmRSS:")?,
+        peak: status_bytes(&pid, "VmHWM:")?,
     })
 }
 

@@ -381,15 +381,7 @@ async fn capacity_step(
 }
 
 fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+    jetcron_loadtest::status_bytes("self", "VmRSS:").unwrap_or(0)
 }
 
 async fn cold_start(nats: &NatsServer, js: &jetstream::Context, jobs: usize) -> anyhow::Result<()> {

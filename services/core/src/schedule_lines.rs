@@ -14,7 +14,7 @@ use crate::wall_clock::CronLine;
 
 use crate::schedule::{Schedule, ScheduleError};
 
-pub struct ParsedLines {
+struct ParsedLines {
     /// Cron lines by text, as long as some job holds them.
     parsed: HashMap<Box<str>, Weak<CronLine>>,
     /// The lines parsed last, held here too: a reader that keeps only the
@@ -24,7 +24,7 @@ pub struct ParsedLines {
     swept_at: usize,
 }
 
-/// Lines [`ParsedLines`] holds on its own (about 5 KB each).
+/// Lines [`SharedLines`] holds on its own (about 5 KB each).
 pub const RECENT_LINES: usize = 4_096;
 
 impl Default for ParsedLines {
@@ -38,18 +38,6 @@ impl Default for ParsedLines {
 }
 
 impl ParsedLines {
-    /// `line` parsed, shared with the earlier parses of the same text that
-    /// are still held anywhere. Refused lines are not kept; `@every` and
-    /// `@at` cost nothing to parse and are not kept either.
-    pub fn parse(&mut self, line: &str) -> Result<Schedule, ScheduleError> {
-        if let Some(shared) = self.held(line) {
-            return Ok(shared);
-        }
-        let parsed = Schedule::parse(line)?;
-        self.keep(line, &parsed);
-        Ok(parsed)
-    }
-
     fn held(&self, line: &str) -> Option<Schedule> {
         self.parsed
             .get(line)
@@ -73,25 +61,23 @@ impl ParsedLines {
     }
 
     /// Lines known (held by some job or among the recent ones).
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.parsed
             .values()
             .filter(|line| line.strong_count() > 0)
             .count()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
-/// One [`ParsedLines`] shared by the services of a process.
+/// Parsed schedule lines, one set shared by the services of a process.
 #[derive(Clone, Default)]
 pub struct SharedLines(Arc<Mutex<ParsedLines>>);
 
 impl SharedLines {
     /// `line` parsed, shared with every earlier parse of the same text in
-    /// this process; the parse itself runs outside the lock.
+    /// this process that is still held. Refused lines are not kept; `@every`
+    /// and `@at` cost nothing to parse and are not kept either. The parse
+    /// itself runs outside the lock.
     pub fn parse(&self, line: &str) -> Result<Schedule, ScheduleError> {
         if let Some(shared) = self.lock().held(line) {
             return Ok(shared);
@@ -106,7 +92,7 @@ impl SharedLines {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ParsedLines> {
@@ -128,7 +114,7 @@ mod tests {
 
     #[test]
     fn equal_lines_share_one_parse_while_held() {
-        let mut lines = ParsedLines::default();
+        let lines = SharedLines::default();
         let (Schedule::Cron(a), Schedule::Cron(b)) = (
             lines.parse("0 0 0 * * *").expect("valid"),
             lines.parse("0 0 0 * * *").expect("valid"),
@@ -143,7 +129,7 @@ mod tests {
 
     #[test]
     fn lines_nobody_holds_are_let_go_past_the_recent_ones() {
-        let mut lines = ParsedLines::default();
+        let lines = SharedLines::default();
         for k in 0..RECENT_LINES + 100 {
             let line = format!("{} {} {} * * *", k % 60, (k / 60) % 60, (k / 3600) % 24);
             lines.parse(&line).expect("valid");

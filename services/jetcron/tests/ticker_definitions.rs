@@ -3,6 +3,7 @@
 //! current value when that revision left the bucket's history, and no fire
 //! at all for a key deleted since.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,18 +60,46 @@ async fn next_event(due: &mut async_nats::Subscriber) -> DueEvent {
     serde_json::from_slice(&message.payload).expect("due event")
 }
 
-#[tokio::test]
-async fn a_ticker_keeping_no_definitions_publishes_each_fire_with_its_revision() {
-    let nats = NatsServer::start();
+/// Counts the direct gets sent to the jobs bucket's stream by sequence (a
+/// plain subscriber sees every request on that subject).
+async fn count_reads(client: &async_nats::Client) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut by_sequence = client
+        .subscribe("$JS.API.DIRECT.GET.KV_jetcron_jobs")
+        .await
+        .expect("subscribe");
+    let counted = Arc::clone(&count);
+    tokio::spawn(async move {
+        while by_sequence.next().await.is_some() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    count
+}
+
+/// What [`ticker_with_a_job`] started.
+struct TickerWithAJob {
+    due: async_nats::Subscriber,
+    reads: Arc<AtomicUsize>,
+    first: u64,
+    bucket: jetstream::kv::Store,
+    shutdown: tokio_util::sync::CancellationToken,
+    ticker: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// A job `readback` due every second, then a ticker keeping definitions for
+/// `keep_for`; its due events and its reads of the bucket are watched.
+async fn ticker_with_a_job(nats: &NatsServer, keep_for: Duration) -> TickerWithAJob {
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
     let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
         .await
         .expect("jobs bucket");
-    let mut due = client
+    let due = client
         .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "readback"))
         .await
         .expect("subscribe");
+    let reads = count_reads(&client).await;
     let first = bucket
         .put("readback", definition("first").into())
         .await
@@ -79,13 +108,54 @@ async fn a_ticker_keeping_no_definitions_publishes_each_fire_with_its_revision()
     let ticker = tokio::spawn(jetcron_ticker::run(
         jetcron_ticker::TickerConfig {
             leases: jetcron_testkit::fast_leases(),
-            keep_definitions_for: Duration::ZERO,
+            keep_definitions_for: keep_for,
             ..Default::default()
         },
-        client.clone(),
+        client,
         Arc::new(jetcron_core::clock::SystemClock),
         shutdown.clone(),
     ));
+    TickerWithAJob {
+        due,
+        reads,
+        first,
+        bucket,
+        shutdown,
+        ticker,
+    }
+}
+
+#[tokio::test]
+async fn a_ticker_keeping_definitions_reads_an_every_second_job_back_at_most_once() {
+    let nats = NatsServer::start();
+    let mut run = ticker_with_a_job(&nats, jetcron_ticker::definitions::KEEP_FOR).await;
+    for _ in 0..5 {
+        let event = next_event(&mut run.due).await;
+        assert_eq!(event.job_revision, run.first);
+        assert_eq!(event.job.description.as_deref(), Some("first"));
+    }
+    // At a start the watch delivers jobs before shards are owned, so the
+    // first fire may read its definition back; it is kept from then on.
+    let read = run.reads.load(Ordering::SeqCst);
+    assert!(
+        read <= 1,
+        "{read} reads for 5 fires of a job due every second"
+    );
+    run.shutdown.cancel();
+    run.ticker.await.expect("join").expect("ticker");
+}
+
+#[tokio::test]
+async fn a_ticker_keeping_no_definitions_publishes_each_fire_with_its_revision() {
+    let nats = NatsServer::start();
+    let TickerWithAJob {
+        mut due,
+        reads,
+        first,
+        bucket,
+        shutdown,
+        ticker,
+    } = ticker_with_a_job(&nats, Duration::ZERO).await;
     let event = next_event(&mut due).await;
     assert_eq!(event.job_revision, first);
     assert_eq!(event.job.description.as_deref(), Some("first"));
@@ -118,6 +188,9 @@ async fn a_ticker_keeping_no_definitions_publishes_each_fire_with_its_revision()
         seen_second, 3,
         "the edited definition never fired three times"
     );
+    // Keeping nothing, every fire read its definition back.
+    let read = reads.load(Ordering::SeqCst);
+    assert!(read >= 4, "{read} reads for at least 4 fires");
     shutdown.cancel();
     ticker.await.expect("join").expect("ticker");
 }
