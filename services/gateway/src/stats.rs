@@ -308,10 +308,11 @@ fn expected_fires(
         Ok(times) => (times, false),
         // Too many: check the newest ones only.
         Err(_) => {
+            let timing = job.timing();
             let mut times = Vec::with_capacity(MAX_EXPECTED_PER_JOB);
             let mut at = end;
             while times.len() < MAX_EXPECTED_PER_JOB {
-                match job.previous_scheduled(at) {
+                match timing.previous_scheduled(at) {
                     Some(t) if t >= start => {
                         times.push(t);
                         at = t - Duration::milliseconds(1);

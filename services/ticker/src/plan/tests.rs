@@ -322,3 +322,23 @@ fn one_shot_fires_once() {
     assert_eq!(drain(&mut plan, t(100)), [("once".into(), 4)]);
     assert!(plan.next_fire_at().is_none());
 }
+
+#[test]
+fn recovery_after_an_owner_that_stored_ahead_resumes_past_its_watermark() {
+    // The previous owner stored fires up to 5 with a lookahead; it is 3 now.
+    let mut plan = FirePlan::default();
+    recover(
+        &mut plan,
+        job("a", "* * * * * *"),
+        1,
+        t(-1000),
+        t(5),
+        t(3),
+        chrono::Duration::seconds(60),
+    );
+    assert!(
+        plan.due(t(5), 10).is_empty(),
+        "fires up to 5 are stored already"
+    );
+    assert_eq!(drain(&mut plan, t(7)), [("a".into(), 6), ("a".into(), 7)]);
+}

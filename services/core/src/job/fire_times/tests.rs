@@ -190,3 +190,21 @@ mod property {
 
     }
 }
+
+#[test]
+fn a_repeating_line_is_still_refused_when_its_bounds_leave_no_fire() {
+    let written = utc("2026-06-01T00:00:00Z");
+    // Fixed-time, no year field: fires again forever, no search needed.
+    assert!(job(r#""schedule":"0 30 9 * * *""#)
+        .never_fires_after(written)
+        .is_none());
+    // The same line ended before the write: refused.
+    let ended = job(r#""schedule":"0 30 9 * * *","end_at":"2026-01-01T00:00:00Z""#);
+    assert_eq!(
+        ended.never_fires_after(written).map(|p| p.code),
+        Some("never_fires".to_string())
+    );
+    // A year field can run out.
+    let past_year = job(r#""schedule":"0 30 9 * * * 2020""#);
+    assert!(past_year.never_fires_after(written).is_some());
+}
