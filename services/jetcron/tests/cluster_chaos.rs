@@ -270,11 +270,20 @@ impl Deployment {
             let job = format!(
                 r#"{{"id":"chaos-{i}","schedule":"* * * * * *","concurrency":"forbid","timeout":"5s","retry":{{"max_attempts":5,"backoff":"500ms"}},"target":{{"type":"nats","subject":"svc.chaos.chaos-{i}"}}}}"#
             );
-            let reply = deployment
-                .client
-                .request(subjects::API_JOBS_PUT, job.into())
-                .await
-                .expect("put job");
+            // `/readyz` says the gateway serves; its API subscription may
+            // still be on its way to the node this client is connected to
+            // (no responders for a moment), as `nats req` would see too.
+            let reply = wait_until("the job API answering", Duration::from_secs(10), || {
+                let (client, job) = (deployment.client.clone(), job.clone());
+                async move {
+                    match client.request(subjects::API_JOBS_PUT, job.into()).await {
+                        Ok(reply) => Some(reply),
+                        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => None,
+                        Err(e) => panic!("put job: {e}"),
+                    }
+                }
+            })
+            .await;
             let text = String::from_utf8_lossy(&reply.payload).to_string();
             assert!(text.contains(r#""ok":true"#), "{text}");
         }
