@@ -190,6 +190,8 @@ struct Deployment {
     projector: JetcronProcess,
     calls: Calls,
     due_seen: DueSeen,
+    /// When an executor was sent SIGKILL (taken just before the signal).
+    executor_kills: Vec<DateTime<Utc>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -251,6 +253,7 @@ impl Deployment {
             projector,
             calls,
             due_seen,
+            executor_kills: Vec::new(),
             tasks: {
                 target.push(due_watch);
                 target
@@ -521,7 +524,9 @@ impl Deployment {
         // A second call is a retry, not a duplicate, when every call but the
         // last was an attempt the run records as timed out or failed (a
         // reply lost with a killed node: the target was called, the
-        // executor could not know).
+        // executor could not know), or as lost with an executor SIGKILLed
+        // right after it called the target (docs/runs.md, "Executor crash":
+        // no process can know a call it made and died before recording).
         let mut duplicates = Vec::new();
         let mut retried = 0;
         for ((job, at), calls) in &doubled {
@@ -532,7 +537,7 @@ impl Deployment {
             }
         }
         println!(
-            "chaos {scenario}: {retried} fires called again by a retry after a timed-out or failed attempt"
+            "chaos {scenario}: {retried} fires called again by a retry after a timed-out, failed or lost attempt"
         );
         assert!(
             duplicates.is_empty(),
@@ -596,17 +601,41 @@ impl Deployment {
         let mut numbers: Vec<u32> = calls.iter().map(|c| c.0).collect();
         numbers.sort_unstable();
         let distinct = numbers.windows(2).all(|w| w[0] != w[1]);
-        let failed: BTreeSet<u64> = run["attempts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|a| matches!(a["outcome"].as_str(), Some("timed_out" | "failed")))
-            .filter_map(|a| a["attempt"].as_u64())
-            .collect();
+        let outcome_of = |attempt: u32| {
+            run["attempts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["attempt"].as_u64() == Some(u64::from(attempt)))
+                .and_then(|a| a["outcome"].as_str())
+                .map(str::to_string)
+        };
+        let mut earlier: Vec<(u32, DateTime<Utc>)> = calls.to_vec();
+        earlier.sort_unstable();
+        earlier.pop();
         distinct
-            && numbers[..numbers.len() - 1]
+            && earlier
                 .iter()
-                .all(|n| failed.contains(&u64::from(*n)))
+                .all(|(attempt, at)| match outcome_of(*attempt).as_deref() {
+                    Some("timed_out" | "failed") => true,
+                    Some("lost") => self.executor_killed_after(*at),
+                    _ => false,
+                })
+    }
+
+    /// Whether an executor was SIGKILLed within a few seconds after `call`
+    /// (its own outcome would have been stored by then); the kill instant is
+    /// taken just before the signal, so a call a moment after it counts.
+    fn executor_killed_after(&self, call: DateTime<Utc>) -> bool {
+        self.executor_kills.iter().any(|kill| {
+            *kill - chrono::Duration::seconds(5) <= call
+                && call <= *kill + chrono::Duration::milliseconds(200)
+        })
+    }
+
+    fn kill_executor(&mut self, index: usize) {
+        self.executor_kills.push(Utc::now());
+        self.executors[index].kill_9();
     }
 
     /// A run through the gateway (`GET /v1/runs/{id}`), waiting for the
@@ -948,9 +977,9 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
                         log_instants(&deployment.tickers[index].log(), "shard acquired").len();
                     deployment.tickers[index].restart();
                 }
-                "kill executor 0" => deployment.executors[0].kill_9(),
+                "kill executor 0" => deployment.kill_executor(0),
                 "restart executor 0" => deployment.executors[0].restart(),
-                "kill executor 1" => deployment.executors[1].kill_9(),
+                "kill executor 1" => deployment.kill_executor(1),
                 "restart executor 1" => deployment.executors[1].restart(),
                 "kill projector" => deployment.projector.kill_9(),
                 "restart projector" => deployment.projector.restart(),
