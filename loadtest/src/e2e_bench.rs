@@ -80,6 +80,17 @@ struct RunArgs {
     /// Extra arguments of `jetcron all` (e.g. `--max-in-flight 1024`).
     #[arg(long, allow_hyphen_values = true, num_args = 1..)]
     jetcron_args: Vec<String>,
+    /// `RUST_LOG` of `jetcron all` (e.g.
+    /// `info,jetcron_executor::instant_calls=debug` for the timeline of
+    /// each instant's calls).
+    #[arg(long)]
+    log_filter: Option<String>,
+    /// Write the log of `jetcron all` here.
+    #[arg(long)]
+    keep_log: Option<PathBuf>,
+    /// Print the first and last call's lag of every second of the window.
+    #[arg(long)]
+    per_second: bool,
 }
 
 impl RunArgs {
@@ -334,6 +345,42 @@ fn lags_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> 
     lags
 }
 
+/// Per second of `[from, to)`: the lag (µs) of its first and of its last
+/// arrival, each sorted. A burst spread out shows as last ≫ first; a burst
+/// sent late as both late. `print_each` prints a table row per second.
+fn burst_edges(
+    arrivals: &Arrivals,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    print_each: bool,
+) -> (Vec<i64>, Vec<i64>) {
+    let mut per_second: std::collections::BTreeMap<DateTime<Utc>, (i64, i64)> =
+        std::collections::BTreeMap::new();
+    for a in arrivals.lock().expect("arrivals").iter() {
+        if a.scheduled >= from && a.scheduled < to {
+            let edges = per_second
+                .entry(a.scheduled)
+                .or_insert((a.lag_us, a.lag_us));
+            edges.0 = edges.0.min(a.lag_us);
+            edges.1 = edges.1.max(a.lag_us);
+        }
+    }
+    if print_each {
+        for (second, (first, last)) in &per_second {
+            println!(
+                "| {} | first call {:.1} ms, last {:.1} ms |",
+                second.format("%H:%M:%S"),
+                ms(*first),
+                ms(*last)
+            );
+        }
+    }
+    let (mut first, mut last): (Vec<i64>, Vec<i64>) = per_second.into_values().unzip();
+    first.sort_unstable();
+    last.sort_unstable();
+    (first, last)
+}
+
 /// Microseconds in milliseconds, for the tables.
 fn ms(us: i64) -> f64 {
     us as f64 / 1000.0
@@ -413,14 +460,15 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
     let mut command: Vec<&str> = vec!["all", "--http-addr", &http_addr];
     command.extend(args.jetcron_args.iter().map(String::as_str));
-    let process = JetcronProcess::start(
-        &jetcron,
-        &command,
-        &[
-            ("JETCRON_NATS_URL", nats.url().as_str()),
-            ("JETCRON_CLICKHOUSE_URL", clickhouse.url().as_str()),
-        ],
-    );
+    let (nats_url, clickhouse_url) = (nats.url(), clickhouse.url());
+    let mut env = vec![
+        ("JETCRON_NATS_URL", nats_url.as_str()),
+        ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
+    ];
+    if let Some(filter) = &args.log_filter {
+        env.push(("RUST_LOG", filter.as_str()));
+    }
+    let process = JetcronProcess::start(&jetcron, &command, &env);
     let pids = [
         ("jetcron all", process.pid()),
         ("nats-server", nats.pid()),
@@ -517,6 +565,14 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         ms(percentile(&lags, 99.0)),
         ms(lags.last().copied().unwrap_or(0))
     );
+    let (first, last) = burst_edges(&arrivals, from, to, args.per_second);
+    println!(
+        "| per second: first call's lag p50 / max, last call's lag p50 / max | {:.1} / {:.1}, {:.1} / {:.1} ms |",
+        ms(percentile(&first, 50.0)),
+        ms(first.last().copied().unwrap_or(0)),
+        ms(percentile(&last, 50.0)),
+        ms(last.last().copied().unwrap_or(0)),
+    );
     if let [p50, p99] = started_lag[..] {
         println!("| of which to the executor's start (`started` time − scheduled) p50 / p99 | {p50:.0} / {p99:.0} ms |");
     }
@@ -572,6 +628,10 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
                 per_run(*messages)
             );
         }
+    }
+    if let Some(path) = &args.keep_log {
+        std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
+            .with_context(|| format!("write {}", path.display()))?;
     }
     drop(process);
     Ok(RunFigures {

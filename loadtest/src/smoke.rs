@@ -57,6 +57,9 @@ pub async fn check(args: &SmokeArgs) -> anyhow::Result<()> {
         warmup: 5,
         jetcron: args.jetcron.clone(),
         jetcron_args: Vec::new(),
+        log_filter: None,
+        keep_log: None,
+        per_second: false,
     };
     println!("### 10,000 jobs\n");
     let saturated = run(&Servers::start(), &run_args(10_000)).await?;

@@ -12,16 +12,21 @@
 //! one go, and each attempt gets its reply, or the kill, back.
 //!
 //! The replies of an instant's calls reach their attempts only once every
-//! request of that instant is flushed to the server, so that recording the
-//! first outcomes (a run event and an ack each) does not compete with the
-//! calls still going out.
+//! call of that instant has ended (the last reply means the target has had
+//! every request), or 100 ms after the reply, so that recording the first
+//! outcomes (a run event and an ack each) does not compete with the calls
+//! still on their way. The dispatcher sleeps on tokio's timer until 2 ms
+//! before an instant and spins the rest: the timer's millisecond ticks woke
+//! it up to 1.9 ms late. (With `jetcron all` the calls' connection runs its
+//! I/O on a thread of its own, so requests are written while the burst is
+//! still being handed over.)
 //!
 //! A booking is withdrawn when its attempt stops waiting for it (a kill
 //! broadcast, the end of a shutdown's grace): exactly one of "withdrawn"
 //! and "sent" happens, decided by one atomic step on both sides.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_nats::{Message, Request, RequestError, Subject};
@@ -31,11 +36,12 @@ use futures::StreamExt as _;
 use jetcron_core::control::KillMarker;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 use crate::ExecutorContext;
 
-/// Longest a reply waits for the flush of its instant's requests.
-const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest a reply waits for the other calls of its instant to end.
+const BURST_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 const WAITING: u8 = 0;
 const SENT: u8 = 1;
@@ -129,8 +135,6 @@ pub async fn dispatch(
     stop: CancellationToken,
 ) {
     let mut booked: BTreeMap<(DateTime<Utc>, u64), Booked> = BTreeMap::new();
-    // Opened once the requests of the instant being sent are flushed.
-    let mut flushed = CancellationToken::new();
     let mut order = 0u64;
     let mut calls = FuturesUnordered::new();
     loop {
@@ -141,22 +145,38 @@ pub async fn dispatch(
             _ = stop.cancelled() => return,
             _ = sleep_for(wait) => {
                 let now = ctx.clock.now();
+                let woke = std::time::Instant::now();
+                let instant = next.unwrap_or(now);
+                let mut sent = 0usize;
+                let burst = Burst::default();
+                // Counted until every call is in: a call that ends at once
+                // (killed) must not end the burst.
+                let handing = burst.member();
                 while let Some(entry) = booked.first_entry() {
                     if entry.key().0 > now {
                         break;
                     }
                     let call = entry.remove();
-                    if let Some(sent) = send(&ctx, call, flushed.clone()) {
-                        calls.push(sent);
+                    if let Some(call) = send(&ctx, call, burst.member()) {
+                        calls.push(call);
+                        sent += 1;
                     }
                 }
                 // Poll until every request of the instant is sent (a poll
                 // stops at the first call that completes).
                 while let std::task::Poll::Ready(Some(())) = futures::poll!(calls.next()) {}
-                let (client, gate) = (ctx.calls.clone(), std::mem::take(&mut flushed));
+                drop(handing);
+                let handed = woke.elapsed();
+                let client = ctx.calls.clone();
                 tokio::spawn(async move {
                     let _ = client.flush().await;
-                    gate.cancel();
+                    debug!(
+                        calls = sent,
+                        woke_late_us = (now - instant).num_microseconds().unwrap_or(i64::MAX),
+                        handed_us = handed.as_micros() as u64,
+                        flushed_us = woke.elapsed().as_micros() as u64,
+                        "an instant's calls sent"
+                    );
                 });
             }
             Some(()) = calls.next(), if !calls.is_empty() => {}
@@ -171,10 +191,22 @@ pub async fn dispatch(
     }
 }
 
+/// How long before an instant the dispatcher stops sleeping on tokio's
+/// timer and spins: the timer has millisecond ticks and woke the
+/// dispatcher 0.2-1.9 ms late (docs/benchmarks.md).
+const SPIN_BEFORE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Sleep `wait`, the last [`SPIN_BEFORE`] of it spinning, so that the
+/// instant's calls leave within microseconds of it (at most once per
+/// instant: the wait is the next booked instant's).
 async fn sleep_for(wait: Option<std::time::Duration>) {
-    match wait {
-        Some(wait) => tokio::time::sleep(wait).await,
-        None => std::future::pending().await,
+    let Some(wait) = wait else {
+        return std::future::pending().await;
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    tokio::time::sleep_until(deadline - SPIN_BEFORE.min(wait)).await;
+    while tokio::time::Instant::now() < deadline {
+        std::hint::spin_loop();
     }
 }
 
@@ -183,11 +215,7 @@ type CallFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>
 /// Send one call at its instant, unless withdrawn or killed. The future it
 /// returns sends the request on its first poll and ends with the reply, or
 /// when the attempt stops waiting.
-fn send(
-    ctx: &Arc<ExecutorContext>,
-    call: Booked,
-    flushed: CancellationToken,
-) -> Option<CallFuture> {
+fn send(ctx: &Arc<ExecutorContext>, call: Booked, burst: BurstMember) -> Option<CallFuture> {
     if call
         .state
         .compare_exchange(WAITING, SENT, Ordering::AcqRel, Ordering::Acquire)
@@ -212,7 +240,7 @@ fn send(
             subject,
             request,
             answer,
-            flushed,
+            burst,
         ))),
         // The kill requests are not followed yet: read this one first.
         None => {
@@ -223,8 +251,7 @@ fn send(
                         let _ = answer.send(Dispatched::Killed(marker));
                     }
                     Ok(None) => {
-                        request_and_answer(ctx.calls.clone(), subject, request, answer, flushed)
-                            .await
+                        request_and_answer(ctx.calls.clone(), subject, request, answer, burst).await
                     }
                     Err(e) => {
                         let _ = answer.send(Dispatched::Unchecked(format!("{e:#}")));
@@ -235,22 +262,94 @@ fn send(
     }
 }
 
-/// Send the request; hand its reply to the attempt once the requests of
-/// the instant are flushed, or stop when the attempt stops waiting.
+/// Send the request; hand its reply to the attempt once every call of its
+/// instant has ended (its target was reached, or it failed), or
+/// [`BURST_WAIT`] after the reply, or stop when the attempt stops waiting.
 async fn request_and_answer(
     client: async_nats::Client,
     subject: Subject,
     request: Request,
     mut answer: oneshot::Sender<Dispatched>,
-    flushed: CancellationToken,
+    burst: BurstMember,
 ) {
     tokio::select! {
         reply = client.send_request(subject, request) => {
-            // Not past a reconnect, though: the flush may wait for one, the
-            // reply must not.
-            let _ = tokio::time::timeout(FLUSH_WAIT, flushed.cancelled()).await;
+            let all_ended = burst.ended();
+            let _ = tokio::time::timeout(BURST_WAIT, all_ended.cancelled()).await;
             let _ = answer.send(Dispatched::Reply(reply));
         }
         _ = answer.closed() => {}
+    }
+}
+
+/// The calls sent at one instant, counted down as they end.
+#[derive(Default)]
+struct Burst {
+    going: Arc<AtomicUsize>,
+    ended: CancellationToken,
+}
+
+impl Burst {
+    fn member(&self) -> BurstMember {
+        self.going.fetch_add(1, Ordering::AcqRel);
+        BurstMember {
+            going: Arc::clone(&self.going),
+            ended: self.ended.clone(),
+        }
+    }
+}
+
+/// One call of a [`Burst`]; ending (dropped) counts it out.
+struct BurstMember {
+    going: Arc<AtomicUsize>,
+    ended: CancellationToken,
+}
+
+impl BurstMember {
+    /// Count this call out; the token is cancelled once every call of the
+    /// burst is.
+    fn ended(self) -> CancellationToken {
+        self.ended.clone()
+    }
+}
+
+impl Drop for BurstMember {
+    fn drop(&mut self) {
+        if self.going.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ended.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_ends_when_its_last_call_ends_and_not_while_calls_are_handed_over() {
+        let burst = Burst::default();
+        let handing = burst.member();
+        let killed = burst.member();
+        drop(killed);
+        let first = burst.member();
+        let second = burst.member();
+        let ended = burst.ended.clone();
+        drop(handing);
+        assert!(!ended.is_cancelled(), "two calls still going");
+        let token = first.ended();
+        assert!(!token.is_cancelled(), "one call still going");
+        drop(second);
+        assert!(token.is_cancelled() && ended.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn the_spinning_sleep_never_ends_before_its_instant() {
+        for wait_us in [0u64, 500, 1_500, 2_000, 2_500, 7_000] {
+            let wait = std::time::Duration::from_micros(wait_us);
+            let started = std::time::Instant::now();
+            sleep_for(Some(wait)).await;
+            let slept = started.elapsed();
+            assert!(slept >= wait, "{wait:?}: woke after {slept:?}");
+        }
     }
 }

@@ -42,7 +42,7 @@ pub enum Command {
     Migrate(MigrateArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// NATS server URL(s), comma separated (`nats://a:4222,nats://b:4222`):
     /// every server of a cluster that this process may use. The client

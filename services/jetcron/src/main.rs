@@ -151,6 +151,46 @@ async fn connect(
     }
 }
 
+/// [`connect`] on a thread of its own that runs the connection's I/O task
+/// for the rest of the process. The executor's instant dispatcher hands a
+/// burst of requests to the client without yielding; with the I/O task on
+/// a worker of the same runtime it could only write them once the whole
+/// burst was handed over (the first call of 1,000 reached its target 7 ms
+/// after the instant, docs/benchmarks.md). On its own thread it writes
+/// while the burst is still being handed over.
+async fn connect_on_own_thread(
+    common: &CommonArgs,
+    name: &'static str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<async_nats::Client> {
+    let (common, shutdown) = (common.clone(), shutdown.clone());
+    let (connected, client) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("jetcron-{name}"))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = connected.send(Err(anyhow::Error::new(e).context("runtime")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let _ = connected.send(connect(&common, name, &shutdown).await);
+                // The connection's task lives on this runtime: keep it
+                // running until the process ends.
+                std::future::pending::<()>().await
+            })
+        })
+        .with_context(|| format!("start the thread of the {name} connection"))?;
+    client
+        .await
+        .with_context(|| format!("the thread of the {name} connection ended"))?
+}
+
 /// The server answered and said no to these credentials.
 fn refused(error: &async_nats::ConnectError) -> bool {
     matches!(
@@ -228,7 +268,7 @@ async fn spawn_executor(
     let client = connect(common, "executor", shutdown).await?;
     // Target calls on a connection of their own: a burst of calls at an
     // instant never queues behind the executor's JetStream traffic.
-    let calls_client = connect(common, "executor-calls", shutdown).await?;
+    let calls_client = connect_on_own_thread(common, "executor-calls", shutdown).await?;
     let mut config = jetcron_executor::ExecutorConfig {
         calls_client: Some(calls_client),
         max_in_flight: args.max_in_flight,
