@@ -3,8 +3,9 @@
 //! possible value of each field, years 1 to 5000 included), and parsing is
 //! a good part of reading a million definitions (perf: croner's parse was a
 //! third of `jetcron all`'s CPU while it read a million jobs). Every holder
-//! of many jobs (the ticker, the gateway's catalog and scans) reads lines
-//! through one [`SharedLines`] per process: `jetcron all` parses each
+//! of many jobs (the ticker, the gateway's catalog and scans) and the
+//! executor (which validates the definition every due event carries) read
+//! lines through one [`SharedLines`] per process: `jetcron all` parses each
 //! distinct line once, not once per service.
 
 use std::collections::{HashMap, VecDeque};
@@ -149,5 +150,28 @@ mod tests {
         };
         assert!(std::sync::Arc::ptr_eq(&a, &b));
         assert_eq!(other.len(), 1);
+    }
+
+    /// What the executor does with every due event's definition.
+    #[test]
+    fn a_job_validated_through_shared_lines_is_the_job_validated_alone() {
+        let lines = SharedLines::default();
+        let spec = |schedule: &str| {
+            serde_json::from_value::<crate::job::JobSpec>(serde_json::json!({
+                "id": "shared",
+                "schedule": schedule,
+                "timezone": "Europe/Berlin",
+                "target": {"type": "nats", "subject": "a.b"}
+            }))
+            .expect("spec")
+        };
+        let from = chrono::Utc::now();
+        let next = |job: crate::job::ValidJob| job.schedule.next_fire(from, job.timezone);
+        for line in ["*/5 * * * * *", "*/5 * * * * *", "61 * * * *", "61 * * * *"] {
+            let alone = crate::job::validate(spec(line)).map(next);
+            let shared = crate::job::validate_with(spec(line), &mut |l| lines.parse(l)).map(next);
+            assert_eq!(alone, shared, "{line}");
+        }
+        assert_eq!(lines.len(), 1, "the refused line is not kept");
     }
 }

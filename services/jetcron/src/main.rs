@@ -271,6 +271,7 @@ async fn spawn_executor(
     let calls_client = connect_on_own_thread(common, "executor-calls", shutdown).await?;
     let mut config = jetcron_executor::ExecutorConfig {
         calls_client: Some(calls_client),
+        lines: process.lines.clone(),
         max_in_flight: args.max_in_flight,
         output_limit: args.output_limit,
         shell: jetcron_executor::ShellOptions {
