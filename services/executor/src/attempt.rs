@@ -953,8 +953,12 @@ async fn ack(message: &Message, kind: AckKind) {
 
 /// How long before its instant a held fire of a job that allows overlap
 /// records its start (longer than [`STARTED_WAIT`], so that the call at
-/// the instant does not wait for it).
-const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(250);
+/// the instant does not wait for it). Far enough that the projector's
+/// batch of these `started` events (it waits `--batch-wait`, 200 ms, for
+/// more) is in ClickHouse well before the instant: at 250 ms it landed in
+/// the last 100 ms before it, and the seconds whose calls were handed over
+/// two to three times slower than usual were those (docs/benchmarks.md).
+const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
 
 /// How long the call of the target waits for the `started` event to be
 /// stored (it is stored meanwhile, before the outcome, when this is not enough).
