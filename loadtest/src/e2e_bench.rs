@@ -381,6 +381,15 @@ fn burst_edges(
     (first, last)
 }
 
+/// Write `process`'s log (colour codes removed) to `path`, when given.
+fn keep_log(process: &JetcronProcess, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Microseconds in milliseconds, for the tables.
 fn ms(us: i64) -> f64 {
     us as f64 / 1000.0
@@ -629,10 +638,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
             );
         }
     }
-    if let Some(path) = &args.keep_log {
-        std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
-            .with_context(|| format!("write {}", path.display()))?;
-    }
+    keep_log(&process, args.keep_log.as_deref())?;
     drop(process);
     Ok(RunFigures {
         runs_per_second: received as f64 / seconds as f64,

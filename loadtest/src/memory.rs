@@ -23,7 +23,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::{percentile, status_bytes};
 use jetcron_testkit::JetcronProcess;
 
-use crate::{lags_between, ms, serve, Servers, TARGET_SUBJECT};
+use crate::{keep_log, lags_between, ms, serve, Servers, TARGET_SUBJECT};
 
 const CANARY_SUBJECT: &str = "bench.canary";
 
@@ -136,10 +136,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
     let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
     let lags = lags_between(&canary_calls, rest_from, rest_to);
     let expected = (rest_to - rest_from).num_seconds().max(0);
-    if let Some(path) = &args.keep_log {
-        std::fs::write(path, jetcron_testkit::without_colour_codes(&process.log()))
-            .with_context(|| format!("write {}", path.display()))?;
-    }
+    keep_log(&process, args.keep_log.as_deref())?;
     drop(process);
 
     let jobs = args.jobs + 1;

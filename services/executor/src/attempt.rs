@@ -134,7 +134,7 @@ async fn run_attempt(
 ) {
     let attempt = delivery.number;
     let publisher = RunEventPublisher::new(ctx, &due, attempt);
-    let job = match job::validate_with(due.job.clone(), &mut |line| ctx.schedules.parse(line)) {
+    let job = match job::validate_with(due.job.clone(), &mut |line| ctx.config.lines.parse(line)) {
         Ok(job) => job,
         Err(problems) => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();

@@ -173,8 +173,6 @@ pub struct ExecutorContext {
     pub interrupt: CancellationToken,
     /// Every "now" of the executor (run event times, claim expiries, holds).
     pub clock: Arc<dyn Clock>,
-    /// Validates the definitions carried by due events.
-    pub schedules: jetcron_core::schedule_lines::SharedLines,
     /// The kill requests of `jetcron_running`, followed in memory.
     pub kill_markers: kill_markers::KillMarkers,
     /// Completion reports of asynchronous targets, by run.
@@ -279,7 +277,6 @@ pub async fn run(
         .calls_client
         .clone()
         .unwrap_or_else(|| client.clone());
-    let schedules = config.lines.clone();
     let ctx = Arc::new(ExecutorContext {
         config,
         nats: client.clone(),
@@ -292,7 +289,6 @@ pub async fn run(
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
         clock,
-        schedules,
         kill_markers: Default::default(),
         completions: Default::default(),
         instant_calls,

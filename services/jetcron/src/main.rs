@@ -179,10 +179,13 @@ async fn connect_on_own_thread(
                 }
             };
             runtime.block_on(async move {
-                let _ = connected.send(connect(&common, name, &shutdown).await);
-                // The connection's task lives on this runtime: keep it
-                // running until the process ends.
-                std::future::pending::<()>().await
+                let client = connect(&common, name, &shutdown).await;
+                let up = client.is_ok();
+                if connected.send(client).is_ok() && up {
+                    // The connection's task lives on this runtime: keep it
+                    // running until the process ends.
+                    std::future::pending::<()>().await
+                }
             })
         })
         .with_context(|| format!("start the thread of the {name} connection"))?;

@@ -100,20 +100,23 @@ impl Definitions {
         next_fire: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
+        if !self.soon(next_fire, now) {
+            self.hot.remove(&fire.job.id);
+            return;
+        }
         let held = self
             .hot
             .get(&fire.job.id)
             .is_some_and(|(revision, _)| *revision == fire.job.revision);
-        match resolved {
-            // Already held (every fire of an every-second job): nothing to do.
-            _ if held && self.soon(next_fire, now) => {}
-            Resolved::Definition { revision, spec } if *revision == fire.job.revision => {
-                self.keep_if_soon(&fire.job.id, *revision, Arc::clone(spec), next_fire, now);
+        // Already held (every fire of an every-second job): nothing to do.
+        if held {
+            return;
+        }
+        if let Resolved::Definition { revision, spec } = resolved {
+            if *revision == fire.job.revision {
+                self.hot
+                    .insert(Arc::clone(&fire.job.id), (*revision, Arc::clone(spec)));
             }
-            _ if !self.soon(next_fire, now) => {
-                self.hot.remove(&fire.job.id);
-            }
-            _ => {}
         }
     }
 

@@ -305,9 +305,9 @@ pub async fn run(
             }
             change = job_changes.recv() => match change {
                 Some(change) => on_job(
-                change,
-                &mut held,
-                &mut revoker,
+                    change,
+                    &mut held,
+                    &mut revoker,
                     &ready_tx,
                     recovery.late_threshold,
                     clock.now(),
