@@ -66,6 +66,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_server::serve(addr, readiness.clone(), stop),
         );
     }
+    // Every service of this process is named before any probe can answer,
+    // so `/readyz` never says ready (or lists nothing) while one has not
+    // begun yet.
+    for service in services_of(&command) {
+        readiness.waiting(service, "starting: connecting to NATS");
+    }
     let lines = jetcron_core::schedule_lines::SharedLines::default();
     let process = Process {
         common: &common,
@@ -96,6 +102,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let result = services.run(&shutdown).await;
     info!("jetcron stopped");
     result
+}
+
+/// The services `command` runs, by the names they report readiness under.
+fn services_of(command: &Command) -> &'static [&'static str] {
+    match command {
+        Command::Ticker(_) => &["ticker"],
+        Command::Executor(_) => &["executor"],
+        Command::Projector(_) => &["projector"],
+        Command::Gateway(_) => &["gateway"],
+        Command::All(_) => &["gateway", "projector", "executor", "ticker"],
+        Command::Req(_) | Command::Migrate(_) => &[],
+    }
 }
 
 fn topology(common: &CommonArgs) -> TopologyOptions {

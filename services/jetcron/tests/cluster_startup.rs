@@ -226,3 +226,42 @@ async fn an_r1_topology_under_processes_that_want_r3_is_refused_with_the_way_to_
     // Said when the process ends (log line and stderr), not in a loop.
     assert!(log.matches("exists with settings").count() <= 3, "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_that_cannot_reach_nats_names_every_service_it_waits_for() {
+    // Nothing listens on this port: every service stays at connecting.
+    let nats_url = format!("nats://127.0.0.1:{}", jetcron_testkit::free_port());
+    let metrics_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let env = [("JETCRON_NATS_URL", nats_url.as_str())];
+    let mut process = JetcronProcess::start(
+        jetcron(),
+        &[
+            "--metrics-addr",
+            &metrics_addr,
+            "all",
+            "--http-addr",
+            &http_addr,
+        ],
+        &env,
+    );
+    let readyz = format!("http://{metrics_addr}/readyz");
+    let (status, body) = wait_until(
+        "/readyz answering without NATS",
+        Duration::from_secs(20),
+        || {
+            let readyz = readyz.clone();
+            async move { http_status(&readyz).await }
+        },
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ok"], false, "{body}");
+    // The very first answer already lists all four, none ready: a probe
+    // never sees an empty list or a process ready before a service began.
+    for service in ["gateway", "projector", "executor", "ticker"] {
+        let state = body["services"][service].as_str().unwrap_or_default();
+        assert!(state.starts_with("waiting: starting"), "{service}: {body}");
+    }
+    assert!(process.is_running(), "{}", process.log());
+}
