@@ -342,3 +342,23 @@ fn recovery_after_an_owner_that_stored_ahead_resumes_past_its_watermark() {
     );
     assert_eq!(drain(&mut plan, t(7)), [("a".into(), 6), ("a".into(), 7)]);
 }
+
+/// A removed job's slot goes to the next job added; the removed job's fire
+/// coming back from publishing must touch neither that job's fires nor the
+/// watermark.
+#[test]
+fn a_job_in_a_removed_jobs_slot_keeps_its_own_fires() {
+    let mut plan = FirePlan::default();
+    upsert(&mut plan, job("a", "* * * * * *"), 1, None, t(0));
+    let taken = plan.take_due(t(1), 10);
+    assert_eq!(taken.len(), 1);
+    assert!(plan.remove("a"));
+    upsert(&mut plan, job("b", "* * * * * *"), 1, None, t(0));
+    assert_eq!(plan.slots.len(), 1, "b took a's slot");
+    plan.fired(&taken[0]);
+    plan.unfired(&taken[0]);
+    assert_eq!(plan.pending_fires(), 1);
+    assert!(plan.watermark(t(1)) < t(1), "b's fire at 1 is pending");
+    assert_eq!(drain(&mut plan, t(2)), [("b".into(), 1), ("b".into(), 2)]);
+    assert_eq!(plan.watermark(t(2)), t(2));
+}
