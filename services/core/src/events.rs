@@ -142,6 +142,17 @@ pub fn due_msg_id(run_id: &RunId, shard: Option<u32>) -> String {
     }
 }
 
+/// The job definition a [`DueEventRef`] carries: the parsed spec, or its
+/// JSON encoded once before (the ticker keeps the definitions of jobs that
+/// fire soon encoded: serde's escaping of the same spec on every fire showed
+/// in its profile).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum JobRef<'a> {
+    Spec(&'a JobSpec),
+    Encoded(&'a serde_json::value::RawValue),
+}
+
 /// A [`DueEvent`] borrowed from its parts: the ticker publishes tens of
 /// thousands a second and this serializes the same JSON without copying the
 /// job definition.
@@ -154,7 +165,7 @@ pub struct DueEventRef<'a> {
     pub trigger: Trigger,
     pub pool: &'a str,
     pub job_revision: u64,
-    pub job: &'a JobSpec,
+    pub job: JobRef<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -170,7 +181,7 @@ impl DueEvent {
             trigger: self.trigger,
             pool: &self.pool,
             job_revision: self.job_revision,
-            job: &self.job,
+            job: JobRef::Spec(&self.job),
             shard: self.shard,
             parent: self.parent.as_ref(),
         }
@@ -487,10 +498,17 @@ mod tests {
             shard: Some(2),
             parent: None,
         };
+        let json = serde_json::to_string(&owned).expect("owned");
         assert_eq!(
-            serde_json::to_string(&owned).expect("owned"),
+            json,
             serde_json::to_string(&owned.as_ref()).expect("borrowed")
         );
+        let encoded = serde_json::value::to_raw_value(&owned.job).expect("encode");
+        let with_encoded = DueEventRef {
+            job: JobRef::Encoded(&encoded),
+            ..owned.as_ref()
+        };
+        assert_eq!(json, serde_json::to_string(&with_encoded).expect("encoded"));
     }
 
     #[test]

@@ -46,7 +46,9 @@ fn fire_of(id: &str, value: &str, revision: u64) -> Fire {
 fn description_of(resolved: &Resolved) -> (u64, String) {
     match resolved {
         Resolved::Definition { revision, spec } => {
-            (*revision, spec.description.clone().unwrap_or_default())
+            let spec: jetcron_core::job::JobSpec =
+                serde_json::from_str(spec.get()).expect("an encoded spec decodes");
+            (*revision, spec.description.unwrap_or_default())
         }
         other => panic!("expected a definition, got {other:?}"),
     }
@@ -248,13 +250,7 @@ async fn a_revision_gone_from_the_history_reads_the_current_value_and_a_deleted_
     // Held in memory at the fire's revision: no read, the held one is used.
     let fire = fire_of("edited", &definition("held"), new);
     let held = parse_job(definition("held").as_bytes(), Some("edited")).expect("valid");
-    definitions.keep_if_soon(
-        &fire.job.id,
-        new,
-        Arc::new(held.spec),
-        Some(Utc::now()),
-        Utc::now(),
-    );
+    definitions.keep_if_soon(&fire.job.id, new, &held.spec, Some(Utc::now()), Utc::now());
     assert_eq!(definitions.len(), 1);
     let resolved = definitions.resolve(std::slice::from_ref(&fire)).await;
     assert_eq!(description_of(&resolved[0]), (new, "held".to_string()));

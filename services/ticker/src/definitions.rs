@@ -25,6 +25,7 @@ use jetcron_core::job::{parse_job_with, JobSpec};
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_core::subjects;
 use jetcron_io::retry::LogLimiter;
+use serde_json::value::RawValue;
 use tracing::{debug, warn};
 
 use crate::plan::Fire;
@@ -39,16 +40,26 @@ const READS_IN_FLIGHT: usize = 64;
 #[derive(Debug, Clone)]
 pub enum Resolved {
     /// The definition at `revision` (the fire's own, or the key's current
-    /// one when the fire's revision left the bucket's history).
-    Definition { revision: u64, spec: Arc<JobSpec> },
+    /// one when the fire's revision left the bucket's history), encoded.
+    Definition { revision: u64, spec: EncodedSpec },
     /// The key holds no job any more: the fire has nothing to run.
     Gone,
     /// The bucket did not answer: offer the fire again later.
     Unreadable,
 }
 
+/// A job's definition as its due events carry it: the JSON of its
+/// [`JobSpec`], encoded once and copied verbatim into every due event.
+pub type EncodedSpec = Arc<RawValue>;
+
+/// `spec` encoded for due events; `None` when it cannot be (a spec is plain
+/// strings, numbers and maps: not expected).
+pub fn encode(spec: &JobSpec) -> Option<EncodedSpec> {
+    serde_json::value::to_raw_value(spec).ok().map(Arc::from)
+}
+
 pub struct Definitions {
-    hot: HashMap<Arc<str>, (u64, Arc<JobSpec>)>,
+    hot: HashMap<Arc<str>, (u64, EncodedSpec)>,
     bucket_stream: Stream,
     keep_for: chrono::Duration,
     /// Parses a read-back definition's line (shared with the watch).
@@ -73,21 +84,20 @@ impl Definitions {
         next_fire.is_some_and(|at| at - now <= self.keep_for)
     }
 
-    /// Keep `spec` (at `revision`) when the job fires again within the
+    /// Keep `spec` (at `revision`, encoded) when the job fires again within the
     /// keeping time, else let it go.
     pub fn keep_if_soon(
         &mut self,
         id: &Arc<str>,
         revision: u64,
-        spec: Arc<JobSpec>,
+        spec: &JobSpec,
         next_fire: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
-        if self.soon(next_fire, now) {
-            self.hot.insert(Arc::clone(id), (revision, spec));
-        } else {
-            self.hot.remove(id);
-        }
+        match encode(spec).filter(|_| self.soon(next_fire, now)) {
+            Some(encoded) => self.hot.insert(Arc::clone(id), (revision, encoded)),
+            None => self.hot.remove(id),
+        };
     }
 
     /// After a fire of `fire` resolved to `resolved`: keep its definition
@@ -245,9 +255,9 @@ async fn read_back(stream: &Stream, lines: &SharedLines, fire: &Fire) -> Resolve
 
 fn definition_of(id: &str, revision: u64, payload: &[u8], lines: &SharedLines) -> Resolved {
     match parse_job_with(payload, Some(id), &mut |line| lines.parse(line)) {
-        Ok(job) => Resolved::Definition {
-            revision,
-            spec: Arc::new(job.spec),
+        Ok(job) => match encode(&job.spec) {
+            Some(spec) => Resolved::Definition { revision, spec },
+            None => Resolved::Gone,
         },
         // The watch replaces an invalid value with "no job" too.
         Err(_) => Resolved::Gone,

@@ -504,7 +504,7 @@ fn on_job(
                 plan.upsert(Arc::clone(&held), written_at, now);
                 plan.get(id).and_then(|planned| planned.next_fire())
             });
-            definitions.keep_if_soon(&held.id, revision, Arc::new(job.spec), next_fire, now);
+            definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
         }
         JobChange::Removed { job_id } => {
             revoker.revoke(&job_id, "job deleted before this fire", now);

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use futures::StreamExt as _;
-use jetcron_core::events::{DueEventRef, RunId, Trigger};
+use jetcron_core::events::{DueEventRef, JobRef, RunId, Trigger};
 use jetcron_io::due;
 use tracing::debug;
 
@@ -51,7 +51,7 @@ pub async fn send_batch(
             trigger: Trigger::Schedule,
             pool: &fire.job.pool,
             job_revision: *revision,
-            job: spec,
+            job: JobRef::Encoded(spec),
             shard: None,
             parent: None,
         };
