@@ -26,14 +26,14 @@ use tracing::{error, info, warn};
 use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs, TickerArgs};
 use services::{Services, Stage};
 
-/// mimalloc, not glibc's malloc: an executor at 10,000 runs/s spent about a
-/// quarter of its CPU in glibc's allocator (`_int_malloc`, `unlink_chunk`,
-/// `malloc_consolidate`; perf, docs/benchmarks.md).
+/// mimalloc ([`jetcron_allocator`] says why, and how long it keeps freed
+/// memory).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: jetcron_allocator::MiMalloc = jetcron_allocator::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    jetcron_allocator::keep_freed_memory();
     let cli = Cli::parse();
     telemetry::init(cli.common.log_format);
     match run(cli).await {

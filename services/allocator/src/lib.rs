@@ -1,0 +1,72 @@
+//! The allocator of the `jetcron` binary, and how long it keeps freed memory.
+//!
+//! mimalloc, not glibc's malloc: an executor at 10,000 runs/s spent about a
+//! quarter of its CPU in glibc's allocator (`_int_malloc`, `unlink_chunk`,
+//! `malloc_consolidate`; perf, docs/benchmarks.md).
+//!
+//! mimalloc gives memory freed by a thread back to the OS 1,000 ms later
+//! (its `purge_delay`). jetcron works in bursts a second apart (every job due
+//! at the same whole second): the memory one second's calls freed was given
+//! back just as the next second's calls needed it, and each burst paid
+//! page faults for it (perf of an executor at 1,000 calls a second:
+//! `exc_page_fault` under `mi_page_free_list_extend` in the burst's
+//! samples). [`keep_freed_memory`] keeps it a few bursts longer.
+//!
+//! This is the workspace's only crate with `unsafe`: one call into
+//! mimalloc's C API, which has no safe wrapper.
+
+pub use mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay` of mimalloc's `mi_option_t` (v2 and v3):
+/// libmimalloc-sys does not name it. A test pins it by its default.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long freed memory stays with the process before it goes back to the
+/// OS: longer than the second between two bursts, short enough that a
+/// load's peak is given back soon after.
+pub const KEEP_FREED_MS: i64 = 5_000;
+
+/// Keep freed memory [`KEEP_FREED_MS`], unless `MIMALLOC_PURGE_DELAY` in
+/// the environment says otherwise (mimalloc read it at start).
+pub fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    set_purge_delay(KEEP_FREED_MS);
+}
+
+fn set_purge_delay(ms: i64) {
+    // SAFETY: `mi_option_set` stores a number in mimalloc's option table;
+    // any thread may call it at any time (it is an atomic store).
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_option_set(PURGE_DELAY, ms as _)
+    };
+}
+
+/// How long mimalloc keeps freed memory now, in milliseconds.
+pub fn purge_delay() -> i64 {
+    // SAFETY: reads mimalloc's option table; callable from any thread.
+    #[allow(unsafe_code)]
+    let ms = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
+    // `c_long` is `i64` on 64-bit Linux, not everywhere.
+    #[allow(clippy::useless_conversion)]
+    i64::from(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// mimalloc's purge delay is 1,000 ms unless set: that default pins
+    /// the option's number (another option would not read 1,000), and
+    /// setting it is read back.
+    #[test]
+    fn the_purge_delay_is_the_option_set() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(purge_delay(), 1_000, "option 15 is not the purge delay");
+        }
+        set_purge_delay(KEEP_FREED_MS);
+        assert_eq!(purge_delay(), KEEP_FREED_MS);
+    }
+}
