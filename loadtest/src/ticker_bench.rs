@@ -346,10 +346,12 @@ async fn capacity(
             if s.kept_up() { "yes" } else { "no" }
         );
     }
+    // The load kept up with, not what was stored in its window: a window
+    // may also hold fires caught up from before it.
     let best = steps
         .iter()
         .filter(|s| s.kept_up())
-        .map(|s| s.stored_per_second)
+        .map(|s| s.offered as f64)
         .fold(0.0, f64::max);
     println!();
     println!("| measure | value |");
