@@ -277,6 +277,8 @@ pub async fn run(
         .calls_client
         .clone()
         .unwrap_or_else(|| client.clone());
+    let kill_markers =
+        kill_markers::KillMarkers::keeping_for(config.topology.running_max_age, clock.clone());
     let ctx = Arc::new(ExecutorContext {
         config,
         nats: client.clone(),
@@ -289,7 +291,7 @@ pub async fn run(
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
         clock,
-        kill_markers: Default::default(),
+        kill_markers,
         completions: Default::default(),
         instant_calls,
     });
