@@ -32,6 +32,16 @@ fn request(urls: &str, subject: &str, body: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The first answer of `url` (a probe), waiting up to 20 s for one.
+async fn first_answer(url: &str, when: &str) -> (u16, serde_json::Value) {
+    wait_until(
+        &format!("{url} answering {when}"),
+        Duration::from_secs(20),
+        || http_status(url),
+    )
+    .await
+}
+
 /// Status and JSON body of a GET, `None` while nothing answers.
 async fn http_status(url: &str) -> Option<(u16, serde_json::Value)> {
     let response = jetcron_testkit::reqwest::get(url).await.ok()?;
@@ -123,15 +133,7 @@ async fn processes_started_with_an_electing_cluster_converge_and_say_ready() {
         JetcronProcess::start(jetcron(), &["projector"], &env),
     ];
     let readyz = format!("http://{http_addr}/readyz");
-    let (status, body) = wait_until(
-        "/readyz answering while the cluster elects",
-        Duration::from_secs(20),
-        || {
-            let readyz = readyz.clone();
-            async move { http_status(&readyz).await }
-        },
-    )
-    .await;
+    let (status, body) = first_answer(&readyz, "while the cluster elects").await;
     assert_eq!(status, 503, "{body}");
     assert!(
         body["services"]["gateway"]
@@ -246,15 +248,7 @@ async fn a_process_that_cannot_reach_nats_names_every_service_it_waits_for() {
         &env,
     );
     let readyz = format!("http://{metrics_addr}/readyz");
-    let (status, body) = wait_until(
-        "/readyz answering without NATS",
-        Duration::from_secs(20),
-        || {
-            let readyz = readyz.clone();
-            async move { http_status(&readyz).await }
-        },
-    )
-    .await;
+    let (status, body) = first_answer(&readyz, "without NATS").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["ok"], false, "{body}");
     // The very first answer already lists all four, none ready: a probe
