@@ -45,7 +45,8 @@ fn set_purge_delay(ms: i64) {
 }
 
 /// How long mimalloc keeps freed memory now, in milliseconds.
-pub fn purge_delay() -> i64 {
+#[cfg(test)]
+fn purge_delay() -> i64 {
     // SAFETY: reads mimalloc's option table; callable from any thread.
     #[allow(unsafe_code)]
     let ms = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };

@@ -60,15 +60,6 @@ impl KillMarkers {
         }
     }
 
-    /// Markers held in memory.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn add(&self, run_id: &str, marker: KillMarker) {
         self.lock().insert(run_id.to_string(), marker);
         if self.added.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
@@ -184,7 +175,7 @@ mod tests {
             let id = format!("run-{i}");
             markers.add(&id, marker(&id, clock.now().timestamp_millis()));
         }
-        assert_eq!(markers.len(), PRUNE_EVERY as usize - 1);
+        assert_eq!(markers.lock().len(), PRUNE_EVERY as usize - 1);
         markers.synced();
         assert!(
             matches!(markers.known("old"), Some(None)),

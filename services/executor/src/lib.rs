@@ -202,7 +202,11 @@ pub async fn run(
     }
     let wanted = &config.topology;
     let tjs = topology::context(client.clone());
-    let mut converging = topology::Converging::start("executor", &config.readiness, &shutdown);
+    let mut converging = topology::Converging::start(
+        jetcron_io::readiness::EXECUTOR,
+        &config.readiness,
+        &shutdown,
+    );
     let Some(stream) = converging
         .ensure(|| topology::ensure_due_stream(&tjs, wanted))
         .await?

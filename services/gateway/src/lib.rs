@@ -114,7 +114,11 @@ pub async fn run(
     let wanted = &config.topology;
     let tjs = topology::context(client.clone());
     let ensured = async {
-        let mut converging = topology::Converging::start("gateway", &config.readiness, &shutdown);
+        let mut converging = topology::Converging::start(
+            jetcron_io::readiness::GATEWAY,
+            &config.readiness,
+            &shutdown,
+        );
         let Some(bucket) = converging
             .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
             .await?

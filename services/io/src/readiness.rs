@@ -11,6 +11,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+/// The names the services report readiness under: each service's own
+/// topology step and the process that names them before they begin
+/// (`jetcron`) must agree, or `/readyz` would wait for a name nobody readies.
+pub const GATEWAY: &str = "gateway";
+pub const PROJECTOR: &str = "projector";
+pub const EXECUTOR: &str = "executor";
+pub const TICKER: &str = "ticker";
+
 /// The state of one service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServiceState {

@@ -106,12 +106,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// The services `command` runs, by the names they report readiness under.
 fn services_of(command: &Command) -> &'static [&'static str] {
+    use jetcron_io::readiness::{EXECUTOR, GATEWAY, PROJECTOR, TICKER};
     match command {
-        Command::Ticker(_) => &["ticker"],
-        Command::Executor(_) => &["executor"],
-        Command::Projector(_) => &["projector"],
-        Command::Gateway(_) => &["gateway"],
-        Command::All(_) => &["gateway", "projector", "executor", "ticker"],
+        Command::Ticker(_) => &[TICKER],
+        Command::Executor(_) => &[EXECUTOR],
+        Command::Projector(_) => &[PROJECTOR],
+        Command::Gateway(_) => &[GATEWAY],
+        Command::All(_) => &[GATEWAY, PROJECTOR, EXECUTOR, TICKER],
         Command::Req(_) | Command::Migrate(_) => &[],
     }
 }

@@ -100,7 +100,11 @@ pub async fn run_counted(
     let js = jetstream::new(client);
     let wanted = &config.topology;
     let tjs = topology::context(js.client());
-    let mut converging = topology::Converging::start("projector", &config.readiness, &shutdown);
+    let mut converging = topology::Converging::start(
+        jetcron_io::readiness::PROJECTOR,
+        &config.readiness,
+        &shutdown,
+    );
     let Some(stream) = converging
         .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
         .await?

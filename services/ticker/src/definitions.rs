@@ -94,7 +94,9 @@ impl Definitions {
         next_fire: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) {
-        match encode(spec).filter(|_| self.soon(next_fire, now)) {
+        // Encoded only when kept: a cold start sees a million definitions
+        // and keeps few of them.
+        match self.soon(next_fire, now).then(|| encode(spec)).flatten() {
             Some(encoded) => self.hot.insert(Arc::clone(id), (revision, encoded)),
             None => self.hot.remove(id),
         };

@@ -139,7 +139,8 @@ pub async fn run(
     let tjs = topology::context(client.clone());
     let js = async_nats::jetstream::new(client);
     let wanted = &config.topology;
-    let mut converging = topology::Converging::start("ticker", &config.readiness, &shutdown);
+    let mut converging =
+        topology::Converging::start(jetcron_io::readiness::TICKER, &config.readiness, &shutdown);
     let Some(jobs) = converging
         .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
         .await?

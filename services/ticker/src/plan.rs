@@ -41,8 +41,6 @@ pub struct PlannedJob {
     pub paused_since: Option<DateTime<Utc>>,
     /// (publish instant, scheduled time) of its queued or in-flight fires.
     fires: JobFires,
-    /// Where the plan keeps it; the key of its fires in the shard-wide sets.
-    slot: Slot,
 }
 
 impl PlannedJob {
@@ -101,12 +99,15 @@ impl FirePlan {
 
     /// Hold `planned` under `id` (which the plan must not hold), in a free
     /// slot or a new one.
-    fn insert(&mut self, id: Arc<str>, mut planned: PlannedJob) {
+    fn insert(&mut self, id: Arc<str>, planned: PlannedJob) {
+        debug_assert!(
+            !self.jobs.contains_key(&id),
+            "{id} is held: remove it first"
+        );
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             Slot::try_from(self.slots.len() - 1).expect("fewer than 2^32 jobs in a shard")
         });
-        planned.slot = slot;
         self.slots[slot as usize] = Some(planned);
         self.jobs.insert(id, slot);
     }
@@ -264,7 +265,6 @@ impl FirePlan {
                 last_planned: None,
                 paused_since: Some(since),
                 fires: JobFires::new(),
-                slot: 0,
             },
         );
     }
@@ -296,7 +296,6 @@ impl FirePlan {
                 last_planned,
                 paused_since: None,
                 fires: JobFires::new(),
-                slot: 0,
             },
         );
         for t in catch_up.into_iter().chain(next) {
