@@ -144,7 +144,16 @@ async fn run_attempt(
                 format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
-            finish(ctx, &publisher, &message, event, AckKind::Term, None, None).await;
+            Box::pin(finish(
+                ctx,
+                &publisher,
+                &message,
+                event,
+                AckKind::Term,
+                None,
+                None,
+            ))
+            .await;
             return;
         }
     };
@@ -163,14 +172,14 @@ async fn run_attempt(
         slot => slot,
     };
     if job.shards > 1 && due.shard.is_none() {
-        match fanout::split(ctx, &due, job.shards).await {
+        match Box::pin(fanout::split(ctx, &due, job.shards)).await {
             Ok(()) => {
                 info!(shards = job.shards, "fire split into shards");
                 ack(&message, AckKind::Ack).await;
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot split fire into shards, handing it back");
-                hand_back(&message).await;
+                Box::pin(hand_back(&message)).await;
             }
         }
         return;
@@ -184,7 +193,16 @@ async fn run_attempt(
                 "shard {index} is out of range for {} shards",
                 job.shards
             ));
-            finish(ctx, &publisher, &message, event, AckKind::Term, None, None).await;
+            Box::pin(finish(
+                ctx,
+                &publisher,
+                &message,
+                event,
+                AckKind::Term,
+                None,
+                None,
+            ))
+            .await;
             return;
         }
     }
@@ -204,13 +222,13 @@ async fn run_attempt(
             } else {
                 AckKind::Term
             };
-            finish(ctx, &publisher, &message, event, settle, None, None).await;
+            Box::pin(finish(ctx, &publisher, &message, event, settle, None, None)).await;
             return;
         }
         Ok(recorded) => recorded.budget,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
-            hand_back(&message).await;
+            Box::pin(hand_back(&message)).await;
             return;
         }
     };
@@ -235,15 +253,20 @@ async fn run_attempt(
     // others look at `JETCRON_RUNS`.
     if attempt > 1
         && job.concurrency == ConcurrencyPolicy::Allow
-        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at))
-            .await
-            .settled()
+        && Box::pin(ended_already(
+            ctx,
+            &message,
+            &due,
+            Since::Time(due.scheduled_at),
+        ))
+        .await
+        .settled()
     {
         return;
     }
     if let Some(why) = exhausted {
         let event = refuse(why);
-        finish(
+        Box::pin(finish(
             ctx,
             &publisher,
             &message,
@@ -251,7 +274,7 @@ async fn run_attempt(
             AckKind::Term,
             notify_of(&job.spec),
             None,
-        )
+        ))
         .await;
         return;
     }
@@ -340,7 +363,7 @@ async fn run_attempt(
                 }
                 let mut claim = match job.concurrency {
                     ConcurrencyPolicy::Allow => None,
-                    policy => match take_claim(&view, policy).await {
+                    policy => match Box::pin(take_claim(&view, policy)).await {
                         Some(claim) => Some(claim),
                         None => return,
                     },
@@ -392,7 +415,7 @@ async fn run_attempt(
                     ending = &mut supervised => (ending, false),
                     _ = tokio::time::sleep(*after) => {
                         info!(after_ms = after.as_millis() as u64, "attempt running long, alerting");
-                        if let Err(e) = notify::enqueue_long_running(&ctx.js, notify, job.spec.schedule_line(), started, false).await {
+                        if let Err(e) = Box::pin(notify::enqueue_long_running(&ctx.js, notify, job.spec.schedule_line(), started, false)).await {
                             warn!(error = %format!("{e:#}"), "cannot queue the long-running alert");
                         }
                         (supervised.await, true)
@@ -420,9 +443,14 @@ async fn run_attempt(
     drop(store_started);
     settle(&view, &ledger, budget, started_at, ending, claim).await;
     if let (true, Some((notify, _, started))) = (alarmed, &alarm) {
-        if let Err(e) =
-            notify::enqueue_long_running(&ctx.js, notify, job.spec.schedule_line(), started, true)
-                .await
+        if let Err(e) = Box::pin(notify::enqueue_long_running(
+            &ctx.js,
+            notify,
+            job.spec.schedule_line(),
+            started,
+            true,
+        ))
+        .await
         {
             warn!(error = %format!("{e:#}"), "cannot queue the end of a long-running alert");
         }
@@ -516,10 +544,17 @@ where
     match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
         Ok(Ok(stored)) if stored.duplicate => {
             // Another delivery started this very attempt: it ran, or runs now.
-            match ended_already(ctx, message, due, Since::Sequence(stored.sequence)).await {
+            match Box::pin(ended_already(
+                ctx,
+                message,
+                due,
+                Since::Sequence(stored.sequence),
+            ))
+            .await
+            {
                 RunEnd::NotYet => {
                     info!("another delivery started this attempt, handing this one back");
-                    hand_back(message).await;
+                    Box::pin(hand_back(message)).await;
                 }
                 RunEnd::Ended => release(claim.take()).await,
                 RunEnd::Unknown => {}
@@ -529,7 +564,7 @@ where
         Ok(Ok(_)) => Some(true),
         Ok(Err(e)) => {
             warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
-            hand_back(message).await;
+            Box::pin(hand_back(message)).await;
             None
         }
         Err(_) => {
@@ -561,11 +596,14 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
     let max_attempts = job.max_attempts;
     let mut checked = false;
     loop {
-        let overlap = claims::claim_for_run(ctx, message, job, due, number, policy, checked).await;
+        let overlap = Box::pin(claims::claim_for_run(
+            ctx, message, job, due, number, policy, checked,
+        ))
+        .await;
         let claim = match overlap {
             Ok(Overlap::Claimed(handle)) => *handle,
             Ok(Overlap::Uncertain) => {
-                if ran_elsewhere(ctx, message, due).await != Elsewhere::No {
+                if Box::pin(ran_elsewhere(ctx, message, due)).await != Elsewhere::No {
                     return None;
                 }
                 checked = true;
@@ -585,21 +623,30 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
                     format!("run {holder} of this job is still going (concurrency: forbid)"),
                     max_attempts,
                 );
-                finish(ctx, publisher, message, event, AckKind::Ack, None, None).await;
+                Box::pin(finish(
+                    ctx,
+                    publisher,
+                    message,
+                    event,
+                    AckKind::Ack,
+                    None,
+                    None,
+                ))
+                .await;
                 return None;
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
-                hand_back(message).await;
+                Box::pin(hand_back(message)).await;
                 return None;
             }
         };
         if claim.after_other_delivery() {
-            match ran_elsewhere(ctx, message, due).await {
+            match Box::pin(ran_elsewhere(ctx, message, due)).await {
                 Elsewhere::No => {}
                 // Its outcome is stored: the claim can say so.
                 Elsewhere::Ended => {
-                    claim.release().await;
+                    Box::pin(claim.release()).await;
                     return None;
                 }
                 // The claim stays as it is, for the delivery that refreshes it.
@@ -621,10 +668,11 @@ async fn killed_before_start(
     job: &ValidJob,
     publisher: &RunEventPublisher,
 ) -> bool {
-    match ctx
-        .kill_markers
-        .requested(&ctx.running, due.run_id.as_str())
-        .await
+    match Box::pin(
+        ctx.kill_markers
+            .requested(&ctx.running, due.run_id.as_str()),
+    )
+    .await
     {
         Ok(None) => false,
         Ok(Some(marker)) => {
@@ -635,7 +683,7 @@ async fn killed_before_start(
                 format!("killed: {}", marker.reason),
                 job.max_attempts,
             );
-            finish(
+            Box::pin(finish(
                 ctx,
                 publisher,
                 message,
@@ -643,18 +691,23 @@ async fn killed_before_start(
                 AckKind::Term,
                 notify_of(&job.spec),
                 None,
-            )
+            ))
             .await;
             if job.concurrency != ConcurrencyPolicy::Allow {
                 // A run killed while it waited for a retry still held the claim.
                 let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
-                claims::release_if_held_by(&ctx.running, &key, due.run_id.as_str()).await;
+                Box::pin(claims::release_if_held_by(
+                    &ctx.running,
+                    &key,
+                    due.run_id.as_str(),
+                ))
+                .await;
             }
             true
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
-            hand_back(message).await;
+            Box::pin(hand_back(message)).await;
             true
         }
     }
@@ -674,14 +727,21 @@ enum Elsewhere {
 }
 
 async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent) -> Elsewhere {
-    match ended_already(ctx, message, due, Since::Time(due.scheduled_at)).await {
+    match Box::pin(ended_already(
+        ctx,
+        message,
+        due,
+        Since::Time(due.scheduled_at),
+    ))
+    .await
+    {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
         RunEnd::Unknown => return Elsewhere::Maybe,
     }
     if claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting {
         info!("another delivery of this run calls its target or records it, handing this one back");
-        hand_back(message).await;
+        Box::pin(hand_back(message)).await;
         return Elsewhere::Maybe;
     }
     Elsewhere::No
@@ -730,10 +790,10 @@ async fn supervise(
                 ack(message, AckKind::Progress).await;
                 if let Some(claim) = claim.as_deref_mut() {
                     let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
-                    if !claim.extend(until).await {
+                    if !Box::pin(claim.extend(until)).await {
                         // Another run holds the job now (a `replace` fire that
                         // did not reach us with its kill): stop, never overlap.
-                        if let Some(holder) = claim.taken_over_by().await {
+                        if let Some(holder) = Box::pin(claim.taken_over_by()).await {
                             return Ending::Killed(format!(
                                 "replaced by run {holder} (concurrency: replace)"
                             ));
@@ -791,7 +851,7 @@ async fn settle(
             }
         }
         // A redelivery of this message (its term lost) must not run again.
-        Some(LedgerWrite::LastFailure(n)) => ledger.record_last_failure(n).await,
+        Some(LedgerWrite::LastFailure(n)) => Box::pin(ledger.record_last_failure(n)).await,
         None => {}
     }
     let mut event = publisher.outcome(
@@ -820,19 +880,18 @@ async fn settle(
     let called = decision.called_and_over.map(|failed| (ledger, failed));
     finish(ctx, publisher, message, event, settle, notify, called).await;
     match (decision.claim, claim) {
-        (ClaimStep::Release, Some(claim)) => claim.release().await,
+        (ClaimStep::Release, Some(claim)) => Box::pin(claim.release()).await,
         // Hold the claim through the wait: the run is not over.
         (ClaimStep::HoldForRetry, Some(mut claim)) => {
             if let Some(retry_at) = retry_at {
-                claim
-                    .extend(retry_at + claims::claim_ttl(ctx.config.progress_interval))
+                Box::pin(claim.extend(retry_at + claims::claim_ttl(ctx.config.progress_interval)))
                     .await;
             }
         }
         _ => {}
     }
     if decision.forget_ledger {
-        ledger.forget().await;
+        Box::pin(ledger.forget()).await;
     }
 }
 
@@ -858,7 +917,7 @@ fn log_decision(decision: &Decision, outcome: &Outcome) {
 
 async fn release(claim: Option<ClaimHandle>) {
     if let Some(claim) = claim {
-        claim.release().await;
+        Box::pin(claim.release()).await;
     }
 }
 
@@ -895,13 +954,13 @@ async fn finish(
     };
     if let Err(e) = stored {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
-        hand_back(message).await;
+        Box::pin(hand_back(message)).await;
         return;
     }
     if let Some((notify, schedule)) = notify {
-        if let Err(e) = notify::enqueue(&ctx.js, notify, schedule, &event).await {
+        if let Err(e) = Box::pin(notify::enqueue(&ctx.js, notify, schedule, &event)).await {
             warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
-            hand_back(message).await;
+            Box::pin(hand_back(message)).await;
             return;
         }
     }
@@ -923,13 +982,22 @@ async fn hand_back(message: &Message) {
     ack(message, AckKind::Nak(Some(tries::handback_delay(delivery)))).await;
 }
 
-/// Settle `message`, waiting for the server's confirmation and retrying
-/// while it does not come (the consumer's leader is being elected: the ack
-/// must reach the next one, or the message is handed out again and its
-/// target called twice). Progress acks are sent once, unconfirmed.
+/// Settle `message`. A nak or term waits for the server's confirmation and
+/// is retried while it does not come (the consumer's leader is being
+/// elected): a lost nak would bring the retry back after `ack_wait`
+/// instead of its backoff. An ack and a progress ack are sent once,
+/// unconfirmed: every ack follows a stored outcome (or a run found ended),
+/// so a delivery that comes again because its ack was lost finds the run
+/// ended (its ledger, its claim, `JETCRON_RUNS`, or its `started` already
+/// stored when the delivery count repeats) and is settled without a call.
+/// Confirming each ack cost a reply per run at nats-server and a request
+/// with its inbox, timer and wake in the executor (docs/architecture.md).
 async fn ack(message: &Message, kind: AckKind) {
-    if matches!(kind, AckKind::Progress) {
-        let _ = message.ack_with(kind).await;
+    if matches!(kind, AckKind::Progress | AckKind::Ack) {
+        let sent = message.ack_with(kind).await;
+        if let (Err(e), AckKind::Ack) = (sent, kind) {
+            warn!(error = %e, "cannot send the ack; the message will be handed out again");
+        }
         return;
     }
     let started = std::time::Instant::now();
@@ -1013,7 +1081,7 @@ async fn ended_already(
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot tell whether the run already ended, handing it back");
-            hand_back(message).await;
+            Box::pin(hand_back(message)).await;
             RunEnd::Unknown
         }
     }

@@ -40,7 +40,9 @@ pub enum Acquired {
 
 /// A claim this attempt holds.
 pub struct ClaimHandle {
-    store: kv::Store,
+    /// Boxed: a `kv::Store` is about 1.5 KB, and the handle lives in every
+    /// attempt's task (docs/benchmarks.md, the sixth round).
+    store: Box<kv::Store>,
     key: String,
     revision: u64,
     claim: Claim,
@@ -110,7 +112,7 @@ pub async fn acquire(
         };
         if let Some(revision) = written {
             return Ok(Acquired::Held(Box::new(ClaimHandle {
-                store: store.clone(),
+                store: Box::new(store.clone()),
                 key: key.to_string(),
                 revision,
                 claim,

@@ -24,6 +24,7 @@ mod http_target;
 mod job_management;
 mod job_rejections;
 mod kill_markers;
+mod lost_acks;
 mod manual_runs;
 mod nats_creds;
 mod nats_permissions;

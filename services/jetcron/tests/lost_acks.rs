@@ -1,0 +1,168 @@
+//! The ack of a due event is sent unconfirmed (docs/architecture.md, "What
+//! one run costs"). When it is lost (a consumer leader elected, an executor
+//! gone before the ack left), JetStream hands the message out again after
+//! its run ended: that delivery must settle it without calling the target.
+//! Here the lost ack is made by hand: a copy of a finished run's due event
+//! (same run, stored under another message id) is delivered once and naked
+//! by the test, so an executor meets it as delivery 2 of a run that ended;
+//! and a copy met as delivery 1 repeats the delivery count of the attempt
+//! that ran (consumer state lost in an election).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use futures::StreamExt as _;
+use jetcron_core::events::RunEventKind;
+use jetcron_core::subjects;
+use jetcron_testkit::{test_executor_config, wait_until, Stack, StackOptions};
+
+/// The due event of `job_id`'s pending fire, as stored.
+async fn stored_due_event(stack: &Stack, job_id: &str) -> (String, Vec<u8>) {
+    let stream = stack
+        .js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream");
+    let subject = subjects::due_subject("default", job_id);
+    let message = wait_until("the due event", Duration::from_secs(10), || async {
+        stream.get_last_raw_message_by_subject(&subject).await.ok()
+    })
+    .await;
+    (subject, message.payload.to_vec())
+}
+
+/// Store `payload` again on `subject` under a message id of its own (the
+/// ticker's, the run id, would be dropped as a duplicate).
+async fn store_copy(stack: &Stack, subject: &str, payload: Vec<u8>, msg_id: &str) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", msg_id);
+    stack
+        .js
+        .publish_with_headers(subject.to_string(), headers, payload.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+}
+
+/// Pull the next due event from the executors' consumer and nak it: its
+/// next delivery is number 2.
+async fn deliver_once_and_nak(stack: &Stack) {
+    let stream = stack
+        .js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream");
+    let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .get_consumer(&subjects::executor_consumer("default"))
+        .await
+        .expect("executor consumer");
+    let mut messages = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_secs(5))
+        .messages()
+        .await
+        .expect("fetch");
+    let message = messages
+        .next()
+        .await
+        .expect("a due event")
+        .expect("delivered");
+    message.ack_with(AckKind::Nak(None)).await.expect("nak");
+}
+
+/// Messages the executors' consumer still has to deliver or see settled.
+async fn unsettled(stack: &Stack) -> (u64, usize) {
+    let mut stream = stack
+        .js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream");
+    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .get_consumer(&subjects::executor_consumer("default"))
+        .await
+        .expect("executor consumer");
+    let _ = stream.info().await;
+    let info = consumer.info().await.expect("consumer info");
+    (info.num_pending, info.num_ack_pending)
+}
+
+fn calls(marks: &std::path::Path) -> usize {
+    std::fs::read_to_string(marks)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[tokio::test]
+async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_call() {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("marks dir");
+    let marks = dir.path().join("calls");
+    let job = format!(
+        r#"{{"id":"once","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
+        marks.display()
+    );
+    let (reply, code) = stack.api_put(&job).await;
+    assert_eq!(code, None, "{reply}");
+    let run_id = stack.trigger("once").await;
+    let (subject, payload) = stored_due_event(&stack, "once").await;
+
+    let executor = stack
+        .spawn_executor(test_executor_config("first", true))
+        .await;
+    wait_until("the run succeeded", Duration::from_secs(20), || async {
+        stack
+            .events_of_run("once", &run_id)
+            .await
+            .iter()
+            .any(|e| e.kind == RunEventKind::Succeeded)
+            .then_some(())
+    })
+    .await;
+    executor.cancel();
+    assert_eq!(calls(&marks), 1);
+
+    // Delivery 2 of the ended run (its ack lost): settled by its outcome in
+    // JETCRON_RUNS.
+    store_copy(&stack, &subject, payload.clone(), "copy-1").await;
+    deliver_once_and_nak(&stack).await;
+    // Delivery 1 again (the consumer forgot it): its `started` is stored.
+    store_copy(&stack, &subject, payload, "copy-2").await;
+
+    let _second = stack
+        .spawn_executor(test_executor_config("second", true))
+        .await;
+    wait_until("both copies settled", Duration::from_secs(20), || async {
+        (unsettled(&stack).await == (0, 0)).then_some(())
+    })
+    .await;
+    // Settled, not run: one call, one start, one outcome.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(calls(&marks), 1, "the target was called again");
+    let events = stack.events_of_run("once", &run_id).await;
+    let kinds: Vec<RunEventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == RunEventKind::Started)
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == RunEventKind::Succeeded)
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    stack.stop().await;
+}
