@@ -450,7 +450,15 @@ impl RunEvent {
         attempt: u32,
         kind: RunEventKind,
     ) -> String {
-        format!("{}:{attempt}:{}", due_msg_id(run_id, shard), kind.as_str())
+        use std::fmt::Write as _;
+        // One allocation: this runs for every run event.
+        let mut id = String::with_capacity(run_id.0.len() + 24);
+        id.push_str(&run_id.0);
+        if let Some(k) = shard {
+            let _ = write!(id, "/{k}");
+        }
+        let _ = write!(id, ":{attempt}:{}", kind.as_str());
+        id
     }
 }
 
@@ -458,6 +466,21 @@ impl RunEvent {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn an_event_id_is_the_due_message_id_then_attempt_and_step() {
+        let t = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 2)
+            .single()
+            .expect("instant");
+        let run = RunId::for_fire("hello", t);
+        for shard in [None, Some(3)] {
+            assert_eq!(
+                RunEvent::event_id_for(&run, shard, 2, RunEventKind::Started),
+                format!("{}:2:started", due_msg_id(&run, shard))
+            );
+        }
+    }
 
     #[test]
     fn run_ids_are_stable_and_distinct() {

@@ -10,6 +10,12 @@
 //! lost with a crashed executor shows as its own attempt; what counts against
 //! `max_attempts` is the retry budget of [`crate::tries`], in which only
 //! attempts that failed or timed out count.
+//!
+//! Steps a usual run does not take (claims, kill-request reads, hand-backs,
+//! notifications, refusals) are awaited through `Box::pin`: an attempt's
+//! future is as large as its deepest step, and at 10,000 runs a second the
+//! copies of a 24 KB future showed in the profile (docs/benchmarks.md,
+//! issue 16's sixth round).
 
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::{DateTime, Utc};
@@ -98,6 +104,27 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
         .await;
 }
 
+/// Record why a delivery is not run and end it for good (term, no
+/// notification). Boxed like every step a usual run does not take, so that
+/// an attempt's future stays small.
+async fn refuse_for_good(
+    ctx: &ExecutorContext,
+    publisher: &RunEventPublisher,
+    message: &Message,
+    event: RunEvent,
+) {
+    Box::pin(finish(
+        ctx,
+        publisher,
+        message,
+        event,
+        AckKind::Term,
+        None,
+        None,
+    ))
+    .await;
+}
+
 /// A due event can come from anyone allowed to publish on `jetcron.due.>`:
 /// check what the executor relies on before running anything.
 fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
@@ -144,16 +171,7 @@ async fn run_attempt(
                 format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
-            Box::pin(finish(
-                ctx,
-                &publisher,
-                &message,
-                event,
-                AckKind::Term,
-                None,
-                None,
-            ))
-            .await;
+            refuse_for_good(ctx, &publisher, &message, event).await;
             return;
         }
     };
@@ -193,16 +211,7 @@ async fn run_attempt(
                 "shard {index} is out of range for {} shards",
                 job.shards
             ));
-            Box::pin(finish(
-                ctx,
-                &publisher,
-                &message,
-                event,
-                AckKind::Term,
-                None,
-                None,
-            ))
-            .await;
+            refuse_for_good(ctx, &publisher, &message, event).await;
             return;
         }
     }

@@ -259,7 +259,12 @@ fn definition_of(id: &str, revision: u64, payload: &[u8], lines: &SharedLines) -
     match parse_job_with(payload, Some(id), &mut |line| lines.parse(line)) {
         Ok(job) => match encode(&job.spec) {
             Some(spec) => Resolved::Definition { revision, spec },
-            None => Resolved::Gone,
+            None => {
+                // Not expected (a spec is strings, numbers and maps); said
+                // aloud, since the fire is dropped.
+                warn!(job_id = %id, revision, "definition cannot be encoded, fire dropped");
+                Resolved::Gone
+            }
         },
         // The watch replaces an invalid value with "no job" too.
         Err(_) => Resolved::Gone,
