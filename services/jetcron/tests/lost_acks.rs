@@ -72,18 +72,29 @@ async fn deliver_once_and_nak(stack: &Stack) {
     message.ack_with(AckKind::Nak(None)).await.expect("nak");
 }
 
-/// Messages the executors' consumer still has to deliver or see settled.
-async fn unsettled(stack: &Stack) -> (u64, usize) {
-    let mut stream = stack
+/// Pull requests waiting at the executors' consumer.
+async fn waiting_pulls(stack: &Stack) -> usize {
+    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stack
         .js
         .get_stream(subjects::DUE_STREAM)
         .await
-        .expect("due stream");
-    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .expect("due stream")
         .get_consumer(&subjects::executor_consumer("default"))
         .await
         .expect("executor consumer");
-    let _ = stream.info().await;
+    consumer.info().await.expect("consumer info").num_waiting
+}
+
+/// Messages the executors' consumer still has to deliver or see settled.
+async fn unsettled(stack: &Stack) -> (u64, usize) {
+    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stack
+        .js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream")
+        .get_consumer(&subjects::executor_consumer("default"))
+        .await
+        .expect("executor consumer");
     let info = consumer.info().await.expect("consumer info");
     (info.num_pending, info.num_ack_pending)
 }
@@ -128,6 +139,11 @@ async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_c
     .await;
     executor.cancel();
     assert_eq!(calls(&marks), 1);
+    // Its pull requests must be gone, or one could take the copy below.
+    wait_until("no executor pulls", Duration::from_secs(20), || async {
+        (waiting_pulls(&stack).await == 0).then_some(())
+    })
+    .await;
 
     // Delivery 2 of the ended run (its ack lost): settled by its outcome in
     // JETCRON_RUNS.
@@ -143,8 +159,8 @@ async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_c
         (unsettled(&stack).await == (0, 0)).then_some(())
     })
     .await;
-    // Settled, not run: one call, one start, one outcome.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled, not run (a call would come before its ack): one call, one
+    // start, one outcome.
     assert_eq!(calls(&marks), 1, "the target was called again");
     let events = stack.events_of_run("once", &run_id).await;
     let kinds: Vec<RunEventKind> = events.iter().map(|e| e.kind).collect();
