@@ -136,9 +136,17 @@ impl DueEvent {
 
 /// `Nats-Msg-Id` of a due event: `<run_id>` or `<run_id>/<shard>`.
 pub fn due_msg_id(run_id: &RunId, shard: Option<u32>) -> String {
-    match shard {
-        None => run_id.0.clone(),
-        Some(k) => format!("{run_id}/{k}"),
+    let mut id = String::with_capacity(run_id.0.len() + 4);
+    push_due_msg_id(&mut id, run_id, shard);
+    id
+}
+
+/// Append [`due_msg_id`] to `out` (run event ids start with it).
+fn push_due_msg_id(out: &mut String, run_id: &RunId, shard: Option<u32>) {
+    use std::fmt::Write as _;
+    out.push_str(&run_id.0);
+    if let Some(k) = shard {
+        let _ = write!(out, "/{k}");
     }
 }
 
@@ -453,10 +461,7 @@ impl RunEvent {
         use std::fmt::Write as _;
         // One allocation: this runs for every run event.
         let mut id = String::with_capacity(run_id.0.len() + 24);
-        id.push_str(&run_id.0);
-        if let Some(k) = shard {
-            let _ = write!(id, "/{k}");
-        }
+        push_due_msg_id(&mut id, run_id, shard);
         let _ = write!(id, ":{attempt}:{}", kind.as_str());
         id
     }

@@ -12,10 +12,12 @@
 //! attempts that failed or timed out count.
 //!
 //! Steps a usual run does not take (claims, kill-request reads, hand-backs,
-//! notifications, refusals) are awaited through `Box::pin`: an attempt's
-//! future is as large as its deepest step, and at 10,000 runs a second the
-//! copies of a 24 KB future showed in the profile (docs/benchmarks.md,
-//! issue 16's sixth round).
+//! notifications, refusals) are boxed: an attempt's future is as large as
+//! its deepest step, and at 10,000 runs a second the copies of a 24 KB
+//! future showed in the profile (docs/benchmarks.md, issue 16's sixth
+//! round). A rare step of this module boxes its own I/O (`hand_back`,
+//! `ended_already`, `ran_elsewhere`, `refuse_for_good`), so its callers
+//! await it plainly; steps of other modules are boxed where awaited.
 
 use async_nats::jetstream::{message::AckKind, Message};
 use chrono::{DateTime, Utc};
@@ -104,14 +106,15 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
         .await;
 }
 
-/// Record why a delivery is not run and end it for good (term, no
-/// notification). Boxed like every step a usual run does not take, so that
-/// an attempt's future stays small.
+/// Record why a delivery is not run and end it for good (term), telling
+/// `notify` when given. Boxed like every step a usual run does not take, so
+/// that an attempt's future stays small.
 async fn refuse_for_good(
     ctx: &ExecutorContext,
     publisher: &RunEventPublisher,
     message: &Message,
     event: RunEvent,
+    notify: Option<(&job::NotifyPolicy, &str)>,
 ) {
     Box::pin(finish(
         ctx,
@@ -119,7 +122,7 @@ async fn refuse_for_good(
         message,
         event,
         AckKind::Term,
-        None,
+        notify,
         None,
     ))
     .await;
@@ -171,7 +174,7 @@ async fn run_attempt(
                 format!("invalid job in due event: {}", text.join("; ")),
                 job::DEFAULT_MAX_ATTEMPTS,
             );
-            refuse_for_good(ctx, &publisher, &message, event).await;
+            refuse_for_good(ctx, &publisher, &message, event, None).await;
             return;
         }
     };
@@ -197,7 +200,7 @@ async fn run_attempt(
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot split fire into shards, handing it back");
-                Box::pin(hand_back(&message)).await;
+                hand_back(&message).await;
             }
         }
         return;
@@ -211,7 +214,7 @@ async fn run_attempt(
                 "shard {index} is out of range for {} shards",
                 job.shards
             ));
-            refuse_for_good(ctx, &publisher, &message, event).await;
+            refuse_for_good(ctx, &publisher, &message, event, None).await;
             return;
         }
     }
@@ -237,7 +240,7 @@ async fn run_attempt(
         Ok(recorded) => recorded.budget,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot read the retry budget, handing the run back");
-            Box::pin(hand_back(&message)).await;
+            hand_back(&message).await;
             return;
         }
     };
@@ -262,29 +265,15 @@ async fn run_attempt(
     // others look at `JETCRON_RUNS`.
     if attempt > 1
         && job.concurrency == ConcurrencyPolicy::Allow
-        && Box::pin(ended_already(
-            ctx,
-            &message,
-            &due,
-            Since::Time(due.scheduled_at),
-        ))
-        .await
-        .settled()
+        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at))
+            .await
+            .settled()
     {
         return;
     }
     if let Some(why) = exhausted {
         let event = refuse(why);
-        Box::pin(finish(
-            ctx,
-            &publisher,
-            &message,
-            event,
-            AckKind::Term,
-            notify_of(&job.spec),
-            None,
-        ))
-        .await;
+        refuse_for_good(ctx, &publisher, &message, event, notify_of(&job.spec)).await;
         return;
     }
     // Register before looking for a kill request: a kill sent in between
@@ -553,17 +542,10 @@ where
     match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
         Ok(Ok(stored)) if stored.duplicate => {
             // Another delivery started this very attempt: it ran, or runs now.
-            match Box::pin(ended_already(
-                ctx,
-                message,
-                due,
-                Since::Sequence(stored.sequence),
-            ))
-            .await
-            {
+            match ended_already(ctx, message, due, Since::Sequence(stored.sequence)).await {
                 RunEnd::NotYet => {
                     info!("another delivery started this attempt, handing this one back");
-                    Box::pin(hand_back(message)).await;
+                    hand_back(message).await;
                 }
                 RunEnd::Ended => release(claim.take()).await,
                 RunEnd::Unknown => {}
@@ -573,7 +555,7 @@ where
         Ok(Ok(_)) => Some(true),
         Ok(Err(e)) => {
             warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
-            Box::pin(hand_back(message)).await;
+            hand_back(message).await;
             None
         }
         Err(_) => {
@@ -612,7 +594,7 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
         let claim = match overlap {
             Ok(Overlap::Claimed(handle)) => *handle,
             Ok(Overlap::Uncertain) => {
-                if Box::pin(ran_elsewhere(ctx, message, due)).await != Elsewhere::No {
+                if ran_elsewhere(ctx, message, due).await != Elsewhere::No {
                     return None;
                 }
                 checked = true;
@@ -646,12 +628,12 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
-                Box::pin(hand_back(message)).await;
+                hand_back(message).await;
                 return None;
             }
         };
         if claim.after_other_delivery() {
-            match Box::pin(ran_elsewhere(ctx, message, due)).await {
+            match ran_elsewhere(ctx, message, due).await {
                 Elsewhere::No => {}
                 // Its outcome is stored: the claim can say so.
                 Elsewhere::Ended => {
@@ -692,16 +674,7 @@ async fn killed_before_start(
                 format!("killed: {}", marker.reason),
                 job.max_attempts,
             );
-            Box::pin(finish(
-                ctx,
-                publisher,
-                message,
-                event,
-                AckKind::Term,
-                notify_of(&job.spec),
-                None,
-            ))
-            .await;
+            refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
             if job.concurrency != ConcurrencyPolicy::Allow {
                 // A run killed while it waited for a retry still held the claim.
                 let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
@@ -716,7 +689,7 @@ async fn killed_before_start(
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
-            Box::pin(hand_back(message)).await;
+            hand_back(message).await;
             true
         }
     }
@@ -736,21 +709,15 @@ enum Elsewhere {
 }
 
 async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent) -> Elsewhere {
-    match Box::pin(ended_already(
-        ctx,
-        message,
-        due,
-        Since::Time(due.scheduled_at),
-    ))
-    .await
-    {
+    match ended_already(ctx, message, due, Since::Time(due.scheduled_at)).await {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
         RunEnd::Unknown => return Elsewhere::Maybe,
     }
-    if claims::probe_run(&ctx.nats, due.run_id.as_str()).await != crate::running::Stage::Waiting {
+    let stage = Box::pin(claims::probe_run(&ctx.nats, due.run_id.as_str())).await;
+    if stage != crate::running::Stage::Waiting {
         info!("another delivery of this run calls its target or records it, handing this one back");
-        Box::pin(hand_back(message)).await;
+        hand_back(message).await;
         return Elsewhere::Maybe;
     }
     Elsewhere::No
@@ -963,13 +930,13 @@ async fn finish(
     };
     if let Err(e) = stored {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
-        Box::pin(hand_back(message)).await;
+        hand_back(message).await;
         return;
     }
     if let Some((notify, schedule)) = notify {
         if let Err(e) = Box::pin(notify::enqueue(&ctx.js, notify, schedule, &event)).await {
             warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
-            Box::pin(hand_back(message)).await;
+            hand_back(message).await;
             return;
         }
     }
@@ -988,7 +955,11 @@ async fn hand_back(message: &Message) {
         .info()
         .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
         .unwrap_or(1);
-    ack(message, AckKind::Nak(Some(tries::handback_delay(delivery)))).await;
+    Box::pin(ack(
+        message,
+        AckKind::Nak(Some(tries::handback_delay(delivery))),
+    ))
+    .await;
 }
 
 /// Settle `message`. A nak or term waits for the server's confirmation and
@@ -1077,7 +1048,8 @@ async fn ended_already(
     due: &DueEvent,
     since: Since,
 ) -> RunEnd {
-    match ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since).await {
+    let ended = ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since);
+    match Box::pin(ended).await {
         Ok(None) => RunEnd::NotYet,
         Ok(Some(kind)) => {
             info!(
@@ -1085,12 +1057,12 @@ async fn ended_already(
                 "run already ended, settling a late delivery without running it"
             );
             metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
-            ack(message, AckKind::Ack).await;
+            Box::pin(ack(message, AckKind::Ack)).await;
             RunEnd::Ended
         }
         Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot tell whether the run already ended, handing it back");
-            Box::pin(hand_back(message)).await;
+            hand_back(message).await;
             RunEnd::Unknown
         }
     }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_nats::jetstream::kv;
-use jetcron_core::clock::{Clock, SystemClock};
+use jetcron_core::clock::Clock;
 use jetcron_core::control::KillMarker;
 use jetcron_io::bucket_follow::{self, BucketView};
 use jetcron_io::control;
@@ -36,15 +36,6 @@ pub struct KillMarkers {
     keep_for: std::time::Duration,
     clock: Arc<dyn Clock>,
     added: AtomicU64,
-}
-
-impl Default for KillMarkers {
-    fn default() -> Self {
-        Self::keeping_for(
-            jetcron_io::topology::TopologyOptions::default().running_max_age,
-            Arc::new(SystemClock),
-        )
-    }
 }
 
 impl KillMarkers {

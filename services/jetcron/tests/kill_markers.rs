@@ -40,7 +40,10 @@ async fn kill_requests_are_followed_in_memory_and_answered_without_a_read() {
         .await
         .expect("mark");
 
-    let markers = Arc::new(KillMarkers::default());
+    let markers = Arc::new(KillMarkers::keeping_for(
+        TopologyOptions::default().running_max_age,
+        Arc::new(jetcron_core::clock::SystemClock),
+    ));
     let stop = CancellationToken::new();
     let follower = tokio::spawn({
         let (markers, running, stop) = (markers.clone(), running.clone(), stop.clone());

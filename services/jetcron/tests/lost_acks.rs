@@ -45,19 +45,23 @@ async fn store_copy(stack: &Stack, subject: &str, payload: Vec<u8>, msg_id: &str
         .expect("stored");
 }
 
-/// Pull the next due event from the executors' consumer and nak it: its
-/// next delivery is number 2.
-async fn deliver_once_and_nak(stack: &Stack) {
-    let stream = stack
+/// The durable consumer the executors of the `default` pool share.
+async fn executor_consumer(stack: &Stack) -> jetstream::consumer::Consumer<pull::Config> {
+    stack
         .js
         .get_stream(subjects::DUE_STREAM)
         .await
-        .expect("due stream");
-    let consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .expect("due stream")
         .get_consumer(&subjects::executor_consumer("default"))
         .await
-        .expect("executor consumer");
-    let mut messages = consumer
+        .expect("executor consumer")
+}
+
+/// Pull the next due event from the executors' consumer and nak it: its
+/// next delivery is number 2.
+async fn deliver_once_and_nak(stack: &Stack) {
+    let mut messages = executor_consumer(stack)
+        .await
         .fetch()
         .max_messages(1)
         .expires(Duration::from_secs(5))
@@ -74,27 +78,13 @@ async fn deliver_once_and_nak(stack: &Stack) {
 
 /// Pull requests waiting at the executors' consumer.
 async fn waiting_pulls(stack: &Stack) -> usize {
-    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stack
-        .js
-        .get_stream(subjects::DUE_STREAM)
-        .await
-        .expect("due stream")
-        .get_consumer(&subjects::executor_consumer("default"))
-        .await
-        .expect("executor consumer");
+    let mut consumer = executor_consumer(stack).await;
     consumer.info().await.expect("consumer info").num_waiting
 }
 
 /// Messages the executors' consumer still has to deliver or see settled.
 async fn unsettled(stack: &Stack) -> (u64, usize) {
-    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stack
-        .js
-        .get_stream(subjects::DUE_STREAM)
-        .await
-        .expect("due stream")
-        .get_consumer(&subjects::executor_consumer("default"))
-        .await
-        .expect("executor consumer");
+    let mut consumer = executor_consumer(stack).await;
     let info = consumer.info().await.expect("consumer info");
     (info.num_pending, info.num_ack_pending)
 }
