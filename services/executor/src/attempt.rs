@@ -265,7 +265,7 @@ async fn run_attempt(
     // others look at `JETCRON_RUNS`.
     if attempt > 1
         && job.concurrency == ConcurrencyPolicy::Allow
-        && ended_already(ctx, &message, &due, Since::Time(due.scheduled_at))
+        && ended_already(ctx, &message, &due, fire_since(&message, &due))
             .await
             .settled()
     {
@@ -709,7 +709,7 @@ enum Elsewhere {
 }
 
 async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent) -> Elsewhere {
-    match ended_already(ctx, message, due, Since::Time(due.scheduled_at)).await {
+    match ended_already(ctx, message, due, fire_since(message, due)).await {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
         RunEnd::Unknown => return Elsewhere::Maybe,
@@ -1037,6 +1037,11 @@ impl RunEnd {
     fn settled(self) -> bool {
         self != RunEnd::NotYet
     }
+}
+
+/// Where the events of `due`'s run can start (see [`Since::fire`]).
+fn fire_since(message: &Message, due: &DueEvent) -> Since {
+    Since::fire(due.scheduled_at, message.info().ok().map(|i| i.published))
 }
 
 /// Whether the run of `due` already ended (a late redelivery): then the

@@ -11,24 +11,51 @@
 //! without running anything when there is one.
 //!
 //! This costs stream reads only on those rare paths; a first delivery that
-//! starts normally reads nothing.
+//! starts normally reads nothing. The search reads every event of the job
+//! from the run's start to the end of the stream, however many: the first
+//! few one request each, the rest through one consumer
+//! ([`jetcron_io::stream_pass`]). A busy job's end can lie thousands of
+//! events after its start (a backfilled run, or long runs of a job firing
+//! every second), and a search that stopped early would call its target
+//! again.
 
-use async_nats::jetstream::{self, stream::Stream};
+use anyhow::Context as _;
+use async_nats::jetstream::{self, consumer::DeliverPolicy, stream::Stream};
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{RunEvent, RunEventKind};
 use jetcron_core::subjects;
+use jetcron_io::stream_pass::{PassOf, StreamPass};
 use serde::Deserialize;
 
-/// Most run events of the job read before giving up (then: not ended).
-const MAX_SCANNED: usize = 512;
+/// Run events read by one request each before the rest is read through a
+/// [`StreamPass`]: most ends are found among the first few events, and a
+/// pass's consumer costs requests of its own to make.
+const READ_ONE_BY_ONE: usize = 32;
+
+/// How far server clocks may be apart: a run's events are looked for from
+/// this long before its due event was stored (by the `JETCRON_DUE` leader's
+/// clock; `JETCRON_RUNS` may have another leader).
+const CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(2);
 
 /// Where to start looking.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Since {
     /// The first event of the job stored at or after this instant.
     Time(DateTime<Utc>),
     /// The stream sequence of a known event of the run (its `started`).
     Sequence(u64),
+}
+
+impl Since {
+    /// Where the events of a fire scheduled at `scheduled_at` can start,
+    /// its due event stored at `due_stored_at` (unknown: its scheduled
+    /// time). No step of a run comes before its due event is stored, nor
+    /// (unless stored ahead, then earlier) before its time; the earlier of
+    /// the two is taken, less [`CLOCK_SKEW`].
+    pub fn fire(scheduled_at: DateTime<Utc>, due_stored_at: Option<DateTime<Utc>>) -> Self {
+        let from = due_stored_at.map_or(scheduled_at, |stored| stored.min(scheduled_at));
+        Since::Time(from - CLOCK_SKEW)
+    }
 }
 
 /// The terminal event kind of `run_id` (and `shard`), if it has one.
@@ -71,8 +98,9 @@ pub async fn run_events(
 }
 
 /// Hand `job_id`'s run events stored since `since` to `visit`, in stream
-/// order, until it says stop (`true`), the stream ends or [`MAX_SCANNED`]
-/// were read.
+/// order, until it says stop (`true`) or every event the stream held when
+/// the scan began was read, however many (a busy job's end may lie
+/// thousands of events after its start).
 async fn scan(
     js: &jetstream::Context,
     job_id: &str,
@@ -85,11 +113,10 @@ async fn scan(
         Since::Sequence(seq) => Some(seq),
         Since::Time(at) => first_at(js, &filter, at).await?,
     };
-    let mut scanned = 0;
-    while let Some(seq) = next {
-        if scanned >= MAX_SCANNED {
-            break;
-        }
+    for _ in 0..READ_ONE_BY_ONE {
+        let Some(seq) = next else {
+            return Ok(());
+        };
         let message = match runs
             .raw_message_builder()
             .sequence(seq)
@@ -98,15 +125,32 @@ async fn scan(
             .await
         {
             Ok(message) => message,
-            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => break,
+            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => {
+                return Ok(())
+            }
             Err(e) => return Err(anyhow::Error::from(e).context("read run events")),
         };
-        scanned += 1;
         next = Some(message.sequence + 1);
-        let Ok(event) = serde_json::from_slice::<RunEvent>(&message.payload) else {
-            continue;
-        };
-        if visit(event) {
+        if serde_json::from_slice::<RunEvent>(&message.payload).is_ok_and(&mut visit) {
+            return Ok(());
+        }
+    }
+    let Some(start_sequence) = next else {
+        return Ok(());
+    };
+    let mut rest = StreamPass::open(
+        &runs,
+        js,
+        PassOf {
+            filter_subject: filter,
+            deliver_policy: DeliverPolicy::ByStartSequence { start_sequence },
+            description: "executor: did a redelivered run end?".into(),
+        },
+    )
+    .await
+    .context("read the rest of the job's run events")?;
+    while let Some(read) = rest.next_message().await? {
+        if serde_json::from_slice::<RunEvent>(&read.message.payload).is_ok_and(&mut visit) {
             break;
         }
     }
@@ -149,5 +193,27 @@ async fn first_at(
         jetstream::response::Response::Err { error } => {
             Err(anyhow::Error::from(error).context("find the run's first event"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone as _;
+
+    #[test]
+    fn a_fire_is_searched_from_the_earlier_of_its_time_and_its_due_event() {
+        let at = Utc
+            .with_ymd_and_hms(2026, 3, 1, 12, 0, 0)
+            .single()
+            .expect("t");
+        let skew = CLOCK_SKEW;
+        // Stored ahead of its time (lookahead).
+        let ahead = at - chrono::Duration::seconds(5);
+        assert_eq!(Since::fire(at, Some(ahead)), Since::Time(ahead - skew));
+        // A backfilled fire, stored days after its time.
+        let later = at + chrono::Duration::days(3);
+        assert_eq!(Since::fire(at, Some(later)), Since::Time(at - skew));
+        assert_eq!(Since::fire(at, None), Since::Time(at - skew));
     }
 }

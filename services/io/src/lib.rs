@@ -9,6 +9,8 @@
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
 //! - [`control`]: records and broadcasts kill requests.
 //! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
+//! - [`stream_pass`]: reads every message of a stream on a filter, at the
+//!   reader's pace (one consumer, flow control, no message dropped).
 //! - [`clickhouse_schema`]: the rows jetcron writes to ClickHouse and the
 //!   DDL of `schemas/clickhouse/`, applied at start.
 //! - [`nats_connect`]: server lists, credentials and TLS as connect options.
@@ -31,5 +33,6 @@ pub mod notify;
 pub mod prometheus;
 pub mod readiness;
 pub mod retry;
+pub mod stream_pass;
 pub mod telemetry;
 pub mod topology;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures::StreamExt as _;
-use jetcron_core::events::RunEventKind;
+use jetcron_core::events::{RunEvent, RunEventKind, RunId};
 use jetcron_core::subjects;
 use jetcron_testkit::{test_executor_config, wait_until, Stack, StackOptions};
 
@@ -169,6 +169,106 @@ async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_c
             .count(),
         1,
         "{kinds:?}"
+    );
+    stack.stop().await;
+}
+
+/// Store `event` in `JETCRON_RUNS` as an executor would.
+async fn store_run_event(stack: &Stack, event: &RunEvent) {
+    let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
+    let payload = serde_json::to_vec(event).expect("encode");
+    stack
+        .js
+        .publish(subject, payload.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+}
+
+#[tokio::test]
+async fn a_redelivered_run_whose_end_lies_behind_hundreds_of_the_jobs_events_is_not_called_again() {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("marks dir");
+    let marks = dir.path().join("calls");
+    let job = format!(
+        r#"{{"id":"busy","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
+        marks.display()
+    );
+    let (reply, code) = stack.api_put(&job).await;
+    assert_eq!(code, None, "{reply}");
+    // An executor makes the pool's consumer and goes before the fire.
+    let first = stack
+        .spawn_executor(test_executor_config("first", true))
+        .await;
+    wait_until(
+        "the executors' consumer",
+        Duration::from_secs(20),
+        || async {
+            let stream = stack.js.get_stream(subjects::DUE_STREAM).await.ok()?;
+            stream
+                .get_consumer::<pull::Config>(&subjects::executor_consumer("default"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    first.cancel();
+    wait_until("no executor pulls", Duration::from_secs(20), || async {
+        (waiting_pulls(&stack).await == 0).then_some(())
+    })
+    .await;
+    let run_id = stack.trigger("busy").await;
+    stored_due_event(&stack, "busy").await;
+
+    // The run ran (its ack lost), while the job's other runs stored 600
+    // events after its due event and before its end: more than an early
+    // stop of the search would read.
+    let now = chrono::Utc::now();
+    for i in 0..600 {
+        let at = now + chrono::Duration::seconds(i);
+        let other = RunId::for_fire("busy", at);
+        store_run_event(
+            &stack,
+            &RunEvent::step(other, "busy".into(), RunEventKind::Started, 1, at, at),
+        )
+        .await;
+    }
+    let end = RunEvent::step(
+        RunId(run_id.clone()),
+        "busy".into(),
+        RunEventKind::Succeeded,
+        1,
+        now,
+        now,
+    );
+    store_run_event(&stack, &end).await;
+
+    // Its due event comes again as delivery 2.
+    deliver_once_and_nak(&stack).await;
+    let _executor = stack
+        .spawn_executor(test_executor_config("late", true))
+        .await;
+    wait_until("the due event settled", Duration::from_secs(30), || async {
+        (unsettled(&stack).await == (0, 0)).then_some(())
+    })
+    .await;
+    assert_eq!(calls(&marks), 0, "the ended run's target was called");
+    let kinds: Vec<RunEventKind> = stack
+        .events_of_run("busy", &run_id)
+        .await
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [RunEventKind::Succeeded],
+        "nothing recorded after its end"
     );
     stack.stop().await;
 }

@@ -934,3 +934,95 @@ async fn the_command_line_connects_as_the_user_it_is_given() {
         .expect("gateway panicked")
         .expect("gateway failed");
 }
+
+/// A redelivered run's end may lie thousands of events behind its start:
+/// the executor's role reads them all through a pass (an ephemeral
+/// consumer on `JETCRON_RUNS` with flow control), and nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
+    use jetcron_core::events::{RunEvent, RunEventKind, RunId};
+    use jetcron_executor::ended::{self, Since};
+
+    init_test_logging();
+    let nats = roles_server(ROLES_CONF, "");
+    let url = nats.url();
+    let admin = connect(&url, &as_role("admin")).await;
+    let admin_js = admin.js();
+    topology::ensure_runs_stream(&admin_js, &TopologyOptions::default())
+        .await
+        .expect("runs stream");
+    // 3,000 events of about 1 KB: past the flow control window (2 MiB at
+    // first), so the pass must answer it.
+    let now = chrono::Utc::now();
+    let mut last_run = None;
+    let stores: Vec<_> = (0..3_000)
+        .map(|i| {
+            let at = now + chrono::Duration::seconds(i);
+            let run = RunId::for_fire("busy", at);
+            let kind = if i == 2_999 {
+                RunEventKind::Succeeded
+            } else {
+                RunEventKind::Started
+            };
+            last_run = Some(run.clone());
+            let event = RunEvent {
+                output: Some("x".repeat(1_000)),
+                ..RunEvent::step(run, "busy".into(), kind, 1, at, at)
+            };
+            let subject = subjects::run_event_subject("busy", kind.as_str());
+            (subject, serde_json::to_vec(&event).expect("encode"))
+        })
+        .collect();
+    futures::stream::iter(stores)
+        .map(|(subject, payload)| {
+            let js = admin_js.clone();
+            async move { js.publish(subject, payload.into()).await?.await }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("stored");
+    let last_run = last_run.expect("a run");
+
+    let executor = connect(&url, &as_role("executor")).await;
+    let ended = ended::run_ended(
+        &executor.js(),
+        "busy",
+        last_run.as_str(),
+        None,
+        Since::Sequence(1),
+    )
+    .await
+    .expect("read the job's run events");
+    assert_eq!(ended, Some(RunEventKind::Succeeded));
+    let none = ended::run_ended(
+        &executor.js(),
+        "busy",
+        RunId::for_fire("busy", now - chrono::Duration::days(1)).as_str(),
+        None,
+        Since::Sequence(1),
+    )
+    .await
+    .expect("read the job's run events");
+    assert_eq!(none, None, "a run that never ran has no end");
+    assert!(
+        violations_of(&nats, &["executor"]).is_empty(),
+        "{:#?}",
+        violations_of(&nats, &["executor"])
+    );
+
+    // A consumer that stays (a durable) is not the executor's to make.
+    let durable = executor
+        .js()
+        .get_stream_no_info(subjects::RUNS_STREAM)
+        .await
+        .expect("stream handle")
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("sneaky".into()),
+            ..Default::default()
+        })
+        .await;
+    assert!(durable.is_err(), "the executor made a durable consumer");
+}

@@ -169,7 +169,7 @@ async fn parent_ending(
         &ctx.js,
         &event.job_id,
         event.run_id.as_str(),
-        Since::Time(event.scheduled_at),
+        Since::fire(event.scheduled_at, None),
     )
     .await?;
     let Some(summary) = run_summary::summarize(events, false) else {

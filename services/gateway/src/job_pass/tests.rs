@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::{StreamExt as _, TryStreamExt as _};

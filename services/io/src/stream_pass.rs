@@ -1,0 +1,224 @@
+//! One read of a stream's messages on a subject filter, from a start to the
+//! end the stream had when the read began, at the pace of its reader.
+//!
+//! Used where a service must see *every* matching message, however many:
+//! the gateway's pass over every job definition
+//! (`jetcron_gateway::job_pass`), and the executor's search for the end of
+//! a run among a busy job's run events (`jetcron_executor::ended`). One
+//! request per message (direct or `MSG.GET`) costs a round trip each; a
+//! KV watch or a plain push consumer leaves what the reader has not taken
+//! yet in the client's subscription buffer of 65,536 messages, which drops
+//! the rest when it overflows.
+//!
+//! So a pass is an ephemeral push consumer (no acks, in memory, one
+//! replica) on a fresh inbox, subscribed before the consumer exists. A task
+//! moves each message from the subscription into an unbounded queue as it
+//! arrives (nothing is dropped), and a flow control request is answered
+//! only when the reader reaches it in that queue: the server stops at its
+//! flow control window, so the queue holds at most that much ahead of the
+//! reader. A lost message (a gap in the consumer sequence, say after a
+//! reconnect) fails the pass; callers try again. It needs consumer creation
+//! on the stream, and replies to the server's flow control requests
+//! (`$JS.FC.<stream>.>`, or `allow_responses`), which the NATS roles of the
+//! services that use it have (`infra/nats/roles.conf`).
+//!
+//! The server drops the consumer a while after its reader stops asking
+//! ([`INACTIVE_THRESHOLD`]); dropping the pass unsubscribes.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, consumer, stream::Stream};
+use async_nats::StatusCode;
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use tokio::sync::mpsc;
+
+/// How often an idle consumer says it is still there.
+const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
+/// No message for this long while some are still due (heartbeats alone are
+/// no progress): the consumer or the connection is gone.
+const STALLED_AFTER: Duration = Duration::from_secs(20);
+/// How long the server keeps the consumer of a pass nobody reads any more.
+const INACTIVE_THRESHOLD: Duration = Duration::from_secs(30);
+/// The header of a heartbeat sent while the server waits for a flow control
+/// reply (the request may have been lost): where to reply.
+const CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
+
+/// Where a pass starts, and what it reads.
+#[derive(Debug, Clone)]
+pub struct PassOf {
+    /// Subjects read (one filter, wildcards allowed).
+    pub filter_subject: String,
+    /// Where to start (`LastPerSubject` for a KV bucket's current values).
+    pub deliver_policy: consumer::DeliverPolicy,
+    /// Shown in the server's consumer info: who reads, and why.
+    pub description: String,
+}
+
+/// A message of a pass, with what its metadata says.
+pub struct PassMessage {
+    pub message: async_nats::Message,
+    /// Its sequence in the stream.
+    pub stream_sequence: u64,
+    /// When the stream stored it.
+    pub stored_at: DateTime<Utc>,
+}
+
+/// One read of a stream's messages (see the module docs).
+pub struct StreamPass {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    /// Everything the consumer sent, in order, as it arrived.
+    queue: mpsc::UnboundedReceiver<async_nats::Message>,
+    /// Moves messages from the subscription into `queue`.
+    drain: tokio::task::JoinHandle<()>,
+    /// The consumer sequence of the last message read.
+    delivered: u64,
+    /// Every message the stream held when the pass opened has been read.
+    done: bool,
+}
+
+impl Drop for StreamPass {
+    fn drop(&mut self) {
+        // Unsubscribes; the server drops the consumer after its inactive threshold.
+        self.drain.abort();
+    }
+}
+
+impl StreamPass {
+    /// Open a pass over `stream`, on `js`'s connection.
+    pub async fn open<I>(
+        stream: &Stream<I>,
+        js: &jetstream::Context,
+        of: PassOf,
+    ) -> anyhow::Result<Self> {
+        let client = js.client();
+        let deliver_subject = client.new_inbox();
+        // Subscribed before the consumer exists, so its first messages find us.
+        let mut subscription = client
+            .subscribe(deliver_subject.clone())
+            .await
+            .context("subscribe to the pass")?;
+        let consumer = stream
+            .create_consumer(consumer::push::Config {
+                deliver_subject,
+                description: Some(of.description),
+                filter_subject: of.filter_subject,
+                deliver_policy: of.deliver_policy,
+                ack_policy: consumer::AckPolicy::None,
+                replay_policy: consumer::ReplayPolicy::Instant,
+                flow_control: true,
+                idle_heartbeat: IDLE_HEARTBEAT,
+                inactive_threshold: INACTIVE_THRESHOLD,
+                memory_storage: true,
+                num_replicas: 1,
+                ..Default::default()
+            })
+            .await
+            .context("create the consumer of a pass")?;
+        let done = consumer.cached_info().num_pending == 0;
+        let (sender, queue) = mpsc::unbounded_channel();
+        let drain = tokio::spawn(async move {
+            while let Some(message) = subscription.next().await {
+                if sender.send(message).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Self {
+            client,
+            context: js.clone(),
+            queue,
+            drain,
+            delivered: 0,
+            done,
+        })
+    }
+
+    /// Whether every message the stream held when the pass opened was read.
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// The next message, in stream order; `None` once every message the
+    /// stream held when the pass opened has been read. Answers flow control
+    /// on the way.
+    pub async fn next_message(&mut self) -> anyhow::Result<Option<PassMessage>> {
+        if self.done {
+            return Ok(None);
+        }
+        // A consumer stalled for good (a flow control reply refused, say)
+        // would send heartbeats forever.
+        let deadline = tokio::time::Instant::now() + STALLED_AFTER;
+        loop {
+            let message = match tokio::time::timeout_at(deadline, self.queue.recv()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => anyhow::bail!("the pass's subscription ended"),
+                Err(_) => anyhow::bail!(
+                    "the pass got no message for {STALLED_AFTER:?}: consumer or connection lost"
+                ),
+            };
+            match message.status {
+                None => return self.delivered(message).map(Some),
+                Some(StatusCode::IDLE_HEARTBEAT) => self.control(&message).await?,
+                Some(status) => anyhow::bail!(
+                    "the pass's consumer sent {status} {}",
+                    message.description.as_deref().unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// A heartbeat or a flow control request, reached in order: everything
+    /// sent before it has been read, so the server may send more.
+    async fn control(&mut self, message: &async_nats::Message) -> anyhow::Result<()> {
+        let headers = message.headers.as_ref();
+        // A heartbeat names the last message sent: all of them must have come.
+        let last_sent = headers.and_then(|h| h.get(async_nats::header::NATS_LAST_CONSUMER));
+        if let Some(last) = last_sent.and_then(|v| v.as_str().parse::<u64>().ok()) {
+            anyhow::ensure!(
+                last == self.delivered,
+                "the pass lost messages ({last} sent, {} read)",
+                self.delivered
+            );
+        }
+        let reply = message.reply.as_ref().map(|r| r.to_string()).or_else(|| {
+            headers
+                .and_then(|h| h.get(CONSUMER_STALLED))
+                .map(|v| v.to_string())
+        });
+        if let Some(reply) = reply {
+            self.client
+                .publish(reply, bytes::Bytes::new())
+                .await
+                .context("answer the pass's flow control")?;
+        }
+        Ok(())
+    }
+
+    fn delivered(&mut self, message: async_nats::Message) -> anyhow::Result<PassMessage> {
+        let message = jetstream::Message {
+            message,
+            context: self.context.clone(),
+        };
+        let info = message
+            .info()
+            .map_err(|e| anyhow::anyhow!("read a pass message's metadata: {e}"))?;
+        anyhow::ensure!(
+            info.consumer_sequence == self.delivered + 1,
+            "the pass lost messages (got {}, expected {})",
+            info.consumer_sequence,
+            self.delivered + 1
+        );
+        self.delivered = info.consumer_sequence;
+        self.done = info.pending == 0;
+        let stream_sequence = info.stream_sequence;
+        let stored_at = info.published;
+        Ok(PassMessage {
+            message: message.message,
+            stream_sequence,
+            stored_at,
+        })
+    }
+}
