@@ -10,17 +10,21 @@
 //! yet in the client's subscription buffer of 65,536 messages, which drops
 //! the rest when it overflows.
 //!
-//! So a pass is an ephemeral push consumer (no acks, in memory, one
-//! replica) on a fresh inbox, subscribed before the consumer exists. A task
-//! moves each message from the subscription into an unbounded queue as it
-//! arrives (nothing is dropped), and a flow control request is answered
-//! only when the reader reaches it in that queue: the server stops at its
-//! flow control window, so the queue holds at most that much ahead of the
-//! reader. A lost message (a gap in the consumer sequence, say after a
+//! So a pass is an ephemeral push consumer (in memory, one replica) on a
+//! fresh inbox, subscribed before the consumer exists. A task moves each
+//! message from the subscription into an unbounded queue as it arrives,
+//! and the server sends at most [`IN_FLIGHT`] messages the reader has not
+//! acknowledged yet (`AckAll`, one ack per [`ACK_EVERY`] read): far fewer
+//! than the subscription holds, so the client never drops one even when
+//! the moving task waits for a busy runtime. (Flow control alone let the
+//! server send up to 32 MiB, more than 65,536 small messages: a million
+//! jobs' pass lost some at a cold start.) Flow control requests and
+//! heartbeats are answered when the reader reaches them. A lost message (a gap in the consumer sequence, say after a
 //! reconnect) fails the pass; callers try again. It needs consumer creation
-//! on the stream, and replies to the server's flow control requests
-//! (`$JS.FC.<stream>.>`, or `allow_responses`), which the NATS roles of the
-//! services that use it have (`infra/nats/roles.conf`).
+//! on the stream, and replies to the messages and flow control requests
+//! it gets (acks and flow control answers: `allow_responses`, or
+//! `$JS.ACK.<stream>.>` and `$JS.FC.<stream>.>`), which the NATS roles of
+//! the services that use it have (`infra/nats/roles.conf`).
 //!
 //! The server drops the consumer a while after its reader stops asking
 //! ([`INACTIVE_THRESHOLD`]); dropping the pass unsubscribes.
@@ -34,6 +38,12 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use tokio::sync::mpsc;
 
+/// Most messages sent and not yet acknowledged by the reader.
+pub const IN_FLIGHT: i64 = 4_096;
+/// The reader acknowledges (all up to) every this many messages it read.
+const ACK_EVERY: u64 = 1_024;
+/// Long enough that nothing is sent again while its reader works on a chunk.
+const ACK_WAIT: Duration = Duration::from_secs(600);
 /// How often an idle consumer says it is still there.
 const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
 /// No message for this long while some are still due (heartbeats alone are
@@ -106,7 +116,9 @@ impl StreamPass {
                 description: Some(of.description),
                 filter_subject: of.filter_subject,
                 deliver_policy: of.deliver_policy,
-                ack_policy: consumer::AckPolicy::None,
+                ack_policy: consumer::AckPolicy::All,
+                max_ack_pending: IN_FLIGHT,
+                ack_wait: ACK_WAIT,
                 replay_policy: consumer::ReplayPolicy::Instant,
                 flow_control: true,
                 idle_heartbeat: IDLE_HEARTBEAT,
@@ -160,7 +172,13 @@ impl StreamPass {
                 ),
             };
             match message.status {
-                None => return self.delivered(message).map(Some),
+                None => {
+                    let read = self.delivered(message)?;
+                    if self.delivered % ACK_EVERY == 0 && !self.done {
+                        self.acknowledge(&read.message).await?;
+                    }
+                    return Ok(Some(read));
+                }
                 Some(StatusCode::IDLE_HEARTBEAT) => self.control(&message).await?,
                 Some(status) => anyhow::bail!(
                     "the pass's consumer sent {status} {}",
@@ -195,6 +213,18 @@ impl StreamPass {
                 .context("answer the pass's flow control")?;
         }
         Ok(())
+    }
+
+    /// Acknowledge `message` and every one before it: the server may send
+    /// more.
+    async fn acknowledge(&self, message: &async_nats::Message) -> anyhow::Result<()> {
+        let Some(reply) = message.reply.clone() else {
+            anyhow::bail!("a pass message has no subject to acknowledge it on");
+        };
+        self.client
+            .publish(reply, bytes::Bytes::from_static(b"+ACK"))
+            .await
+            .context("acknowledge a pass's messages")
     }
 
     fn delivered(&mut self, message: async_nats::Message) -> anyhow::Result<PassMessage> {

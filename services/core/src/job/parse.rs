@@ -4,6 +4,7 @@
 //! the rest is decoded and validated ([`super::validate`]).
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize as _;
 
 use super::schema;
 use super::spec::*;
@@ -87,14 +88,21 @@ pub fn parse_job_with(
         return Err(vec![FieldError::new("", "invalid_json", message)]);
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let mut spec = match serde_path_to_error::deserialize::<_, JobSpec>(&mut de) {
-        Err(e) => {
-            return Err(capped(every_problem(
-                text,
-                key,
-                serde_problem(text, &e),
-                parse_schedule,
-            )))
+    // Plain serde first: tracking the path costs an allocation per field
+    // name (a cold start reads a million definitions). Only a definition
+    // that fails is read again to say where.
+    let decoded = JobSpec::deserialize(&mut de).map_err(|_| {
+        let mut tracked = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize::<_, JobSpec>(&mut tracked)
+            .err()
+            .map(|e| serde_problem(text, &e))
+    });
+    let mut spec = match decoded {
+        Err(problem) => {
+            let first = problem.unwrap_or_else(|| {
+                FieldError::new("", "invalid_json", "the definition could not be read")
+            });
+            return Err(capped(every_problem(text, key, first, parse_schedule)));
         }
         Ok(spec) => match positional_object_possible(text)
             .then(|| positional_object(text))
