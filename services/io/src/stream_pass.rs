@@ -174,7 +174,7 @@ impl StreamPass {
             match message.status {
                 None => {
                     let read = self.delivered(message)?;
-                    if self.delivered % ACK_EVERY == 0 && !self.done {
+                    if self.delivered.is_multiple_of(ACK_EVERY) && !self.done {
                         self.acknowledge(&read.message).await?;
                     }
                     return Ok(Some(read));
