@@ -26,7 +26,6 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
 use jetcron_core::job::{parse_written_with, ChainLink, ChainOn};
 use jetcron_core::schedule_lines::SharedLines;
-use jetcron_core::shared_text::SharedTexts;
 use jetcron_io::bucket_follow::{self, BucketView};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -209,20 +208,32 @@ pub struct RowPage {
     pub total: usize,
 }
 
-/// A row as the catalog keeps it, for a million jobs: no duplicate of the
-/// id (the map's key) or of the revision (the slot's), the schedule, zone
-/// and target type shared between rows, and what most jobs leave empty
-/// (description, labels, parents) behind one pointer.
+/// A row as the catalog keeps it, 48 bytes for a million jobs: the id in
+/// the catalog's arena, the schedule, zone and target type as numbers of
+/// texts kept once, the update time as nanoseconds, and what most jobs
+/// leave empty (description, labels, parents) behind one pointer. A key
+/// whose job was deleted keeps its row (not live) with the delete marker's
+/// revision, so a late put of an older revision is ignored.
 #[derive(Debug)]
-struct CompactRow {
-    updated_at: DateTime<Utc>,
-    valid: bool,
-    paused: bool,
-    schedule: Arc<str>,
-    timezone: Arc<str>,
-    target_type: Arc<str>,
+struct Row {
+    revision: u64,
+    updated_ns: i64,
     rare: Option<Box<RareRow>>,
+    /// Where the id starts in [`CatalogState::ids`].
+    id_at: u32,
+    schedule: TextId,
+    timezone: TextId,
+    target_type: TextId,
+    id_len: u8,
+    flags: u8,
 }
+
+/// The number of a text in [`Texts`].
+type TextId = u32;
+
+const LIVE: u8 = 1;
+const VALID: u8 = 2;
+const PAUSED: u8 = 4;
 
 /// The parts of a row most jobs leave empty.
 #[derive(Debug, Default)]
@@ -232,31 +243,51 @@ struct RareRow {
     after: Box<[(Box<str>, ChainOn)]>,
 }
 
-impl CompactRow {
-    fn of(row: JobRow, texts: &mut SharedTexts) -> Self {
+/// Texts many rows repeat, each kept once and named by its number.
+#[derive(Default)]
+struct Texts {
+    list: Vec<Arc<str>>,
+    numbers: std::collections::HashMap<Arc<str>, TextId>,
+}
+
+impl Texts {
+    fn number(&mut self, text: &str) -> TextId {
+        if let Some(number) = self.numbers.get(text) {
+            return *number;
+        }
+        let number = TextId::try_from(self.list.len()).unwrap_or(TextId::MAX);
+        let text: Arc<str> = Arc::from(text);
+        self.list.push(Arc::clone(&text));
+        self.numbers.insert(text, number);
+        number
+    }
+
+    fn text(&self, number: TextId) -> &str {
+        self.list.get(number as usize).map_or("", |t| t)
+    }
+}
+
+impl RareRow {
+    fn of(row: &mut JobRow) -> Option<Box<Self>> {
         let rare = RareRow {
-            description: row.description.into(),
-            labels: row
-                .labels
+            description: std::mem::take(&mut row.description).into(),
+            labels: std::mem::take(&mut row.labels)
                 .into_iter()
                 .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
                 .collect(),
-            after: row
-                .after
+            after: std::mem::take(&mut row.after)
                 .into_iter()
                 .map(|l| (l.job.into_boxed_str(), l.on))
                 .collect(),
         };
         let empty = rare.description.is_empty() && rare.labels.is_empty() && rare.after.is_empty();
-        Self {
-            updated_at: row.updated_at,
-            valid: row.valid,
-            paused: row.paused,
-            schedule: texts.share(&row.schedule),
-            timezone: texts.share(&row.timezone),
-            target_type: texts.share(&row.target_type),
-            rare: (!empty).then(|| Box::new(rare)),
-        }
+        (!empty).then(|| Box::new(rare))
+    }
+}
+
+impl Row {
+    fn live(&self) -> bool {
+        self.flags & LIVE != 0
     }
 
     fn description(&self) -> &str {
@@ -271,35 +302,12 @@ impl CompactRow {
         self.rare.as_ref().map_or(&[], |r| &r.after)
     }
 
-    fn row(&self, id: &str, revision: u64) -> JobRow {
-        JobRow {
-            id: id.to_string(),
-            revision,
-            updated_at: self.updated_at,
-            valid: self.valid,
-            schedule: self.schedule.to_string(),
-            timezone: self.timezone.to_string(),
-            paused: self.paused,
-            labels: self
-                .labels()
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            target_type: self.target_type.to_string(),
-            description: self.description().to_string(),
-            after: self
-                .after()
-                .iter()
-                .map(|(job, on)| ChainLink {
-                    job: job.to_string(),
-                    on: *on,
-                })
-                .collect(),
-        }
+    fn updated_at(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_nanos(self.updated_ns)
     }
 
     fn state(&self) -> &'static str {
-        match (self.valid, self.paused) {
+        match (self.flags & VALID != 0, self.flags & PAUSED != 0) {
             (false, _) => "invalid",
             (true, true) => "paused",
             (true, false) => "active",
@@ -314,14 +322,6 @@ impl CompactRow {
     }
 }
 
-/// The latest known revision of a key and its row (none: a delete marker,
-/// kept so a late put of an older revision is ignored).
-#[derive(Debug)]
-struct Slot {
-    revision: u64,
-    row: Option<CompactRow>,
-}
-
 /// The catalog, shared by the watch and the readers.
 #[derive(Clone, Default)]
 pub struct JobCatalog {
@@ -330,25 +330,108 @@ pub struct JobCatalog {
     lines: SharedLines,
 }
 
+/// Every key the catalog has seen: rows in the order they came, found by id
+/// through a hash table of row numbers, listed in id order through `order`.
 #[derive(Default)]
 struct CatalogState {
-    /// Every key seen, in id order (the table's default order).
-    slots: BTreeMap<Box<str>, Slot>,
+    rows: Vec<Row>,
+    /// Every id, one after the other (a row names its part).
+    ids: String,
+    /// Row numbers, found by their id's hash.
+    by_id: hashbrown::HashTable<u32>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Row numbers in id order up to `sorted`; rows added since follow.
+    order: Vec<u32>,
+    sorted: usize,
+    texts: Texts,
     /// Keys that hold a job.
     live: usize,
     synced: bool,
-    texts: SharedTexts,
 }
 
 impl CatalogState {
+    fn id(&self, row: &Row) -> &str {
+        let at = row.id_at as usize;
+        self.ids.get(at..at + usize::from(row.id_len)).unwrap_or("")
+    }
+
+    fn hash(&self, id: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, id)
+    }
+
+    fn number_of(&self, id: &str) -> Option<u32> {
+        let (rows, ids) = (&self.rows, &self.ids);
+        self.by_id
+            .find(self.hash(id), |&n| {
+                let row = &rows[n as usize];
+                let at = row.id_at as usize;
+                ids.get(at..at + usize::from(row.id_len)) == Some(id)
+            })
+            .copied()
+    }
+
+    /// The live row of `id`.
+    fn get(&self, id: &str) -> Option<&Row> {
+        let row = &self.rows[self.number_of(id)? as usize];
+        row.live().then_some(row)
+    }
+
     fn record(&mut self, key: &str, revision: u64, row: Option<JobRow>) {
-        let row = row.map(|row| CompactRow::of(row, &mut self.texts));
-        let now_live = row.is_some();
-        match self.slots.get_mut(key) {
-            Some(slot) if slot.revision >= revision => {}
-            Some(slot) => {
-                let was_live = slot.row.is_some();
-                *slot = Slot { revision, row };
+        let number = self.number_of(key);
+        if number.is_some_and(|n| self.rows[n as usize].revision >= revision) {
+            return;
+        }
+        let Ok(id_len) = u8::try_from(key.len()) else {
+            return; // not a key jetcron writes (ids are at most 128 bytes)
+        };
+        let Ok(id_at) = u32::try_from(self.ids.len()) else {
+            return;
+        };
+        let compact = match row {
+            Some(mut row) => {
+                let mut flags = LIVE;
+                if row.valid {
+                    flags |= VALID;
+                }
+                if row.paused {
+                    flags |= PAUSED;
+                }
+                Row {
+                    revision,
+                    updated_ns: row.updated_at.timestamp_nanos_opt().unwrap_or_default(),
+                    rare: RareRow::of(&mut row),
+                    id_at,
+                    schedule: self.texts.number(&row.schedule),
+                    timezone: self.texts.number(&row.timezone),
+                    target_type: self.texts.number(&row.target_type),
+                    id_len,
+                    flags,
+                }
+            }
+            None => Row {
+                revision,
+                updated_ns: 0,
+                rare: None,
+                id_at,
+                schedule: 0,
+                timezone: 0,
+                target_type: 0,
+                id_len,
+                flags: 0,
+            },
+        };
+        let now_live = compact.live();
+        match number {
+            Some(n) => {
+                let slot = &mut self.rows[n as usize];
+                let was_live = slot.live();
+                // The id is already in the arena.
+                let (id_at, id_len) = (slot.id_at, slot.id_len);
+                *slot = Row {
+                    id_at,
+                    id_len,
+                    ..compact
+                };
                 match (was_live, now_live) {
                     (false, true) => self.live += 1,
                     (true, false) => self.live -= 1,
@@ -356,11 +439,92 @@ impl CatalogState {
                 }
             }
             None => {
-                self.slots.insert(key.into(), Slot { revision, row });
+                let Ok(n) = u32::try_from(self.rows.len()) else {
+                    return;
+                };
+                self.ids.push_str(key);
+                self.rows.push(compact);
+                let hash = self.hash(key);
+                let (rows, ids, hasher) = (&self.rows, &self.ids, &self.hasher);
+                self.by_id.insert_unique(hash, n, |&m| {
+                    let row = &rows[m as usize];
+                    let at = row.id_at as usize;
+                    std::hash::BuildHasher::hash_one(
+                        hasher,
+                        ids.get(at..at + usize::from(row.id_len)).unwrap_or(""),
+                    )
+                });
+                self.order.push(n);
                 if now_live {
                     self.live += 1;
                 }
             }
+        }
+    }
+
+    /// Put the rows added since the last call into id order.
+    fn sort_order(&mut self) {
+        if self.sorted == self.order.len() {
+            return;
+        }
+        let this = &*self;
+        let by_id = |a: &u32, b: &u32| {
+            this.id(&this.rows[*a as usize])
+                .cmp(this.id(&this.rows[*b as usize]))
+        };
+        let mut added = self.order[self.sorted..].to_vec();
+        added.sort_unstable_by(by_id);
+        let head = &self.order[..self.sorted];
+        let mut merged = Vec::with_capacity(self.order.len());
+        let (mut i, mut j) = (0, 0);
+        while i < head.len() && j < added.len() {
+            if by_id(&head[i], &added[j]).is_le() {
+                merged.push(head[i]);
+                i += 1;
+            } else {
+                merged.push(added[j]);
+                j += 1;
+            }
+        }
+        merged.extend_from_slice(&head[i..]);
+        merged.extend_from_slice(&added[j..]);
+        self.sorted = merged.len();
+        self.order = merged;
+    }
+
+    /// The live rows in id order (after [`CatalogState::sort_order`]).
+    fn in_id_order(&self) -> impl Iterator<Item = (&str, &Row)> {
+        self.order
+            .iter()
+            .map(|n| &self.rows[*n as usize])
+            .filter(|row| row.live())
+            .map(|row| (self.id(row), row))
+    }
+
+    fn job_row(&self, row: &Row) -> JobRow {
+        JobRow {
+            id: self.id(row).to_string(),
+            revision: row.revision,
+            updated_at: row.updated_at(),
+            valid: row.flags & VALID != 0,
+            schedule: self.texts.text(row.schedule).to_string(),
+            timezone: self.texts.text(row.timezone).to_string(),
+            paused: row.flags & PAUSED != 0,
+            labels: row
+                .labels()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            target_type: self.texts.text(row.target_type).to_string(),
+            description: row.description().to_string(),
+            after: row
+                .after()
+                .iter()
+                .map(|(job, on)| ChainLink {
+                    job: job.to_string(),
+                    on: *on,
+                })
+                .collect(),
         }
     }
 }
@@ -390,10 +554,7 @@ impl JobCatalog {
     /// Whether `key` exists and how many keys exist, once synced.
     pub fn lookup(&self, key: &str) -> Option<(bool, usize)> {
         let state = self.read();
-        state.synced.then(|| {
-            let exists = state.slots.get(key).is_some_and(|s| s.row.is_some());
-            (exists, state.live)
-        })
+        state.synced.then(|| (state.get(key).is_some(), state.live))
     }
 
     /// How many jobs there are.
@@ -410,9 +571,7 @@ impl JobCatalog {
     pub fn parents_of(&self, id: &str) -> Vec<String> {
         let state = self.read();
         state
-            .slots
             .get(id)
-            .and_then(|s| s.row.as_ref())
             .map(|row| row.after().iter().map(|(job, _)| job.to_string()).collect())
             .unwrap_or_default()
     }
@@ -421,18 +580,11 @@ impl JobCatalog {
     /// `missing`) and the jobs that name it. Finding the children walks
     /// every row: a job page's cost, not a table's.
     pub fn chain_of(&self, id: &str) -> ChainView {
+        self.write().sort_order();
         let state = self.read();
-        let state_of = |job: &str| {
-            state
-                .slots
-                .get(job)
-                .and_then(|s| s.row.as_ref())
-                .map_or("missing", CompactRow::state)
-        };
+        let state_of = |job: &str| state.get(job).map_or("missing", Row::state);
         let parents = state
-            .slots
             .get(id)
-            .and_then(|s| s.row.as_ref())
             .map(|row| {
                 row.after()
                     .iter()
@@ -445,10 +597,8 @@ impl JobCatalog {
             })
             .unwrap_or_default();
         let children = state
-            .slots
-            .iter()
-            .filter_map(|(child, slot)| {
-                let row = slot.row.as_ref()?;
+            .in_id_order()
+            .filter_map(|(child, row)| {
                 let (_, on) = row.after().iter().find(|(job, _)| &**job == id)?;
                 Some(ChainPeer {
                     job: child.to_string(),
@@ -473,32 +623,38 @@ impl JobCatalog {
 
     /// The rows `query` asks for.
     pub fn page(&self, query: &RowQuery) -> RowPage {
+        self.write().sort_order();
         let state = self.read();
+        let texts = &state.texts;
         let needle = query.text.to_lowercase();
-        let matches = |id: &str, row: &CompactRow| {
+        let matches = |id: &str, row: &Row| {
             (query.state.is_empty() || row.state() == query.state)
                 && query
                     .labels
                     .iter()
                     .all(|(k, v)| row.label(k) == Some(v.as_str()))
                 && (needle.is_empty()
-                    || [id, row.description(), &row.schedule, &row.target_type]
-                        .iter()
-                        .any(|f| f.to_lowercase().contains(&needle)))
+                    || [
+                        id,
+                        row.description(),
+                        texts.text(row.schedule),
+                        texts.text(row.target_type),
+                    ]
+                    .iter()
+                    .any(|f| f.to_lowercase().contains(&needle)))
         };
-        let mut all: Vec<(&str, &CompactRow, u64)> = state
-            .slots
-            .iter()
-            .filter_map(|(id, slot)| Some((&**id, slot.row.as_ref()?, slot.revision)))
-            .filter(|(id, row, _)| matches(id, row))
+        let mut all: Vec<&Row> = state
+            .in_id_order()
+            .filter(|(id, row)| matches(id, row))
+            .map(|(_, row)| row)
             .collect();
         // Already in id order; other columns sort with the id breaking ties.
         match query.sort {
             RowSort::Id => {}
-            RowSort::Updated => all.sort_by_key(|(_, r, _)| r.updated_at),
-            RowSort::State => all.sort_by_key(|(_, r, _)| r.state()),
-            RowSort::Schedule => all.sort_by(|(_, a, _), (_, b, _)| a.schedule.cmp(&b.schedule)),
-            RowSort::Timezone => all.sort_by(|(_, a, _), (_, b, _)| a.timezone.cmp(&b.timezone)),
+            RowSort::Updated => all.sort_by_key(|r| r.updated_ns),
+            RowSort::State => all.sort_by_key(|r| r.state()),
+            RowSort::Schedule => all.sort_by_key(|r| texts.text(r.schedule)),
+            RowSort::Timezone => all.sort_by_key(|r| texts.text(r.timezone)),
         }
         if query.descending {
             all.reverse();
@@ -510,7 +666,7 @@ impl JobCatalog {
                 .into_iter()
                 .skip(query.offset)
                 .take(query.limit)
-                .map(|(id, row, revision)| row.row(id, revision))
+                .map(|row| state.job_row(row))
                 .collect(),
         }
     }
@@ -698,5 +854,60 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(last.rows[0].id, "job-29");
+    }
+
+    #[test]
+    fn rows_added_in_any_order_list_in_id_order_and_deleted_keys_leave_the_list() {
+        let catalog = synced();
+        let now = Utc::now();
+        // A scrambled order of 500 ids (7 is coprime with 500).
+        let ids: Vec<String> = (0..500)
+            .map(|i| format!("job-{:03}", (i * 7) % 500))
+            .collect();
+        for (n, id) in ids.iter().enumerate() {
+            catalog.note_put(id, n as u64 + 1, &job(id, ""), now);
+        }
+        let all = |catalog: &JobCatalog| -> Vec<String> {
+            catalog
+                .page(&RowQuery {
+                    limit: 1_000,
+                    ..Default::default()
+                })
+                .rows
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        let mut expected: Vec<String> = (0..500).map(|i| format!("job-{i:03}")).collect();
+        assert_eq!(all(&catalog), expected);
+        // Rows added after a listing merge into the order.
+        catalog.note_put("aaa", 600, &job("aaa", ""), now);
+        catalog.note_put("job-2500", 601, &job("job-2500", ""), now);
+        catalog.note_delete("job-100", 602);
+        expected.retain(|id| id != "job-100");
+        expected.insert(0, "aaa".into());
+        expected.push("job-2500".into());
+        expected.sort();
+        assert_eq!(all(&catalog), expected);
+        assert_eq!(catalog.lookup("job-100"), Some((false, 501)));
+        // Back again under a newer revision, not under an older one.
+        catalog.note_put("job-100", 603, &job("job-100", r#","paused":true"#), now);
+        catalog.note_delete("job-100", 550);
+        let row = catalog
+            .page(&RowQuery {
+                text: "job-100".into(),
+                limit: 10,
+                ..Default::default()
+            })
+            .rows;
+        assert_eq!(row.len(), 1);
+        assert_eq!((row[0].revision, row[0].paused), (603, true));
+        assert_eq!(row[0].schedule, "0 * * * *");
+        assert_eq!(row[0].target_type, "shell");
+        assert!(
+            std::mem::size_of::<Row>() <= 48,
+            "{} bytes",
+            std::mem::size_of::<Row>()
+        );
     }
 }
