@@ -135,7 +135,17 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
     let at_rest = memory_of(pid)?;
     let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
     let lags = lags_between(&canary_calls, rest_from, rest_to);
-    let expected = (rest_to - rest_from).num_seconds().max(0);
+    // Whole seconds in [rest_from, rest_to): the canary's instants there.
+    let first = rest_from.timestamp() + i64::from(rest_from.timestamp_subsec_nanos() > 0);
+    let end = rest_to.timestamp() + i64::from(rest_to.timestamp_subsec_nanos() > 0);
+    let expected = (end - first).max(0);
+    let called: std::collections::BTreeSet<i64> = canary_calls
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|a| a.scheduled >= rest_from && a.scheduled < rest_to)
+        .map(|a| a.scheduled.timestamp_millis())
+        .collect();
     keep_log(&process, args.keep_log.as_deref())?;
     drop(process);
 
@@ -180,7 +190,8 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         mib(max_sampled)
     );
     println!(
-        "| canary calls in the rest period | {} of {expected}; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+        "| canary calls in the rest period | {} instants called of {expected}, {} calls in all; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+        called.len(),
         lags.len(),
         ms(percentile(&lags, 50.0)),
         ms(percentile(&lags, 99.0)),

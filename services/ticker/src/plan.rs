@@ -18,7 +18,7 @@
 //! each B-tree step compared id strings (`memcmp` led the ticker's profile at
 //! 60,000 fires/s), and each key held a second pointer to the id.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -71,7 +71,7 @@ type FireKey = (DateTime<Utc>, DateTime<Utc>, Slot);
 #[derive(Debug, Default)]
 pub struct FirePlan {
     /// The slot of each job held.
-    jobs: HashMap<Arc<str>, Slot>,
+    jobs: hashbrown::HashMap<Arc<str>, Slot>,
     /// The jobs by slot; `None` where a removed job's slot is free.
     slots: Vec<Option<PlannedJob>>,
     free: Vec<Slot>,
@@ -79,8 +79,11 @@ pub struct FirePlan {
     queue: BTreeSet<FireKey>,
     /// Fires taken for publishing whose ack has not come back yet.
     in_flight: BTreeSet<FireKey>,
-    /// (scheduled time, slot) of every queued or in-flight fire, for the watermark.
-    pending: BTreeSet<(DateTime<Utc>, Slot)>,
+    /// (scheduled time, slot) of every queued or in-flight fire published
+    /// after its scheduled time (a jittered one), for the watermark; the
+    /// others are published at their scheduled time, so `queue` and
+    /// `in_flight` order them by it already (see [`FirePlan::watermark`]).
+    jittered: BTreeSet<(DateTime<Utc>, Slot)>,
 }
 
 impl FirePlan {
@@ -135,7 +138,9 @@ impl FirePlan {
         }
         planned.fires.push((fire_at, scheduled));
         self.queue.insert((fire_at, scheduled, slot));
-        self.pending.insert((scheduled, slot));
+        if fire_at != scheduled {
+            self.jittered.insert((scheduled, slot));
+        }
     }
 
     /// Drop pending fires of `job_id` that `drop` picks, from every set.
@@ -147,7 +152,7 @@ impl FirePlan {
             slots,
             queue,
             in_flight,
-            pending,
+            jittered,
             ..
         } = self;
         let Some(planned) = slots[slot as usize].as_mut() else {
@@ -160,7 +165,9 @@ impl FirePlan {
             let key = (*fire_at, *scheduled, slot);
             queue.remove(&key);
             in_flight.remove(&key);
-            pending.remove(&(*scheduled, slot));
+            if fire_at != scheduled {
+                jittered.remove(&(*scheduled, slot));
+            }
             false
         });
     }
@@ -415,7 +422,9 @@ impl FirePlan {
         if !was_queued && !was_in_flight {
             return;
         }
-        self.pending.remove(&(fire.scheduled_at, key.2));
+        if fire.fire_at != fire.scheduled_at {
+            self.jittered.remove(&(fire.scheduled_at, key.2));
+        }
         let Some(planned) = self.slots[key.2 as usize].as_mut() else {
             return;
         };
@@ -436,8 +445,22 @@ impl FirePlan {
     /// Every scheduled time of this shard up to the returned instant is stored
     /// (or was never due): `now`, or just before the oldest pending fire.
     pub fn watermark(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        match self.pending.first() {
-            Some((oldest, _)) if *oldest <= now => *oldest - chrono::Duration::milliseconds(1),
+        // The oldest scheduled time pending. A fire is published at or after
+        // its scheduled time, so the earliest publish instant queued or in
+        // flight is at most the oldest scheduled time of an unjittered fire,
+        // and exactly it when no jittered fire is scheduled earlier; the
+        // jittered ones' oldest scheduled time is known. The smaller of the
+        // two is the oldest scheduled time of all.
+        let oldest = [
+            self.queue.first().map(|(at, _, _)| *at),
+            self.in_flight.first().map(|(at, _, _)| *at),
+            self.jittered.first().map(|(scheduled, _)| *scheduled),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        match oldest {
+            Some(oldest) if oldest <= now => oldest - chrono::Duration::milliseconds(1),
             _ => now,
         }
     }

@@ -362,3 +362,78 @@ fn a_job_in_a_removed_jobs_slot_keeps_its_own_fires() {
     assert_eq!(drain(&mut plan, t(2)), [("b".into(), 1), ("b".into(), 2)]);
     assert_eq!(plan.watermark(t(2)), t(2));
 }
+
+/// The watermark the plan keeps, against one computed from every pending
+/// fire of every job, through takes, stores, failures and edits of jobs
+/// with and without jitter.
+#[test]
+fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() {
+    fn by_hand(plan: &FirePlan, now: DateTime<Utc>) -> DateTime<Utc> {
+        let oldest = plan
+            .slots
+            .iter()
+            .flatten()
+            .flat_map(|planned| planned.fires.iter().map(|(_, scheduled)| *scheduled))
+            .min();
+        match oldest {
+            Some(oldest) if oldest <= now => oldest - chrono::Duration::milliseconds(1),
+            _ => now,
+        }
+    }
+    let mut plan = FirePlan::default();
+    let mut rng = fastrand::Rng::with_seed(16);
+    for i in 0..40 {
+        let schedule = ["* * * * * *", "*/7 * * * * *", "*/3 * * * * *"][i % 3];
+        let extra = if i % 4 == 0 { r#","jitter":"5s""# } else { "" };
+        upsert(
+            &mut plan,
+            job_with(&format!("j{i}"), schedule, extra),
+            1,
+            None,
+            t(0),
+        );
+    }
+    let mut revision = 1;
+    let mut flying = Vec::new();
+    let mut jitter_held = 0;
+    for step in 1..=120 {
+        let now = t(step / 2) + chrono::Duration::milliseconds(rng.i64(0..1000));
+        // Fires left in flight a step ago are stored now.
+        for fire in flying.drain(..) {
+            plan.fired(&fire);
+        }
+        let taken = plan.take_due(now, rng.usize(1..200));
+        for fire in taken {
+            match rng.u8(0..4) {
+                0 => plan.unfired(&fire),
+                1 => flying.push(fire),
+                _ => plan.fired(&fire),
+            }
+        }
+        if step % 10 == 0 {
+            revision += 1;
+            let i = rng.usize(0..40);
+            let extra = if rng.bool() { r#","jitter":"3s""# } else { "" };
+            upsert(
+                &mut plan,
+                job_with(&format!("j{i}"), "*/2 * * * * *", extra),
+                revision,
+                None,
+                now,
+            );
+        }
+        let unjittered_oldest = [plan.queue.first(), plan.in_flight.first()]
+            .into_iter()
+            .flatten()
+            .map(|(at, _, _)| *at)
+            .min();
+        if plan.jittered.first().map(|(s, _)| *s) < unjittered_oldest {
+            jitter_held += 1;
+        }
+        assert_eq!(plan.watermark(now), by_hand(&plan, now), "step {step}");
+    }
+    assert!(
+        jitter_held > 10,
+        "a jittered fire held the watermark {jitter_held} times"
+    );
+}
