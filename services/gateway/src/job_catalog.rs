@@ -580,7 +580,6 @@ impl JobCatalog {
     /// `missing`) and the jobs that name it. Finding the children walks
     /// every row: a job page's cost, not a table's.
     pub fn chain_of(&self, id: &str) -> ChainView {
-        self.write().sort_order();
         let state = self.read();
         let state_of = |job: &str| state.get(job).map_or("missing", Row::state);
         let parents = state
@@ -596,17 +595,22 @@ impl JobCatalog {
                     .collect()
             })
             .unwrap_or_default();
-        let children = state
-            .in_id_order()
-            .filter_map(|(child, row)| {
+        // In the order rows came (no walk through the id order's
+        // indirection), then the few children sorted.
+        let mut children: Vec<ChainPeer> = state
+            .rows
+            .iter()
+            .filter(|row| row.live())
+            .filter_map(|row| {
                 let (_, on) = row.after().iter().find(|(job, _)| &**job == id)?;
                 Some(ChainPeer {
-                    job: child.to_string(),
+                    job: state.id(row).to_string(),
                     on: *on,
                     state: row.state(),
                 })
             })
             .collect();
+        children.sort_by(|a, b| a.job.cmp(&b.job));
         ChainView { parents, children }
     }
 
