@@ -607,6 +607,15 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
                 return None;
             }
             Ok(Overlap::Declined(holder)) => {
+                // A later delivery of a fire skipped already (its ack lost
+                // while the holder still runs) must not record a second skip.
+                if number > 1
+                    && ended_already(ctx, message, due, fire_since(message, due))
+                        .await
+                        .settled()
+                {
+                    return None;
+                }
                 info!(holder = %holder, "previous run still going, skipping this fire");
                 let event = publisher.declined(
                     RunEventKind::Skipped,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures::StreamExt as _;
-use jetcron_core::events::{RunEvent, RunEventKind, RunId};
+use jetcron_core::events::{DueEvent, RunEvent, RunEventKind, RunId};
 use jetcron_core::subjects;
 use jetcron_testkit::{test_executor_config, wait_until, Stack, StackOptions};
 
@@ -269,6 +269,84 @@ async fn a_redelivered_run_whose_end_lies_behind_hundreds_of_the_jobs_events_is_
         kinds,
         [RunEventKind::Succeeded],
         "nothing recorded after its end"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_skipped_fire_handed_out_again_is_not_skipped_twice() {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let job = r#"{"id":"slow","schedule":"@daily","concurrency":"forbid","target":{"type":"shell","command":"sleep 60"}}"#;
+    let (reply, code) = stack.api_put(job).await;
+    assert_eq!(code, None, "{reply}");
+    let one_at_a_time = |id: &str| {
+        let mut config = test_executor_config(id, true);
+        config.max_in_flight = 1;
+        config
+    };
+    // Run A holds the job's claim on an executor with no room for more (so
+    // it asks for nothing while A runs).
+    let _holder = stack.spawn_executor(one_at_a_time("holder")).await;
+    let run_a = stack.trigger("slow").await;
+    wait_until("run A started", Duration::from_secs(20), || async {
+        stack
+            .events_of_run("slow", &run_a)
+            .await
+            .iter()
+            .any(|e| e.kind == RunEventKind::Started)
+            .then_some(())
+    })
+    .await;
+    // Fire B is skipped by another executor, which then goes.
+    let skipper = stack.spawn_executor(one_at_a_time("skipper")).await;
+    let run_b = stack.trigger("slow").await;
+    let skips = |events: Vec<RunEvent>| {
+        events
+            .iter()
+            .filter(|e| e.kind == RunEventKind::Skipped)
+            .count()
+    };
+    wait_until("fire B skipped", Duration::from_secs(20), || async {
+        (skips(stack.events_of_run("slow", &run_b).await) == 1).then_some(())
+    })
+    .await;
+    skipper.cancel();
+    wait_until("no executor pulls", Duration::from_secs(20), || async {
+        (waiting_pulls(&stack).await == 0).then_some(())
+    })
+    .await;
+
+    // B's ack was lost: its due event comes again as delivery 2 while A
+    // still runs. (B's message is gone from the work queue: it is made from
+    // A's, which waits for A.)
+    let (subject, payload) = stored_due_event(&stack, "slow").await;
+    let mut due: DueEvent = serde_json::from_slice(&payload).expect("A's due event");
+    assert_eq!(due.run_id.as_str(), run_a);
+    let skipped = stack.events_of_run("slow", &run_b).await;
+    due.run_id = RunId(run_b.clone());
+    due.scheduled_at = skipped[0].scheduled_at;
+    let payload = serde_json::to_vec(&due).expect("B's due event");
+    store_copy(&stack, &subject, payload, "copy-b").await;
+    deliver_once_and_nak(&stack).await;
+    let _late = stack.spawn_executor(one_at_a_time("late")).await;
+    wait_until("the copy settled", Duration::from_secs(30), || async {
+        (unsettled(&stack).await == (0, 1)).then_some(())
+    })
+    .await;
+    let events = stack.events_of_run("slow", &run_b).await;
+    assert_eq!(skips(events.clone()), 1, "{events:#?}");
+    assert!(
+        stack
+            .events_of_run("slow", &run_a)
+            .await
+            .iter()
+            .all(|e| !e.kind.is_terminal()),
+        "run A still runs"
     );
     stack.stop().await;
 }
