@@ -45,7 +45,6 @@ pub mod schedule;
 pub mod schedule_lines;
 pub mod schedule_preview;
 pub mod schedule_words;
-pub mod shared_text;
 pub mod subjects;
 pub mod time_format;
 pub mod wall_clock;

@@ -34,7 +34,7 @@ fn fire_of(id: &str, value: &str, revision: u64) -> Fire {
         job: Arc::new(HeldJob::new(
             &job,
             Arc::from(id),
-            Arc::from(job.pool.as_str()),
+            Arc::new(job.pool.clone()),
             revision,
             now,
         )),

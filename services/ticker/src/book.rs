@@ -8,8 +8,6 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use jetcron_core::job::ValidJob;
 
-use jetcron_core::shared_text::SharedTexts;
-
 /// One shard's jobs by id (foldhash: SipHash was 4 % of a cold start's CPU).
 type ShardJobs = hashbrown::HashMap<Arc<str>, Arc<HeldJob>>;
 
@@ -20,14 +18,14 @@ use crate::shards::{shard_of, SHARDS};
 pub struct Book {
     by_shard: Vec<ShardJobs>,
     /// Pool names, one allocation each.
-    pools: SharedTexts,
+    pools: hashbrown::HashMap<Box<str>, Arc<String>>,
 }
 
 impl Default for Book {
     fn default() -> Self {
         Self {
             by_shard: (0..SHARDS).map(|_| ShardJobs::default()).collect(),
-            pools: SharedTexts::default(),
+            pools: hashbrown::HashMap::default(),
         }
     }
 }
@@ -54,7 +52,15 @@ impl Book {
         let id = self.by_shard[shard]
             .get_key_value(job.spec.id.as_str())
             .map_or_else(|| Arc::from(job.spec.id.as_str()), |(id, _)| Arc::clone(id));
-        let pool = self.pools.share(&job.pool);
+        let pool = match self.pools.get(job.pool.as_str()) {
+            Some(pool) => Arc::clone(pool),
+            None => {
+                let pool = Arc::new(job.pool.clone());
+                self.pools
+                    .insert(job.pool.as_str().into(), Arc::clone(&pool));
+                pool
+            }
+        };
         let held = Arc::new(HeldJob::new(
             job,
             Arc::clone(&id),

@@ -17,8 +17,10 @@ use jetcron_core::job::ValidJob;
 #[derive(Debug)]
 pub struct HeldJob {
     pub id: Arc<str>,
-    /// Shared by the jobs of one pool.
-    pub pool: Arc<str>,
+    /// Shared by the jobs of one pool; a thin pointer (8 bytes, not the
+    /// 16 of an `Arc<str>`) keeps the whole `Arc<HeldJob>` allocation at 96
+    /// bytes, not 112 (the allocator's size classes).
+    pub pool: Arc<String>,
     pub timing: Timing,
     pub paused: bool,
     /// KV revision of the definition (its sequence in the bucket's stream).
@@ -31,7 +33,7 @@ impl HeldJob {
     pub fn new(
         job: &ValidJob,
         id: Arc<str>,
-        pool: Arc<str>,
+        pool: Arc<String>,
         revision: u64,
         defined_at: DateTime<Utc>,
     ) -> Self {
@@ -52,9 +54,10 @@ mod tests {
 
     #[test]
     fn a_held_job_stays_small() {
-        // id and pool pointers, 32-byte timing, flag, revision, instant.
+        // id and pool pointers, 32-byte timing, flag, revision, instant:
+        // with an `Arc`'s two counts, 96 bytes (a size class of mimalloc).
         assert!(
-            std::mem::size_of::<HeldJob>() <= 96,
+            std::mem::size_of::<HeldJob>() <= 80,
             "{}",
             std::mem::size_of::<HeldJob>()
         );

@@ -7,7 +7,7 @@ fn held(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> Arc<HeldJob
     Arc::new(HeldJob::new(
         job,
         Arc::from(job.spec.id.as_str()),
-        Arc::from(job.pool.as_str()),
+        Arc::new(job.pool.clone()),
         revision,
         defined_at,
     ))
