@@ -8,15 +8,18 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use jetcron_core::job::ValidJob;
 
-/// One shard's jobs by id (foldhash: SipHash was 4 % of a cold start's CPU).
-type ShardJobs = hashbrown::HashMap<Arc<str>, Arc<HeldJob>>;
-
 use crate::held_job::HeldJob;
 use crate::shards::{shard_of, SHARDS};
 
-/// The jobs, one map per shard.
+/// One shard's jobs, found by id (the id is the held job's own: a job
+/// costs a pointer here, where a map keyed by a second pointer to the id
+/// cost about 50 bytes).
+type ShardJobs = hashbrown::HashTable<Arc<HeldJob>>;
+
+/// The jobs, one table per shard.
 pub struct Book {
     by_shard: Vec<ShardJobs>,
+    hasher: hashbrown::DefaultHashBuilder,
     /// Pool names, one allocation each.
     pools: hashbrown::HashMap<Box<str>, Arc<String>>,
 }
@@ -25,18 +28,19 @@ impl Default for Book {
     fn default() -> Self {
         Self {
             by_shard: (0..SHARDS).map(|_| ShardJobs::default()).collect(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
             pools: hashbrown::HashMap::default(),
         }
     }
 }
 
 impl Book {
-    fn map(&self, job_id: &str) -> &ShardJobs {
-        &self.by_shard[shard_of(job_id) as usize]
+    fn hash(&self, job_id: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, job_id)
     }
 
     pub fn get(&self, job_id: &str) -> Option<&Arc<HeldJob>> {
-        self.map(job_id).get(job_id)
+        self.by_shard[shard_of(job_id) as usize].find(self.hash(job_id), |held| &*held.id == job_id)
     }
 
     /// Hold `job` at `revision` (written at `defined_at`), replacing what
@@ -47,11 +51,9 @@ impl Book {
         revision: u64,
         defined_at: DateTime<Utc>,
     ) -> Arc<HeldJob> {
-        let shard = shard_of(&job.spec.id) as usize;
-        // Keep the id already allocated for this key.
-        let id = self.by_shard[shard]
-            .get_key_value(job.spec.id.as_str())
-            .map_or_else(|| Arc::from(job.spec.id.as_str()), |(id, _)| Arc::clone(id));
+        let job_id = job.spec.id.as_str();
+        let shard = shard_of(job_id) as usize;
+        let hash = self.hash(job_id);
         let pool = match self.pools.get(job.pool.as_str()) {
             Some(pool) => Arc::clone(pool),
             None => {
@@ -61,19 +63,42 @@ impl Book {
                 pool
             }
         };
-        let held = Arc::new(HeldJob::new(
-            job,
-            Arc::clone(&id),
-            pool,
-            revision,
-            defined_at,
-        ));
-        self.by_shard[shard].insert(id, Arc::clone(&held));
-        held
+        let Self {
+            by_shard, hasher, ..
+        } = self;
+        let entry = by_shard[shard].entry(
+            hash,
+            |held| &*held.id == job_id,
+            |held| std::hash::BuildHasher::hash_one(&*hasher, &*held.id),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(mut held) => {
+                // Keep the id already allocated for this key.
+                let id = Arc::clone(&held.get().id);
+                let new = Arc::new(HeldJob::new(job, id, pool, revision, defined_at));
+                *held.get_mut() = Arc::clone(&new);
+                new
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                let new = Arc::new(HeldJob::new(
+                    job,
+                    Arc::from(job_id),
+                    pool,
+                    revision,
+                    defined_at,
+                ));
+                vacant.insert(Arc::clone(&new));
+                new
+            }
+        }
     }
 
     pub fn remove(&mut self, job_id: &str) -> Option<Arc<HeldJob>> {
-        self.by_shard[shard_of(job_id) as usize].remove(job_id)
+        let hash = self.hash(job_id);
+        let entry = self.by_shard[shard_of(job_id) as usize]
+            .find_entry(hash, |held| &*held.id == job_id)
+            .ok()?;
+        Some(entry.remove().0)
     }
 
     /// The jobs of one shard.
@@ -81,7 +106,7 @@ impl Book {
         self.by_shard
             .get(shard as usize)
             .into_iter()
-            .flat_map(ShardJobs::values)
+            .flat_map(ShardJobs::iter)
     }
 
     pub fn len(&self) -> usize {
@@ -90,5 +115,44 @@ impl Book {
 
     pub fn is_empty(&self) -> bool {
         self.by_shard.iter().all(ShardJobs::is_empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jetcron_core::job::parse_job;
+
+    fn job(id: &str, schedule: &str) -> ValidJob {
+        let json = format!(
+            r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}}}"#
+        );
+        parse_job(json.as_bytes(), None).expect("valid job")
+    }
+
+    #[test]
+    fn jobs_are_found_replaced_and_removed_by_id_in_their_shard() {
+        let mut book = Book::default();
+        let at = Utc::now();
+        for i in 0..200 {
+            book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
+        }
+        assert_eq!(book.len(), 200);
+        let first = book.insert(&job("job-7", "@hourly"), 500, at);
+        let again = book.get("job-7").expect("held");
+        assert_eq!(again.revision, 500);
+        assert_eq!(book.len(), 200, "replaced, not added");
+        // The id of the key is allocated once, and pools are shared.
+        assert!(Arc::ptr_eq(&first.id, &again.id));
+        let other = book.get("job-8").expect("held");
+        assert!(Arc::ptr_eq(&first.pool, &other.pool));
+        let shard = shard_of("job-7");
+        assert!(book.shard(shard).any(|held| &*held.id == "job-7"));
+        assert_eq!(book.remove("job-7").map(|held| held.revision), Some(500));
+        assert!(book.get("job-7").is_none());
+        assert!(book.remove("job-7").is_none());
+        assert_eq!(book.len(), 199);
+        let in_shards: usize = (0..SHARDS).map(|s| book.shard(s).count()).sum();
+        assert_eq!(in_shards, 199);
     }
 }

@@ -70,8 +70,11 @@ type FireKey = (DateTime<Utc>, DateTime<Utc>, Slot);
 /// Every job of a shard and the queue of their pending fires.
 #[derive(Debug, Default)]
 pub struct FirePlan {
-    /// The slot of each job held.
-    jobs: hashbrown::HashMap<Arc<str>, Slot>,
+    /// The slot of each job held, found by its job's id (which the slot's
+    /// job holds: 5 bytes a job here, where a map keyed by a second pointer
+    /// to the id took about 50).
+    index: hashbrown::HashTable<Slot>,
+    hasher: hashbrown::DefaultHashBuilder,
     /// The jobs by slot; `None` where a removed job's slot is free.
     slots: Vec<Option<PlannedJob>>,
     free: Vec<Slot>,
@@ -88,31 +91,62 @@ pub struct FirePlan {
 
 impl FirePlan {
     pub fn len(&self) -> usize {
-        self.jobs.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
+        self.index.is_empty()
     }
 
     pub fn get(&self, job_id: &str) -> Option<&PlannedJob> {
-        let slot = *self.jobs.get(job_id)?;
+        let slot = self.slot_of(job_id)?;
         self.slots[slot as usize].as_ref()
     }
 
-    /// Hold `planned` under `id` (which the plan must not hold), in a free
-    /// slot or a new one.
-    fn insert(&mut self, id: Arc<str>, planned: PlannedJob) {
+    fn hash(hasher: &hashbrown::DefaultHashBuilder, job_id: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(hasher, job_id)
+    }
+
+    /// Whether `slot` holds the job `job_id`.
+    fn holds(slots: &[Option<PlannedJob>], slot: Slot, job_id: &str) -> bool {
+        slots[slot as usize]
+            .as_ref()
+            .is_some_and(|planned| &*planned.job.id == job_id)
+    }
+
+    fn slot_of(&self, job_id: &str) -> Option<Slot> {
+        let slots = &self.slots;
+        self.index
+            .find(Self::hash(&self.hasher, job_id), |&slot| {
+                Self::holds(slots, slot, job_id)
+            })
+            .copied()
+    }
+
+    /// Hold `planned` (whose job the plan must not hold), in a free slot or
+    /// a new one.
+    fn insert(&mut self, planned: PlannedJob) {
         debug_assert!(
-            !self.jobs.contains_key(&id),
-            "{id} is held: remove it first"
+            self.slot_of(&planned.job.id).is_none(),
+            "{} is held: remove it first",
+            planned.job.id
         );
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             Slot::try_from(self.slots.len() - 1).expect("fewer than 2^32 jobs in a shard")
         });
+        let hash = Self::hash(&self.hasher, &planned.job.id);
         self.slots[slot as usize] = Some(planned);
-        self.jobs.insert(id, slot);
+        let Self {
+            index,
+            hasher,
+            slots,
+            ..
+        } = self;
+        index.insert_unique(hash, slot, |&held| {
+            let id = slots[held as usize].as_ref().map_or("", |p| &*p.job.id);
+            Self::hash(hasher, id)
+        });
     }
 
     /// Pending fires (catch-ups and regular next fires, queued or in flight).
@@ -122,7 +156,7 @@ impl FirePlan {
 
     /// Queue a fire of a job the plan holds (else nothing happens).
     fn enqueue(&mut self, job_id: &str, scheduled: DateTime<Utc>) {
-        if let Some(&slot) = self.jobs.get(job_id) {
+        if let Some(slot) = self.slot_of(job_id) {
             self.enqueue_in(slot, scheduled);
         }
     }
@@ -145,7 +179,7 @@ impl FirePlan {
 
     /// Drop pending fires of `job_id` that `drop` picks, from every set.
     fn dequeue_where(&mut self, job_id: &str, drop: impl Fn(DateTime<Utc>) -> bool) {
-        let Some(&slot) = self.jobs.get(job_id) else {
+        let Some(slot) = self.slot_of(job_id) else {
             return;
         };
         let Self {
@@ -206,7 +240,7 @@ impl FirePlan {
             .collect();
         self.remove(&id);
         if job.paused {
-            self.hold_paused(id, job, paused_since.unwrap_or(now));
+            self.hold_paused(job, paused_since.unwrap_or(now));
             return;
         }
         let mut catch_up = paused_since
@@ -237,7 +271,7 @@ impl FirePlan {
         self.remove(&id);
         let from = done.max(job.defined_at);
         if job.paused {
-            self.hold_paused(id, job, from);
+            self.hold_paused(job, from);
             return;
         }
         // A previous owner with a lookahead stored fires up to `done`, which
@@ -264,16 +298,13 @@ impl FirePlan {
     }
 
     /// Keep a paused job (no fires), remembering since when it is paused.
-    fn hold_paused(&mut self, id: Arc<str>, job: Arc<HeldJob>, since: DateTime<Utc>) {
-        self.insert(
-            id,
-            PlannedJob {
-                job,
-                last_planned: None,
-                paused_since: Some(since),
-                fires: JobFires::new(),
-            },
-        );
+    fn hold_paused(&mut self, job: Arc<HeldJob>, since: DateTime<Utc>) {
+        self.insert(PlannedJob {
+            job,
+            last_planned: None,
+            paused_since: Some(since),
+            fires: JobFires::new(),
+        });
     }
 
     fn plan(
@@ -296,15 +327,12 @@ impl FirePlan {
         next: Option<DateTime<Utc>>,
     ) {
         let last_planned = next.or(catch_up.last().copied());
-        self.insert(
-            Arc::clone(&id),
-            PlannedJob {
-                job,
-                last_planned,
-                paused_since: None,
-                fires: JobFires::new(),
-            },
-        );
+        self.insert(PlannedJob {
+            job,
+            last_planned,
+            paused_since: None,
+            fires: JobFires::new(),
+        });
         for t in catch_up.into_iter().chain(next) {
             self.enqueue(&id, t);
         }
@@ -330,7 +358,7 @@ impl FirePlan {
 
     /// Ids of the jobs held.
     pub fn job_ids(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.jobs.keys()
+        self.slots.iter().flatten().map(|planned| &planned.job.id)
     }
 
     /// Drop pending fires of `job_id` scheduled at or before `through`: they
@@ -342,9 +370,15 @@ impl FirePlan {
     /// Forget a job (deleted, purged, or replaced by an invalid value).
     pub fn remove(&mut self, job_id: &str) -> bool {
         self.dequeue_where(job_id, |_| true);
-        let Some(slot) = self.jobs.remove(job_id) else {
+        let hash = Self::hash(&self.hasher, job_id);
+        let slots = &self.slots;
+        let Ok(entry) = self
+            .index
+            .find_entry(hash, |&slot| Self::holds(slots, slot, job_id))
+        else {
             return false;
         };
+        let (slot, _) = entry.remove();
         self.slots[slot as usize] = None;
         self.free.push(slot);
         true
@@ -381,7 +415,7 @@ impl FirePlan {
 
     /// The key of `fire` in the sets, while its job is held.
     fn key_of(&self, fire: &Fire) -> Option<FireKey> {
-        let slot = *self.jobs.get(&fire.job.id)?;
+        let slot = self.slot_of(&fire.job.id)?;
         Some((fire.fire_at, fire.scheduled_at, slot))
     }
 
