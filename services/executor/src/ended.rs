@@ -7,8 +7,8 @@
 //! duplicate (another delivery started that very attempt), the executor
 //! looks for a terminal event of the run (`succeeded`, `failed`,
 //! `timed_out`, `killed`, `skipped`) among the job's run events stored since
-//! the run was scheduled (or since that `started`), and settles the message
-//! without running anything when there is one.
+//! the run could start ([`Since::fire`]; or since that `started`), and
+//! settles the message without running anything when there is one.
 //!
 //! This costs stream reads only on those rare paths; a first delivery that
 //! starts normally reads nothing. The search reads every event of the job
@@ -48,10 +48,14 @@ pub enum Since {
 
 impl Since {
     /// Where the events of a fire scheduled at `scheduled_at` can start,
-    /// its due event stored at `due_stored_at` (unknown: its scheduled
-    /// time). No step of a run comes before its due event is stored, nor
-    /// (unless stored ahead, then earlier) before its time; the earlier of
-    /// the two is taken, less [`CLOCK_SKEW`].
+    /// the due event in hand stored at `due_stored_at` (unknown: its
+    /// scheduled time). A run's first step follows its first due event
+    /// (stored at its time, or ahead of it), but the one in hand may be a
+    /// later copy (the same fire stored again under another message id,
+    /// after the due stream's duplicate window): so the earlier of the two,
+    /// less [`CLOCK_SKEW`]. A backfilled fire is searched from its time,
+    /// however long ago: the search then reads that much of the job's
+    /// history.
     pub fn fire(scheduled_at: DateTime<Utc>, due_stored_at: Option<DateTime<Utc>>) -> Self {
         let from = due_stored_at.map_or(scheduled_at, |stored| stored.min(scheduled_at));
         Since::Time(from - CLOCK_SKEW)
@@ -67,7 +71,7 @@ pub async fn run_ended(
     since: Since,
 ) -> anyhow::Result<Option<RunEventKind>> {
     let mut ended = None;
-    scan(js, job_id, since, |event| {
+    scan(js, job_id, since, |_, event| {
         let found =
             event.run_id.as_str() == run_id && event.shard == shard && event.kind.is_terminal();
         if found {
@@ -79,15 +83,20 @@ pub async fn run_ended(
     Ok(ended)
 }
 
-/// Every event of `run_id` (all shards) stored since `since`, in stream order.
+/// Every event of `run_id` (all shards) stored since `since` and up to
+/// stream sequence `through` (`None`: to the stream's end), in stream order.
 pub async fn run_events(
     js: &jetstream::Context,
     job_id: &str,
     run_id: &str,
     since: Since,
+    through: Option<u64>,
 ) -> anyhow::Result<Vec<RunEvent>> {
     let mut events = Vec::new();
-    scan(js, job_id, since, |event| {
+    scan(js, job_id, since, |sequence, event| {
+        if through.is_some_and(|last| sequence > last) {
+            return true;
+        }
         if event.run_id.as_str() == run_id {
             events.push(event);
         }
@@ -97,15 +106,15 @@ pub async fn run_events(
     Ok(events)
 }
 
-/// Hand `job_id`'s run events stored since `since` to `visit`, in stream
-/// order, until it says stop (`true`) or every event the stream held when
-/// the scan began was read, however many (a busy job's end may lie
-/// thousands of events after its start).
+/// Hand `job_id`'s run events stored since `since` to `visit` with their
+/// stream sequences, in stream order, until it says stop (`true`) or the
+/// stream's end, however many (a busy job's end may lie thousands of events
+/// after its start).
 async fn scan(
     js: &jetstream::Context,
     job_id: &str,
     since: Since,
-    mut visit: impl FnMut(RunEvent) -> bool,
+    mut visit: impl FnMut(u64, RunEvent) -> bool,
 ) -> anyhow::Result<()> {
     let runs: Stream<()> = js.get_stream_no_info(subjects::RUNS_STREAM).await?;
     let filter = subjects::run_event_subject(job_id, "*");
@@ -131,7 +140,9 @@ async fn scan(
             Err(e) => return Err(anyhow::Error::from(e).context("read run events")),
         };
         next = Some(message.sequence + 1);
-        if serde_json::from_slice::<RunEvent>(&message.payload).is_ok_and(&mut visit) {
+        if serde_json::from_slice::<RunEvent>(&message.payload)
+            .is_ok_and(|event| visit(message.sequence, event))
+        {
             return Ok(());
         }
     }
@@ -150,7 +161,9 @@ async fn scan(
     .await
     .context("read the rest of the job's run events")?;
     while let Some(read) = rest.next_message().await? {
-        if serde_json::from_slice::<RunEvent>(&read.message.payload).is_ok_and(&mut visit) {
+        if serde_json::from_slice::<RunEvent>(&read.message.payload)
+            .is_ok_and(|event| visit(read.stream_sequence, event))
+        {
             break;
         }
     }

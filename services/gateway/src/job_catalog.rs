@@ -224,7 +224,7 @@ struct Row {
     schedule: TextId,
     timezone: TextId,
     target_type: TextId,
-    id_len: u8,
+    id_len: u16,
     flags: u8,
 }
 
@@ -381,8 +381,8 @@ impl CatalogState {
         if number.is_some_and(|n| self.rows[n as usize].revision >= revision) {
             return;
         }
-        let Ok(id_len) = u8::try_from(key.len()) else {
-            return; // not a key jetcron writes (ids are at most 128 bytes)
+        let Ok(id_len) = u16::try_from(key.len()) else {
+            return; // longer than any NATS subject a key can be part of
         };
         let Ok(id_at) = u32::try_from(self.ids.len()) else {
             return;
@@ -627,8 +627,11 @@ impl JobCatalog {
 
     /// The rows `query` asks for.
     pub fn page(&self, query: &RowQuery) -> RowPage {
-        self.write().sort_order();
-        let state = self.read();
+        // Sorted and read under one guard: a row the watch adds in between
+        // would be listed out of order.
+        let mut state = self.write();
+        state.sort_order();
+        let state = &*state;
         let texts = &state.texts;
         let needle = query.text.to_lowercase();
         let matches = |id: &str, row: &Row| {
@@ -771,6 +774,18 @@ mod tests {
         assert_eq!(catalog.lookup("b"), Some((true, 2)));
         catalog.note_delete("a", 7);
         assert_eq!(catalog.lookup("a"), Some((false, 1)));
+        // A key longer than any id (a direct `nats kv put`) is counted and
+        // listed as invalid.
+        let long = "k".repeat(300);
+        catalog.note_put(&long, 8, b"{}", now);
+        assert_eq!(catalog.lookup(&long), Some((true, 2)));
+        let invalid = catalog.page(&RowQuery {
+            state: "invalid".into(),
+            limit: 10,
+            ..Default::default()
+        });
+        assert_eq!(invalid.rows.len(), 1);
+        assert_eq!(invalid.rows[0].id, long);
     }
 
     #[test]

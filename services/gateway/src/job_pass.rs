@@ -19,10 +19,11 @@
 //! 65,536 messages; small definitions overflow it, the client drops
 //! messages, and the watch's ordered consumer restarts from the last
 //! sequence it saw with every revision after it, old ones included. A
-//! pass goes at its reader's pace (flow control answered as it reads). It
-//! needs only consumer creation and flow control replies on
+//! pass goes at its reader's pace (acks and flow control answered as it
+//! reads). It needs consumer creation, acks and flow control replies on
 //! `KV_jetcron_jobs`, which the gateway's NATS role has
-//! (`infra/nats/roles.conf`).
+//! (`infra/nats/roles.conf`): a chunk of the missed-fire scan can take
+//! longer than the 2 minutes `allow_responses` alone would allow.
 //!
 //! As with the old per-key reads, a key written during a pass may be seen
 //! at its old value, or at both (the new one later); deleted keys, delete

@@ -1,5 +1,7 @@
 //! One read of a stream's messages on a subject filter, from a start to the
-//! end the stream had when the read began, at the pace of its reader.
+//! end of the stream, at the pace of its reader. It ends at the first
+//! message after which the consumer has nothing pending: messages stored
+//! during the read may be included.
 //!
 //! Used where a service must see *every* matching message, however many:
 //! the gateway's pass over every job definition
@@ -19,12 +21,16 @@
 //! the moving task waits for a busy runtime. (Flow control alone let the
 //! server send up to 32 MiB, more than 65,536 small messages: a million
 //! jobs' pass lost some at a cold start.) Flow control requests and
-//! heartbeats are answered when the reader reaches them. A lost message (a gap in the consumer sequence, say after a
-//! reconnect) fails the pass; callers try again. It needs consumer creation
-//! on the stream, and replies to the messages and flow control requests
-//! it gets (acks and flow control answers: `allow_responses`, or
-//! `$JS.ACK.<stream>.>` and `$JS.FC.<stream>.>`), which the NATS roles of
-//! the services that use it have (`infra/nats/roles.conf`).
+//! heartbeats are answered when the reader reaches them. A lost message (a
+//! gap in the consumer sequence, say after a reconnect) or one sent again
+//! fails the pass; callers try again.
+//!
+//! It needs consumer creation on the stream, and to answer the messages and
+//! flow control requests it gets: `$JS.ACK.<stream>.>` and
+//! `$JS.FC.<stream>.>`, or `allow_responses`, which nats-server honours
+//! only for 2 minutes after a message arrived. A reader that may take
+//! longer between acks (the gateway's missed-fire scan works on each chunk)
+//! needs the subjects; the NATS roles of `infra/nats/roles.conf` say which.
 //!
 //! The server drops the consumer a while after its reader stops asking
 //! ([`INACTIVE_THRESHOLD`]); dropping the pass unsubscribes.
@@ -148,14 +154,14 @@ impl StreamPass {
         })
     }
 
-    /// Whether every message the stream held when the pass opened was read.
+    /// Whether the pass has read to the end of the stream (nothing was
+    /// pending after the last message read).
     pub fn done(&self) -> bool {
         self.done
     }
 
-    /// The next message, in stream order; `None` once every message the
-    /// stream held when the pass opened has been read. Answers flow control
-    /// on the way.
+    /// The next message, in stream order; `None` once the pass has read to
+    /// the end of the stream. Answers flow control on the way.
     pub async fn next_message(&mut self) -> anyhow::Result<Option<PassMessage>> {
         if self.done {
             return Ok(None);
@@ -235,6 +241,14 @@ impl StreamPass {
         let info = message
             .info()
             .map_err(|e| anyhow::anyhow!("read a pass message's metadata: {e}"))?;
+        // Sent again (its ack wait ran out): the server resends everything
+        // after the last ack under new consumer sequences, which the gap
+        // check cannot see.
+        anyhow::ensure!(
+            info.delivered == 1,
+            "the pass got stream message {} again",
+            info.stream_sequence
+        );
         anyhow::ensure!(
             info.consumer_sequence == self.delivered + 1,
             "the pass lost messages (got {}, expected {})",

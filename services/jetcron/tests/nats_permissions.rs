@@ -951,15 +951,17 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
     topology::ensure_runs_stream(&admin_js, &TopologyOptions::default())
         .await
         .expect("runs stream");
-    // 3,000 events of about 1 KB: past the flow control window (2 MiB at
-    // first), so the pass must answer it.
+    // 6,000 events of about 1 KB: past the pass's window of unacknowledged
+    // messages (4,096) and the flow control window (2 MiB at first), so the
+    // pass must ack and answer flow control as the executor.
+    const EVENTS: i64 = 6_000;
     let now = chrono::Utc::now();
     let mut last_run = None;
-    let stores: Vec<_> = (0..3_000)
+    let stores: Vec<_> = (0..EVENTS)
         .map(|i| {
             let at = now + chrono::Duration::seconds(i);
             let run = RunId::for_fire("busy", at);
-            let kind = if i == 2_999 {
+            let kind = if i == EVENTS - 1 {
                 RunEventKind::Succeeded
             } else {
                 RunEventKind::Started
@@ -1013,7 +1015,15 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
         violations_of(&nats, &["executor"])
     );
 
-    // A consumer that stays (a durable) is not the executor's to make.
+    // A consumer that stays (a durable) is not the executor's to make:
+    // neither under its name nor through the unnamed subject it may use.
+    let unnamed = executor
+        .request_json(
+            "$JS.API.CONSUMER.CREATE.JETCRON_RUNS",
+            r#"{"stream_name":"JETCRON_RUNS","config":{"durable_name":"sneaky","ack_policy":"explicit"}}"#,
+        )
+        .await;
+    assert!(unnamed.get("error").is_some(), "{unnamed}");
     let durable = executor
         .js()
         .get_stream_no_info(subjects::RUNS_STREAM)
@@ -1025,4 +1035,11 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
         })
         .await;
     assert!(durable.is_err(), "the executor made a durable consumer");
+    let made = admin_js
+        .get_stream(subjects::RUNS_STREAM)
+        .await
+        .expect("runs stream")
+        .get_consumer::<jetstream::consumer::pull::Config>("sneaky")
+        .await;
+    assert!(made.is_err(), "a durable consumer exists");
 }

@@ -102,7 +102,10 @@ async fn handle(ctx: &ExecutorContext, index: &ChainIndex, message: Message) {
         settle(&message, AckKind::Ack).await;
         return;
     }
-    let ending = match parent_ending(ctx, &event).await {
+    // A sharded parent's shards ended by this message (not after it: each
+    // later shard end comes with its own).
+    let through = message.info().ok().map(|info| info.stream_sequence);
+    let ending = match parent_ending(ctx, &event, through).await {
         Ok(Some(ending)) => ending,
         // A shard ended, the run goes on: its last shard's event decides.
         Ok(None) => {
@@ -154,6 +157,7 @@ struct ParentEnding {
 async fn parent_ending(
     ctx: &ExecutorContext,
     event: &RunEvent,
+    through: Option<u64>,
 ) -> anyhow::Result<Option<ParentEnding>> {
     let ended_at = event.finished_at.unwrap_or(event.at);
     if event.shard.is_none() {
@@ -170,6 +174,7 @@ async fn parent_ending(
         &event.job_id,
         event.run_id.as_str(),
         Since::fire(event.scheduled_at, None),
+        through,
     )
     .await?;
     let Some(summary) = run_summary::summarize(events, false) else {

@@ -178,7 +178,14 @@ async fn the_gateway_role_may_run_a_pass() {
         .collect();
     assert!(vars.contains("JETCRON_NATS_GATEWAY_PASSWORD"), "{vars:?}");
     let env: Vec<(&str, &str)> = vars.iter().map(|v| (*v, "pw-4b1e")).collect();
-    let nats = NatsServer::start_with_config_env(ROLES_CONF, &env);
+    // Answers allowed as responses expire after 1 s here (2 minutes by
+    // default): the pass's acks, sent a chunk later, need their own grant.
+    assert!(ROLES_CONF.contains("allow_responses = true"));
+    let conf = ROLES_CONF.replace(
+        "allow_responses = true",
+        r#"allow_responses = { max: 1, expires: "1s" }"#,
+    );
+    let nats = NatsServer::start_with_config_env(&conf, &env);
     let client =
         async_nats::ConnectOptions::with_user_and_password("gateway".into(), "pw-4b1e".into())
             .connect(nats.url())
@@ -194,7 +201,8 @@ async fn the_gateway_role_may_run_a_pass() {
     let mut handed_out = 0;
     while let Some(chunk) = pass.next_chunk(1_000).await.expect("read") {
         handed_out += chunk.len();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A slow chunk: each ack goes out over 1 s after its message came.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
     }
     assert_eq!(handed_out, 5_000);
     let violations = nats.permission_violations();
