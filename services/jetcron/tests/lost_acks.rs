@@ -15,6 +15,7 @@ use futures::StreamExt as _;
 use jetcron_core::events::{DueEvent, RunEvent, RunEventKind, RunId};
 use jetcron_core::subjects;
 use jetcron_testkit::{test_executor_config, wait_until, Stack, StackOptions};
+use tokio_util::sync::CancellationToken;
 
 /// The due event of `job_id`'s pending fire, as stored.
 async fn stored_due_event(stack: &Stack, job_id: &str) -> (String, Vec<u8>) {
@@ -89,6 +90,36 @@ async fn unsettled(stack: &Stack) -> (u64, usize) {
     (info.num_pending, info.num_ack_pending)
 }
 
+/// A stack without executors, and job `id` (daily, up to 3 attempts) whose
+/// shell target appends a line to the returned file per call.
+async fn stack_with_counted_job(id: &str) -> (Stack, tempfile::TempDir, std::path::PathBuf) {
+    let stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("marks dir");
+    let marks = dir.path().join("calls");
+    let job = format!(
+        r#"{{"id":"{id}","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
+        marks.display()
+    );
+    let (reply, code) = stack.api_put(&job).await;
+    assert_eq!(code, None, "{reply}");
+    (stack, dir, marks)
+}
+
+/// Stop `executor` and wait until its pull requests are gone (one could
+/// take a message the test means to deliver itself).
+async fn stop_and_wait_for_no_pulls(stack: &Stack, executor: CancellationToken) {
+    executor.cancel();
+    wait_until("no executor pulls", Duration::from_secs(20), || async {
+        (waiting_pulls(stack).await == 0).then_some(())
+    })
+    .await;
+}
+
 fn calls(marks: &std::path::Path) -> usize {
     std::fs::read_to_string(marks)
         .unwrap_or_default()
@@ -98,20 +129,7 @@ fn calls(marks: &std::path::Path) -> usize {
 
 #[tokio::test]
 async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_call() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("marks dir");
-    let marks = dir.path().join("calls");
-    let job = format!(
-        r#"{{"id":"once","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
-        marks.display()
-    );
-    let (reply, code) = stack.api_put(&job).await;
-    assert_eq!(code, None, "{reply}");
+    let (mut stack, _dir, marks) = stack_with_counted_job("once").await;
     let run_id = stack.trigger("once").await;
     let (subject, payload) = stored_due_event(&stack, "once").await;
 
@@ -127,13 +145,8 @@ async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_c
             .then_some(())
     })
     .await;
-    executor.cancel();
+    stop_and_wait_for_no_pulls(&stack, executor).await;
     assert_eq!(calls(&marks), 1);
-    // Its pull requests must be gone, or one could take the copy below.
-    wait_until("no executor pulls", Duration::from_secs(20), || async {
-        (waiting_pulls(&stack).await == 0).then_some(())
-    })
-    .await;
 
     // Delivery 2 of the ended run (its ack lost): settled by its outcome in
     // JETCRON_RUNS.
@@ -188,20 +201,7 @@ async fn store_run_event(stack: &Stack, event: &RunEvent) {
 
 #[tokio::test]
 async fn a_redelivered_run_whose_end_lies_behind_hundreds_of_the_jobs_events_is_not_called_again() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("marks dir");
-    let marks = dir.path().join("calls");
-    let job = format!(
-        r#"{{"id":"busy","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
-        marks.display()
-    );
-    let (reply, code) = stack.api_put(&job).await;
-    assert_eq!(code, None, "{reply}");
+    let (mut stack, _dir, marks) = stack_with_counted_job("busy").await;
     // An executor makes the pool's consumer and goes before the fire.
     let first = stack
         .spawn_executor(test_executor_config("first", true))
@@ -218,11 +218,7 @@ async fn a_redelivered_run_whose_end_lies_behind_hundreds_of_the_jobs_events_is_
         },
     )
     .await;
-    first.cancel();
-    wait_until("no executor pulls", Duration::from_secs(20), || async {
-        (waiting_pulls(&stack).await == 0).then_some(())
-    })
-    .await;
+    stop_and_wait_for_no_pulls(&stack, first).await;
     let run_id = stack.trigger("busy").await;
     stored_due_event(&stack, "busy").await;
 
@@ -315,11 +311,7 @@ async fn a_skipped_fire_handed_out_again_is_not_skipped_twice() {
         (skips(stack.events_of_run("slow", &run_b).await) == 1).then_some(())
     })
     .await;
-    skipper.cancel();
-    wait_until("no executor pulls", Duration::from_secs(20), || async {
-        (waiting_pulls(&stack).await == 0).then_some(())
-    })
-    .await;
+    stop_and_wait_for_no_pulls(&stack, skipper).await;
 
     // B's ack was lost: its due event comes again as delivery 2 while A
     // still runs. (B's message is gone from the work queue: it is made from
