@@ -155,7 +155,7 @@ async fn scan(
         PassOf {
             filter_subject: filter,
             deliver_policy: DeliverPolicy::ByStartSequence { start_sequence },
-            description: "executor: did a redelivered run end?".into(),
+            description: "executor: a job's run events (did a run end?)".into(),
         },
     )
     .await

@@ -122,11 +122,16 @@ impl JobRow {
 
     /// `active`, `paused` or `invalid`.
     pub fn state(&self) -> &'static str {
-        match (self.valid, self.paused) {
-            (false, _) => "invalid",
-            (true, true) => "paused",
-            (true, false) => "active",
-        }
+        state_name(self.valid, self.paused)
+    }
+}
+
+/// `active`, `paused` or `invalid`: a row's state as the table shows it.
+fn state_name(valid: bool, paused: bool) -> &'static str {
+    match (valid, paused) {
+        (false, _) => "invalid",
+        (true, true) => "paused",
+        (true, false) => "active",
     }
 }
 
@@ -306,12 +311,16 @@ impl Row {
         DateTime::from_timestamp_nanos(self.updated_ns)
     }
 
+    fn valid(&self) -> bool {
+        self.flags & VALID != 0
+    }
+
+    fn paused(&self) -> bool {
+        self.flags & PAUSED != 0
+    }
+
     fn state(&self) -> &'static str {
-        match (self.flags & VALID != 0, self.flags & PAUSED != 0) {
-            (false, _) => "invalid",
-            (true, true) => "paused",
-            (true, false) => "active",
-        }
+        state_name(self.valid(), self.paused())
     }
 
     fn label(&self, key: &str) -> Option<&str> {
@@ -349,10 +358,15 @@ struct CatalogState {
     synced: bool,
 }
 
+/// The id of `row` in the arena `ids`.
+fn id_in<'a>(ids: &'a str, row: &Row) -> &'a str {
+    let at = row.id_at as usize;
+    ids.get(at..at + usize::from(row.id_len)).unwrap_or("")
+}
+
 impl CatalogState {
     fn id(&self, row: &Row) -> &str {
-        let at = row.id_at as usize;
-        self.ids.get(at..at + usize::from(row.id_len)).unwrap_or("")
+        id_in(&self.ids, row)
     }
 
     fn hash(&self, id: &str) -> u64 {
@@ -362,11 +376,7 @@ impl CatalogState {
     fn number_of(&self, id: &str) -> Option<u32> {
         let (rows, ids) = (&self.rows, &self.ids);
         self.by_id
-            .find(self.hash(id), |&n| {
-                let row = &rows[n as usize];
-                let at = row.id_at as usize;
-                ids.get(at..at + usize::from(row.id_len)) == Some(id)
-            })
+            .find(self.hash(id), |&n| id_in(ids, &rows[n as usize]) == id)
             .copied()
     }
 
@@ -447,12 +457,7 @@ impl CatalogState {
                 let hash = self.hash(key);
                 let (rows, ids, hasher) = (&self.rows, &self.ids, &self.hasher);
                 self.by_id.insert_unique(hash, n, |&m| {
-                    let row = &rows[m as usize];
-                    let at = row.id_at as usize;
-                    std::hash::BuildHasher::hash_one(
-                        hasher,
-                        ids.get(at..at + usize::from(row.id_len)).unwrap_or(""),
-                    )
+                    std::hash::BuildHasher::hash_one(hasher, id_in(ids, &rows[m as usize]))
                 });
                 self.order.push(n);
                 if now_live {
@@ -467,29 +472,12 @@ impl CatalogState {
         if self.sorted == self.order.len() {
             return;
         }
-        let this = &*self;
-        let by_id = |a: &u32, b: &u32| {
-            this.id(&this.rows[*a as usize])
-                .cmp(this.id(&this.rows[*b as usize]))
-        };
-        let mut added = self.order[self.sorted..].to_vec();
-        added.sort_unstable_by(by_id);
-        let head = &self.order[..self.sorted];
-        let mut merged = Vec::with_capacity(self.order.len());
-        let (mut i, mut j) = (0, 0);
-        while i < head.len() && j < added.len() {
-            if by_id(&head[i], &added[j]).is_le() {
-                merged.push(head[i]);
-                i += 1;
-            } else {
-                merged.push(added[j]);
-                j += 1;
-            }
-        }
-        merged.extend_from_slice(&head[i..]);
-        merged.extend_from_slice(&added[j..]);
-        self.sorted = merged.len();
-        self.order = merged;
+        // The standard stable sort finds the sorted head as one run: the
+        // rows added since are sorted and merged in, not the whole order.
+        let (rows, ids) = (&self.rows, &self.ids);
+        self.order
+            .sort_by(|a, b| id_in(ids, &rows[*a as usize]).cmp(id_in(ids, &rows[*b as usize])));
+        self.sorted = self.order.len();
     }
 
     /// The live rows in id order (after [`CatalogState::sort_order`]).
@@ -506,10 +494,10 @@ impl CatalogState {
             id: self.id(row).to_string(),
             revision: row.revision,
             updated_at: row.updated_at(),
-            valid: row.flags & VALID != 0,
+            valid: row.valid(),
             schedule: self.texts.text(row.schedule).to_string(),
             timezone: self.texts.text(row.timezone).to_string(),
-            paused: row.flags & PAUSED != 0,
+            paused: row.paused(),
             labels: row
                 .labels()
                 .iter()

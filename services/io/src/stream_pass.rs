@@ -91,7 +91,7 @@ pub struct StreamPass {
     drain: tokio::task::JoinHandle<()>,
     /// The consumer sequence of the last message read.
     delivered: u64,
-    /// Every message the stream held when the pass opened has been read.
+    /// Nothing was pending after the last message read.
     done: bool,
 }
 
