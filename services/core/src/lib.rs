@@ -38,6 +38,7 @@ pub mod channel;
 pub mod clock;
 pub mod control;
 pub mod events;
+pub mod id_index;
 pub mod job;
 pub mod job_events;
 pub mod run_summary;

@@ -24,6 +24,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
+use jetcron_core::id_index::IdIndex;
 use jetcron_core::job::{parse_written_with, ChainLink, ChainOn};
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::bucket_follow::{self, BucketView};
@@ -346,9 +347,8 @@ struct CatalogState {
     rows: Vec<Row>,
     /// Every id, one after the other (a row names its part).
     ids: String,
-    /// Row numbers, found by their id's hash.
-    by_id: hashbrown::HashTable<u32>,
-    hasher: hashbrown::DefaultHashBuilder,
+    /// Row numbers, found by their id.
+    by_id: IdIndex,
     /// Row numbers in id order up to `sorted`; rows added since follow.
     order: Vec<u32>,
     sorted: usize,
@@ -369,15 +369,9 @@ impl CatalogState {
         id_in(&self.ids, row)
     }
 
-    fn hash(&self, id: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, id)
-    }
-
     fn number_of(&self, id: &str) -> Option<u32> {
         let (rows, ids) = (&self.rows, &self.ids);
-        self.by_id
-            .find(self.hash(id), |&n| id_in(ids, &rows[n as usize]) == id)
-            .copied()
+        self.by_id.find(id, |n| Some(id_in(ids, &rows[n as usize])))
     }
 
     /// The live row of `id`.
@@ -454,11 +448,9 @@ impl CatalogState {
                 };
                 self.ids.push_str(key);
                 self.rows.push(compact);
-                let hash = self.hash(key);
-                let (rows, ids, hasher) = (&self.rows, &self.ids, &self.hasher);
-                self.by_id.insert_unique(hash, n, |&m| {
-                    std::hash::BuildHasher::hash_one(hasher, id_in(ids, &rows[m as usize]))
-                });
+                let (rows, ids) = (&self.rows, &self.ids);
+                self.by_id
+                    .insert(key, n, |m| Some(id_in(ids, &rows[m as usize])));
                 self.order.push(n);
                 if now_live {
                     self.live += 1;

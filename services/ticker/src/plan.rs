@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use jetcron_core::id_index::IdIndex;
 use smallvec::SmallVec;
 
 use crate::held_job::HeldJob;
@@ -64,6 +65,13 @@ pub struct Fire {
 /// The index of a job in [`FirePlan::slots`]; freed slots are reused.
 type Slot = u32;
 
+/// The id of the job in `slot`, if one is there.
+fn id_in(slots: &[Option<PlannedJob>], slot: Slot) -> Option<&str> {
+    slots[slot as usize]
+        .as_ref()
+        .map(|planned| &*planned.job.id)
+}
+
 /// (publish instant, scheduled time, slot) of one pending fire.
 type FireKey = (DateTime<Utc>, DateTime<Utc>, Slot);
 
@@ -71,10 +79,8 @@ type FireKey = (DateTime<Utc>, DateTime<Utc>, Slot);
 #[derive(Debug, Default)]
 pub struct FirePlan {
     /// The slot of each job held, found by its job's id (which the slot's
-    /// job holds: 5 bytes a job here, where a map keyed by a second pointer
-    /// to the id took about 50).
-    index: hashbrown::HashTable<Slot>,
-    hasher: hashbrown::DefaultHashBuilder,
+    /// job holds).
+    index: IdIndex,
     /// The jobs by slot; `None` where a removed job's slot is free.
     slots: Vec<Option<PlannedJob>>,
     free: Vec<Slot>,
@@ -103,24 +109,9 @@ impl FirePlan {
         self.slots[slot as usize].as_ref()
     }
 
-    fn hash(hasher: &hashbrown::DefaultHashBuilder, job_id: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(hasher, job_id)
-    }
-
-    /// Whether `slot` holds the job `job_id`.
-    fn holds(slots: &[Option<PlannedJob>], slot: Slot, job_id: &str) -> bool {
-        slots[slot as usize]
-            .as_ref()
-            .is_some_and(|planned| &*planned.job.id == job_id)
-    }
-
     fn slot_of(&self, job_id: &str) -> Option<Slot> {
         let slots = &self.slots;
-        self.index
-            .find(Self::hash(&self.hasher, job_id), |&slot| {
-                Self::holds(slots, slot, job_id)
-            })
-            .copied()
+        self.index.find(job_id, |slot| id_in(slots, slot))
     }
 
     /// Hold `planned` (whose job the plan must not hold), in a free slot or
@@ -135,18 +126,10 @@ impl FirePlan {
             self.slots.push(None);
             Slot::try_from(self.slots.len() - 1).expect("fewer than 2^32 jobs in a shard")
         });
-        let hash = Self::hash(&self.hasher, &planned.job.id);
+        let id = Arc::clone(&planned.job.id);
         self.slots[slot as usize] = Some(planned);
-        let Self {
-            index,
-            hasher,
-            slots,
-            ..
-        } = self;
-        index.insert_unique(hash, slot, |&held| {
-            let id = slots[held as usize].as_ref().map_or("", |p| &*p.job.id);
-            Self::hash(hasher, id)
-        });
+        let slots = &self.slots;
+        self.index.insert(&id, slot, |held| id_in(slots, held));
     }
 
     /// Pending fires (catch-ups and regular next fires, queued or in flight).
@@ -370,15 +353,10 @@ impl FirePlan {
     /// Forget a job (deleted, purged, or replaced by an invalid value).
     pub fn remove(&mut self, job_id: &str) -> bool {
         self.dequeue_where(job_id, |_| true);
-        let hash = Self::hash(&self.hasher, job_id);
         let slots = &self.slots;
-        let Ok(entry) = self
-            .index
-            .find_entry(hash, |&slot| Self::holds(slots, slot, job_id))
-        else {
+        let Some(slot) = self.index.remove(job_id, |held| id_in(slots, held)) else {
             return false;
         };
-        let (slot, _) = entry.remove();
         self.slots[slot as usize] = None;
         self.free.push(slot);
         true
