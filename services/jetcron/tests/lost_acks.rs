@@ -90,24 +90,46 @@ async fn unsettled(stack: &Stack) -> (u64, usize) {
     (info.num_pending, info.num_ack_pending)
 }
 
-/// A stack without executors, and job `id` (daily, up to 3 attempts) whose
-/// shell target appends a line to the returned file per call.
-async fn stack_with_counted_job(id: &str) -> (Stack, tempfile::TempDir, std::path::PathBuf) {
+/// A stack without executors, holding the job `definition`.
+async fn stack_without_executors(definition: &str) -> Stack {
     let stack = Stack::start(StackOptions {
         executor: false,
         enable_shell: true,
         ..Default::default()
     })
     .await;
+    let (reply, code) = stack.api_put(definition).await;
+    assert_eq!(code, None, "{reply}");
+    stack
+}
+
+/// A stack without executors, and job `id` (daily, up to 3 attempts) whose
+/// shell target appends a line to the returned file per call.
+async fn stack_with_counted_job(id: &str) -> (Stack, tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("marks dir");
     let marks = dir.path().join("calls");
     let job = format!(
         r#"{{"id":"{id}","schedule":"@daily","retry":{{"max_attempts":3}},"target":{{"type":"shell","command":"echo call >> {}"}}}}"#,
         marks.display()
     );
-    let (reply, code) = stack.api_put(&job).await;
-    assert_eq!(code, None, "{reply}");
-    (stack, dir, marks)
+    (stack_without_executors(&job).await, dir, marks)
+}
+
+/// Wait until run `run_id` of `job_id` has stored an event of `kind`.
+async fn wait_for_event(stack: &Stack, job_id: &str, run_id: &str, kind: RunEventKind) {
+    wait_until(
+        &format!("a {} event", kind.as_str()),
+        Duration::from_secs(20),
+        || async {
+            stack
+                .events_of_run(job_id, run_id)
+                .await
+                .iter()
+                .any(|e| e.kind == kind)
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Stop `executor` and wait until its pull requests are gone (one could
@@ -136,15 +158,7 @@ async fn a_due_event_handed_out_again_after_its_run_ended_is_settled_without_a_c
     let executor = stack
         .spawn_executor(test_executor_config("first", true))
         .await;
-    wait_until("the run succeeded", Duration::from_secs(20), || async {
-        stack
-            .events_of_run("once", &run_id)
-            .await
-            .iter()
-            .any(|e| e.kind == RunEventKind::Succeeded)
-            .then_some(())
-    })
-    .await;
+    wait_for_event(&stack, "once", &run_id, RunEventKind::Succeeded).await;
     stop_and_wait_for_no_pulls(&stack, executor).await;
     assert_eq!(calls(&marks), 1);
 
@@ -271,15 +285,10 @@ async fn a_redelivered_run_whose_end_lies_behind_hundreds_of_the_jobs_events_is_
 
 #[tokio::test]
 async fn a_skipped_fire_handed_out_again_is_not_skipped_twice() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
+    let mut stack = stack_without_executors(
+        r#"{"id":"slow","schedule":"@daily","concurrency":"forbid","target":{"type":"shell","command":"sleep 60"}}"#,
+    )
     .await;
-    let job = r#"{"id":"slow","schedule":"@daily","concurrency":"forbid","target":{"type":"shell","command":"sleep 60"}}"#;
-    let (reply, code) = stack.api_put(job).await;
-    assert_eq!(code, None, "{reply}");
     let one_at_a_time = |id: &str| {
         let mut config = test_executor_config(id, true);
         config.max_in_flight = 1;
@@ -289,15 +298,7 @@ async fn a_skipped_fire_handed_out_again_is_not_skipped_twice() {
     // it asks for nothing while A runs).
     let _holder = stack.spawn_executor(one_at_a_time("holder")).await;
     let run_a = stack.trigger("slow").await;
-    wait_until("run A started", Duration::from_secs(20), || async {
-        stack
-            .events_of_run("slow", &run_a)
-            .await
-            .iter()
-            .any(|e| e.kind == RunEventKind::Started)
-            .then_some(())
-    })
-    .await;
+    wait_for_event(&stack, "slow", &run_a, RunEventKind::Started).await;
     // Fire B is skipped by another executor, which then goes.
     let skipper = stack.spawn_executor(one_at_a_time("skipper")).await;
     let run_b = stack.trigger("slow").await;
