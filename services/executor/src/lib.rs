@@ -106,6 +106,9 @@ pub struct ExecutorConfig {
     /// again for every run was about 7 % of the executor's CPU at 10,000
     /// runs/s (perf), while jobs share few distinct lines.
     pub lines: jetcron_core::schedule_lines::SharedLines,
+    /// The process's one read of the jobs bucket, for the chain index (its
+    /// own by default).
+    pub jobs_feed: jetcron_io::job_feed::JobFeed,
 }
 
 /// Default of the most attempts running at once: a burst of 1,000 held
@@ -140,6 +143,7 @@ impl Default for ExecutorConfig {
             readiness: Readiness::default(),
             calls_client: None,
             lines: Default::default(),
+            jobs_feed: Default::default(),
         }
     }
 }
@@ -334,7 +338,8 @@ pub async fn run(
     let chain_index = Arc::new(chains::index::ChainIndex::default());
     helpers.spawn({
         let (index, stop) = (chain_index.clone(), helpers_stop.clone());
-        async move { index.follow(jobs, stop).await }
+        let feed = ctx.config.jobs_feed.subscribe(&jobs, &ctx.config.lines);
+        async move { index.follow(feed, stop).await }
     });
     helpers.spawn(log_exit(
         "chain starter",

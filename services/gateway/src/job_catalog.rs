@@ -21,13 +21,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use anyhow::Context as _;
-use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
 use jetcron_core::id_index::IdIndex;
-use jetcron_core::job::{parse_written_with, ChainLink, ChainOn};
+use jetcron_core::job::{parse_written_with, ChainLink, ChainOn, ValidJob};
 use jetcron_core::schedule_lines::SharedLines;
-use jetcron_io::bucket_follow::{self, BucketView};
+use jetcron_io::job_feed::{self, FeedReceiver, JobEntry, JobView, Written};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -66,27 +66,46 @@ impl JobRow {
     ) -> Self {
         // A valid definition is read once, by the validation; only an
         // invalid one is looked at again, as plain JSON, for what it has.
-        if let Ok(job) = parse_written_with(value, Some(key), at, &mut |line| lines.parse(line)) {
-            let spec = job.spec;
-            return Self {
-                id: key.to_string(),
-                revision,
-                updated_at: at,
-                valid: true,
-                target_type: spec.target.kind().to_string(),
-                schedule: spec.schedule.clone().unwrap_or_default(),
-                timezone: spec.timezone.unwrap_or_default(),
-                paused: spec.paused,
-                labels: spec.labels,
-                after: spec.after,
-                description: spec
-                    .description
-                    .unwrap_or_default()
-                    .chars()
-                    .take(DESCRIPTION_CHARS)
-                    .collect(),
-            };
+        match parse_written_with(value, Some(key), at, &mut |line| lines.parse(line)) {
+            Ok(job) => Self::of_valid(key, revision, at, &job),
+            Err(_) => Self::of_invalid(key, revision, at, value),
         }
+    }
+
+    /// The row of a decoded entry; `None` for a delete.
+    pub fn from_entry(entry: &JobEntry) -> Option<Self> {
+        let (key, revision, at) = (&entry.key, entry.revision, entry.written_at);
+        match &entry.written {
+            Written::Valid(job) => Some(Self::of_valid(key, revision, at, job)),
+            Written::Invalid { value, .. } => Some(Self::of_invalid(key, revision, at, value)),
+            Written::Removed => None,
+        }
+    }
+
+    fn of_valid(key: &str, revision: u64, at: DateTime<Utc>, job: &ValidJob) -> Self {
+        let spec = &job.spec;
+        Self {
+            id: key.to_string(),
+            revision,
+            updated_at: at,
+            valid: true,
+            target_type: spec.target.kind().to_string(),
+            schedule: spec.schedule.clone().unwrap_or_default(),
+            timezone: spec.timezone.clone().unwrap_or_default(),
+            paused: spec.paused,
+            labels: spec.labels.clone(),
+            after: spec.after.clone(),
+            description: spec
+                .description
+                .as_deref()
+                .unwrap_or_default()
+                .chars()
+                .take(DESCRIPTION_CHARS)
+                .collect(),
+        }
+    }
+
+    fn of_invalid(key: &str, revision: u64, at: DateTime<Utc>, value: &[u8]) -> Self {
         let json: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
         let text = |name: &str| json.get(name).and_then(|v| v.as_str()).unwrap_or_default();
         let labels = json
@@ -662,23 +681,15 @@ impl JobCatalog {
         self.write().synced = true;
     }
 
-    /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
-    pub async fn follow(self, bucket: kv::Store, shutdown: CancellationToken) {
-        bucket_follow::follow(&bucket, &self, "job catalog", &shutdown).await;
+    /// Keep up with the jobs bucket through `feed` until `shutdown`.
+    pub async fn follow(self, feed: FeedReceiver, shutdown: CancellationToken) {
+        job_feed::keep(feed, &self, &shutdown).await;
     }
 }
 
-impl BucketView for JobCatalog {
-    fn apply(&self, entry: &kv::Entry) {
-        let row = (entry.operation == Operation::Put).then(|| {
-            JobRow::from_value(
-                &entry.key,
-                entry.revision,
-                &entry.value,
-                entry.created,
-                &self.lines,
-            )
-        });
+impl JobView for JobCatalog {
+    fn apply(&self, entry: &JobEntry) {
+        let row = JobRow::from_entry(entry);
         self.write().record(&entry.key, entry.revision, row);
     }
 

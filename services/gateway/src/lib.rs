@@ -69,6 +69,8 @@ pub struct GatewayConfig {
     pub grafana_url: Option<String>,
     /// Parsed schedule lines, shared with the other services of the process.
     pub lines: jetcron_core::schedule_lines::SharedLines,
+    /// The process's one read of the jobs bucket (its own by default).
+    pub jobs_feed: jetcron_io::job_feed::JobFeed,
 }
 
 /// What request handlers share.
@@ -162,7 +164,8 @@ pub async fn run(
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
     let catalog = job_catalog::JobCatalog::new(config.lines.clone());
-    let catalog_task = tokio::spawn(catalog.clone().follow(bucket.clone(), shutdown.clone()));
+    let feed = config.jobs_feed.subscribe(&bucket, &config.lines);
+    let catalog_task = tokio::spawn(catalog.clone().follow(feed, shutdown.clone()));
     if config.http_auth.has_no_tokens() {
         warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
     }

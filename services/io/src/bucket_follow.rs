@@ -1,6 +1,7 @@
 //! Keeping a view of a KV bucket in memory: every current value first, then
-//! every change, reopened when the watch breaks. The gateway's job catalog
-//! and the executors' chain index both follow `jetcron_jobs` this way.
+//! every change, reopened when the watch breaks. The executors' kill
+//! markers follow `jetcron_running` this way (`jetcron_jobs` is read
+//! through [`crate::job_feed`], which decodes each definition once).
 //!
 //! A view is told each entry ([`BucketView::apply`]) and, once, that it has
 //! seen everything the bucket held when the watch opened
@@ -26,18 +27,8 @@ pub trait BucketView {
     fn unsynced(&self) {}
 }
 
-/// Follow `bucket` into `view` until `shutdown`; `what` names the view in
-/// logs.
-pub async fn follow(
-    bucket: &kv::Store,
-    view: &impl BucketView,
-    what: &str,
-    shutdown: &CancellationToken,
-) {
-    follow_keys(bucket, ">", view, what, shutdown).await;
-}
-
-/// [`follow`] for the keys matching `keys` (a NATS subject filter of keys).
+/// Follow the keys of `bucket` matching `keys` (a NATS subject filter of
+/// keys) into `view` until `shutdown`; `what` names the view in logs.
 pub async fn follow_keys(
     bucket: &kv::Store,
     keys: &str,
@@ -90,8 +81,11 @@ async fn follow_once(
 /// nothing to say it has caught up).
 async fn holds_none(bucket: &kv::Store, keys: &str) -> anyhow::Result<bool> {
     if keys == ">" {
-        let status = bucket.status().await.context("read bucket status")?;
-        return Ok(status.values() == 0);
+        // Asked afresh: `kv::Store::status` answers from the info of when
+        // the store was opened.
+        let mut stream = bucket.stream.clone();
+        let held = stream.info().await.context("read bucket status")?;
+        return Ok(held.state.messages == 0);
     }
     let mut subjects = bucket
         .stream

@@ -6,6 +6,8 @@
 //!   verifies existing ones and waits while a cluster forms.
 //! - [`bucket_follow`]: keeps a view of a KV bucket in memory (watch,
 //!   catch-up, reopen).
+//! - [`job_feed`]: one read of `jetcron_jobs`, decoded once, for every
+//!   service of a process.
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
 //! - [`control`]: records and broadcasts kill requests.
 //! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
@@ -28,6 +30,7 @@ pub mod clickhouse_schema;
 pub mod control;
 pub mod due;
 pub mod job_events;
+pub mod job_feed;
 pub mod nats_connect;
 pub mod notify;
 pub mod prometheus;

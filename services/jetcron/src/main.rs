@@ -73,10 +73,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         readiness.waiting(service, "starting: connecting to NATS");
     }
     let lines = jetcron_core::schedule_lines::SharedLines::default();
+    // The ticker, the executor's chain index and the gateway's catalog each
+    // read every job: in one process they share one read.
+    let jobs_feed = jetcron_io::job_feed::JobFeed::new(match command {
+        Command::All(_) => 3,
+        _ => 1,
+    });
     let process = Process {
         common: &common,
         readiness: &readiness,
         lines: &lines,
+        jobs_feed: &jobs_feed,
         shutdown: &shutdown,
     };
     match command {
@@ -228,6 +235,8 @@ struct Process<'a> {
     readiness: &'a Readiness,
     /// Parsed schedule lines, one set for every service of the process.
     lines: &'a jetcron_core::schedule_lines::SharedLines,
+    /// The one read of the jobs bucket its services share.
+    jobs_feed: &'a jetcron_io::job_feed::JobFeed,
     shutdown: &'a CancellationToken,
 }
 
@@ -265,6 +274,7 @@ async fn spawn_ticker(
         topology: topology(common),
         readiness: process.readiness.clone(),
         lines: process.lines.clone(),
+        jobs_feed: process.jobs_feed.clone(),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {
@@ -294,6 +304,7 @@ async fn spawn_executor(
     let mut config = jetcron_executor::ExecutorConfig {
         calls_client: Some(calls_client),
         lines: process.lines.clone(),
+        jobs_feed: process.jobs_feed.clone(),
         max_in_flight: args.max_in_flight,
         output_limit: args.output_limit,
         shell: jetcron_executor::ShellOptions {
@@ -380,6 +391,7 @@ async fn spawn_gateway(
         readiness: process.readiness.clone(),
         grafana_url: args.grafana_url.clone(),
         lines: process.lines.clone(),
+        jobs_feed: process.jobs_feed.clone(),
     };
     let stop = CancellationToken::new();
     services.spawn(

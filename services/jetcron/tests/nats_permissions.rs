@@ -163,6 +163,7 @@ fn gateway_config(clickhouse_url: String) -> jetcron_gateway::GatewayConfig {
         readiness: Default::default(),
         grafana_url: None,
         lines: Default::default(),
+        jobs_feed: Default::default(),
     }
 }
 

@@ -332,6 +332,7 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
             readiness: Default::default(),
             grafana_url: None,
             lines: Default::default(),
+            jobs_feed: Default::default(),
         },
         stack.nats.client().await,
         std::sync::Arc::new(jetcron_core::clock::SystemClock),

@@ -138,6 +138,15 @@ impl Stack {
             .await
             .expect("bind gateway listener");
         let http_base = format!("http://{}", listener.local_addr().expect("gateway address"));
+        // One read of the jobs bucket for the services that follow it, as
+        // in `jetcron all`.
+        let lines = jetcron_core::schedule_lines::SharedLines::default();
+        let jobs_feed = jetcron_io::job_feed::JobFeed::new(
+            [options.gateway, options.executor, options.ticker]
+                .iter()
+                .filter(|on| **on)
+                .count(),
+        );
         if options.gateway {
             let config = jetcron_gateway::GatewayConfig {
                 clickhouse: ClickHouseOptions::new(clickhouse.url()),
@@ -150,7 +159,8 @@ impl Stack {
                 limits: options.limits.clone(),
                 readiness: readiness.clone(),
                 grafana_url: None,
-                lines: Default::default(),
+                lines: lines.clone(),
+                jobs_feed: jobs_feed.clone(),
             };
             services.spawn(jetcron_gateway::run(
                 config,
@@ -177,6 +187,8 @@ impl Stack {
             config.console_url = Some(http_base.clone());
             config.smtp_ca_file = options.smtp_ca_file.clone();
             config.readiness = readiness.clone();
+            config.lines = lines.clone();
+            config.jobs_feed = jobs_feed.clone();
             services.spawn(jetcron_executor::run(
                 config,
                 nats.client().await,
@@ -190,6 +202,8 @@ impl Stack {
                 topology: topology.clone(),
                 readiness: readiness.clone(),
                 lookahead: options.lookahead,
+                lines,
+                jobs_feed,
                 ..Default::default()
             };
             services.spawn(jetcron_ticker::run(

@@ -37,6 +37,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
+use jetcron_io::job_feed::JobFeed;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
@@ -73,6 +74,8 @@ pub struct TickerConfig {
     pub keep_definitions_for: Duration,
     /// Parsed schedule lines, shared with the other services of the process.
     pub lines: jetcron_core::schedule_lines::SharedLines,
+    /// The process's one read of the jobs bucket (its own by default).
+    pub jobs_feed: JobFeed,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
@@ -88,6 +91,7 @@ impl Default for TickerConfig {
             lookahead: Duration::ZERO,
             keep_definitions_for: definitions::KEEP_FOR,
             lines: Default::default(),
+            jobs_feed: JobFeed::default(),
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -182,9 +186,8 @@ pub async fn run(
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
     let watcher = tokio::spawn(watch::watch_jobs(
-        jobs,
+        config.jobs_feed.subscribe(&jobs, &config.lines),
         js.clone(),
-        config.lines.clone(),
         job_tx,
         watch_stop.clone(),
     ));
@@ -484,11 +487,11 @@ fn on_job(
         definitions,
     } = held;
     match change {
-        JobChange::Put {
-            job,
-            revision,
-            defined_at,
-        } => {
+        JobChange::Put(entry) => {
+            let Some(job) = entry.valid() else {
+                return;
+            };
+            let (revision, defined_at) = (entry.revision, entry.written_at);
             let id = job.spec.id.as_str();
             if book.get(id).is_some_and(|held| held.revision >= revision) {
                 return;
@@ -497,7 +500,7 @@ fn on_job(
             if job.spec.paused {
                 revoker.revoke(id, "job paused before this fire", now);
             }
-            let held = book.insert(&job, revision, defined_at);
+            let held = book.insert(job, revision, defined_at);
             // Written a moment ago (a slow watch, a loaded machine): the
             // times since the write fire late. Older writes are recovery's.
             let written_at = (now - defined_at <= late_threshold).then_some(defined_at);

@@ -8,10 +8,9 @@
 //! a direct `nats kv put`: the API refuses it) has its links ignored, with
 //! a warning, so a loop of jobs never starts itself forever.
 
-use async_nats::jetstream::kv::{self, Operation};
 use jetcron_core::chain;
 use jetcron_core::job::{parse_job, ChainLink, JobSpec};
-use jetcron_io::bucket_follow::{self, BucketView};
+use jetcron_io::job_feed::{self, FeedReceiver, JobEntry, JobView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::RwLock;
 use tokio_util::sync::CancellationToken;
@@ -123,24 +122,37 @@ impl ChainIndex {
     /// Take in one bucket entry: a put of `key` at `revision` (`value`), or
     /// its deletion (`None`).
     pub fn take(&self, key: &str, revision: u64, value: Option<&[u8]>) {
-        let job = value.and_then(|bytes| chained_job(key, revision, bytes));
+        self.put(
+            key,
+            value.and_then(|bytes| chained_job(key, revision, bytes)),
+        );
+    }
+
+    /// Keep up with the jobs bucket through `feed` until `shutdown`.
+    pub async fn follow(&self, feed: FeedReceiver, shutdown: CancellationToken) {
+        job_feed::keep(feed, self, &shutdown).await;
+    }
+
+    fn put(&self, key: &str, job: Option<ChainedJob>) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match job {
             Some(job) => state.insert(job),
             None => state.remove(key),
         }
     }
-
-    /// Follow `bucket` until `shutdown`, reopening the watch when it breaks.
-    pub async fn follow(&self, bucket: kv::Store, shutdown: CancellationToken) {
-        bucket_follow::follow(&bucket, self, "chain index", &shutdown).await;
-    }
 }
 
-impl BucketView for ChainIndex {
-    fn apply(&self, entry: &kv::Entry) {
-        let value = (entry.operation == Operation::Put).then_some(&entry.value[..]);
-        self.take(&entry.key, entry.revision, value);
+impl JobView for ChainIndex {
+    fn apply(&self, entry: &JobEntry) {
+        let job = entry
+            .valid()
+            .filter(|job| !job.spec.after.is_empty())
+            .map(|job| ChainedJob {
+                pool: job.pool.clone(),
+                spec: job.spec.clone(),
+                revision: entry.revision,
+            });
+        self.put(&entry.key, job);
     }
 
     fn synced(&self) {

@@ -1,0 +1,338 @@
+//! One read of `jetcron_jobs` for every service of a process.
+//!
+//! The ticker, the gateway's job catalog and the executors' chain index each
+//! keep a view of every job. Run as separate processes, each follows the
+//! bucket itself. In `jetcron all` that read the same values three times at
+//! start: the server delivered a million definitions three times and the
+//! process decoded them twice, most of a cold start's CPU on two cores.
+//!
+//! A [`JobFeed`] made for `readers` readers opens one watch once they have
+//! all subscribed, decodes each entry once ([`parse_written_with`], the check
+//! every door uses) and hands the same [`JobEntry`] to each reader.
+//!
+//! - **Pace.** The feed moves at the pace of its slowest reader (each has a
+//!   queue of [`QUEUE`] events). No reader misses an entry, so none needs a
+//!   watch of its own to catch up.
+//! - **Late readers.** A reader that subscribes after the watch opened (its
+//!   service started more than [`GATHER_WAIT`] after the first) follows the
+//!   bucket on a watch of its own, which costs one more read, nothing else.
+//! - **Breaks.** When the watch breaks, every reader hears
+//!   [`FeedEvent::Unsynced`]. The reopened watch delivers every current
+//!   value again, so readers must take a value they already hold (they
+//!   compare revisions).
+//! - **End.** The watch closes when the last reader is dropped.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv::{self, Operation};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use jetcron_core::job::{parse_written_with, FieldError, ValidJob};
+use jetcron_core::schedule_lines::SharedLines;
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::{info, warn};
+
+/// Events a reader may have waiting before the feed waits for it.
+pub const QUEUE: usize = 4096;
+
+/// How long the first reader waits for the others before the watch opens
+/// without them (they then read on their own).
+pub const GATHER_WAIT: Duration = Duration::from_secs(5);
+
+/// One entry of the bucket, decoded.
+#[derive(Debug)]
+pub struct JobEntry {
+    pub key: String,
+    /// The entry's revision (its sequence in the bucket's stream).
+    pub revision: u64,
+    /// When it was written (server time).
+    pub written_at: DateTime<Utc>,
+    pub written: Written,
+}
+
+/// What an entry holds.
+// Entries live in one `Arc` each, mostly valid: boxing the large variant
+// would add an allocation per job and save nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Written {
+    /// A delete or purge marker.
+    Removed,
+    Valid(ValidJob),
+    /// A value that does not validate, with every problem found.
+    Invalid {
+        value: Bytes,
+        problems: Vec<FieldError>,
+    },
+}
+
+impl JobEntry {
+    /// Decode `entry`, its schedule line parsed through `lines`.
+    pub fn decode(entry: kv::Entry, lines: &SharedLines) -> Self {
+        let written = match entry.operation {
+            Operation::Delete | Operation::Purge => Written::Removed,
+            Operation::Put => match parse_written_with(
+                &entry.value,
+                Some(&entry.key),
+                entry.created,
+                &mut |line| lines.parse(line),
+            ) {
+                Ok(job) => Written::Valid(job),
+                Err(problems) => Written::Invalid {
+                    value: entry.value,
+                    problems,
+                },
+            },
+        };
+        Self {
+            key: entry.key,
+            revision: entry.revision,
+            written_at: entry.created,
+            written,
+        }
+    }
+
+    /// The definition, when the entry is a valid one.
+    pub fn valid(&self) -> Option<&ValidJob> {
+        match &self.written {
+            Written::Valid(job) => Some(job),
+            Written::Removed | Written::Invalid { .. } => None,
+        }
+    }
+}
+
+/// What a reader is told.
+#[derive(Debug, Clone)]
+pub enum FeedEvent {
+    Entry(Arc<JobEntry>),
+    /// Every value the bucket held when the watch opened has been delivered
+    /// (once per opened watch).
+    Synced,
+    /// The watch broke: changes may be missed until the next `Synced`.
+    Unsynced,
+}
+
+/// The feed of one process, shared by its readers (clone it to each).
+#[derive(Clone)]
+pub struct JobFeed(Arc<Mutex<Gathering>>);
+
+struct Gathering {
+    readers: usize,
+    waiting: Vec<mpsc::Sender<FeedEvent>>,
+    /// Kept by every reader of the shared watch (and by the feed until the
+    /// watch opens): when the last is dropped, the watch closes.
+    alive: Option<Arc<DropGuard>>,
+    closed: CancellationToken,
+    /// The bucket and lines the watch reads with (the first reader's).
+    source: Option<(kv::Store, SharedLines)>,
+}
+
+impl Default for JobFeed {
+    /// A feed for one reader: a service running on its own.
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl std::fmt::Debug for JobFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gathering = self.lock();
+        f.debug_struct("JobFeed")
+            .field("readers", &gathering.readers)
+            .field("waiting", &gathering.waiting.len())
+            .field("opened", &gathering.alive.is_none())
+            .finish()
+    }
+}
+
+impl JobFeed {
+    /// A feed whose watch opens when `readers` have subscribed.
+    pub fn new(readers: usize) -> Self {
+        let closed = CancellationToken::new();
+        Self(Arc::new(Mutex::new(Gathering {
+            readers: readers.max(1),
+            waiting: Vec::new(),
+            alive: Some(Arc::new(closed.clone().drop_guard())),
+            closed,
+            source: None,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gathering> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Subscribe to the entries of `bucket` (every reader of a feed passes
+    /// the same bucket), decoded with `lines`. Must be called from within
+    /// the tokio runtime (it may start the watch).
+    pub fn subscribe(&self, bucket: &kv::Store, lines: &SharedLines) -> FeedReceiver {
+        let (queue, events) = mpsc::channel(QUEUE);
+        let mut gathering = self.lock();
+        let Some(alive) = gathering.alive.clone() else {
+            info!("job feed already open: this reader follows the bucket on its own watch");
+            let own = JobFeed::new(1);
+            drop(gathering);
+            return own.subscribe(bucket, lines);
+        };
+        gathering.waiting.push(queue);
+        gathering
+            .source
+            .get_or_insert_with(|| (bucket.clone(), lines.clone()));
+        let receiver = FeedReceiver {
+            events,
+            _alive: alive,
+        };
+        if gathering.waiting.len() >= gathering.readers {
+            open(&mut gathering);
+        } else if gathering.waiting.len() == 1 {
+            let feed = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(GATHER_WAIT).await;
+                let mut gathering = feed.lock();
+                if gathering.alive.is_some() {
+                    warn!(
+                        readers = gathering.waiting.len(),
+                        expected = gathering.readers,
+                        "job feed opens without every reader: the others follow the bucket on their own"
+                    );
+                    open(&mut gathering);
+                }
+            });
+        }
+        receiver
+    }
+}
+
+fn open(gathering: &mut Gathering) {
+    let queues = std::mem::take(&mut gathering.waiting);
+    let Some((bucket, lines)) = gathering.source.take() else {
+        return;
+    };
+    // The feed's own handle goes: the readers now hold the watch open.
+    gathering.alive = None;
+    tokio::spawn(follow(bucket, lines, queues, gathering.closed.clone()));
+}
+
+/// A reader's side of the feed.
+#[derive(Debug)]
+pub struct FeedReceiver {
+    events: mpsc::Receiver<FeedEvent>,
+    _alive: Arc<DropGuard>,
+}
+
+impl FeedReceiver {
+    /// The next event; `None` once the feed has ended (never while readers
+    /// are left, unless the task reading the bucket panicked).
+    pub async fn recv(&mut self) -> Option<FeedEvent> {
+        self.events.recv().await
+    }
+}
+
+/// Read `bucket` into `queues` until every reader is gone (`closed`).
+async fn follow(
+    bucket: kv::Store,
+    lines: SharedLines,
+    mut queues: Vec<mpsc::Sender<FeedEvent>>,
+    closed: CancellationToken,
+) {
+    loop {
+        let outcome = tokio::select! {
+            _ = closed.cancelled() => return,
+            outcome = follow_once(&bucket, &lines, &mut queues) => outcome,
+        };
+        if queues.is_empty() {
+            return;
+        }
+        if let Err(e) = outcome {
+            warn!(error = %format!("{e:#}"), "job feed watch broke, reopening");
+        }
+        if !send(&mut queues, FeedEvent::Unsynced).await {
+            return;
+        }
+        tokio::select! {
+            _ = closed.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// One watch, until it breaks or no reader is left (then `Ok`).
+async fn follow_once(
+    bucket: &kv::Store,
+    lines: &SharedLines,
+    queues: &mut Vec<mpsc::Sender<FeedEvent>>,
+) -> anyhow::Result<()> {
+    // Asked afresh: `kv::Store::status` answers from the info of when the
+    // store was opened.
+    let mut stream = bucket.stream.clone();
+    let held = stream.info().await.context("read job bucket status")?;
+    let mut synced = held.state.messages == 0;
+    if synced && !send(queues, FeedEvent::Synced).await {
+        return Ok(());
+    }
+    let mut entries = bucket
+        .watch_with_history(">")
+        .await
+        .context("watch job bucket")?;
+    loop {
+        let entry = match entries.next().await {
+            Some(entry) => entry.context("job bucket watch")?,
+            None => anyhow::bail!("job bucket watch ended"),
+        };
+        let caught_up = !synced && (entry.seen_current || entry.delta == 0);
+        let entry = Arc::new(JobEntry::decode(entry, lines));
+        if !send(queues, FeedEvent::Entry(entry)).await {
+            return Ok(());
+        }
+        if caught_up {
+            synced = true;
+            if !send(queues, FeedEvent::Synced).await {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Hand `event` to every reader left, dropping those gone; whether any is
+/// left.
+async fn send(queues: &mut Vec<mpsc::Sender<FeedEvent>>, event: FeedEvent) -> bool {
+    let mut gone = false;
+    for queue in queues.iter() {
+        gone |= queue.send(event.clone()).await.is_err();
+    }
+    if gone {
+        queues.retain(|q| !q.is_closed());
+    }
+    !queues.is_empty()
+}
+
+/// What keeps a view of the jobs from the feed, applied in the feed's order.
+pub trait JobView {
+    /// Take in one entry (a value already held must be taken again).
+    fn apply(&self, entry: &JobEntry);
+    /// Every value the bucket held has been applied.
+    fn synced(&self);
+}
+
+/// Apply `feed` to `view` until `shutdown` or the feed's end.
+pub async fn keep(mut feed: FeedReceiver, view: &impl JobView, shutdown: &CancellationToken) {
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = feed.recv() => event,
+        };
+        match event {
+            Some(FeedEvent::Entry(entry)) => view.apply(&entry),
+            Some(FeedEvent::Synced) => view.synced(),
+            Some(FeedEvent::Unsynced) => {}
+            None => {
+                warn!("job feed ended");
+                return;
+            }
+        }
+    }
+}

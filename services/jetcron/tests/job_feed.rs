@@ -1,0 +1,146 @@
+//! One read of `jetcron_jobs` per process (`jetcron_io::job_feed`): the
+//! ticker, the catalog and the chain index of `jetcron all` are handed the
+//! same decoded entries from one watch, a reader that comes late reads on
+//! its own, and a feed whose readers do not all come opens anyway.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use jetcron_core::schedule_lines::SharedLines;
+use jetcron_io::job_feed::{FeedEvent, FeedReceiver, JobEntry, JobFeed, Written, GATHER_WAIT};
+use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_testkit::NatsServer;
+
+/// What a reader was told up to the bucket's sync: the entries, in order.
+async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
+    let mut entries = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("an event within 10 s")
+            .expect("the feed goes on");
+        match event {
+            FeedEvent::Entry(entry) => entries.push(entry),
+            FeedEvent::Synced => return entries,
+            FeedEvent::Unsynced => panic!("the watch broke"),
+        }
+    }
+}
+
+async fn next_entry(reader: &mut FeedReceiver) -> Arc<JobEntry> {
+    match tokio::time::timeout(Duration::from_secs(10), reader.recv()).await {
+        Ok(Some(FeedEvent::Entry(entry))) => entry,
+        other => panic!("expected an entry, got {other:?}"),
+    }
+}
+
+fn kind(entry: &JobEntry) -> (String, u64, &'static str) {
+    let kind = match &entry.written {
+        Written::Valid(_) => "valid",
+        Written::Invalid { .. } => "invalid",
+        Written::Removed => "removed",
+    };
+    (entry.key.clone(), entry.revision, kind)
+}
+
+fn job(id: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","schedule":"@every 1h","target":{{"type":"shell","command":"true"}}}}"#
+    )
+    .into_bytes()
+}
+
+async fn consumers(js: &jetstream::Context) -> usize {
+    let mut stream = js.get_stream("KV_jetcron_jobs").await.expect("jobs stream");
+    stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .consumer_count
+}
+
+#[tokio::test]
+async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
+    let nats = NatsServer::start();
+    let js = jetstream::new(nats.client().await);
+    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
+        .await
+        .expect("jobs bucket");
+    for id in ["alpha", "beta", "gamma"] {
+        bucket.put(id, job(id).into()).await.expect("put");
+    }
+    bucket
+        .put("broken", r#"{"schedule":"61 * * * *"}"#.into())
+        .await
+        .expect("put");
+    bucket.delete("beta").await.expect("delete");
+
+    let lines = SharedLines::default();
+    let feed = JobFeed::new(3);
+    let mut readers: Vec<FeedReceiver> = (0..3).map(|_| feed.subscribe(&bucket, &lines)).collect();
+    let mut seen = Vec::new();
+    for reader in &mut readers {
+        seen.push(until_synced(reader).await);
+    }
+    let kinds: Vec<_> = seen[0].iter().map(|e| kind(e)).collect();
+    let kinds: Vec<_> = kinds.iter().map(|(k, r, w)| (k.as_str(), *r, *w)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("alpha", 1, "valid"),
+            ("gamma", 3, "valid"),
+            ("broken", 4, "invalid"),
+            ("beta", 5, "removed"),
+        ]
+    );
+    for other in &seen[1..] {
+        assert_eq!(other.len(), seen[0].len());
+        for (a, b) in seen[0].iter().zip(other) {
+            assert!(Arc::ptr_eq(a, b), "{} decoded more than once", a.key);
+        }
+    }
+    assert_eq!(consumers(&js).await, 1, "three readers, one watch");
+
+    // A change after the sync reaches every reader, decoded once.
+    bucket.put("delta", job("delta").into()).await.expect("put");
+    let first = next_entry(&mut readers[0]).await;
+    assert_eq!(kind(&first), ("delta".to_string(), 6, "valid"));
+    for reader in &mut readers[1..] {
+        assert!(Arc::ptr_eq(&first, &next_entry(reader).await));
+    }
+
+    // A reader that comes after the watch opened reads on its own, and
+    // still gets every current value and the sync.
+    let mut late = feed.subscribe(&bucket, &lines);
+    let current: Vec<_> = until_synced(&mut late)
+        .await
+        .iter()
+        .map(|e| kind(e))
+        .collect();
+    let keys: Vec<&str> = current.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(keys, ["alpha", "gamma", "broken", "beta", "delta"]);
+    assert_eq!(consumers(&js).await, 2, "the late reader's own watch");
+}
+
+#[tokio::test]
+async fn a_feed_whose_readers_do_not_all_come_opens_without_them() {
+    let nats = NatsServer::start();
+    let js = jetstream::new(nats.client().await);
+    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
+        .await
+        .expect("jobs bucket");
+    bucket.put("alpha", job("alpha").into()).await.expect("put");
+    let feed = JobFeed::new(3);
+    let started = Instant::now();
+    let mut only = feed.subscribe(&bucket, &SharedLines::default());
+    let entries = until_synced(&mut only).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].key, "alpha");
+    assert!(
+        started.elapsed() >= GATHER_WAIT,
+        "opened after {:?}, before the others' wait",
+        started.elapsed()
+    );
+}
