@@ -46,6 +46,47 @@ pub struct CronLine {
     /// The fields as written (macros expanded), single-spaced.
     text: String,
     fixed_time: bool,
+    last_next: LastNext,
+}
+
+/// The last answer of [`CronLine::next_fire`]. Jobs sharing a line ask it
+/// the same question in runs: every job of a shard when the ticker takes
+/// the shard over (a million at a cold start), every job of an instant
+/// once that instant fired. One search then answers them all.
+#[derive(Default)]
+struct LastNext(std::sync::Mutex<Option<NextAnswer>>);
+
+#[derive(Clone, Copy, PartialEq)]
+struct NextAnswer {
+    after: i64,
+    tz: Tz,
+    fire: Option<i64>,
+}
+
+impl LastNext {
+    fn get(&self, after: i64, tz: Tz) -> Option<Option<i64>> {
+        // A busy lock (another thread asking) is a miss, not a wait.
+        let last = (*self.0.try_lock().ok()?)?;
+        (last.after == after && last.tz == tz).then_some(last.fire)
+    }
+
+    fn set(&self, answer: NextAnswer) {
+        if let Ok(mut last) = self.0.try_lock() {
+            *last = Some(answer);
+        }
+    }
+}
+
+impl Clone for LastNext {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for LastNext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LastNext")
+    }
 }
 
 /// What the DST rule did to one fire, for the schedule preview.
@@ -95,6 +136,7 @@ impl CronLine {
             fixed_time: !wildcard(minute) && !wildcard(hour),
             text: fields.join(" "),
             cron,
+            last_next: LastNext::default(),
         }
     }
 
@@ -140,12 +182,19 @@ impl CronLine {
     pub fn next_fire(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
         // Fires are whole seconds: "after `after`" is "after its second".
         let after = after.timestamp();
-        let fire = if self.fixed_time {
-            self.next_fixed_time(after, tz)
-        } else {
-            self.next_real_time(after, tz)
-        }?;
-        instant(fire)
+        let fire = match self.last_next.get(after, tz) {
+            Some(fire) => fire,
+            None => {
+                let fire = if self.fixed_time {
+                    self.next_fixed_time(after, tz)
+                } else {
+                    self.next_real_time(after, tz)
+                };
+                self.last_next.set(NextAnswer { after, tz, fire });
+                fire
+            }
+        };
+        instant(fire?)
     }
 
     /// The last fire at or before `at`, or `None` when there is none.

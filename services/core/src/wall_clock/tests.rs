@@ -385,3 +385,30 @@ fn second_occurrences_ahead_of_a_first_copy_are_dropped() {
         }]
     );
 }
+
+#[test]
+fn a_line_asked_again_answers_as_a_fresh_one() {
+    // The line keeps its last answer: asked the same, something else in
+    // between, or the same instant in another zone, it must answer what a
+    // line that never answered would.
+    let shared = line("0 30 2 * * *");
+    let new_york = parse_timezone("America/New_York").expect("zone");
+    let questions = [
+        ("2027-03-13T12:00:00Z", Tz::UTC),
+        ("2027-03-13T12:00:00Z", Tz::UTC),
+        ("2027-03-13T12:00:00Z", new_york),
+        ("2027-03-13T12:00:00.900Z", new_york),
+        ("2027-03-14T02:30:00Z", Tz::UTC),
+        ("2027-03-13T12:00:00Z", Tz::UTC),
+        ("2027-03-13T12:00:00Z", new_york),
+    ];
+    for (after, tz) in questions {
+        let fresh = line("0 30 2 * * *").next_fire(utc(after), tz);
+        assert_eq!(shared.next_fire(utc(after), tz), fresh, "{after} in {tz}");
+    }
+    // In New York the 14th's 02:30 does not exist (moved after the gap).
+    assert_eq!(
+        shared.next_fire(utc("2027-03-13T12:00:00Z"), new_york),
+        Some(utc("2027-03-14T07:00:00Z"))
+    );
+}
