@@ -46,6 +46,15 @@ impl IdIndex {
         });
     }
 
+    /// Make room for `more` numbers beyond those indexed (`id_of` as for
+    /// [`IdIndex::find`]).
+    pub fn reserve<'a>(&mut self, more: usize, id_of: impl Fn(u32) -> Option<&'a str>) {
+        let Self { table, hasher } = self;
+        table.reserve(more, |&n| {
+            std::hash::BuildHasher::hash_one(&*hasher, id_of(n).unwrap_or(""))
+        });
+    }
+
     /// Take `id` out of the index; its number, if it was indexed.
     pub fn remove<'a>(&mut self, id: &str, id_of: impl Fn(u32) -> Option<&'a str>) -> Option<u32> {
         let hash = self.hash(id);
@@ -88,6 +97,15 @@ mod tests {
             index.remove("job-7", |m| holder[m as usize].as_deref()),
             None
         );
+        assert_eq!(index.len(), 999);
+
+        // Room made for more rebuilds the table by the holder's ids.
+        index.reserve(50_000, |m| holder[m as usize].as_deref());
+        assert_eq!(
+            index.find("job-640", |m| holder[m as usize].as_deref()),
+            Some(640)
+        );
+        assert_eq!(index.find("job-7", |m| holder[m as usize].as_deref()), None);
         assert_eq!(index.len(), 999);
     }
 }

@@ -388,6 +388,16 @@ impl CatalogState {
         id_in(&self.ids, row)
     }
 
+    /// Make room for rows up to `keys` in all (a watch opening on that
+    /// many keys).
+    fn reserve(&mut self, keys: usize) {
+        let more = keys.saturating_sub(self.rows.len());
+        let (rows, ids) = (&self.rows, &self.ids);
+        self.by_id
+            .reserve(more, |n| Some(id_in(ids, &rows[n as usize])));
+        self.rows.reserve_exact(more);
+    }
+
     fn number_of(&self, id: &str) -> Option<u32> {
         let (rows, ids) = (&self.rows, &self.ids);
         self.by_id.find(id, |n| Some(id_in(ids, &rows[n as usize])))
@@ -688,6 +698,10 @@ impl JobCatalog {
 }
 
 impl JobView for JobCatalog {
+    fn expect(&self, keys: usize) {
+        self.write().reserve(keys);
+    }
+
     fn apply(&self, entry: &JobEntry) {
         let row = JobRow::from_entry(entry);
         self.write().record(&entry.key, entry.revision, row);

@@ -108,6 +108,12 @@ impl JobEntry {
 /// What a reader is told.
 #[derive(Debug, Clone)]
 pub enum FeedEvent {
+    /// A watch opens on a bucket of about this many keys (deleted ones
+    /// included): room for them can be made at once, rather than by
+    /// growing a table a million entries long step by step.
+    Opened {
+        keys: usize,
+    },
     Entry(Arc<JobEntry>),
     /// Every value the bucket held when the watch opened has been delivered
     /// (once per opened watch).
@@ -271,6 +277,10 @@ async fn follow_once(
     let mut stream = bucket.stream.clone();
     let held = stream.info().await.context("read job bucket status")?;
     let mut synced = held.state.messages == 0;
+    let keys = usize::try_from(held.state.subjects_count).unwrap_or(usize::MAX);
+    if !send(queues, FeedEvent::Opened { keys }).await {
+        return Ok(());
+    }
     if synced && !send(queues, FeedEvent::Synced).await {
         return Ok(());
     }
@@ -312,6 +322,8 @@ async fn send(queues: &mut Vec<mpsc::Sender<FeedEvent>>, event: FeedEvent) -> bo
 
 /// What keeps a view of the jobs from the feed, applied in the feed's order.
 pub trait JobView {
+    /// About `keys` entries follow (see [`FeedEvent::Opened`]).
+    fn expect(&self, _keys: usize) {}
     /// Take in one entry (a value already held must be taken again).
     fn apply(&self, entry: &JobEntry);
     /// Every value the bucket held has been applied.
@@ -326,6 +338,7 @@ pub async fn keep(mut feed: FeedReceiver, view: &impl JobView, shutdown: &Cancel
             event = feed.recv() => event,
         };
         match event {
+            Some(FeedEvent::Opened { keys }) => view.expect(keys),
             Some(FeedEvent::Entry(entry)) => view.apply(&entry),
             Some(FeedEvent::Synced) => view.synced(),
             Some(FeedEvent::Unsynced) => {}

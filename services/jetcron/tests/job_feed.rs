@@ -21,6 +21,7 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
             .expect("an event within 10 s")
             .expect("the feed goes on");
         match event {
+            FeedEvent::Opened { keys } => assert!(entries.is_empty() && keys < 100),
             FeedEvent::Entry(entry) => entries.push(entry),
             FeedEvent::Synced => return entries,
             FeedEvent::Unsynced => panic!("the watch broke"),
@@ -30,6 +31,7 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
 
 async fn next_entry(reader: &mut FeedReceiver) -> Arc<JobEntry> {
     match tokio::time::timeout(Duration::from_secs(10), reader.recv()).await {
+        Ok(Some(FeedEvent::Opened { keys })) => panic!("a watch opened again ({keys} keys)"),
         Ok(Some(FeedEvent::Entry(entry))) => entry,
         other => panic!("expected an entry, got {other:?}"),
     }

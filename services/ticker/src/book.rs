@@ -113,6 +113,26 @@ impl Book {
         self.by_shard.iter().map(ShardJobs::len).sum()
     }
 
+    /// How many jobs one shard holds.
+    pub fn shard_len(&self, shard: u32) -> usize {
+        self.by_shard.get(shard as usize).map_or(0, ShardJobs::len)
+    }
+
+    /// Make room for `jobs` in all (spread over the shards as their ids
+    /// are), so that loading them does not grow each table step by step.
+    pub fn reserve(&mut self, jobs: usize) {
+        let each = jobs.div_ceil(SHARDS as usize);
+        let Self {
+            by_shard, hasher, ..
+        } = self;
+        for table in by_shard.iter_mut() {
+            let more = each.saturating_sub(table.len());
+            table.reserve(more, |held| {
+                std::hash::BuildHasher::hash_one(&*hasher, &*held.id)
+            });
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_shard.iter().all(ShardJobs::is_empty)
     }
@@ -154,5 +174,25 @@ mod tests {
         assert_eq!(book.len(), 199);
         let in_shards: usize = (0..SHARDS).map(|s| book.shard(s).count()).sum();
         assert_eq!(in_shards, 199);
+    }
+
+    #[test]
+    fn room_made_for_more_jobs_keeps_the_jobs_held() {
+        let mut book = Book::default();
+        let at = Utc::now();
+        for i in 0..300 {
+            book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
+        }
+        // The tables are rebuilt by the ids the held jobs keep.
+        book.reserve(100_000);
+        for i in 0..300 {
+            let held = book.get(&format!("job-{i}")).expect("still held");
+            assert_eq!(held.revision, i + 1);
+        }
+        assert!(book.get("job-300").is_none());
+        assert_eq!(book.len(), 300);
+        let shard = shard_of("job-5");
+        assert!(book.shard_len(shard) > 0);
+        assert_eq!(book.shard_len(shard), book.shard(shard).count());
     }
 }

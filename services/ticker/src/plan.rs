@@ -96,6 +96,14 @@ pub struct FirePlan {
 }
 
 impl FirePlan {
+    /// An empty plan with room for `jobs` (a shard taken over).
+    pub fn with_capacity(jobs: usize) -> Self {
+        let mut plan = Self::default();
+        plan.index.reserve(jobs, |_| None);
+        plan.slots.reserve_exact(jobs);
+        plan
+    }
+
     pub fn len(&self) -> usize {
         self.index.len()
     }

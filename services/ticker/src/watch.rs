@@ -30,6 +30,10 @@ pub enum JobChange {
     },
     /// Every value present when the watch opened has been delivered.
     Synced,
+    /// About this many keys are coming (the bucket's, deleted included).
+    Expect {
+        keys: usize,
+    },
 }
 
 /// Rejections waiting to be published; beyond this the watch does not wait
@@ -83,6 +87,7 @@ async fn follow(
             // A reopened watch delivers everything again: only the first
             // sync means the bucket is loaded.
             Some(FeedEvent::Unsynced) => continue,
+            Some(FeedEvent::Opened { keys }) => JobChange::Expect { keys },
             Some(FeedEvent::Synced) if synced => continue,
             Some(FeedEvent::Synced) => {
                 synced = true;
