@@ -150,7 +150,7 @@ async fn scan(
         return Ok(());
     };
     let mut rest = StreamPass::open(
-        &runs,
+        subjects::RUNS_STREAM,
         js,
         PassOf {
             filter_subject: filter,

@@ -223,12 +223,14 @@ pub async fn run(
     else {
         return Ok(());
     };
-    let Some(jobs) = converging
+    // Read through the process's job feed (below), once it exists.
+    if converging
         .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
         .await?
-    else {
+        .is_none()
+    {
         return Ok(());
-    };
+    }
     let Some(notify) = converging
         .ensure(|| topology::ensure_notify_stream(&tjs, wanted))
         .await?
@@ -338,7 +340,10 @@ pub async fn run(
     let chain_index = Arc::new(chains::index::ChainIndex::default());
     helpers.spawn({
         let (index, stop) = (chain_index.clone(), helpers_stop.clone());
-        let feed = ctx.config.jobs_feed.subscribe(&jobs, &ctx.config.lines);
+        let feed = ctx
+            .config
+            .jobs_feed
+            .subscribe(&ctx.js.client(), &ctx.config.lines);
         async move { index.follow(feed, stop).await }
     });
     helpers.spawn(log_exit(

@@ -53,7 +53,7 @@ impl JobPass {
         lines: SharedLines,
     ) -> anyhow::Result<Self> {
         let pass = StreamPass::open(
-            &bucket.stream,
+            &bucket.stream_name,
             js,
             PassOf {
                 filter_subject: format!("{}>", bucket.prefix),

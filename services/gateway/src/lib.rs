@@ -164,7 +164,7 @@ pub async fn run(
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
     let catalog = job_catalog::JobCatalog::new(config.lines.clone());
-    let feed = config.jobs_feed.subscribe(&bucket, &config.lines);
+    let feed = config.jobs_feed.subscribe(&client, &config.lines);
     let catalog_task = tokio::spawn(catalog.clone().follow(feed, shutdown.clone()));
     if config.http_auth.has_no_tokens() {
         warn!("no API token configured: HTTP write routes refuse every request (--api-token)");

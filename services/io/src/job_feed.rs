@@ -32,9 +32,12 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use jetcron_core::job::{parse_written_with, FieldError, ValidJob};
 use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::subjects;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{info, warn};
+
+use crate::topology;
 
 /// Events a reader may have waiting before the feed waits for it.
 pub const QUEUE: usize = 4096;
@@ -133,8 +136,8 @@ struct Gathering {
     /// watch opens): when the last is dropped, the watch closes.
     alive: Option<Arc<DropGuard>>,
     closed: CancellationToken,
-    /// The bucket and lines the watch reads with (the first reader's).
-    source: Option<(kv::Store, SharedLines)>,
+    /// The connection and lines the watch reads with (the first reader's).
+    source: Option<(async_nats::Client, SharedLines)>,
 }
 
 impl Default for JobFeed {
@@ -172,22 +175,22 @@ impl JobFeed {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Subscribe to the entries of `bucket` (every reader of a feed passes
-    /// the same bucket), decoded with `lines`. Must be called from within
-    /// the tokio runtime (it may start the watch).
-    pub fn subscribe(&self, bucket: &kv::Store, lines: &SharedLines) -> FeedReceiver {
+    /// Subscribe to the entries of `jetcron_jobs` (read on `client`'s
+    /// connection), decoded with `lines`. Must be called from within the
+    /// tokio runtime (it may start the watch).
+    pub fn subscribe(&self, client: &async_nats::Client, lines: &SharedLines) -> FeedReceiver {
         let (queue, events) = mpsc::channel(QUEUE);
         let mut gathering = self.lock();
         let Some(alive) = gathering.alive.clone() else {
             info!("job feed already open: this reader follows the bucket on its own watch");
             let own = JobFeed::new(1);
             drop(gathering);
-            return own.subscribe(bucket, lines);
+            return own.subscribe(client, lines);
         };
         gathering.waiting.push(queue);
         gathering
             .source
-            .get_or_insert_with(|| (bucket.clone(), lines.clone()));
+            .get_or_insert_with(|| (client.clone(), lines.clone()));
         let receiver = FeedReceiver {
             events,
             _alive: alive,
@@ -215,12 +218,12 @@ impl JobFeed {
 
 fn open(gathering: &mut Gathering) {
     let queues = std::mem::take(&mut gathering.waiting);
-    let Some((bucket, lines)) = gathering.source.take() else {
+    let Some((client, lines)) = gathering.source.take() else {
         return;
     };
     // The feed's own handle goes: the readers now hold the watch open.
     gathering.alive = None;
-    tokio::spawn(follow(bucket, lines, queues, gathering.closed.clone()));
+    tokio::spawn(follow(client, lines, queues, gathering.closed.clone()));
 }
 
 /// A reader's side of the feed.
@@ -238,9 +241,9 @@ impl FeedReceiver {
     }
 }
 
-/// Read `bucket` into `queues` until every reader is gone (`closed`).
+/// Read the bucket into `queues` until every reader is gone (`closed`).
 async fn follow(
-    bucket: kv::Store,
+    client: async_nats::Client,
     lines: SharedLines,
     mut queues: Vec<mpsc::Sender<FeedEvent>>,
     closed: CancellationToken,
@@ -248,7 +251,7 @@ async fn follow(
     loop {
         let outcome = tokio::select! {
             _ = closed.cancelled() => return,
-            outcome = follow_once(&bucket, &lines, &mut queues) => outcome,
+            outcome = follow_once(&client, &lines, &mut queues) => outcome,
         };
         if queues.is_empty() {
             return;
@@ -268,10 +271,17 @@ async fn follow(
 
 /// One watch, until it breaks or no reader is left (then `Ok`).
 async fn follow_once(
-    bucket: &kv::Store,
+    client: &async_nats::Client,
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<()> {
+    // The watch's consumer starts at every key's last value: the server
+    // answers its creation only once it found them all.
+    let js = topology::whole_stream_context(client.clone());
+    let bucket: kv::Store = js
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .context("open job bucket")?;
     // Asked afresh: `kv::Store::status` answers from the info of when the
     // store was opened.
     let mut stream = bucket.stream.clone();

@@ -38,7 +38,9 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_nats::jetstream::{self, consumer, stream::Stream};
+use async_nats::jetstream::{self, consumer};
+
+use crate::topology;
 use async_nats::StatusCode;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
@@ -103,12 +105,11 @@ impl Drop for StreamPass {
 }
 
 impl StreamPass {
-    /// Open a pass over `stream`, on `js`'s connection.
-    pub async fn open<I>(
-        stream: &Stream<I>,
-        js: &jetstream::Context,
-        of: PassOf,
-    ) -> anyhow::Result<Self> {
+    /// Open a pass over the stream named `stream`, on `js`'s connection.
+    /// Its consumer is created with [`topology::WHOLE_STREAM_TIMEOUT`]: the
+    /// server finds where the pass starts (every key's last value, the
+    /// first match after a sequence) before it answers.
+    pub async fn open(stream: &str, js: &jetstream::Context, of: PassOf) -> anyhow::Result<Self> {
         let client = js.client();
         let deliver_subject = client.new_inbox();
         // Subscribed before the consumer exists, so its first messages find us.
@@ -116,23 +117,26 @@ impl StreamPass {
             .subscribe(deliver_subject.clone())
             .await
             .context("subscribe to the pass")?;
-        let consumer = stream
-            .create_consumer(consumer::push::Config {
-                deliver_subject,
-                description: Some(of.description),
-                filter_subject: of.filter_subject,
-                deliver_policy: of.deliver_policy,
-                ack_policy: consumer::AckPolicy::All,
-                max_ack_pending: IN_FLIGHT,
-                ack_wait: ACK_WAIT,
-                replay_policy: consumer::ReplayPolicy::Instant,
-                flow_control: true,
-                idle_heartbeat: IDLE_HEARTBEAT,
-                inactive_threshold: INACTIVE_THRESHOLD,
-                memory_storage: true,
-                num_replicas: 1,
-                ..Default::default()
-            })
+        let consumer: consumer::PushConsumer = topology::whole_stream_context(client.clone())
+            .create_consumer_on_stream(
+                consumer::push::Config {
+                    deliver_subject,
+                    description: Some(of.description),
+                    filter_subject: of.filter_subject,
+                    deliver_policy: of.deliver_policy,
+                    ack_policy: consumer::AckPolicy::All,
+                    max_ack_pending: IN_FLIGHT,
+                    ack_wait: ACK_WAIT,
+                    replay_policy: consumer::ReplayPolicy::Instant,
+                    flow_control: true,
+                    idle_heartbeat: IDLE_HEARTBEAT,
+                    inactive_threshold: INACTIVE_THRESHOLD,
+                    memory_storage: true,
+                    num_replicas: 1,
+                    ..Default::default()
+                },
+                stream,
+            )
             .await
             .context("create the consumer of a pass")?;
         let done = consumer.cached_info().num_pending == 0;

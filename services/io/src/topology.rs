@@ -166,6 +166,23 @@ pub fn context(client: async_nats::Client) -> jetstream::Context {
         .build(client)
 }
 
+/// How long a request that makes the server go through a whole stream may
+/// take: creating a consumer that starts at every key's last value (the
+/// watch of `jetcron_jobs`, a pass over it). The server works out every
+/// key's last sequence before it answers. At ten million jobs that took
+/// longer than the 2 s of [`context`]; each retry asked again while the
+/// server still worked on the earlier requests, and the watch never
+/// started (nats-server 2.15.1 at 110 % CPU in `allLastSeqsLocked`).
+pub const WHOLE_STREAM_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The JetStream context for requests that go through a whole stream
+/// ([`WHOLE_STREAM_TIMEOUT`]).
+pub fn whole_stream_context(client: async_nats::Client) -> jetstream::Context {
+    jetstream::context::ContextBuilder::new()
+        .timeout(WHOLE_STREAM_TIMEOUT)
+        .build(client)
+}
+
 /// What jetcron needs of a stream (or a bucket's stream), beside its name.
 #[derive(Debug, Clone)]
 struct Wanted<'a> {

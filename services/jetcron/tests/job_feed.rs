@@ -66,7 +66,8 @@ async fn consumers(js: &jetstream::Context) -> usize {
 #[tokio::test]
 async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
     let nats = NatsServer::start();
-    let js = jetstream::new(nats.client().await);
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
     let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
         .await
         .expect("jobs bucket");
@@ -81,7 +82,7 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
 
     let lines = SharedLines::default();
     let feed = JobFeed::new(3);
-    let mut readers: Vec<FeedReceiver> = (0..3).map(|_| feed.subscribe(&bucket, &lines)).collect();
+    let mut readers: Vec<FeedReceiver> = (0..3).map(|_| feed.subscribe(&client, &lines)).collect();
     let mut seen = Vec::new();
     for reader in &mut readers {
         seen.push(until_synced(reader).await);
@@ -115,7 +116,7 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
 
     // A reader that comes after the watch opened reads on its own, and
     // still gets every current value and the sync.
-    let mut late = feed.subscribe(&bucket, &lines);
+    let mut late = feed.subscribe(&client, &lines);
     let current: Vec<_> = until_synced(&mut late)
         .await
         .iter()
@@ -129,14 +130,15 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
 #[tokio::test]
 async fn a_feed_whose_readers_do_not_all_come_opens_without_them() {
     let nats = NatsServer::start();
-    let js = jetstream::new(nats.client().await);
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
     let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
         .await
         .expect("jobs bucket");
     bucket.put("alpha", job("alpha").into()).await.expect("put");
     let feed = JobFeed::new(3);
     let started = Instant::now();
-    let mut only = feed.subscribe(&bucket, &SharedLines::default());
+    let mut only = feed.subscribe(&client, &SharedLines::default());
     let entries = until_synced(&mut only).await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].key, "alpha");

@@ -186,7 +186,7 @@ pub async fn run(
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
     let watcher = tokio::spawn(watch::watch_jobs(
-        config.jobs_feed.subscribe(&jobs, &config.lines),
+        config.jobs_feed.subscribe(&js.client(), &config.lines),
         js.clone(),
         job_tx,
         watch_stop.clone(),
