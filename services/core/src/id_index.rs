@@ -47,7 +47,8 @@ impl IdIndex {
     }
 
     /// Make room for `more` numbers beyond those indexed (`id_of` as for
-    /// [`IdIndex::find`]).
+    /// [`IdIndex::find`]; it must give the id of every number indexed, or
+    /// the table is rebuilt with that number in the wrong place).
     pub fn reserve<'a>(&mut self, more: usize, id_of: impl Fn(u32) -> Option<&'a str>) {
         let Self { table, hasher } = self;
         table.reserve(more, |&n| {

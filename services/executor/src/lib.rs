@@ -106,8 +106,8 @@ pub struct ExecutorConfig {
     /// again for every run was about 7 % of the executor's CPU at 10,000
     /// runs/s (perf), while jobs share few distinct lines.
     pub lines: jetcron_core::schedule_lines::SharedLines,
-    /// The process's one read of the jobs bucket, for the chain index (its
-    /// own by default).
+    /// The process's one read of the jobs bucket, for the chain index (by
+    /// default its own, which decodes only chained jobs).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
 }
 
@@ -143,7 +143,7 @@ impl Default for ExecutorConfig {
             readiness: Readiness::default(),
             calls_client: None,
             lines: Default::default(),
-            jobs_feed: Default::default(),
+            jobs_feed: jetcron_io::job_feed::JobFeed::chains_only(),
         }
     }
 }

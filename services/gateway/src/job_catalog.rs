@@ -78,7 +78,7 @@ impl JobRow {
         match &entry.written {
             Written::Valid(job) => Some(Self::of_valid(key, revision, at, job)),
             Written::Invalid { value, .. } => Some(Self::of_invalid(key, revision, at, value)),
-            Written::Removed => None,
+            Written::Removed | Written::NotChained => None,
         }
     }
 
@@ -703,6 +703,9 @@ impl JobView for JobCatalog {
     }
 
     fn apply(&self, entry: &JobEntry) {
+        if matches!(entry.written, Written::NotChained) {
+            return; // not decoded: a feed for chain indexes only
+        }
         let row = JobRow::from_entry(entry);
         self.write().record(&entry.key, entry.revision, row);
     }

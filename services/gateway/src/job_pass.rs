@@ -52,9 +52,11 @@ impl JobPass {
         js: &jetstream::Context,
         lines: SharedLines,
     ) -> anyhow::Result<Self> {
+        // The pass starts at every key's last value: the server finds them
+        // all before it answers the consumer's creation.
         let pass = StreamPass::open(
             &bucket.stream_name,
-            js,
+            &jetcron_io::topology::whole_stream_context(js.client()),
             PassOf {
                 filter_subject: format!("{}>", bucket.prefix),
                 deliver_policy: consumer::DeliverPolicy::LastPerSubject,

@@ -12,7 +12,9 @@
 //!
 //! - **Pace.** The feed moves at the pace of its slowest reader (each has a
 //!   queue of [`QUEUE`] events). No reader misses an entry, so none needs a
-//!   watch of its own to catch up.
+//!   watch of its own to catch up. Once loaded, the ticker queues what its
+//!   loop has not taken yet itself, so that a shard takeover does not hold
+//!   the catalog and the chain index back.
 //! - **Late readers.** A reader that subscribes after the watch opened (its
 //!   service started more than [`GATHER_WAIT`] after the first) follows the
 //!   bucket on a watch of its own, which costs one more read, nothing else.
@@ -20,6 +22,12 @@
 //!   [`FeedEvent::Unsynced`]. The reopened watch delivers every current
 //!   value again, so readers must take a value they already hold (they
 //!   compare revisions).
+//! - **Two reads.** A watch first reads every key's current value, on a
+//!   consumer whose creation may take long: the server finds every key's
+//!   last value before it answers (at ten million keys, longer than the 2 s
+//!   other requests get; [`topology::WHOLE_STREAM_TIMEOUT`]). It then
+//!   follows every change after the last revision read, on a consumer that
+//!   starts at a sequence and is recreated on the usual timeout.
 //! - **End.** The watch closes when the last reader is dropped.
 
 use std::sync::{Arc, Mutex};
@@ -71,13 +79,35 @@ pub enum Written {
         value: Bytes,
         problems: Vec<FieldError>,
     },
+    /// A value that names no parents, not decoded: the feed's readers
+    /// need only chained jobs ([`Needs::Chained`]).
+    NotChained,
+}
+
+/// Which values a feed's readers need decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Every value (the ticker, the catalog).
+    Every,
+    /// Only values that name parents in `after` (a chain index on its
+    /// own: a standalone executor). Others are handed on as
+    /// [`Written::NotChained`] without a parse.
+    Chained,
 }
 
 impl JobEntry {
-    /// Decode `entry`, its schedule line parsed through `lines`.
-    pub fn decode(entry: kv::Entry, lines: &SharedLines) -> Self {
+    /// Decode `entry` as `needs` asks, its schedule line parsed through
+    /// `lines`.
+    pub fn decode(entry: kv::Entry, needs: Needs, lines: &SharedLines) -> Self {
         let written = match entry.operation {
             Operation::Delete | Operation::Purge => Written::Removed,
+            // A definition with parents names them under this key.
+            Operation::Put
+                if needs == Needs::Chained
+                    && !entry.value.windows(7).any(|w| w == b"\"after\"") =>
+            {
+                Written::NotChained
+            }
             Operation::Put => match parse_written_with(
                 &entry.value,
                 Some(&entry.key),
@@ -103,7 +133,7 @@ impl JobEntry {
     pub fn valid(&self) -> Option<&ValidJob> {
         match &self.written {
             Written::Valid(job) => Some(job),
-            Written::Removed | Written::Invalid { .. } => None,
+            Written::Removed | Written::Invalid { .. } | Written::NotChained => None,
         }
     }
 }
@@ -131,6 +161,7 @@ pub struct JobFeed(Arc<Mutex<Gathering>>);
 
 struct Gathering {
     readers: usize,
+    needs: Needs,
     waiting: Vec<mpsc::Sender<FeedEvent>>,
     /// Kept by every reader of the shared watch (and by the feed until the
     /// watch opens): when the last is dropped, the watch closes.
@@ -159,11 +190,22 @@ impl std::fmt::Debug for JobFeed {
 }
 
 impl JobFeed {
-    /// A feed whose watch opens when `readers` have subscribed.
+    /// A feed whose watch opens when `readers` have subscribed, each
+    /// value decoded.
     pub fn new(readers: usize) -> Self {
+        Self::needing(readers, Needs::Every)
+    }
+
+    /// A feed for a chain index alone ([`Needs::Chained`]).
+    pub fn chains_only() -> Self {
+        Self::needing(1, Needs::Chained)
+    }
+
+    fn needing(readers: usize, needs: Needs) -> Self {
         let closed = CancellationToken::new();
         Self(Arc::new(Mutex::new(Gathering {
             readers: readers.max(1),
+            needs,
             waiting: Vec::new(),
             alive: Some(Arc::new(closed.clone().drop_guard())),
             closed,
@@ -183,7 +225,7 @@ impl JobFeed {
         let mut gathering = self.lock();
         let Some(alive) = gathering.alive.clone() else {
             info!("job feed already open: this reader follows the bucket on its own watch");
-            let own = JobFeed::new(1);
+            let own = JobFeed::needing(1, gathering.needs);
             drop(gathering);
             return own.subscribe(client, lines);
         };
@@ -223,7 +265,13 @@ fn open(gathering: &mut Gathering) {
     };
     // The feed's own handle goes: the readers now hold the watch open.
     gathering.alive = None;
-    tokio::spawn(follow(client, lines, queues, gathering.closed.clone()));
+    tokio::spawn(follow(
+        client,
+        gathering.needs,
+        lines,
+        queues,
+        gathering.closed.clone(),
+    ));
 }
 
 /// A reader's side of the feed.
@@ -244,6 +292,7 @@ impl FeedReceiver {
 /// Read the bucket into `queues` until every reader is gone (`closed`).
 async fn follow(
     client: async_nats::Client,
+    needs: Needs,
     lines: SharedLines,
     mut queues: Vec<mpsc::Sender<FeedEvent>>,
     closed: CancellationToken,
@@ -251,7 +300,7 @@ async fn follow(
     loop {
         let outcome = tokio::select! {
             _ = closed.cancelled() => return,
-            outcome = follow_once(&client, &lines, &mut queues) => outcome,
+            outcome = follow_once(&client, needs, &lines, &mut queues) => outcome,
         };
         if queues.is_empty() {
             return;
@@ -269,16 +318,15 @@ async fn follow(
     }
 }
 
-/// One watch, until it breaks or no reader is left (then `Ok`).
+/// One watch, until it breaks or no reader is left (then `Ok`): every
+/// key's current value first, then every change after them.
 async fn follow_once(
     client: &async_nats::Client,
+    needs: Needs,
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<()> {
-    // The watch's consumer starts at every key's last value: the server
-    // answers its creation only once it found them all.
-    let js = topology::whole_stream_context(client.clone());
-    let bucket: kv::Store = js
+    let bucket: kv::Store = topology::context(client.clone())
         .get_key_value(subjects::JOBS_BUCKET)
         .await
         .context("open job bucket")?;
@@ -286,16 +334,24 @@ async fn follow_once(
     // store was opened.
     let mut stream = bucket.stream.clone();
     let held = stream.info().await.context("read job bucket status")?;
-    let mut synced = held.state.messages == 0;
     let keys = usize::try_from(held.state.subjects_count).unwrap_or(usize::MAX);
     if !send(queues, FeedEvent::Opened { keys }).await {
         return Ok(());
     }
-    if synced && !send(queues, FeedEvent::Synced).await {
+    let mut last = held.state.last_sequence;
+    if held.state.messages > 0 {
+        match read_current(client, needs, lines, queues).await? {
+            Some(read_to) => last = last.max(read_to),
+            None => return Ok(()),
+        }
+    }
+    if !send(queues, FeedEvent::Synced).await {
         return Ok(());
     }
+    // Every change after what was read, on a consumer that starts at a
+    // sequence: quick to create, and recreated on the usual timeout.
     let mut entries = bucket
-        .watch_with_history(">")
+        .watch_all_from_revision(last + 1)
         .await
         .context("watch job bucket")?;
     loop {
@@ -303,16 +359,46 @@ async fn follow_once(
             Some(entry) => entry.context("job bucket watch")?,
             None => anyhow::bail!("job bucket watch ended"),
         };
-        let caught_up = !synced && (entry.seen_current || entry.delta == 0);
-        let entry = Arc::new(JobEntry::decode(entry, lines));
+        let entry = Arc::new(JobEntry::decode(entry, needs, lines));
         if !send(queues, FeedEvent::Entry(entry)).await {
             return Ok(());
         }
+    }
+}
+
+/// Hand every key's current value to `queues`; the highest revision read
+/// (every change up to it is in what was read), or `None` when no reader
+/// is left.
+async fn read_current(
+    client: &async_nats::Client,
+    needs: Needs,
+    lines: &SharedLines,
+    queues: &mut Vec<mpsc::Sender<FeedEvent>>,
+) -> anyhow::Result<Option<u64>> {
+    // This consumer starts at every key's last value, and the server
+    // answers its creation only once it has found them all.
+    let bucket: kv::Store = topology::whole_stream_context(client.clone())
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .context("open job bucket")?;
+    let mut entries = bucket
+        .watch_with_history(">")
+        .await
+        .context("read job bucket")?;
+    loop {
+        let entry = match entries.next().await {
+            Some(entry) => entry.context("job bucket read")?,
+            None => anyhow::bail!("job bucket read ended"),
+        };
+        let revision = entry.revision;
+        let caught_up = entry.seen_current || entry.delta == 0;
+        let entry = Arc::new(JobEntry::decode(entry, needs, lines));
+        if !send(queues, FeedEvent::Entry(entry)).await {
+            return Ok(None);
+        }
         if caught_up {
-            synced = true;
-            if !send(queues, FeedEvent::Synced).await {
-                return Ok(());
-            }
+            // Delivered in stream order: nothing after `revision` was read.
+            return Ok(Some(revision));
         }
     }
 }

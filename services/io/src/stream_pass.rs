@@ -40,7 +40,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer};
 
-use crate::topology;
 use async_nats::StatusCode;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
@@ -105,10 +104,10 @@ impl Drop for StreamPass {
 }
 
 impl StreamPass {
-    /// Open a pass over the stream named `stream`, on `js`'s connection.
-    /// Its consumer is created with [`topology::WHOLE_STREAM_TIMEOUT`]: the
-    /// server finds where the pass starts (every key's last value, the
-    /// first match after a sequence) before it answers.
+    /// Open a pass over the stream named `stream`, on `js`'s connection
+    /// and with its request timeout (a pass from every key's last value
+    /// wants [`crate::topology::whole_stream_context`]: the server finds them all
+    /// before it answers).
     pub async fn open(stream: &str, js: &jetstream::Context, of: PassOf) -> anyhow::Result<Self> {
         let client = js.client();
         let deliver_subject = client.new_inbox();
@@ -117,7 +116,7 @@ impl StreamPass {
             .subscribe(deliver_subject.clone())
             .await
             .context("subscribe to the pass")?;
-        let consumer: consumer::PushConsumer = topology::whole_stream_context(client.clone())
+        let consumer: consumer::PushConsumer = js
             .create_consumer_on_stream(
                 consumer::push::Config {
                     deliver_subject,

@@ -75,10 +75,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let lines = jetcron_core::schedule_lines::SharedLines::default();
     // The ticker, the executor's chain index and the gateway's catalog each
     // read every job: in one process they share one read.
-    let jobs_feed = jetcron_io::job_feed::JobFeed::new(match command {
-        Command::All(_) => 3,
-        _ => 1,
-    });
+    let jobs_feed = match command {
+        Command::All(_) => jetcron_io::job_feed::JobFeed::new(3),
+        // Its chain index alone: only chained jobs are decoded.
+        Command::Executor(_) => jetcron_io::job_feed::JobFeed::chains_only(),
+        _ => jetcron_io::job_feed::JobFeed::new(1),
+    };
     let process = Process {
         common: &common,
         readiness: &readiness,

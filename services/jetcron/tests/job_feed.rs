@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use async_nats::jetstream::consumer::DeliverPolicy;
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::job_feed::{FeedEvent, FeedReceiver, JobEntry, JobFeed, Written, GATHER_WAIT};
 use jetcron_io::topology::{self, TopologyOptions};
@@ -15,16 +16,21 @@ use jetcron_testkit::NatsServer;
 /// What a reader was told up to the bucket's sync: the entries, in order.
 async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
     let mut entries = Vec::new();
+    let first = tokio::time::timeout(Duration::from_secs(10), reader.recv()).await;
+    assert!(
+        matches!(first, Ok(Some(FeedEvent::Opened { keys })) if keys < 100),
+        "a watch first says how many keys it opens on: {first:?}"
+    );
     loop {
         let event = tokio::time::timeout(Duration::from_secs(10), reader.recv())
             .await
             .expect("an event within 10 s")
             .expect("the feed goes on");
         match event {
-            FeedEvent::Opened { keys } => assert!(entries.is_empty() && keys < 100),
             FeedEvent::Entry(entry) => entries.push(entry),
             FeedEvent::Synced => return entries,
             FeedEvent::Unsynced => panic!("the watch broke"),
+            FeedEvent::Opened { keys } => panic!("a watch opened again ({keys} keys)"),
         }
     }
 }
@@ -42,6 +48,7 @@ fn kind(entry: &JobEntry) -> (String, u64, &'static str) {
         Written::Valid(_) => "valid",
         Written::Invalid { .. } => "invalid",
         Written::Removed => "removed",
+        Written::NotChained => "not chained",
     };
     (entry.key.clone(), entry.revision, kind)
 }
@@ -53,14 +60,27 @@ fn job(id: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn consumers(js: &jetstream::Context) -> usize {
-    let mut stream = js.get_stream("KV_jetcron_jobs").await.expect("jobs stream");
-    stream
-        .info()
+/// The consumers on the bucket's stream: how many read every key's last
+/// value (a first read; one that finished may already be gone), and how
+/// many follow changes from a sequence (a live watch).
+async fn consumers(js: &jetstream::Context) -> (usize, usize) {
+    use futures::TryStreamExt as _;
+    let stream = js.get_stream("KV_jetcron_jobs").await.expect("jobs stream");
+    let infos: Vec<_> = stream
+        .consumers()
+        .try_collect()
         .await
-        .expect("stream info")
-        .state
-        .consumer_count
+        .expect("consumer list");
+    let count = |wanted: fn(&DeliverPolicy) -> bool| {
+        infos
+            .iter()
+            .filter(|info| wanted(&info.config.deliver_policy))
+            .count()
+    };
+    (
+        count(|p| matches!(p, DeliverPolicy::LastPerSubject)),
+        count(|p| matches!(p, DeliverPolicy::ByStartSequence { .. })),
+    )
 }
 
 #[tokio::test]
@@ -104,7 +124,12 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
             assert!(Arc::ptr_eq(a, b), "{} decoded more than once", a.key);
         }
     }
-    assert_eq!(consumers(&js).await, 1, "three readers, one watch");
+    let (first_reads, watches) = consumers(&js).await;
+    assert!(
+        first_reads <= 1,
+        "{first_reads} first reads for three readers"
+    );
+    assert_eq!(watches, 1, "three readers, one watch");
 
     // A change after the sync reaches every reader, decoded once.
     bucket.put("delta", job("delta").into()).await.expect("put");
@@ -124,7 +149,8 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
         .collect();
     let keys: Vec<&str> = current.iter().map(|(k, _, _)| k.as_str()).collect();
     assert_eq!(keys, ["alpha", "gamma", "broken", "beta", "delta"]);
-    assert_eq!(consumers(&js).await, 2, "the late reader's own watch");
+    let (_, watches) = consumers(&js).await;
+    assert_eq!(watches, 2, "the late reader's own watch");
 }
 
 #[tokio::test]
@@ -146,5 +172,36 @@ async fn a_feed_whose_readers_do_not_all_come_opens_without_them() {
         started.elapsed() >= GATHER_WAIT,
         "opened after {:?}, before the others' wait",
         started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_feed_for_a_chain_index_alone_decodes_only_chained_jobs() {
+    let nats = NatsServer::start();
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
+    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
+        .await
+        .expect("jobs bucket");
+    bucket
+        .put("parent", job("parent").into())
+        .await
+        .expect("put");
+    let child =
+        r#"{"id":"child","after":[{"job":"parent"}],"target":{"type":"shell","command":"true"}}"#;
+    bucket.put("child", child.into()).await.expect("put");
+    let mut reader = JobFeed::chains_only().subscribe(&client, &SharedLines::default());
+    let kinds: Vec<_> = until_synced(&mut reader)
+        .await
+        .iter()
+        .map(|e| kind(e))
+        .collect();
+    let kinds: Vec<_> = kinds.iter().map(|(k, r, w)| (k.as_str(), *r, *w)).collect();
+    assert_eq!(kinds, [("parent", 1, "not chained"), ("child", 2, "valid")]);
+    // Changes after the first read come the same way.
+    bucket.put("plain", job("plain").into()).await.expect("put");
+    assert_eq!(
+        kind(&*next_entry(&mut reader).await),
+        ("plain".to_string(), 3, "not chained")
     );
 }

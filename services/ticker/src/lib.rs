@@ -233,10 +233,10 @@ pub async fn run(
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 
     loop {
-        // Apply what arrived without waiting. One shard taken over per pass:
-        // its due fires go out before the next shard is planned (planning
-        // all 16 shards of a million jobs at a start takes about a second).
-        if let Ok(change) = ownership_changes.try_recv() {
+        // Apply what arrived without waiting. Every ownership change at
+        // once: a shard lost and granted again must not be fired from its
+        // old plan (or its old watermark recorded) in between.
+        while let Ok(change) = ownership_changes.try_recv() {
             on_ownership(change, &mut held, &recovery, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {

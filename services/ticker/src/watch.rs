@@ -11,6 +11,7 @@
 //! find out in the history; every replica does so, and the event id derived
 //! from (key, revision) makes that one event.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use jetcron_core::job_events::JobRejected;
@@ -74,9 +75,20 @@ async fn follow(
 ) {
     let mut dropped_rejections = 0u64;
     let mut synced = false;
+    // Changes the ticker's loop has not taken yet, once the bucket is
+    // loaded: the feed is shared with the catalog and the chain index,
+    // and a ticker busy taking a shard over must not hold them back.
+    let mut waiting: VecDeque<JobChange> = VecDeque::new();
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
+            permit = changes.reserve(), if !waiting.is_empty() => {
+                let Ok(permit) = permit else { return };
+                if let Some(change) = waiting.pop_front() {
+                    permit.send(change);
+                }
+                continue;
+            }
             event = feed.recv() => event,
         };
         let change = match event {
@@ -94,7 +106,9 @@ async fn follow(
                 JobChange::Synced
             }
             Some(FeedEvent::Entry(entry)) => {
-                let (change, rejected) = to_change(entry);
+                let Some((change, rejected)) = to_change(entry) else {
+                    continue;
+                };
                 if let Some(rejected) = rejected {
                     if rejections.try_send(rejected).is_err() {
                         dropped_rejections += 1;
@@ -106,20 +120,38 @@ async fn follow(
                 change
             }
         };
-        if changes.send(change).await.is_err() {
-            return;
+        if synced {
+            // In order: behind what is waiting, or straight on.
+            if waiting.is_empty() {
+                match changes.try_send(change) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(change)) => waiting.push_back(change),
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
+                }
+            } else {
+                waiting.push_back(change);
+            }
+            continue;
+        }
+        // While the bucket loads, the feed waits for the ticker: a million
+        // decoded definitions are not queued here.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            sent = changes.send(change) => if sent.is_err() { return },
         }
     }
 }
 
-fn to_change(entry: Arc<JobEntry>) -> (JobChange, Option<JobRejected>) {
-    match &entry.written {
+fn to_change(entry: Arc<JobEntry>) -> Option<(JobChange, Option<JobRejected>)> {
+    Some(match &entry.written {
         Written::Valid(_) => (JobChange::Put(entry), None),
         Written::Removed => {
             debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
             let job_id = entry.key.clone();
             (JobChange::Removed { job_id }, None)
         }
+        // Not decoded: a feed for chain indexes only, never the ticker's.
+        Written::NotChained => return None,
         Written::Invalid { value, problems } => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
             warn!(
@@ -138,5 +170,5 @@ fn to_change(entry: Arc<JobEntry>) -> (JobChange, Option<JobRejected>) {
             let job_id = entry.key.clone();
             (JobChange::Removed { job_id }, Some(rejected))
         }
-    }
+    })
 }

@@ -1,15 +1,18 @@
 //! Which jobs follow which: the executor's view of every job that names
-//! parents in `after`, kept by a watch of `jetcron_jobs`.
+//! parents in `after`, kept from the process's feed of `jetcron_jobs`
+//! (`jetcron_io::job_feed`).
 //!
 //! Only chained jobs are kept (their definition, for the due event of a
-//! chained run, and their links); a job without `after` costs a parse at
-//! most (entries without the word are not parsed at all). A definition
+//! chained run, and their links). In `jetcron all` the feed decodes every
+//! value for the ticker and the catalog anyway; an executor on its own has
+//! a feed that decodes only values naming `after` (`JobFeed::chains_only`),
+//! so a job without parents costs no parse there. A definition
 //! that would close a cycle with the links already known (possible only by
 //! a direct `nats kv put`: the API refuses it) has its links ignored, with
 //! a warning, so a loop of jobs never starts itself forever.
 
 use jetcron_core::chain;
-use jetcron_core::job::{parse_job, ChainLink, JobSpec};
+use jetcron_core::job::{ChainLink, JobSpec};
 use jetcron_io::job_feed::{self, FeedReceiver, JobEntry, JobView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::RwLock;
@@ -119,15 +122,6 @@ impl ChainIndex {
         self.state.read().unwrap_or_else(|e| e.into_inner()).synced
     }
 
-    /// Take in one bucket entry: a put of `key` at `revision` (`value`), or
-    /// its deletion (`None`).
-    pub fn take(&self, key: &str, revision: u64, value: Option<&[u8]>) {
-        self.put(
-            key,
-            value.and_then(|bytes| chained_job(key, revision, bytes)),
-        );
-    }
-
     /// Keep up with the jobs bucket through `feed` until `shutdown`.
     pub async fn follow(&self, feed: FeedReceiver, shutdown: CancellationToken) {
         job_feed::keep(feed, self, &shutdown).await;
@@ -160,32 +154,41 @@ impl JobView for ChainIndex {
     }
 }
 
-/// The chained job a stored definition is, if it is one (valid, with parents).
-fn chained_job(key: &str, revision: u64, bytes: &[u8]) -> Option<ChainedJob> {
-    // Most jobs have no parents: skip their parse.
-    if !bytes.windows(7).any(|w| w == b"\"after\"") {
-        return None;
-    }
-    let job = parse_job(bytes, Some(key)).ok()?;
-    if job.spec.after.is_empty() {
-        return None;
-    }
-    Some(ChainedJob {
-        pool: job.pool,
-        spec: job.spec,
-        revision,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use async_nats::jetstream::kv;
+    use jetcron_core::schedule_lines::SharedLines;
+    use jetcron_io::job_feed::Needs;
+
+    /// Apply a bucket entry as a chain index's own feed hands it on: a put
+    /// of `key` (`value`), or its deletion (`None`).
+    fn take(index: &ChainIndex, key: &str, revision: u64, value: Option<&[u8]>) {
+        let entry = kv::Entry {
+            bucket: "jetcron_jobs".into(),
+            key: key.into(),
+            value: value.map(|v| v.to_vec().into()).unwrap_or_default(),
+            revision,
+            delta: 0,
+            created: chrono::Utc::now(),
+            operation: match value {
+                Some(_) => kv::Operation::Put,
+                None => kv::Operation::Delete,
+            },
+            seen_current: true,
+        };
+        index.apply(&JobEntry::decode(
+            entry,
+            Needs::Chained,
+            &SharedLines::default(),
+        ));
+    }
 
     fn put(index: &ChainIndex, id: &str, after: &str) {
         let json = format!(
             r#"{{"id":"{id}","after":{after},"target":{{"type":"shell","command":"true"}}}}"#
         );
-        index.take(id, 1, Some(json.as_bytes()));
+        take(index, id, 1, Some(json.as_bytes()));
     }
 
     fn children(index: &ChainIndex, parent: &str) -> Vec<String> {
@@ -216,7 +219,7 @@ mod tests {
         // An edit moves the links; a delete drops them.
         put(&index, "report", r#"[{"job":"load"}]"#);
         assert_eq!(children(&index, "extract"), ["load"]);
-        index.take("load", 2, None);
+        take(&index, "load", 2, None);
         assert!(children(&index, "extract").is_empty());
         assert!(!index.has_children("extract") && index.has_children("load"));
         assert_eq!(children(&index, "load"), ["report"]);
@@ -236,14 +239,16 @@ mod tests {
     #[test]
     fn jobs_without_parents_and_invalid_ones_are_not_kept() {
         let index = ChainIndex::default();
-        index.take(
+        take(
+            &index,
             "plain",
             1,
             Some(
                 br#"{"id":"plain","schedule":"@daily","target":{"type":"shell","command":"true"}}"#,
             ),
         );
-        index.take(
+        take(
+            &index,
             "broken",
             1,
             Some(br#"{"id":"broken","after":[{"job":"plain","on":"sometimes"}],"target":{"type":"shell","command":"true"}}"#),
