@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
 use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::{self, kv};
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::job_feed::{FeedEvent, FeedReceiver, JobEntry, JobFeed, Written, GATHER_WAIT};
 use jetcron_io::topology::{self, TopologyOptions};
@@ -43,14 +43,15 @@ async fn next_entry(reader: &mut FeedReceiver) -> Arc<JobEntry> {
     }
 }
 
-fn kind(entry: &JobEntry) -> (String, u64, &'static str) {
-    let kind = match &entry.written {
+/// `key revision what` of an entry.
+fn described(entry: &JobEntry) -> String {
+    let what = match &entry.written {
         Written::Valid(_) => "valid",
         Written::Invalid { .. } => "invalid",
         Written::Removed => "removed",
         Written::NotChained => "not chained",
     };
-    (entry.key.clone(), entry.revision, kind)
+    format!("{} {} {what}", entry.key, entry.revision)
 }
 
 fn job(id: &str) -> Vec<u8> {
@@ -83,14 +84,30 @@ async fn consumers(js: &jetstream::Context) -> (usize, usize) {
     )
 }
 
-#[tokio::test]
-async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
+/// A nats-server with the jobs bucket, and a client of it.
+async fn server_with_jobs_bucket() -> (
+    NatsServer,
+    async_nats::Client,
+    jetstream::Context,
+    kv::Store,
+) {
     let nats = NatsServer::start();
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
     let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
         .await
         .expect("jobs bucket");
+    (nats, client, js, bucket)
+}
+
+/// Each entry [`described`].
+fn listed(entries: &[Arc<JobEntry>]) -> Vec<String> {
+    entries.iter().map(|e| described(e)).collect()
+}
+
+#[tokio::test]
+async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
+    let (_nats, client, js, bucket) = server_with_jobs_bucket().await;
     for id in ["alpha", "beta", "gamma"] {
         bucket.put(id, job(id).into()).await.expect("put");
     }
@@ -107,15 +124,13 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
     for reader in &mut readers {
         seen.push(until_synced(reader).await);
     }
-    let kinds: Vec<_> = seen[0].iter().map(|e| kind(e)).collect();
-    let kinds: Vec<_> = kinds.iter().map(|(k, r, w)| (k.as_str(), *r, *w)).collect();
     assert_eq!(
-        kinds,
+        listed(&seen[0]),
         [
-            ("alpha", 1, "valid"),
-            ("gamma", 3, "valid"),
-            ("broken", 4, "invalid"),
-            ("beta", 5, "removed"),
+            "alpha 1 valid",
+            "gamma 3 valid",
+            "broken 4 invalid",
+            "beta 5 removed"
         ]
     );
     for other in &seen[1..] {
@@ -134,7 +149,7 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
     // A change after the sync reaches every reader, decoded once.
     bucket.put("delta", job("delta").into()).await.expect("put");
     let first = next_entry(&mut readers[0]).await;
-    assert_eq!(kind(&first), ("delta".to_string(), 6, "valid"));
+    assert_eq!(described(&first), "delta 6 valid");
     for reader in &mut readers[1..] {
         assert!(Arc::ptr_eq(&first, &next_entry(reader).await));
     }
@@ -142,25 +157,23 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
     // A reader that comes after the watch opened reads on its own, and
     // still gets every current value and the sync.
     let mut late = feed.subscribe(&client, &lines);
-    let current: Vec<_> = until_synced(&mut late)
-        .await
-        .iter()
-        .map(|e| kind(e))
-        .collect();
-    let keys: Vec<&str> = current.iter().map(|(k, _, _)| k.as_str()).collect();
-    assert_eq!(keys, ["alpha", "gamma", "broken", "beta", "delta"]);
+    assert_eq!(
+        listed(&until_synced(&mut late).await),
+        [
+            "alpha 1 valid",
+            "gamma 3 valid",
+            "broken 4 invalid",
+            "beta 5 removed",
+            "delta 6 valid"
+        ]
+    );
     let (_, watches) = consumers(&js).await;
     assert_eq!(watches, 2, "the late reader's own watch");
 }
 
 #[tokio::test]
 async fn a_feed_whose_readers_do_not_all_come_opens_without_them() {
-    let nats = NatsServer::start();
-    let client = nats.client().await;
-    let js = jetstream::new(client.clone());
-    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
-        .await
-        .expect("jobs bucket");
+    let (_nats, client, _, bucket) = server_with_jobs_bucket().await;
     bucket.put("alpha", job("alpha").into()).await.expect("put");
     let feed = JobFeed::new(3);
     let started = Instant::now();
@@ -177,12 +190,7 @@ async fn a_feed_whose_readers_do_not_all_come_opens_without_them() {
 
 #[tokio::test]
 async fn a_feed_for_a_chain_index_alone_decodes_only_chained_jobs() {
-    let nats = NatsServer::start();
-    let client = nats.client().await;
-    let js = jetstream::new(client.clone());
-    let bucket = topology::ensure_jobs_bucket(&js, &TopologyOptions::default())
-        .await
-        .expect("jobs bucket");
+    let (_nats, client, _, bucket) = server_with_jobs_bucket().await;
     bucket
         .put("parent", job("parent").into())
         .await
@@ -191,17 +199,14 @@ async fn a_feed_for_a_chain_index_alone_decodes_only_chained_jobs() {
         r#"{"id":"child","after":[{"job":"parent"}],"target":{"type":"shell","command":"true"}}"#;
     bucket.put("child", child.into()).await.expect("put");
     let mut reader = JobFeed::chains_only().subscribe(&client, &SharedLines::default());
-    let kinds: Vec<_> = until_synced(&mut reader)
-        .await
-        .iter()
-        .map(|e| kind(e))
-        .collect();
-    let kinds: Vec<_> = kinds.iter().map(|(k, r, w)| (k.as_str(), *r, *w)).collect();
-    assert_eq!(kinds, [("parent", 1, "not chained"), ("child", 2, "valid")]);
+    assert_eq!(
+        listed(&until_synced(&mut reader).await),
+        ["parent 1 not chained", "child 2 valid"]
+    );
     // Changes after the first read come the same way.
     bucket.put("plain", job("plain").into()).await.expect("put");
     assert_eq!(
-        kind(&*next_entry(&mut reader).await),
-        ("plain".to_string(), 3, "not chained")
+        described(&*next_entry(&mut reader).await),
+        "plain 3 not chained"
     );
 }
