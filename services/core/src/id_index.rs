@@ -46,6 +46,14 @@ impl IdIndex {
         });
     }
 
+    /// An empty index with room for `numbers`.
+    pub fn with_capacity(numbers: usize) -> Self {
+        Self {
+            table: HashTable::with_capacity(numbers),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
     /// Make room for `more` numbers beyond those indexed (`id_of` as for
     /// [`IdIndex::find`]; it must give the id of every number indexed, or
     /// the table is rebuilt with that number in the wrong place).

@@ -80,13 +80,6 @@ async fn follow_once(
 /// Whether no key matching `keys` has a value (then the watch delivers
 /// nothing to say it has caught up).
 async fn holds_none(bucket: &kv::Store, keys: &str) -> anyhow::Result<bool> {
-    if keys == ">" {
-        // Asked afresh: `kv::Store::status` answers from the info of when
-        // the store was opened.
-        let mut stream = bucket.stream.clone();
-        let held = stream.info().await.context("read bucket status")?;
-        return Ok(held.state.messages == 0);
-    }
     let mut subjects = bucket
         .stream
         .info_with_subjects(format!("{}{keys}", bucket.prefix))

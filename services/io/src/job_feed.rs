@@ -18,10 +18,9 @@
 //! - **Late readers.** A reader that subscribes after the watch opened (its
 //!   service started more than [`GATHER_WAIT`] after the first) follows the
 //!   bucket on a watch of its own, which costs one more read, nothing else.
-//! - **Breaks.** When the watch breaks, every reader hears
-//!   [`FeedEvent::Unsynced`]. The reopened watch delivers every current
-//!   value again, so readers must take a value they already hold (they
-//!   compare revisions).
+//! - **Breaks.** When the watch breaks it is opened again: every reader
+//!   hears [`FeedEvent::Opened`] and every current value again, so readers
+//!   must take a value they already hold (they compare revisions).
 //! - **Two reads.** A watch first reads every key's current value, on a
 //!   consumer whose creation may take long: the server finds every key's
 //!   last value before it answers (at ten million keys, longer than the 2 s
@@ -95,6 +94,17 @@ pub enum Needs {
     Chained,
 }
 
+impl Written {
+    /// The value `value` of `key`, written at `written_at`, checked as
+    /// every door checks a definition ([`parse_written_with`]).
+    fn read(key: &str, value: Bytes, written_at: DateTime<Utc>, lines: &SharedLines) -> Self {
+        match parse_written_with(&value, Some(key), written_at, &mut |line| lines.parse(line)) {
+            Ok(job) => Written::Valid(job),
+            Err(problems) => Written::Invalid { value, problems },
+        }
+    }
+}
+
 impl JobEntry {
     /// Decode `entry` as `needs` asks, its schedule line parsed through
     /// `lines`.
@@ -108,18 +118,7 @@ impl JobEntry {
             {
                 Written::NotChained
             }
-            Operation::Put => match parse_written_with(
-                &entry.value,
-                Some(&entry.key),
-                entry.created,
-                &mut |line| lines.parse(line),
-            ) {
-                Ok(job) => Written::Valid(job),
-                Err(problems) => Written::Invalid {
-                    value: entry.value,
-                    problems,
-                },
-            },
+            Operation::Put => Written::read(&entry.key, entry.value, entry.created, lines),
         };
         Self {
             key: entry.key,
@@ -151,8 +150,6 @@ pub enum FeedEvent {
     /// Every value the bucket held when the watch opened has been delivered
     /// (once per opened watch).
     Synced,
-    /// The watch broke: changes may be missed until the next `Synced`.
-    Unsynced,
 }
 
 /// The feed of one process, shared by its readers (clone it to each).
@@ -308,9 +305,6 @@ async fn follow(
         if let Err(e) = outcome {
             warn!(error = %format!("{e:#}"), "job feed watch broke, reopening");
         }
-        if !send(&mut queues, FeedEvent::Unsynced).await {
-            return;
-        }
         tokio::select! {
             _ = closed.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -355,14 +349,19 @@ async fn follow_once(
         .await
         .context("watch job bucket")?;
     loop {
-        let entry = match entries.next().await {
-            Some(entry) => entry.context("job bucket watch")?,
-            None => anyhow::bail!("job bucket watch ended"),
-        };
+        let entry = next_entry(&mut entries).await?;
         let entry = Arc::new(JobEntry::decode(entry, needs, lines));
         if !send(queues, FeedEvent::Entry(entry)).await {
             return Ok(());
         }
+    }
+}
+
+/// The watch's next entry; an error when it broke or ended.
+async fn next_entry(entries: &mut kv::Watch) -> anyhow::Result<kv::Entry> {
+    match entries.next().await {
+        Some(entry) => entry.context("job bucket watch"),
+        None => anyhow::bail!("job bucket watch ended"),
     }
 }
 
@@ -386,10 +385,7 @@ async fn read_current(
         .await
         .context("read job bucket")?;
     loop {
-        let entry = match entries.next().await {
-            Some(entry) => entry.context("job bucket read")?,
-            None => anyhow::bail!("job bucket read ended"),
-        };
+        let entry = next_entry(&mut entries).await?;
         let revision = entry.revision;
         let caught_up = entry.seen_current || entry.delta == 0;
         let entry = Arc::new(JobEntry::decode(entry, needs, lines));
@@ -437,7 +433,6 @@ pub async fn keep(mut feed: FeedReceiver, view: &impl JobView, shutdown: &Cancel
             Some(FeedEvent::Opened { keys }) => view.expect(keys),
             Some(FeedEvent::Entry(entry)) => view.apply(&entry),
             Some(FeedEvent::Synced) => view.synced(),
-            Some(FeedEvent::Unsynced) => {}
             None => {
                 warn!("job feed ended");
                 return;

@@ -29,7 +29,6 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
         match event {
             FeedEvent::Entry(entry) => entries.push(entry),
             FeedEvent::Synced => return entries,
-            FeedEvent::Unsynced => panic!("the watch broke"),
             FeedEvent::Opened { keys } => panic!("a watch opened again ({keys} keys)"),
         }
     }

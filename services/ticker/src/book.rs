@@ -34,9 +34,14 @@ impl Default for Book {
     }
 }
 
+/// The hash a job's id has in the book's tables.
+fn hash_of(hasher: &hashbrown::DefaultHashBuilder, job_id: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(hasher, job_id)
+}
+
 impl Book {
     fn hash(&self, job_id: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, job_id)
+        hash_of(&self.hasher, job_id)
     }
 
     pub fn get(&self, job_id: &str) -> Option<&Arc<HeldJob>> {
@@ -54,22 +59,18 @@ impl Book {
         let job_id = job.spec.id.as_str();
         let shard = shard_of(job_id) as usize;
         let hash = self.hash(job_id);
-        let pool = match self.pools.get(job.pool.as_str()) {
-            Some(pool) => Arc::clone(pool),
-            None => {
-                let pool = Arc::new(job.pool.clone());
-                self.pools
-                    .insert(job.pool.as_str().into(), Arc::clone(&pool));
-                pool
-            }
-        };
+        let pool = Arc::clone(
+            self.pools
+                .entry_ref(job.pool.as_str())
+                .or_insert_with(|| Arc::new(job.pool.clone())),
+        );
         let Self {
             by_shard, hasher, ..
         } = self;
         let entry = by_shard[shard].entry(
             hash,
             |held| &*held.id == job_id,
-            |held| std::hash::BuildHasher::hash_one(&*hasher, &*held.id),
+            |held| hash_of(hasher, &held.id),
         );
         match entry {
             hashbrown::hash_table::Entry::Occupied(mut held) => {
@@ -127,9 +128,7 @@ impl Book {
         } = self;
         for table in by_shard.iter_mut() {
             let more = each.saturating_sub(table.len());
-            table.reserve(more, |held| {
-                std::hash::BuildHasher::hash_one(&*hasher, &*held.id)
-            });
+            table.reserve(more, |held| hash_of(hasher, &held.id));
         }
     }
 

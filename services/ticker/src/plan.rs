@@ -98,10 +98,11 @@ pub struct FirePlan {
 impl FirePlan {
     /// An empty plan with room for `jobs` (a shard taken over).
     pub fn with_capacity(jobs: usize) -> Self {
-        let mut plan = Self::default();
-        plan.index.reserve(jobs, |_| None);
-        plan.slots.reserve_exact(jobs);
-        plan
+        Self {
+            index: IdIndex::with_capacity(jobs),
+            slots: Vec::with_capacity(jobs),
+            ..Self::default()
+        }
     }
 
     pub fn len(&self) -> usize {

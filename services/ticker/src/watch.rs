@@ -98,7 +98,6 @@ async fn follow(
             }
             // A reopened watch delivers everything again: only the first
             // sync means the bucket is loaded.
-            Some(FeedEvent::Unsynced) => continue,
             Some(FeedEvent::Opened { keys }) => JobChange::Expect { keys },
             Some(FeedEvent::Synced) if synced => continue,
             Some(FeedEvent::Synced) => {
