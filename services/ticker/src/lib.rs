@@ -37,7 +37,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
-use jetcron_io::job_feed::JobFeed;
+use jetcron_core::job::ValidJob;
+use jetcron_io::job_feed::{FeedEvent, JobFeed, Written};
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
@@ -49,7 +50,6 @@ use crate::definitions::{Definitions, Resolved};
 use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::shards::shard_of;
-use crate::watch::JobChange;
 
 /// Ticker settings.
 #[derive(Debug, Clone)]
@@ -476,10 +476,47 @@ async fn on_ownership(
 }
 
 fn on_job(
-    change: JobChange,
+    event: FeedEvent,
     held: &mut Held,
     revoker: &mut revoke::Revoker,
     ready: &tokio::sync::watch::Sender<bool>,
+    late_threshold: chrono::Duration,
+    now: DateTime<Utc>,
+) {
+    match event {
+        FeedEvent::Entry(entry) => match &entry.written {
+            Written::Valid(job) => hold_job(
+                job,
+                entry.revision,
+                entry.written_at,
+                held,
+                revoker,
+                late_threshold,
+                now,
+            ),
+            // An invalid value is not a runnable job: its key is unscheduled.
+            Written::Removed | Written::Invalid { .. } => {
+                unschedule_job(&entry.key, held, revoker, now);
+            }
+            // Not decoded: a feed for chain indexes only, never the ticker's.
+            Written::NotChained => {}
+        },
+        FeedEvent::Opened { keys } => held.book.reserve(keys),
+        FeedEvent::Synced => {
+            info!(jobs = held.book.len(), "job bucket loaded");
+            let _ = ready.send(true);
+        }
+    }
+}
+
+/// Hold `job` at `revision` (written at `defined_at`) and plan it if its
+/// shard is owned; an older revision than the one held changes nothing.
+fn hold_job(
+    job: &ValidJob,
+    revision: u64,
+    defined_at: DateTime<Utc>,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
     late_threshold: chrono::Duration,
     now: DateTime<Utc>,
 ) {
@@ -488,44 +525,40 @@ fn on_job(
         plans,
         definitions,
     } = held;
-    match change {
-        JobChange::Put(entry) => {
-            let Some(job) = entry.valid() else {
-                return;
-            };
-            let (revision, defined_at) = (entry.revision, entry.written_at);
-            let id = job.spec.id.as_str();
-            if book.get(id).is_some_and(|held| held.revision >= revision) {
-                return;
-            }
-            debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
-            if job.spec.paused {
-                revoker.revoke(id, "job paused before this fire", now);
-            }
-            let held = book.insert(job, revision, defined_at);
-            // Written a moment ago (a slow watch, a loaded machine): the
-            // times since the write fire late. Older writes are recovery's.
-            let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
-            let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
-                plan.upsert(Arc::clone(&held), written_at, now);
-                plan.get(id).and_then(|planned| planned.next_fire())
-            });
-            definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
-        }
-        JobChange::Removed { job_id } => {
-            revoker.revoke(&job_id, "job deleted before this fire", now);
-            definitions.forget(&job_id);
-            book.remove(&job_id);
-            if let Some(plan) = plans.get_mut(&shard_of(&job_id)) {
-                if plan.remove(&job_id) {
-                    info!(job_id = %job_id, "job unscheduled");
-                }
-            }
-        }
-        JobChange::Expect { keys } => book.reserve(keys),
-        JobChange::Synced => {
-            info!(jobs = book.len(), "job bucket loaded");
-            let _ = ready.send(true);
+    let id = job.spec.id.as_str();
+    if book.get(id).is_some_and(|held| held.revision >= revision) {
+        return;
+    }
+    debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
+    if job.spec.paused {
+        revoker.revoke(id, "job paused before this fire", now);
+    }
+    let held = book.insert(job, revision, defined_at);
+    // Written a moment ago (a slow watch, a loaded machine): the
+    // times since the write fire late. Older writes are recovery's.
+    let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
+    let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
+        plan.upsert(Arc::clone(&held), written_at, now);
+        plan.get(id).and_then(|planned| planned.next_fire())
+    });
+    definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
+}
+
+/// Forget `job_id` (deleted, or its value no longer valid) and kill its
+/// fires already handed out.
+fn unschedule_job(
+    job_id: &str,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    now: DateTime<Utc>,
+) {
+    debug!(job_id, "job deleted or invalid");
+    revoker.revoke(job_id, "job deleted before this fire", now);
+    held.definitions.forget(job_id);
+    held.book.remove(job_id);
+    if let Some(plan) = held.plans.get_mut(&shard_of(job_id)) {
+        if plan.remove(job_id) {
+            info!(job_id = %job_id, "job unscheduled");
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Turning the entries of `jetcron_jobs` (from the process's
-//! [`JobFeed`](jetcron_io::job_feed)) into job changes.
+//! Handing the entries of `jetcron_jobs` (from the process's
+//! [`JobFeed`](jetcron_io::job_feed)) to the ticker's loop, and publishing
+//! the rejections among them.
 //!
 //! The feed starts with the last value of every key, then follows updates;
 //! if its watch breaks (NATS away, server restart) it is opened again, and
@@ -12,41 +13,25 @@
 //! from (key, revision) makes that one event.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use jetcron_core::job_events::JobRejected;
 use jetcron_io::job_events;
 use jetcron_io::job_feed::{FeedEvent, FeedReceiver, JobEntry, Written};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
-
-/// What the ticker learns from the bucket.
-#[derive(Debug)]
-pub enum JobChange {
-    /// A valid definition ([`JobEntry::valid`] is `Some`).
-    Put(Arc<JobEntry>),
-    Removed {
-        job_id: String,
-    },
-    /// Every value present when the watch opened has been delivered.
-    Synced,
-    /// About this many keys are coming (the bucket's, deleted included).
-    Expect {
-        keys: usize,
-    },
-}
+use tracing::warn;
 
 /// Rejections waiting to be published; beyond this the watch does not wait
 /// for them (they are derived from the bucket, which keeps the values).
 const REJECTION_QUEUE: usize = 1024;
 
-/// Follow the feed until `shutdown`, sending changes to `changes` and
-/// publishing a `job.rejected` event for every value that does not validate.
+/// Follow the feed until `shutdown`, handing its events to `changes` (the
+/// first sync only) and publishing a `job.rejected` event for every value
+/// that does not validate.
 pub async fn watch_jobs(
     feed: FeedReceiver,
     js: async_nats::jetstream::Context,
-    changes: mpsc::Sender<JobChange>,
+    changes: mpsc::Sender<FeedEvent>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (rejections, queue) = mpsc::channel(REJECTION_QUEUE);
@@ -69,7 +54,7 @@ async fn publish_rejections(
 
 async fn follow(
     mut feed: FeedReceiver,
-    changes: mpsc::Sender<JobChange>,
+    changes: mpsc::Sender<FeedEvent>,
     rejections: mpsc::Sender<JobRejected>,
     shutdown: CancellationToken,
 ) {
@@ -78,7 +63,7 @@ async fn follow(
     // Changes the ticker's loop has not taken yet, once the bucket is
     // loaded: the feed is shared with the catalog and the chain index,
     // and a ticker busy taking a shard over must not hold them back.
-    let mut waiting: VecDeque<JobChange> = VecDeque::new();
+    let mut waiting: VecDeque<FeedEvent> = VecDeque::new();
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -98,17 +83,13 @@ async fn follow(
             }
             // A reopened watch delivers everything again: only the first
             // sync means the bucket is loaded.
-            Some(FeedEvent::Opened { keys }) => JobChange::Expect { keys },
             Some(FeedEvent::Synced) if synced => continue,
             Some(FeedEvent::Synced) => {
                 synced = true;
-                JobChange::Synced
+                FeedEvent::Synced
             }
             Some(FeedEvent::Entry(entry)) => {
-                let Some((change, rejected)) = to_change(entry) else {
-                    continue;
-                };
-                if let Some(rejected) = rejected {
+                if let Some(rejected) = rejection_of(&entry) {
                     if rejections.try_send(rejected).is_err() {
                         dropped_rejections += 1;
                         if dropped_rejections.is_power_of_two() {
@@ -116,8 +97,9 @@ async fn follow(
                         }
                     }
                 }
-                change
+                FeedEvent::Entry(entry)
             }
+            Some(opened @ FeedEvent::Opened { .. }) => opened,
         };
         if synced {
             // In order: behind what is waiting, or straight on.
@@ -141,33 +123,24 @@ async fn follow(
     }
 }
 
-fn to_change(entry: Arc<JobEntry>) -> Option<(JobChange, Option<JobRejected>)> {
-    Some(match &entry.written {
-        Written::Valid(_) => (JobChange::Put(entry), None),
-        Written::Removed => {
-            debug!(job_id = %entry.key, revision = entry.revision, "job deleted");
-            let job_id = entry.key.clone();
-            (JobChange::Removed { job_id }, None)
-        }
-        // Not decoded: a feed for chain indexes only, never the ticker's.
-        Written::NotChained => return None,
-        Written::Invalid { value, problems } => {
-            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            warn!(
-                job_id = %entry.key,
-                revision = entry.revision,
-                problems = %text.join("; "),
-                "invalid job definition in bucket, not scheduled"
-            );
-            let rejected = JobRejected::from_kv(
-                &entry.key,
-                entry.revision,
-                value,
-                problems.clone(),
-                entry.written_at,
-            );
-            let job_id = entry.key.clone();
-            (JobChange::Removed { job_id }, Some(rejected))
-        }
-    })
+/// The `job.rejected` event of a value that does not validate (logged with
+/// every problem); `None` for any other entry.
+fn rejection_of(entry: &JobEntry) -> Option<JobRejected> {
+    let Written::Invalid { value, problems } = &entry.written else {
+        return None;
+    };
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    warn!(
+        job_id = %entry.key,
+        revision = entry.revision,
+        problems = %text.join("; "),
+        "invalid job definition in bucket, not scheduled"
+    );
+    Some(JobRejected::from_kv(
+        &entry.key,
+        entry.revision,
+        value,
+        problems.clone(),
+        entry.written_at,
+    ))
 }
