@@ -365,6 +365,64 @@ async fn next_entry(entries: &mut kv::Watch) -> anyhow::Result<kv::Entry> {
     }
 }
 
+/// A watch of every key's current value, then of what follows. This
+/// consumer starts at every key's last value, and the server answers its
+/// creation only once it has found them all: hence the long timeout.
+async fn watch_current(client: &async_nats::Client) -> anyhow::Result<kv::Watch> {
+    let bucket: kv::Store = topology::whole_stream_context(client.clone())
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .context("open job bucket")?;
+    bucket
+        .watch_with_history(">")
+        .await
+        .context("read job bucket")
+}
+
+/// Every key's current value among the keys `wanted` accepts (the others
+/// are not decoded), read apart from any feed: a ticker loads the jobs of a
+/// shard it takes over this way when it does not hold them.
+#[derive(Debug, Default)]
+pub struct CurrentValues {
+    pub entries: Vec<JobEntry>,
+    /// Every change up to this revision is in what was read.
+    pub read_to: u64,
+}
+
+/// Read [`CurrentValues`] of the keys `wanted` accepts, decoded with `lines`.
+pub async fn read_current_of(
+    client: &async_nats::Client,
+    lines: &SharedLines,
+    wanted: impl Fn(&str) -> bool,
+) -> anyhow::Result<CurrentValues> {
+    let mut stream = topology::context(client.clone())
+        .get_stream(format!("KV_{}", subjects::JOBS_BUCKET))
+        .await
+        .context("open job bucket stream")?;
+    let held = stream.info().await.context("read job bucket status")?;
+    let mut values = CurrentValues {
+        entries: Vec::new(),
+        read_to: held.state.last_sequence,
+    };
+    if held.state.messages == 0 {
+        return Ok(values);
+    }
+    let mut entries = watch_current(client).await?;
+    loop {
+        let entry = next_entry(&mut entries).await?;
+        let caught_up = entry.seen_current || entry.delta == 0;
+        values.read_to = values.read_to.max(entry.revision);
+        if wanted(&entry.key) {
+            values
+                .entries
+                .push(JobEntry::decode(entry, Needs::Every, lines));
+        }
+        if caught_up {
+            return Ok(values);
+        }
+    }
+}
+
 /// Hand every key's current value to `queues`; the highest revision read
 /// (every change up to it is in what was read), or `None` when no reader
 /// is left.
@@ -374,16 +432,7 @@ async fn read_current(
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<Option<u64>> {
-    // This consumer starts at every key's last value, and the server
-    // answers its creation only once it has found them all.
-    let bucket: kv::Store = topology::whole_stream_context(client.clone())
-        .get_key_value(subjects::JOBS_BUCKET)
-        .await
-        .context("open job bucket")?;
-    let mut entries = bucket
-        .watch_with_history(">")
-        .await
-        .context("read job bucket")?;
+    let mut entries = watch_current(client).await?;
     loop {
         let entry = next_entry(&mut entries).await?;
         let revision = entry.revision;

@@ -1,7 +1,7 @@
-//! Every valid job this replica knows, grouped by shard, whether or not it
-//! owns the shard: a standby needs them all to take a shard over, and taking
-//! one over reads only that shard's jobs. Jobs are held small
-//! ([`HeldJob`]): a million of them is the design point.
+//! The valid jobs of the shards this replica holds, grouped by shard
+//! ([`crate::holding`] says which shards: at a start all of them, later
+//! those it owns). Taking a shard over reads only that shard's jobs. Jobs
+//! are held small ([`HeldJob`]): a million of them is the design point.
 
 use std::sync::Arc;
 
@@ -120,16 +120,28 @@ impl Book {
     }
 
     /// Make room for `jobs` in all (spread over the shards as their ids
-    /// are), so that loading them does not grow each table step by step.
-    pub fn reserve(&mut self, jobs: usize) {
+    /// are) in the shards `held` names, so that loading them does not grow
+    /// each table step by step.
+    pub fn reserve(&mut self, jobs: usize, held: impl Fn(u32) -> bool) {
         let each = jobs.div_ceil(SHARDS as usize);
         let Self {
             by_shard, hasher, ..
         } = self;
-        for table in by_shard.iter_mut() {
-            let more = each.saturating_sub(table.len());
-            table.reserve(more, |held| hash_of(hasher, &held.id));
+        for (shard, table) in (0..SHARDS).zip(by_shard.iter_mut()) {
+            if held(shard) {
+                let more = each.saturating_sub(table.len());
+                table.reserve(more, |held| hash_of(hasher, &held.id));
+            }
         }
+    }
+
+    /// Let go of every job of `shard` (its table's memory too); returns
+    /// them.
+    pub fn drop_shard(&mut self, shard: u32) -> Vec<Arc<HeldJob>> {
+        self.by_shard
+            .get_mut(shard as usize)
+            .map(|table| std::mem::take(table).into_iter().collect())
+            .unwrap_or_default()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -183,7 +195,7 @@ mod tests {
             book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
         }
         // The tables are rebuilt by the ids the held jobs keep.
-        book.reserve(100_000);
+        book.reserve(100_000, |_| true);
         for i in 0..300 {
             let held = book.get(&format!("job-{i}")).expect("still held");
             assert_eq!(held.revision, i + 1);
@@ -193,5 +205,12 @@ mod tests {
         let shard = shard_of("job-5");
         assert!(book.shard_len(shard) > 0);
         assert_eq!(book.shard_len(shard), book.shard(shard).count());
+        let before = book.shard_len(shard);
+        let dropped = book.drop_shard(shard);
+        assert_eq!(dropped.len(), before);
+        assert!(dropped.iter().all(|held| shard_of(&held.id) == shard));
+        assert_eq!(book.shard_len(shard), 0);
+        assert_eq!(book.len(), 300 - dropped.len());
+        assert!(book.get("job-5").is_none());
     }
 }

@@ -20,7 +20,9 @@ pub mod ahead;
 pub mod book;
 pub mod definitions;
 pub mod held_job;
+pub mod holding;
 pub mod lease_options;
+pub mod load;
 pub mod ownership;
 pub mod plan;
 pub mod publish;
@@ -38,7 +40,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_core::job::ValidJob;
-use jetcron_io::job_feed::{FeedEvent, JobFeed, Written};
+use jetcron_io::job_feed::{FeedEvent, JobEntry, JobFeed, Written};
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
@@ -47,6 +49,8 @@ use tracing::{debug, info, warn};
 
 use crate::book::Book;
 use crate::definitions::{Definitions, Resolved};
+use crate::holding::{Acquisition, Holdings, Route};
+use crate::load::ShardPass;
 use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::shards::shard_of;
@@ -223,6 +227,16 @@ pub async fn run(
         book: Book::default(),
         plans: HashMap::new(),
         definitions,
+        // Two TTLs without an ownership change: a cold start's
+        // rebalancing is over.
+        holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
+    };
+    let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
+    let loader = Loader {
+        client: js.client(),
+        lines: config.lines.clone(),
+        done: passes_tx,
+        stop: watch_stop.clone(),
     };
     let mut in_flight = std::collections::VecDeque::new();
     let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
@@ -237,7 +251,7 @@ pub async fn run(
         // once: a shard lost and granted again must not be fired from its
         // old plan (or its old watermark recorded) in between.
         while let Ok(change) = ownership_changes.try_recv() {
-            on_ownership(change, &mut held, &recovery, clock.now()).await;
+            on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {
             on_job(
@@ -249,6 +263,10 @@ pub async fn run(
                 clock.now(),
             );
         }
+        while let Ok(pass) = passes.try_recv() {
+            on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+        }
+        drop_shards_owned_elsewhere(&mut held);
         if held.plans.is_empty() {
             health.clear(&leases);
         }
@@ -306,7 +324,7 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    on_ownership(change, &mut held, &recovery, clock.now()).await;
+                    on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
                 }
             }
             change = job_changes.recv() => match change {
@@ -320,6 +338,9 @@ pub async fn run(
                 ),
                 None => break,
             },
+            Some(pass) = passes.recv() => {
+                on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+            }
             _ = tokio::time::sleep(idle) => {}
         }
     }
@@ -410,69 +431,198 @@ struct Recovery {
     emitted: verify::EmittedFires,
 }
 
-/// What the loop holds: every job, the plans of the shards it owns, and
-/// the definitions kept for fires coming soon.
+/// What the loop holds: the jobs of the shards it holds, which shards
+/// those are, the plans of the shards it owns, and the definitions kept
+/// for fires coming soon.
 struct Held {
     book: Book,
     plans: HashMap<u32, FirePlan>,
     definitions: Definitions,
+    holdings: Holdings,
 }
 
 async fn on_ownership(
     change: OwnershipChange,
     held: &mut Held,
     recovery: &Recovery,
+    loader: &Loader,
     now: DateTime<Utc>,
 ) {
-    let Held {
-        book,
-        plans,
-        definitions,
-    } = held;
     match change {
         OwnershipChange::Acquired {
             shard,
             done,
             emitted_before,
         } => {
-            let mut plan = FirePlan::with_capacity(book.shard_len(shard));
-            for job in book.shard(shard) {
-                plan.recover(Arc::clone(job), done, now, recovery.late_threshold);
+            let acquisition = Acquisition {
+                done,
+                emitted_before,
+            };
+            match held
+                .holdings
+                .acquired(shard, acquisition, std::time::Instant::now())
+            {
+                Some(acquisition) => plan_shard(shard, acquisition, held, recovery, now).await,
+                None => info!(shard, "shard acquired, its jobs to be loaded first"),
             }
-            let mut verified = 0;
-            if now - done > recovery.dedup_horizon {
-                // The previous owner may have published fires in
-                // (done, emitted_before] that dedup no longer remembers.
-                let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
-                for id in ids {
-                    if plan.catch_up_between(&id, done, emitted_before).is_empty() {
-                        continue;
-                    }
-                    verified += 1;
-                    let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
-                        continue;
-                    };
-                    if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
-                        plan.drop_emitted(&id, last);
-                    }
-                }
-            }
-            info!(
-                shard,
-                jobs = plan.len(),
-                pending = plan.pending_fires(),
-                verified,
-                "shard scheduling"
-            );
-            plans.insert(shard, plan);
         }
         OwnershipChange::Lost { shard } => {
-            plans.remove(&shard);
-            for job in book.shard(shard) {
-                definitions.forget(&job.id);
+            held.holdings.lost(shard, std::time::Instant::now());
+            held.plans.remove(&shard);
+            for job in held.book.shard(shard) {
+                held.definitions.forget(&job.id);
+            }
+        }
+        // One pass for every shard the round acquired without its jobs.
+        OwnershipChange::RoundEnded => {
+            if let Some((pass, shards)) = held.holdings.start_pass() {
+                loader.start(pass, shards);
             }
         }
     }
+}
+
+/// What starts a pass that loads shards ([`load::load_shards`]).
+struct Loader {
+    client: async_nats::Client,
+    lines: jetcron_core::schedule_lines::SharedLines,
+    done: tokio::sync::mpsc::Sender<ShardPass>,
+    stop: CancellationToken,
+}
+
+impl Loader {
+    fn start(&self, pass: holding::PassId, shards: Vec<u32>) {
+        info!(?shards, "loading the jobs of shards taken over");
+        tokio::spawn(load::load_shards(
+            self.client.clone(),
+            self.lines.clone(),
+            pass,
+            shards,
+            self.done.clone(),
+            self.stop.clone(),
+        ));
+    }
+}
+
+/// Plan `shard`, whose jobs are held, from where `acquisition` says its
+/// last owner left it.
+async fn plan_shard(
+    shard: u32,
+    acquisition: Acquisition,
+    held: &mut Held,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
+    let Acquisition {
+        done,
+        emitted_before,
+    } = acquisition;
+    let Held { book, plans, .. } = held;
+    let mut plan = FirePlan::with_capacity(book.shard_len(shard));
+    for job in book.shard(shard) {
+        plan.recover(Arc::clone(job), done, now, recovery.late_threshold);
+    }
+    let mut verified = 0;
+    if now - done > recovery.dedup_horizon {
+        // The previous owner may have published fires in
+        // (done, emitted_before] that dedup no longer remembers.
+        let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
+        for id in ids {
+            if plan.catch_up_between(&id, done, emitted_before).is_empty() {
+                continue;
+            }
+            verified += 1;
+            let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
+                continue;
+            };
+            if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
+                plan.drop_emitted(&id, last);
+            }
+        }
+    }
+    info!(
+        shard,
+        jobs = plan.len(),
+        pending = plan.pending_fires(),
+        verified,
+        "shard scheduling"
+    );
+    plans.insert(shard, plan);
+}
+
+/// A pass is in: its shards' jobs go into the book, the feed's entries
+/// that came meanwhile after them, and the shards still owned are planned.
+async fn on_loaded(
+    pass: ShardPass,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
+    let ShardPass {
+        pass,
+        shards,
+        values,
+        took,
+    } = pass;
+    let loaded = held
+        .holdings
+        .loaded(pass, values.read_to, std::time::Instant::now());
+    let mut jobs = 0;
+    for entry in &values.entries {
+        let shard = shard_of(&entry.key);
+        if let (Written::Valid(job), true) =
+            (&entry.written, loaded.iter().any(|l| l.shard == shard))
+        {
+            held.book.insert(job, entry.revision, entry.written_at);
+            jobs += 1;
+        }
+    }
+    info!(
+        ?shards,
+        jobs,
+        read_to = values.read_to,
+        took_ms = took.as_millis() as u64,
+        "shards loaded"
+    );
+    for shard in loaded {
+        for entry in shard.waiting {
+            apply_entry(&entry, held, revoker, recovery.late_threshold, now);
+        }
+        if let Some(acquisition) = shard.then {
+            plan_shard(shard.shard, acquisition, held, recovery, now).await;
+        }
+    }
+}
+
+/// Let go of the jobs of shards owned elsewhere once ownership has stood
+/// still for a while ([`holding`]).
+fn drop_shards_owned_elsewhere(held: &mut Held) {
+    let Held {
+        book,
+        plans,
+        definitions,
+        holdings,
+    } = held;
+    let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
+        plans.contains_key(&shard)
+    });
+    if dropped.is_empty() {
+        return;
+    }
+    let mut jobs = 0;
+    for shard in &dropped {
+        for job in book.drop_shard(*shard) {
+            definitions.forget(&job.id);
+            jobs += 1;
+        }
+    }
+    info!(
+        shards = ?dropped,
+        jobs,
+        held = book.len(),
+        "jobs of shards owned elsewhere dropped"
+    );
 }
 
 fn on_job(
@@ -484,28 +634,68 @@ fn on_job(
     now: DateTime<Utc>,
 ) {
     match event {
-        FeedEvent::Entry(entry) => match &entry.written {
-            Written::Valid(job) => hold_job(
-                job,
-                entry.revision,
-                entry.written_at,
-                held,
-                revoker,
-                late_threshold,
-                now,
-            ),
-            // An invalid value is not a runnable job: its key is unscheduled.
-            Written::Removed | Written::Invalid { .. } => {
-                unschedule_job(&entry.key, held, revoker, now);
+        FeedEvent::Entry(entry) => match held.holdings.route(&entry) {
+            Route::Apply => apply_entry(&entry, held, revoker, late_threshold, now),
+            // The job is not held here (or not yet): fires this replica
+            // stored ahead of a job paused or deleted are still killed.
+            Route::Waiting | Route::NotHeld => revoke_if_stopped(&entry, revoker, now),
+            // Older than what a pass read; if the key is not held now, the
+            // job is gone, and a pause or delete still kills its fires.
+            Route::Stale if held.book.get(&entry.key).is_none() => {
+                revoke_if_stopped(&entry, revoker, now)
             }
-            // Not decoded: a feed for chain indexes only, never the ticker's.
-            Written::NotChained => {}
+            Route::Stale => {}
         },
-        FeedEvent::Opened { keys } => held.book.reserve(keys),
+        FeedEvent::Opened { keys } => {
+            let Held { book, holdings, .. } = held;
+            book.reserve(keys, |shard| holdings.holds(shard));
+        }
         FeedEvent::Synced => {
             info!(jobs = held.book.len(), "job bucket loaded");
+            held.holdings.synced(std::time::Instant::now());
             let _ = ready.send(true);
         }
+    }
+}
+
+/// Apply an entry of a held shard: a valid job is held, a delete or an
+/// invalid value unschedules its key.
+fn apply_entry(
+    entry: &JobEntry,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    late_threshold: chrono::Duration,
+    now: DateTime<Utc>,
+) {
+    match &entry.written {
+        Written::Valid(job) => hold_job(
+            job,
+            entry.revision,
+            entry.written_at,
+            held,
+            revoker,
+            late_threshold,
+            now,
+        ),
+        // An invalid value is not a runnable job: its key is unscheduled.
+        Written::Removed | Written::Invalid { .. } => {
+            unschedule_job(&entry.key, held, revoker, now);
+        }
+        // Not decoded: a feed for chain indexes only, never the ticker's.
+        Written::NotChained => {}
+    }
+}
+
+/// Kill the fires stored ahead of a job `entry` pauses or deletes.
+fn revoke_if_stopped(entry: &JobEntry, revoker: &mut revoke::Revoker, now: DateTime<Utc>) {
+    match &entry.written {
+        Written::Valid(job) if job.spec.paused => {
+            revoker.revoke(&entry.key, "job paused before this fire", now);
+        }
+        Written::Removed | Written::Invalid { .. } => {
+            revoker.revoke(&entry.key, "job deleted before this fire", now);
+        }
+        Written::Valid(_) | Written::NotChained => {}
     }
 }
 
@@ -524,6 +714,7 @@ fn hold_job(
         book,
         plans,
         definitions,
+        ..
     } = held;
     let id = job.spec.id.as_str();
     if book.get(id).is_some_and(|held| held.revision >= revision) {

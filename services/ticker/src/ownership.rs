@@ -58,6 +58,9 @@ pub enum OwnershipChange {
     },
     /// This replica no longer owns `shard`.
     Lost { shard: u32 },
+    /// A round is over: what it changed has been said (the shards acquired
+    /// in one round are loaded together).
+    RoundEnded,
 }
 
 #[derive(Debug, Default)]
@@ -245,6 +248,7 @@ impl Ownership {
                     }
                 }
             }
+            let _ = self.changes.send(OwnershipChange::RoundEnded).await;
         }
         self.release_all().await;
         let _ = self.bucket.delete(replica_key(&self.replica_id)).await;

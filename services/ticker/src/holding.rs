@@ -1,0 +1,351 @@
+//! Which shards' jobs this replica holds.
+//!
+//! A replica needs the jobs of the shards it owns, not every job: three
+//! replicas of ten million jobs should each hold about a third. So:
+//!
+//! - **At a start** every shard is held. The whole bucket is read once
+//!   anyway, and ownership takes shards only after that read; the replicas
+//!   of a cold start then hand shards to each other until each has its
+//!   share, and a shard handed over that is still held is planned at once.
+//! - **Once ownership has not changed for `settle`** (two lease TTLs), the
+//!   jobs of shards owned elsewhere are dropped.
+//! - **A shard acquired later whose jobs are not held** is loaded by a pass
+//!   over the bucket that decodes only the keys of the shards it loads
+//!   ([`jetcron_io::job_feed::read_current_of`]). The feed's entries of
+//!   those shards wait meanwhile, and the shard is planned once the pass is
+//!   in. The lease does not wait: the shard's watermark stays where the
+//!   last owner left it until the plan exists, so a takeover costs the
+//!   pass's time in lateness and loses nothing.
+//!
+//! Order: a pass read every change up to its `read_to`, and the feed may be
+//! behind or ahead of it. The feed's entries of a loaded shard at or below
+//! `read_to` are in what the pass read already and are skipped (a delete
+//! the feed is late with must not remove a job the pass read after it); the
+//! others are applied in the feed's order.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use jetcron_io::job_feed::JobEntry;
+
+use crate::shards::{shard_of, SHARDS};
+
+/// What an acquisition says about where its shard resumes (see
+/// [`crate::ownership::OwnershipChange::Acquired`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Acquisition {
+    pub done: DateTime<Utc>,
+    pub emitted_before: DateTime<Utc>,
+}
+
+/// A pass's number, to match its result with the shards it loads.
+pub type PassId = u64;
+
+#[derive(Debug)]
+enum Holding {
+    /// Its jobs are in the book; the feed's entries at or below `floor`
+    /// are older than what the book holds.
+    Held {
+        floor: u64,
+    },
+    /// Read by pass `pass` (`None`: not started yet); the feed's entries
+    /// wait in `waiting`; planned from `then` once loaded, if still owned.
+    Loading {
+        pass: Option<PassId>,
+        waiting: Vec<Arc<JobEntry>>,
+        then: Option<Acquisition>,
+    },
+    Dropped,
+}
+
+/// What to do with an entry of the feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Its shard is held: apply it.
+    Apply,
+    /// Older than what its shard's pass read: skip it.
+    Stale,
+    /// Its shard is being loaded: kept until the pass is in.
+    Waiting,
+    /// Its shard's jobs are not held here.
+    NotHeld,
+}
+
+/// A shard whose pass is in.
+#[derive(Debug)]
+pub struct Loaded {
+    pub shard: u32,
+    /// The feed's entries that came meanwhile, newer than the pass, in order.
+    pub waiting: Vec<Arc<JobEntry>>,
+    /// Plan it from here (`None`: lost while it loaded).
+    pub then: Option<Acquisition>,
+}
+
+/// The holding of every shard.
+#[derive(Debug)]
+pub struct Holdings {
+    shards: Vec<Holding>,
+    passes: PassId,
+    settle: Duration,
+    /// The last ownership change, or when the bucket was loaded.
+    changed_at: Instant,
+    /// Whether the feed has read the whole bucket once (ownership takes
+    /// shards only after that, so nothing is dropped before).
+    synced: bool,
+}
+
+impl Holdings {
+    /// Every shard held; jobs of shards owned elsewhere dropped once
+    /// ownership stood still for `settle`.
+    pub fn new(settle: Duration, now: Instant) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Holding::Held { floor: 0 }).collect(),
+            passes: 0,
+            settle,
+            changed_at: now,
+            synced: false,
+        }
+    }
+
+    /// Whether the jobs of `shard` are in the book.
+    pub fn holds(&self, shard: u32) -> bool {
+        matches!(self.shards[shard as usize], Holding::Held { .. })
+    }
+
+    /// The bucket has been read once.
+    pub fn synced(&mut self, now: Instant) {
+        if !self.synced {
+            self.synced = true;
+            self.changed_at = now;
+        }
+    }
+
+    /// Where the feed's `entry` goes.
+    pub fn route(&mut self, entry: &Arc<JobEntry>) -> Route {
+        match &mut self.shards[shard_of(&entry.key) as usize] {
+            Holding::Held { floor } if entry.revision <= *floor => Route::Stale,
+            Holding::Held { .. } => Route::Apply,
+            Holding::Loading { waiting, .. } => {
+                waiting.push(Arc::clone(entry));
+                Route::Waiting
+            }
+            Holding::Dropped => Route::NotHeld,
+        }
+    }
+
+    /// `shard` was acquired: `Some` to plan it now (its jobs are held),
+    /// `None` when it must be loaded first.
+    pub fn acquired(
+        &mut self,
+        shard: u32,
+        acquisition: Acquisition,
+        now: Instant,
+    ) -> Option<Acquisition> {
+        self.changed_at = now;
+        let holding = &mut self.shards[shard as usize];
+        match holding {
+            Holding::Held { .. } => Some(acquisition),
+            Holding::Loading { then, .. } => {
+                *then = Some(acquisition);
+                None
+            }
+            Holding::Dropped => {
+                *holding = Holding::Loading {
+                    pass: None,
+                    waiting: Vec::new(),
+                    then: Some(acquisition),
+                };
+                None
+            }
+        }
+    }
+
+    /// `shard` was lost. Its jobs stay until ownership settles again (it
+    /// may come back at once); a pass under way still completes.
+    pub fn lost(&mut self, shard: u32, now: Instant) {
+        self.changed_at = now;
+        if let Holding::Loading { then, .. } = &mut self.shards[shard as usize] {
+            *then = None;
+        }
+    }
+
+    /// The shards waiting for a pass not started yet, under a new pass's
+    /// number; `None` when there are none.
+    pub fn start_pass(&mut self) -> Option<(PassId, Vec<u32>)> {
+        let id = self.passes + 1;
+        let mut shards = Vec::new();
+        for (shard, holding) in (0..SHARDS).zip(self.shards.iter_mut()) {
+            if let Holding::Loading {
+                pass: pass @ None, ..
+            } = holding
+            {
+                *pass = Some(id);
+                shards.push(shard);
+            }
+        }
+        if shards.is_empty() {
+            return None;
+        }
+        self.passes = id;
+        Some((id, shards))
+    }
+
+    /// Pass `pass` read every change up to `read_to`: its shards are held
+    /// from now on.
+    pub fn loaded(&mut self, pass: PassId, read_to: u64, now: Instant) -> Vec<Loaded> {
+        self.changed_at = now;
+        let mut loaded = Vec::new();
+        for (shard, holding) in (0..SHARDS).zip(self.shards.iter_mut()) {
+            if !matches!(holding, Holding::Loading { pass: Some(p), .. } if *p == pass) {
+                continue;
+            }
+            let Holding::Loading { waiting, then, .. } =
+                std::mem::replace(holding, Holding::Held { floor: read_to })
+            else {
+                continue;
+            };
+            loaded.push(Loaded {
+                shard,
+                waiting: waiting
+                    .into_iter()
+                    .filter(|entry| entry.revision > read_to)
+                    .collect(),
+                then,
+            });
+        }
+        loaded
+    }
+
+    /// The shards held but not `owned` once ownership stood still for
+    /// `settle`: they are dropped, and their jobs go.
+    pub fn to_drop(&mut self, now: Instant, owned: impl Fn(u32) -> bool) -> Vec<u32> {
+        if !self.synced || now.duration_since(self.changed_at) < self.settle {
+            return Vec::new();
+        }
+        let mut dropped = Vec::new();
+        for (shard, holding) in (0..SHARDS).zip(self.shards.iter_mut()) {
+            if matches!(holding, Holding::Held { .. }) && !owned(shard) {
+                *holding = Holding::Dropped;
+                dropped.push(shard);
+            }
+        }
+        dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jetcron_io::job_feed::Written;
+
+    const SETTLE: Duration = Duration::from_secs(10);
+
+    fn entry(key: &str, revision: u64) -> Arc<JobEntry> {
+        Arc::new(JobEntry {
+            key: key.to_string(),
+            revision,
+            written_at: Utc::now(),
+            written: Written::Removed,
+        })
+    }
+
+    /// A key of `shard`.
+    fn key_in(shard: u32) -> String {
+        (0..)
+            .map(|i| format!("job-{i}"))
+            .find(|key| shard_of(key) == shard)
+            .expect("some key")
+    }
+
+    fn acquisition() -> Acquisition {
+        let at = Utc::now();
+        Acquisition {
+            done: at,
+            emitted_before: at,
+        }
+    }
+
+    #[test]
+    fn nothing_is_dropped_before_the_bucket_is_loaded_and_ownership_settles() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        assert!(holdings.to_drop(start + SETTLE * 3, |_| false).is_empty());
+        holdings.synced(start + SETTLE);
+        assert!(holdings
+            .to_drop(start + SETTLE + SETTLE / 2, |_| false)
+            .is_empty());
+        // An acquisition restarts the wait; a held shard is planned at once.
+        let acquired_at = start + SETTLE * 2;
+        let taken = acquisition();
+        assert_eq!(holdings.acquired(3, taken, acquired_at), Some(taken));
+        assert!(holdings
+            .to_drop(acquired_at + SETTLE / 2, |s| s == 3)
+            .is_empty());
+        let dropped = holdings.to_drop(acquired_at + SETTLE, |s| s == 3);
+        assert_eq!(dropped, (0..SHARDS).filter(|s| *s != 3).collect::<Vec<_>>());
+        assert!(holdings.holds(3));
+        assert!(!holdings.holds(4));
+        assert_eq!(holdings.route(&entry(&key_in(3), 9)), Route::Apply);
+        assert_eq!(holdings.route(&entry(&key_in(4), 9)), Route::NotHeld);
+    }
+
+    #[test]
+    fn a_dropped_shard_acquired_again_is_loaded_and_the_feed_waits_for_the_pass() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        holdings.synced(start);
+        let dropped = holdings.to_drop(start + SETTLE, |_| false);
+        assert_eq!(dropped.len(), SHARDS as usize);
+
+        let at = start + SETTLE * 2;
+        let taken = acquisition();
+        assert_eq!(holdings.acquired(5, taken, at), None, "loaded first");
+        assert_eq!(holdings.acquired(6, taken, at), None);
+        let (pass, shards) = holdings.start_pass().expect("a pass");
+        assert_eq!(shards, vec![5, 6]);
+        assert!(holdings.start_pass().is_none(), "one pass for both");
+        assert!(!holdings.holds(5));
+
+        // The feed goes on meanwhile: before and after what the pass reads.
+        let key = key_in(5);
+        assert_eq!(holdings.route(&entry(&key, 40)), Route::Waiting);
+        assert_eq!(holdings.route(&entry(&key, 60)), Route::Waiting);
+        // Lost while loading: the pass completes, nothing is planned.
+        holdings.lost(6, at);
+
+        let loaded = holdings.loaded(pass, 50, at);
+        assert_eq!(loaded.len(), 2);
+        assert_eq!(loaded[0].shard, 5);
+        assert_eq!(loaded[0].then, Some(taken));
+        let waiting: Vec<u64> = loaded[0].waiting.iter().map(|e| e.revision).collect();
+        assert_eq!(waiting, vec![60], "what the pass read already is skipped");
+        assert_eq!((loaded[1].shard, loaded[1].then), (6, None));
+        assert!(holdings.holds(5) && holdings.holds(6));
+
+        // Later entries of the feed at or below the pass are stale.
+        assert_eq!(holdings.route(&entry(&key, 50)), Route::Stale);
+        assert_eq!(holdings.route(&entry(&key, 61)), Route::Apply);
+        // The lost one goes once ownership settles; the owned one stays.
+        assert_eq!(holdings.to_drop(at + SETTLE, |s| s == 5), vec![6]);
+    }
+
+    #[test]
+    fn a_pass_result_for_shards_it_did_not_read_changes_nothing() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        holdings.synced(start);
+        holdings.to_drop(start + SETTLE, |_| false);
+        holdings.acquired(1, acquisition(), start + SETTLE);
+        let (first, _) = holdings.start_pass().expect("a pass");
+        holdings.acquired(2, acquisition(), start + SETTLE);
+        let (second, shards) = holdings.start_pass().expect("a second pass");
+        assert_eq!(shards, vec![2]);
+        let loaded = holdings.loaded(first, 10, start + SETTLE);
+        assert_eq!(loaded.iter().map(|l| l.shard).collect::<Vec<_>>(), vec![1]);
+        assert!(!holdings.holds(2), "still waiting for its own pass");
+        assert_eq!(holdings.loaded(first, 10, start + SETTLE).len(), 0);
+        assert_eq!(holdings.loaded(second, 12, start + SETTLE).len(), 1);
+        assert!(holdings.holds(2));
+    }
+}
