@@ -22,7 +22,8 @@
 //! the same server, one after the other, and prints both lags side by side.
 //!
 //! `memory` holds a million daily jobs and measures resident memory per job
-//! and the cold start ([`memory`]).
+//! and the cold start ([`memory`]); `replicas` what each of R ticker
+//! replicas holds, and a dead one's shards loaded again ([`replicas`]).
 //!
 //! `cargo build --release -p jetcron -p jetcron-loadtest && ./target/release/e2e-bench run --jobs 10000`
 
@@ -41,6 +42,7 @@ use jetcron_loadtest::percentile;
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
 mod memory;
+mod replicas;
 mod server_schedules;
 mod smoke;
 
@@ -63,6 +65,9 @@ enum Scenario {
     /// A million jobs held by `jetcron all`: resident memory per job at
     /// peak and at rest, cold start beside the time to read the bucket.
     Memory(memory::MemoryArgs),
+    /// R `jetcron ticker` replicas: memory of each once it holds only its
+    /// own shards, and a SIGKILLed one's shards loaded by the others.
+    Replicas(replicas::ReplicasArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -150,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::VersusSchedules(args) => versus_schedules(&args).await,
         Scenario::Smoke(args) => smoke::check(&args).await,
         Scenario::Memory(args) => memory::measure(&args).await,
+        Scenario::Replicas(args) => replicas::measure(&args).await,
     }
 }
 

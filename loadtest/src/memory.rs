@@ -47,7 +47,7 @@ pub struct MemoryArgs {
 }
 
 /// The daily line of job `i`: one of `distinct` seconds of the day.
-fn daily_line(i: usize, distinct: usize) -> String {
+pub(crate) fn daily_line(i: usize, distinct: usize) -> String {
     let k = i % distinct.clamp(1, 86_400);
     format!("{} {} {} * * *", k % 60, (k / 60) % 60, (k / 3600) % 24)
 }

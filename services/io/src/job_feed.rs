@@ -46,6 +46,9 @@ use tracing::{info, warn};
 
 use crate::topology;
 
+/// A read of current values that gets nothing for this long has stalled.
+const PASS_STALLED_AFTER: Duration = Duration::from_secs(30);
+
 /// Events a reader may have waiting before the feed waits for it.
 pub const QUEUE: usize = 4096;
 
@@ -381,7 +384,9 @@ async fn watch_current(client: &async_nats::Client) -> anyhow::Result<kv::Watch>
 
 /// Every key's current value among the keys `wanted` accepts (the others
 /// are not decoded), read apart from any feed: a ticker loads the jobs of a
-/// shard it takes over this way when it does not hold them.
+/// shard it takes over this way when it does not hold them. Deletes and
+/// invalid values are left out: a reader loading from nothing has nothing
+/// of them to remove.
 #[derive(Debug, Default)]
 pub struct CurrentValues {
     pub entries: Vec<JobEntry>,
@@ -409,13 +414,17 @@ pub async fn read_current_of(
     }
     let mut entries = watch_current(client).await?;
     loop {
-        let entry = next_entry(&mut entries).await?;
+        // Nothing for this long: the watch is stuck (the caller tries again).
+        let entry = tokio::time::timeout(PASS_STALLED_AFTER, next_entry(&mut entries))
+            .await
+            .context("job bucket read stalled")??;
         let caught_up = entry.seen_current || entry.delta == 0;
         values.read_to = values.read_to.max(entry.revision);
-        if wanted(&entry.key) {
-            values
-                .entries
-                .push(JobEntry::decode(entry, Needs::Every, lines));
+        if wanted(&entry.key) && entry.operation == Operation::Put {
+            let entry = JobEntry::decode(entry, Needs::Every, lines);
+            if entry.valid().is_some() {
+                values.entries.push(entry);
+            }
         }
         if caught_up {
             return Ok(values);

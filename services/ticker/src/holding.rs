@@ -37,6 +37,9 @@ use crate::shards::{shard_of, SHARDS};
 pub struct Acquisition {
     pub done: DateTime<Utc>,
     pub emitted_before: DateTime<Utc>,
+    /// When it was acquired: the time a pass takes is not part of the
+    /// outage, and must not turn late fires into misfires.
+    pub acquired_at: DateTime<Utc>,
 }
 
 /// A pass's number, to match its result with the shards it loads.
@@ -50,11 +53,12 @@ enum Holding {
         floor: u64,
     },
     /// Read by pass `pass` (`None`: not started yet); the feed's entries
-    /// wait in `waiting`; planned from `then` once loaded, if still owned.
+    /// wait in `waiting`; planned from `plan_from` once loaded, if still
+    /// owned.
     Loading {
         pass: Option<PassId>,
         waiting: Vec<Arc<JobEntry>>,
-        then: Option<Acquisition>,
+        plan_from: Option<Acquisition>,
     },
     Dropped,
 }
@@ -79,7 +83,7 @@ pub struct Loaded {
     /// The feed's entries that came meanwhile, newer than the pass, in order.
     pub waiting: Vec<Arc<JobEntry>>,
     /// Plan it from here (`None`: lost while it loaded).
-    pub then: Option<Acquisition>,
+    pub plan_from: Option<Acquisition>,
 }
 
 /// The holding of every shard.
@@ -146,15 +150,15 @@ impl Holdings {
         let holding = &mut self.shards[shard as usize];
         match holding {
             Holding::Held { .. } => Some(acquisition),
-            Holding::Loading { then, .. } => {
-                *then = Some(acquisition);
+            Holding::Loading { plan_from, .. } => {
+                *plan_from = Some(acquisition);
                 None
             }
             Holding::Dropped => {
                 *holding = Holding::Loading {
                     pass: None,
                     waiting: Vec::new(),
-                    then: Some(acquisition),
+                    plan_from: Some(acquisition),
                 };
                 None
             }
@@ -165,8 +169,8 @@ impl Holdings {
     /// may come back at once); a pass under way still completes.
     pub fn lost(&mut self, shard: u32, now: Instant) {
         self.changed_at = now;
-        if let Holding::Loading { then, .. } = &mut self.shards[shard as usize] {
-            *then = None;
+        if let Holding::Loading { plan_from, .. } = &mut self.shards[shard as usize] {
+            *plan_from = None;
         }
     }
 
@@ -200,8 +204,9 @@ impl Holdings {
             if !matches!(holding, Holding::Loading { pass: Some(p), .. } if *p == pass) {
                 continue;
             }
-            let Holding::Loading { waiting, then, .. } =
-                std::mem::replace(holding, Holding::Held { floor: read_to })
+            let Holding::Loading {
+                waiting, plan_from, ..
+            } = std::mem::replace(holding, Holding::Held { floor: read_to })
             else {
                 continue;
             };
@@ -211,7 +216,7 @@ impl Holdings {
                     .into_iter()
                     .filter(|entry| entry.revision > read_to)
                     .collect(),
-                then,
+                plan_from,
             });
         }
         loaded
@@ -263,6 +268,7 @@ mod tests {
         Acquisition {
             done: at,
             emitted_before: at,
+            acquired_at: at,
         }
     }
 
@@ -317,10 +323,10 @@ mod tests {
         let loaded = holdings.loaded(pass, 50, at);
         assert_eq!(loaded.len(), 2);
         assert_eq!(loaded[0].shard, 5);
-        assert_eq!(loaded[0].then, Some(taken));
+        assert_eq!(loaded[0].plan_from, Some(taken));
         let waiting: Vec<u64> = loaded[0].waiting.iter().map(|e| e.revision).collect();
         assert_eq!(waiting, vec![60], "what the pass read already is skipped");
-        assert_eq!((loaded[1].shard, loaded[1].then), (6, None));
+        assert_eq!((loaded[1].shard, loaded[1].plan_from), (6, None));
         assert!(holdings.holds(5) && holdings.holds(6));
 
         // Later entries of the feed at or below the pass are stale.

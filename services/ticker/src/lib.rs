@@ -236,7 +236,7 @@ pub async fn run(
         client: js.client(),
         lines: config.lines.clone(),
         done: passes_tx,
-        stop: watch_stop.clone(),
+        stop: watch_stop.child_token(),
     };
     let mut in_flight = std::collections::VecDeque::new();
     let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
@@ -457,6 +457,7 @@ async fn on_ownership(
             let acquisition = Acquisition {
                 done,
                 emitted_before,
+                acquired_at: now,
             };
             match held
                 .holdings
@@ -516,11 +517,16 @@ async fn plan_shard(
     let Acquisition {
         done,
         emitted_before,
+        acquired_at,
     } = acquisition;
+    // A fire is late, not missed, by how long the shard had no owner: the
+    // time its jobs took to load since it was acquired does not count.
+    let late_threshold =
+        recovery.late_threshold + (now - acquired_at).max(chrono::Duration::zero());
     let Held { book, plans, .. } = held;
     let mut plan = FirePlan::with_capacity(book.shard_len(shard));
     for job in book.shard(shard) {
-        plan.recover(Arc::clone(job), done, now, recovery.late_threshold);
+        plan.recover(Arc::clone(job), done, now, late_threshold);
     }
     let mut verified = 0;
     if now - done > recovery.dedup_horizon {
@@ -575,6 +581,9 @@ async fn on_loaded(
             (&entry.written, loaded.iter().any(|l| l.shard == shard))
         {
             held.book.insert(job, entry.revision, entry.written_at);
+            // Paused since this replica last held it: the feed's entry
+            // saying so may come later, and is stale then.
+            revoke_if_stopped(entry, revoker, now);
             jobs += 1;
         }
     }
@@ -589,7 +598,7 @@ async fn on_loaded(
         for entry in shard.waiting {
             apply_entry(&entry, held, revoker, recovery.late_threshold, now);
         }
-        if let Some(acquisition) = shard.then {
+        if let Some(acquisition) = shard.plan_from {
             plan_shard(shard.shard, acquisition, held, recovery, now).await;
         }
     }

@@ -248,7 +248,9 @@ impl Ownership {
                     }
                 }
             }
-            let _ = self.changes.send(OwnershipChange::RoundEnded).await;
+            // Never waits: a busy loop must not hold renewals back, and a
+            // later round's end says the same.
+            let _ = self.changes.try_send(OwnershipChange::RoundEnded);
         }
         self.release_all().await;
         let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
