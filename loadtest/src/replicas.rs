@@ -251,29 +251,24 @@ fn print_canaries(
 }
 
 /// Every canary fire in `JETCRON_DUE`: (job, scheduled time, store time),
-/// each copy stored (a copy JetStream dropped as a duplicate is not).
+/// each copy stored (a copy JetStream dropped as a duplicate is not). The
+/// stream is a work queue nobody consumes here: read by sequence.
 async fn stored_canary_fires(
     js: &jetstream::Context,
 ) -> anyhow::Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {
-    let reader = js
-        .get_stream(subjects::DUE_STREAM)
-        .await?
-        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .context("reader of the due stream")?;
-    let mut messages = reader.messages().await?;
+    let mut stream = js.get_stream(subjects::DUE_STREAM).await?;
+    let state = stream.info().await?.state.clone();
     let mut fires = Vec::new();
-    while let Ok(Some(message)) =
-        tokio::time::timeout(Duration::from_secs(3), messages.next()).await
-    {
-        let message = message.map_err(|e| anyhow::anyhow!("read a due event: {e}"))?;
-        let stored = message
-            .info()
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .published;
+    if state.messages == 0 {
+        return Ok(fires);
+    }
+    for sequence in state.first_sequence..=state.last_sequence {
+        let Ok(message) = stream.get_raw_message(sequence).await else {
+            continue;
+        };
         if let Ok(event) = serde_json::from_slice::<DueEvent>(&message.payload) {
             if event.job_id.starts_with("canary-") {
-                fires.push((event.job_id, event.scheduled_at, stored));
+                fires.push((event.job_id, event.scheduled_at, message.time));
             }
         }
     }

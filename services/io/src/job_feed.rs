@@ -382,35 +382,26 @@ async fn watch_current(client: &async_nats::Client) -> anyhow::Result<kv::Watch>
         .context("read job bucket")
 }
 
-/// Every key's current value among the keys `wanted` accepts (the others
-/// are not decoded), read apart from any feed: a ticker loads the jobs of a
-/// shard it takes over this way when it does not hold them. Deletes and
-/// invalid values are left out: a reader loading from nothing has nothing
-/// of them to remove.
-#[derive(Debug, Default)]
-pub struct CurrentValues {
-    pub entries: Vec<JobEntry>,
-    /// Every change up to this revision is in what was read.
-    pub read_to: u64,
-}
-
-/// Read [`CurrentValues`] of the keys `wanted` accepts, decoded with `lines`.
+/// Hand `keep` every key's current value among the keys `wanted` accepts
+/// (the others are not decoded), read apart from any feed: a ticker loads
+/// the jobs of a shard it takes over this way when it does not hold them.
+/// Only valid definitions are handed over: a reader loading from nothing
+/// has no deleted or invalid key to remove. Returns the revision every
+/// change up to which is in what was read.
 pub async fn read_current_of(
     client: &async_nats::Client,
     lines: &SharedLines,
     wanted: impl Fn(&str) -> bool,
-) -> anyhow::Result<CurrentValues> {
+    mut keep: impl FnMut(JobEntry),
+) -> anyhow::Result<u64> {
     let mut stream = topology::context(client.clone())
         .get_stream(format!("KV_{}", subjects::JOBS_BUCKET))
         .await
         .context("open job bucket stream")?;
     let held = stream.info().await.context("read job bucket status")?;
-    let mut values = CurrentValues {
-        entries: Vec::new(),
-        read_to: held.state.last_sequence,
-    };
+    let mut read_to = held.state.last_sequence;
     if held.state.messages == 0 {
-        return Ok(values);
+        return Ok(read_to);
     }
     let mut entries = watch_current(client).await?;
     loop {
@@ -419,15 +410,15 @@ pub async fn read_current_of(
             .await
             .context("job bucket read stalled")??;
         let caught_up = entry.seen_current || entry.delta == 0;
-        values.read_to = values.read_to.max(entry.revision);
+        read_to = read_to.max(entry.revision);
         if wanted(&entry.key) && entry.operation == Operation::Put {
             let entry = JobEntry::decode(entry, Needs::Every, lines);
             if entry.valid().is_some() {
-                values.entries.push(entry);
+                keep(entry);
             }
         }
         if caught_up {
-            return Ok(values);
+            return Ok(read_to);
         }
     }
 }

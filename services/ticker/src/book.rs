@@ -135,6 +135,40 @@ impl Book {
         }
     }
 
+    /// Hold `held` as it is (made by a pass; pool names are shared within
+    /// the pass, not with the book), replacing what was held for its id.
+    pub fn insert_held(&mut self, held: Arc<HeldJob>) {
+        let shard = shard_of(&held.id) as usize;
+        let hash = self.hash(&held.id);
+        let Self {
+            by_shard, hasher, ..
+        } = self;
+        match by_shard[shard].entry(
+            hash,
+            |old| old.id == held.id,
+            |old| hash_of(hasher, &old.id),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut old) => *old.get_mut() = held,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(held);
+            }
+        }
+    }
+
+    /// Move every job of `shard` into allocations of its own. At a start
+    /// the jobs of all shards are allocated in among each other; once
+    /// those of other shards are dropped, the memory pages they shared with
+    /// the jobs kept cannot be given back. Moved, the kept ones leave their
+    /// old pages empty. Whatever else points at the old copies (a plan)
+    /// must be pointed at the new ones.
+    pub fn compact_shard(&mut self, shard: u32) {
+        if let Some(table) = self.by_shard.get_mut(shard as usize) {
+            for held in table.iter_mut() {
+                *held = Arc::new(held.moved());
+            }
+        }
+    }
+
     /// Let go of every job of `shard` (its table's memory too); returns
     /// them.
     pub fn drop_shard(&mut self, shard: u32) -> Vec<Arc<HeldJob>> {
@@ -185,6 +219,39 @@ mod tests {
         assert_eq!(book.len(), 199);
         let in_shards: usize = (0..SHARDS).map(|s| book.shard(s).count()).sum();
         assert_eq!(in_shards, 199);
+    }
+
+    #[test]
+    fn a_compacted_shard_holds_the_same_jobs_in_new_allocations() {
+        let mut book = Book::default();
+        let at = Utc::now();
+        for i in 0..100 {
+            book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
+        }
+        let shard = shard_of("job-3");
+        let before: Vec<Arc<HeldJob>> = book.shard(shard).cloned().collect();
+        book.compact_shard(shard);
+        assert_eq!(book.shard_len(shard), before.len());
+        for old in &before {
+            let new = book.get(&old.id).expect("still held");
+            assert!(!Arc::ptr_eq(old, new), "moved");
+            assert!(!Arc::ptr_eq(&old.id, &new.id), "its id too");
+            assert_eq!(
+                (&*new.id, new.revision, new.defined_at, new.paused),
+                (&*old.id, old.revision, old.defined_at, old.paused)
+            );
+        }
+        // A job made elsewhere (a pass) replaces what was held for its id.
+        let loaded = Arc::new(HeldJob::new(
+            &job("job-3", "@hourly"),
+            Arc::from("job-3"),
+            Arc::new("default".to_string()),
+            900,
+            at,
+        ));
+        book.insert_held(Arc::clone(&loaded));
+        assert!(Arc::ptr_eq(book.get("job-3").expect("held"), &loaded));
+        assert_eq!(book.len(), 100);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! A job as the ticker holds it: when it fires and which revision of its
 //! definition a fire carries, not the definition itself.
 //!
-//! A ticker holds every job of the bucket (a standby needs them to take a
-//! shard over), so what it keeps per job decides how many jobs fit: a whole
+//! A ticker holds every job of the shards it holds ([`crate::holding`]),
+//! so what it keeps per job decides how many jobs fit: a whole
 //! parsed definition cost about 1,100 bytes, this about a fifth of that.
 //! The definition a due event carries is read back by revision when the
 //! fire is published ([`crate::definitions`]), and kept only for jobs that
@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use jetcron_core::job::fire_times::Timing;
 use jetcron_core::job::ValidJob;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HeldJob {
     pub id: Arc<str>,
     /// Shared by the jobs of one pool; a thin pointer (8 bytes, not the
@@ -30,6 +30,15 @@ pub struct HeldJob {
 }
 
 impl HeldJob {
+    /// The same job in allocations of its own (its id too), for
+    /// [`crate::book::Book::compact_shard`].
+    pub fn moved(&self) -> Self {
+        Self {
+            id: Arc::from(&*self.id),
+            ..self.clone()
+        }
+    }
+
     pub fn new(
         job: &ValidJob,
         id: Arc<str>,

@@ -568,29 +568,29 @@ async fn on_loaded(
     let ShardPass {
         pass,
         shards,
-        values,
+        jobs: loaded_jobs,
+        read_to,
         took,
     } = pass;
     let loaded = held
         .holdings
-        .loaded(pass, values.read_to, std::time::Instant::now());
+        .loaded(pass, read_to, std::time::Instant::now());
     let mut jobs = 0;
-    for entry in &values.entries {
-        let shard = shard_of(&entry.key);
-        if let (Written::Valid(job), true) =
-            (&entry.written, loaded.iter().any(|l| l.shard == shard))
-        {
-            held.book.insert(job, entry.revision, entry.written_at);
+    for job in loaded_jobs {
+        if loaded.iter().any(|l| l.shard == shard_of(&job.id)) {
             // Paused since this replica last held it: the feed's entry
             // saying so may come later, and is stale then.
-            revoke_if_stopped(entry, revoker, now);
+            if job.paused {
+                revoker.revoke(&job.id, "job paused before this fire", now);
+            }
+            held.book.insert_held(job);
             jobs += 1;
         }
     }
     info!(
         ?shards,
         jobs,
-        read_to = values.read_to,
+        read_to,
         took_ms = took.as_millis() as u64,
         "shards loaded"
     );
@@ -624,6 +624,16 @@ fn drop_shards_owned_elsewhere(held: &mut Held) {
         for job in book.drop_shard(*shard) {
             definitions.forget(&job.id);
             jobs += 1;
+        }
+    }
+    // The jobs kept were allocated in among those dropped: moved, they
+    // leave whole pages to give back.
+    for shard in 0..shards::SHARDS {
+        if holdings.holds(shard) {
+            book.compact_shard(shard);
+            if let Some(plan) = plans.get_mut(&shard) {
+                plan.rehome(|job| book.get(&job.id).cloned());
+            }
         }
     }
     info!(

@@ -1,18 +1,23 @@
 //! The pass that loads the jobs of shards acquired but not held
 //! ([`crate::holding`]), run beside the ticker's loop: it reads every key's
-//! current value and decodes only the keys of its shards. It retries until
-//! it has read the bucket (the shards stay unplanned meanwhile, their
-//! watermark where the last owner left it) or the ticker stops.
+//! current value, decodes only the keys of its shards, and keeps each job
+//! in its held form at once (a whole definition is about five times
+//! larger: taking half of ten million jobs over must not need their
+//! definitions all at once). It retries until it has read the bucket (the
+//! shards stay unplanned meanwhile, their watermark where the last owner
+//! left it) or the ticker stops.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jetcron_core::schedule_lines::SharedLines;
-use jetcron_io::job_feed::{self, CurrentValues};
+use jetcron_io::job_feed;
 use jetcron_io::retry::RetryDelay;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::held_job::HeldJob;
 use crate::holding::PassId;
 use crate::shards::shard_of;
 
@@ -21,37 +26,61 @@ use crate::shards::shard_of;
 pub struct ShardPass {
     pub pass: PassId,
     pub shards: Vec<u32>,
-    pub values: CurrentValues,
+    /// The valid jobs of `shards`.
+    pub jobs: Vec<Arc<HeldJob>>,
+    /// Every change up to this revision is in `jobs`.
+    pub read_to: u64,
     /// From the pass's start to its end, retries included.
     pub took: Duration,
 }
 
-/// Read the jobs of `shards` for pass `pass` and hand them to `done`.
+/// Read the jobs of `shards` for pass `pass` and hand them to `passes`.
 pub async fn load_shards(
     client: async_nats::Client,
     lines: SharedLines,
     pass: PassId,
     shards: Vec<u32>,
-    done: mpsc::Sender<ShardPass>,
+    passes: mpsc::Sender<ShardPass>,
     stop: CancellationToken,
 ) {
     let started = Instant::now();
     let mut delay = RetryDelay::new(Duration::from_millis(500), Duration::from_secs(10));
     loop {
-        let read =
-            job_feed::read_current_of(&client, &lines, |key| shards.contains(&shard_of(key)));
+        let mut jobs = Vec::new();
+        let mut pools: hashbrown::HashMap<Box<str>, Arc<String>> = hashbrown::HashMap::new();
+        let read = job_feed::read_current_of(
+            &client,
+            &lines,
+            |key| shards.contains(&shard_of(key)),
+            |entry| {
+                let Some(job) = entry.valid() else { return };
+                let pool = Arc::clone(
+                    pools
+                        .entry_ref(job.pool.as_str())
+                        .or_insert_with(|| Arc::new(job.pool.clone())),
+                );
+                jobs.push(Arc::new(HeldJob::new(
+                    job,
+                    Arc::from(entry.key.as_str()),
+                    pool,
+                    entry.revision,
+                    entry.written_at,
+                )));
+            },
+        );
         let read = tokio::select! {
             _ = stop.cancelled() => return,
             read = read => read,
         };
         match read {
-            Ok(values) => {
+            Ok(read_to) => {
                 let took = started.elapsed();
-                let _ = done
+                let _ = passes
                     .send(ShardPass {
                         pass,
                         shards,
-                        values,
+                        jobs,
+                        read_to,
                         took,
                     })
                     .await;

@@ -34,7 +34,7 @@ type JobFires = SmallVec<[(DateTime<Utc>, DateTime<Utc>); 1]>;
 /// A job as the plan holds it.
 #[derive(Debug, Clone)]
 pub struct PlannedJob {
-    /// Shared with the ticker's book of all jobs and with in-flight fires.
+    /// Shared with the ticker's book and with in-flight fires.
     pub job: Arc<HeldJob>,
     /// Latest scheduled time queued for the job (its regular next fire).
     pub last_planned: Option<DateTime<Utc>>,
@@ -96,6 +96,16 @@ pub struct FirePlan {
 }
 
 impl FirePlan {
+    /// Point each planned job at `current(job)` where it gives one: the
+    /// book's copy after [`crate::book::Book::compact_shard`].
+    pub fn rehome(&mut self, current: impl Fn(&HeldJob) -> Option<Arc<HeldJob>>) {
+        for planned in self.slots.iter_mut().flatten() {
+            if let Some(job) = current(&planned.job) {
+                planned.job = job;
+            }
+        }
+    }
+
     /// An empty plan with room for `jobs` (a shard taken over).
     pub fn with_capacity(jobs: usize) -> Self {
         Self {

@@ -437,3 +437,24 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
         "a jittered fire held the watermark {jitter_held} times"
     );
 }
+
+#[test]
+fn a_rehomed_plan_fires_from_the_new_copies_as_before() {
+    let mut plan = FirePlan::default();
+    let now = t(0);
+    upsert(&mut plan, job("a", "* * * * * *"), 1, None, now);
+    upsert(&mut plan, job("b", "* * * * * *"), 1, None, now);
+    let copies: Vec<Arc<HeldJob>> = ["a", "b"]
+        .iter()
+        .map(|id| Arc::new(plan.get(id).expect("planned").job.moved()))
+        .collect();
+    plan.rehome(|job| copies.iter().find(|c| c.id == job.id).cloned());
+    for copy in &copies {
+        assert!(Arc::ptr_eq(&plan.get(&copy.id).expect("planned").job, copy));
+    }
+    let fires = plan.take_due(t(1), 10);
+    assert_eq!(fires.len(), 2, "the plan's fires are unchanged");
+    assert!(fires
+        .iter()
+        .all(|fire| copies.iter().any(|c| Arc::ptr_eq(c, &fire.job))));
+}
