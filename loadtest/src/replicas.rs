@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_nats::jetstream;
 use chrono::{DateTime, Utc};
-use futures::StreamExt as _;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
