@@ -7,7 +7,7 @@
 //!   anyway, and ownership takes shards only after that read; the replicas
 //!   of a cold start then hand shards to each other until each has its
 //!   share, and a shard handed over that is still held is planned at once.
-//! - **Once ownership has not changed for `settle`** (two lease TTLs), the
+//! - **Once ownership has not changed for `quiet_for`** (two lease TTLs), the
 //!   jobs of shards owned elsewhere are dropped.
 //! - **A shard acquired later whose jobs are not held** is loaded by a pass
 //!   over the bucket that decodes only the keys of the shards it loads
@@ -49,7 +49,7 @@ pub type PassId = u64;
 enum Holding {
     /// Its jobs are in the book; the feed's entries at or below `floor`
     /// are older than what the book holds.
-    Held {
+    Kept {
         floor: u64,
     },
     /// Read by pass `pass` (`None`: not started yet); the feed's entries
@@ -91,7 +91,7 @@ pub struct Loaded {
 pub struct Holdings {
     shards: Vec<Holding>,
     passes: PassId,
-    settle: Duration,
+    quiet_for: Duration,
     /// The last ownership change, or when the bucket was loaded.
     changed_at: Instant,
     /// Whether the feed has read the whole bucket once (ownership takes
@@ -101,12 +101,12 @@ pub struct Holdings {
 
 impl Holdings {
     /// Every shard held; jobs of shards owned elsewhere dropped once
-    /// ownership stood still for `settle`.
-    pub fn new(settle: Duration, now: Instant) -> Self {
+    /// ownership stood still for `quiet_for`.
+    pub fn new(quiet_for: Duration, now: Instant) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Holding::Held { floor: 0 }).collect(),
+            shards: (0..SHARDS).map(|_| Holding::Kept { floor: 0 }).collect(),
             passes: 0,
-            settle,
+            quiet_for,
             changed_at: now,
             synced: false,
         }
@@ -114,7 +114,7 @@ impl Holdings {
 
     /// Whether the jobs of `shard` are in the book.
     pub fn holds(&self, shard: u32) -> bool {
-        matches!(self.shards[shard as usize], Holding::Held { .. })
+        matches!(self.shards[shard as usize], Holding::Kept { .. })
     }
 
     /// The bucket has been read once.
@@ -128,8 +128,8 @@ impl Holdings {
     /// Where the feed's `entry` goes.
     pub fn route(&mut self, entry: &Arc<JobEntry>) -> Route {
         match &mut self.shards[shard_of(&entry.key) as usize] {
-            Holding::Held { floor } if entry.revision <= *floor => Route::Stale,
-            Holding::Held { .. } => Route::Apply,
+            Holding::Kept { floor } if entry.revision <= *floor => Route::Stale,
+            Holding::Kept { .. } => Route::Apply,
             Holding::Loading { waiting, .. } => {
                 waiting.push(Arc::clone(entry));
                 Route::Waiting
@@ -149,7 +149,7 @@ impl Holdings {
         self.changed_at = now;
         let holding = &mut self.shards[shard as usize];
         match holding {
-            Holding::Held { .. } => Some(acquisition),
+            Holding::Kept { .. } => Some(acquisition),
             Holding::Loading { plan_from, .. } => {
                 *plan_from = Some(acquisition);
                 None
@@ -206,7 +206,7 @@ impl Holdings {
             }
             let Holding::Loading {
                 waiting, plan_from, ..
-            } = std::mem::replace(holding, Holding::Held { floor: read_to })
+            } = std::mem::replace(holding, Holding::Kept { floor: read_to })
             else {
                 continue;
             };
@@ -223,14 +223,14 @@ impl Holdings {
     }
 
     /// The shards held but not `owned` once ownership stood still for
-    /// `settle`: they are dropped, and their jobs go.
+    /// `quiet_for`: they are dropped, and their jobs go.
     pub fn to_drop(&mut self, now: Instant, owned: impl Fn(u32) -> bool) -> Vec<u32> {
-        if !self.synced || now.duration_since(self.changed_at) < self.settle {
+        if !self.synced || now.duration_since(self.changed_at) < self.quiet_for {
             return Vec::new();
         }
         let mut dropped = Vec::new();
         for (shard, holding) in (0..SHARDS).zip(self.shards.iter_mut()) {
-            if matches!(holding, Holding::Held { .. }) && !owned(shard) {
+            if matches!(holding, Holding::Kept { .. }) && !owned(shard) {
                 *holding = Holding::Dropped;
                 dropped.push(shard);
             }
