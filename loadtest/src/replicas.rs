@@ -39,6 +39,9 @@ pub struct ReplicasArgs {
     /// The jetcron binary (default: beside this one).
     #[arg(long)]
     jetcron: Option<std::path::PathBuf>,
+    /// Write each replica's log here (`r<N>.log`).
+    #[arg(long)]
+    keep_logs: Option<std::path::PathBuf>,
 }
 
 const DROPPED: &str = "jobs of shards owned elsewhere dropped";
@@ -152,6 +155,15 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     let after: Vec<Memory> = survivors.iter().map(memory_of).collect::<Result<_, _>>()?;
     let held_after: Vec<usize> = survivors.iter().map(|p| count_held(&p.log())).collect();
     let ended_at = Utc::now();
+    if let Some(dir) = &args.keep_logs {
+        std::fs::create_dir_all(dir)?;
+        for (r, process) in replicas.iter().enumerate() {
+            std::fs::write(
+                dir.join(format!("r{r}.log")),
+                without_colour_codes(&process.log()),
+            )?;
+        }
+    }
     drop(replicas);
     let arrivals = stored_canary_fires(&js).await?;
 
@@ -211,11 +223,17 @@ fn print_canaries(
             .or_default()
             .push(*arrived);
     }
-    let first = by_instant
-        .keys()
-        .map(|(_, t)| *t)
-        .min()
-        .unwrap_or(started_at.timestamp());
+    // Each canary from its own first fire: the shards are created one by
+    // one at the start, and a second may begin in between (nothing is
+    // owed before a new shard's creation).
+    let first_of = |job: &String| {
+        by_instant
+            .keys()
+            .filter(|(j, _)| j == job)
+            .map(|(_, t)| *t)
+            .min()
+            .unwrap_or(started_at.timestamp())
+    };
     // Instants until 3 s before the end (the last ones may still be on their way).
     let last = ended_at.timestamp() - 3;
     let canaries: std::collections::BTreeSet<&String> = by_instant.keys().map(|(j, _)| j).collect();
@@ -223,10 +241,20 @@ fn print_canaries(
     let mut twice = 0;
     let mut latest_before = i64::MIN;
     let mut latest_after = i64::MIN;
+    let mut instants = 0;
     for job in &canaries {
+        let first = first_of(job);
+        instants += (last - first + 1).max(0);
         for t in first..=last {
             match by_instant.get(&((*job).clone(), t)) {
-                None => missing += 1,
+                None => {
+                    missing += 1;
+                    eprintln!(
+                        "missing: {job} (shard {}) at {t}, {:+.1} s from the kill",
+                        shard_of(job),
+                        t as f64 - killed_at.timestamp_millis() as f64 / 1000.0
+                    );
+                }
                 Some(arrived) => {
                     twice += usize::from(arrived.len() > 1);
                     let late = (arrived[0].timestamp_millis()) - t * 1000;
@@ -240,9 +268,8 @@ fn print_canaries(
         }
     }
     println!(
-        "| canaries: instants from the first to the end | {} canaries × {} s; missing {missing}, stored twice {twice} |",
+        "| canaries: instants from each one's first to the end | {} canaries, {instants} instants; missing {missing}, stored twice {twice} |",
         canaries.len(),
-        last - first + 1
     );
     println!(
         "| canaries: latest due event against its instant (negative: ahead) | before the kill {latest_before} ms, after it {latest_after} ms |"

@@ -12,8 +12,8 @@
 //! `exc_page_fault` under `mi_page_free_list_extend` in the burst's
 //! samples). [`keep_freed_memory`] keeps it a few bursts longer.
 //!
-//! This is the workspace's only crate with `unsafe`: one call into
-//! mimalloc's C API, which has no safe wrapper.
+//! This is the workspace's only crate with `unsafe`: calls into mimalloc's
+//! C API, which has no safe wrapper.
 
 pub use mimalloc::MiMalloc;
 
@@ -33,6 +33,20 @@ pub fn keep_freed_memory() {
         return;
     }
     set_purge_delay(KEEP_FREED_MS);
+}
+
+/// Give memory freed so far back to the OS now, rather than when each
+/// thread's allocator next runs past its purge delay: after a one-off
+/// drop of many allocations (a ticker letting go of the jobs of shards
+/// owned elsewhere), a mostly idle process would keep it.
+pub fn give_back_freed_memory() {
+    // SAFETY: `mi_collect` frees and purges what mimalloc no longer uses;
+    // any thread may call it at any time. Without mimalloc as the global
+    // allocator it has nothing to do.
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_collect(true)
+    };
 }
 
 fn set_purge_delay(ms: i64) {

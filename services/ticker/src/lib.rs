@@ -636,6 +636,7 @@ fn drop_shards_owned_elsewhere(held: &mut Held) {
             }
         }
     }
+    jetcron_allocator::give_back_freed_memory();
     info!(
         shards = ?dropped,
         jobs,
