@@ -25,7 +25,7 @@ use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::status_bytes;
-use jetcron_testkit::{without_colour_codes, JetcronProcess, NatsServer};
+use jetcron_testkit::{last_logged_number, without_colour_codes, JetcronProcess, NatsServer};
 use jetcron_ticker::shards::{shard_of, SHARDS};
 
 #[derive(clap::Args, Clone)]
@@ -101,16 +101,14 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     // Every replica has dropped what it does not own, and the owners cover
     // every shard.
     loop {
-        anyhow::ensure!(
-            settling.elapsed() < Duration::from_secs(600),
-            "the replicas did not settle within 600 s"
-        );
+        if settling.elapsed() > Duration::from_secs(1_800) {
+            keep_logs(&replicas, args.keep_logs.as_deref())?;
+            anyhow::bail!("the replicas did not settle within 1,800 s");
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let held: Vec<Option<usize>> = replicas
-            .iter()
-            .map(|p| last_field(&p.log(), DROPPED, "held"))
-            .collect();
-        if held.iter().all(Option::is_some) && held.iter().flatten().sum::<usize>() == jobs {
+        let dropped = replicas.iter().all(|p| p.log().contains(DROPPED));
+        let held: usize = replicas.iter().map(|p| count_held(&p.log())).sum();
+        if dropped && held == jobs {
             break;
         }
     }
@@ -118,10 +116,7 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     // Freed memory goes back to the OS after a while (the allocator's purge delay).
     tokio::time::sleep(Duration::from_secs(10)).await;
     let before: Vec<Memory> = replicas.iter().map(memory_of).collect::<Result<_, _>>()?;
-    let held: Vec<usize> = replicas
-        .iter()
-        .map(|p| last_field(&p.log(), DROPPED, "held").unwrap_or_default())
-        .collect();
+    let held: Vec<usize> = replicas.iter().map(|p| count_held(&p.log())).collect();
 
     let killed = Instant::now();
     let killed_at = Utc::now();
@@ -134,8 +129,8 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     let orphaned = owned_count(&replicas[0].log());
     let (replanned_in, passes) = loop {
         anyhow::ensure!(
-            killed.elapsed() < Duration::from_secs(600),
-            "the dead replica's shards were not planned again within 600 s"
+            killed.elapsed() < Duration::from_secs(1_800),
+            "the dead replica's shards were not planned again within 1,800 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
         let again: usize = survivors
@@ -155,15 +150,7 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     let after: Vec<Memory> = survivors.iter().map(memory_of).collect::<Result<_, _>>()?;
     let held_after: Vec<usize> = survivors.iter().map(|p| count_held(&p.log())).collect();
     let ended_at = Utc::now();
-    if let Some(dir) = &args.keep_logs {
-        std::fs::create_dir_all(dir)?;
-        for (r, process) in replicas.iter().enumerate() {
-            std::fs::write(
-                dir.join(format!("r{r}.log")),
-                without_colour_codes(&process.log()),
-            )?;
-        }
-    }
+    keep_logs(&replicas, args.keep_logs.as_deref())?;
     drop(replicas);
     let arrivals = stored_canary_fires(&js).await?;
 
@@ -327,20 +314,21 @@ fn lines_with(log: &str, message: &str) -> Vec<String> {
         .collect()
 }
 
-fn count(log: &str, message: &str) -> usize {
-    without_colour_codes(log).matches(message).count()
+/// Write each replica's log into `dir`, if given.
+fn keep_logs(replicas: &[JetcronProcess], dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir)?;
+    for (r, process) in replicas.iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("r{r}.log")),
+            without_colour_codes(&process.log()),
+        )?;
+    }
+    Ok(())
 }
 
-/// The last value of `field` on the last line saying `message`.
-fn last_field(log: &str, message: &str, field: &str) -> Option<usize> {
-    let log = without_colour_codes(log);
-    let line = log.lines().rev().find(|line| line.contains(message))?;
-    let start = line.find(&format!(" {field}="))? + field.len() + 2;
-    line[start..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+fn count(log: &str, message: &str) -> usize {
+    without_colour_codes(log).matches(message).count()
 }
 
 /// How many shards the dead replica owned: the shards it logged as
@@ -363,19 +351,19 @@ fn owned_count(log: &str) -> usize {
     owned.len()
 }
 
-/// Jobs a survivor holds now: what it held when it dropped shards, plus
-/// what its passes loaded since.
+/// Jobs a replica holds now, as its log tells: what it held when it last
+/// dropped shards, plus what its passes loaded since.
 fn count_held(log: &str) -> usize {
     let log = without_colour_codes(log);
     let Some(at) = log.rfind(DROPPED) else {
         return 0;
     };
     let dropped_line_end = log[at..].find('\n').map_or(log.len(), |n| at + n);
-    let held = last_field(&log[..dropped_line_end], DROPPED, "held").unwrap_or(0);
+    let held = last_logged_number(&log[..dropped_line_end], DROPPED, "held").unwrap_or(0);
     let loaded: usize = log[dropped_line_end..]
         .lines()
         .filter(|line| line.contains("shards loaded"))
-        .filter_map(|line| last_field(line, "shards loaded", "jobs"))
+        .filter_map(|line| last_logged_number(line, "shards loaded", "jobs"))
         .sum();
     held + loaded
 }

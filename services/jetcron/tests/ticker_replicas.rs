@@ -608,23 +608,11 @@ async fn a_ticker_killed_twice_is_taken_over_within_the_ttl_and_gets_its_share_b
     assert!(taken_over <= 5.0, "taken over after {taken_over:.3}s");
 }
 
-/// The last value of `field` on the last log line saying `message`.
-fn last_logged(log: &str, message: &str, field: &str) -> Option<usize> {
-    let log = jetcron_testkit::without_colour_codes(log);
-    let line = log.lines().rev().find(|line| line.contains(message))?;
-    let start = line.find(&format!(" {field}="))? + field.len() + 2;
-    line[start..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The sum of `field` over every log line saying `message`.
 fn sum_logged(log: &str, message: &str, field: &str) -> usize {
     log.lines()
         .filter(|line| line.contains(message))
-        .filter_map(|line| last_logged(line, message, field))
+        .filter_map(|line| jetcron_testkit::last_logged_number(line, message, field))
         .sum()
 }
 
@@ -653,8 +641,8 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
             let jobs = jobs.clone();
             async move {
                 let held = (
-                    last_logged(&logs.0, dropped, "held")?,
-                    last_logged(&logs.1, dropped, "held")?,
+                    jetcron_testkit::last_logged_number(&logs.0, dropped, "held")?,
+                    jetcron_testkit::last_logged_number(&logs.1, dropped, "held")?,
                 );
                 let owners = shard_owners(&js).await;
                 let owned_by = |name: &str| {

@@ -40,7 +40,7 @@ pub use clickhouse_server::ClickHouseServer;
 pub use nats_cluster::NatsCluster;
 pub use nats_jwt::{NatsAccount, NatsOperator};
 pub use nats_server::NatsServer;
-pub use process::{without_colour_codes, JetcronProcess};
+pub use process::{last_logged_number, without_colour_codes, JetcronProcess};
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
 pub use smtp_server::{ReceivedMail, SmtpServer};

@@ -119,6 +119,19 @@ impl Drop for JetcronProcess {
     }
 }
 
+/// The number `field=` holds on the last line of `log` that says
+/// `message` (colour codes or not); `None` when no such line names it.
+pub fn last_logged_number(log: &str, message: &str, field: &str) -> Option<usize> {
+    let log = without_colour_codes(log);
+    let line = log.lines().rev().find(|line| line.contains(message))?;
+    let start = line.find(&format!(" {field}="))? + field.len() + 2;
+    line[start..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// A log (of a [`JetcronProcess`], say) without its terminal colour codes.
 pub fn without_colour_codes(log: &str) -> String {
     let mut out = String::with_capacity(log.len());

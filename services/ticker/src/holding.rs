@@ -94,6 +94,7 @@ pub struct Holdings {
     quiet_for: Duration,
     /// The last ownership change, or when the bucket was loaded.
     changed_at: Instant,
+    started_at: Instant,
     /// Whether the feed has read the whole bucket once (ownership takes
     /// shards only after that, so nothing is dropped before).
     synced: bool,
@@ -108,6 +109,7 @@ impl Holdings {
             passes: 0,
             quiet_for,
             changed_at: now,
+            started_at: now,
             synced: false,
         }
     }
@@ -118,10 +120,21 @@ impl Holdings {
     }
 
     /// The bucket has been read once.
+    ///
+    /// Replicas started together load for about as long, and take shards
+    /// only once loaded: a replica waits at least twice its own load
+    /// before it drops anything, so that those still loading have joined
+    /// and the rebalancing is over. (Ten million jobs on three replicas
+    /// of one 2-core machine load for about two minutes; dropping after
+    /// 10 s of quiet made every shard the late ones took cost a pass over
+    /// the whole bucket, and the passes swamped the server.)
     pub fn synced(&mut self, now: Instant) {
         if !self.synced {
             self.synced = true;
             self.changed_at = now;
+            self.quiet_for = self
+                .quiet_for
+                .max(now.saturating_duration_since(self.started_at) * 2);
         }
     }
 
@@ -175,8 +188,17 @@ impl Holdings {
     }
 
     /// The shards waiting for a pass not started yet, under a new pass's
-    /// number; `None` when there are none.
+    /// number; `None` when there are none, or while a pass is under way
+    /// (each pass reads the whole bucket: one at a time, and the shards
+    /// acquired meanwhile share the next).
     pub fn start_pass(&mut self) -> Option<(PassId, Vec<u32>)> {
+        let under_way = self
+            .shards
+            .iter()
+            .any(|holding| matches!(holding, Holding::Loading { pass: Some(_), .. }));
+        if under_way {
+            return None;
+        }
         let id = self.passes + 1;
         let mut shards = Vec::new();
         for (shard, holding) in (0..SHARDS).zip(self.shards.iter_mut()) {
@@ -277,9 +299,11 @@ mod tests {
         let start = Instant::now();
         let mut holdings = Holdings::new(SETTLE, start);
         assert!(holdings.to_drop(start + SETTLE * 3, |_| false).is_empty());
-        holdings.synced(start + SETTLE);
+        // Loaded in a quarter of the quiet period: the quiet period stands.
+        let synced_at = start + SETTLE / 4;
+        holdings.synced(synced_at);
         assert!(holdings
-            .to_drop(start + SETTLE + SETTLE / 2, |_| false)
+            .to_drop(synced_at + SETTLE / 2, |_| false)
             .is_empty());
         // An acquisition restarts the wait; a held shard is planned at once.
         let acquired_at = start + SETTLE * 2;
@@ -294,6 +318,21 @@ mod tests {
         assert!(!holdings.holds(4));
         assert_eq!(holdings.route(&entry(&key_in(3), 9)), Route::Apply);
         assert_eq!(holdings.route(&entry(&key_in(4), 9)), Route::NotHeld);
+    }
+
+    #[test]
+    fn a_replica_that_loaded_long_waits_twice_its_load_before_it_drops() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        let load = Duration::from_secs(120);
+        holdings.synced(start + load);
+        assert!(holdings
+            .to_drop(start + load + load * 2 - SETTLE, |_| false)
+            .is_empty());
+        assert_eq!(
+            holdings.to_drop(start + load * 3, |_| false).len(),
+            SHARDS as usize
+        );
     }
 
     #[test]
@@ -345,12 +384,13 @@ mod tests {
         holdings.acquired(1, acquisition(), start + SETTLE);
         let (first, _) = holdings.start_pass().expect("a pass");
         holdings.acquired(2, acquisition(), start + SETTLE);
-        let (second, shards) = holdings.start_pass().expect("a second pass");
-        assert_eq!(shards, vec![2]);
+        assert!(holdings.start_pass().is_none(), "one pass at a time");
         let loaded = holdings.loaded(first, 10, start + SETTLE);
         assert_eq!(loaded.iter().map(|l| l.shard).collect::<Vec<_>>(), vec![1]);
         assert!(!holdings.holds(2), "still waiting for its own pass");
         assert_eq!(holdings.loaded(first, 10, start + SETTLE).len(), 0);
+        let (second, shards) = holdings.start_pass().expect("the next pass");
+        assert_eq!(shards, vec![2]);
         assert_eq!(holdings.loaded(second, 12, start + SETTLE).len(), 1);
         assert!(holdings.holds(2));
     }
