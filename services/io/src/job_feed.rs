@@ -323,20 +323,13 @@ async fn follow_once(
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<()> {
-    let bucket: kv::Store = topology::context(client.clone())
-        .get_key_value(subjects::JOBS_BUCKET)
-        .await
-        .context("open job bucket")?;
-    // Asked afresh: `kv::Store::status` answers from the info of when the
-    // store was opened.
-    let mut stream = bucket.stream.clone();
-    let held = stream.info().await.context("read job bucket status")?;
-    let keys = usize::try_from(held.state.subjects_count).unwrap_or(usize::MAX);
+    let (bucket, held) = open_bucket(client).await?;
+    let keys = usize::try_from(held.subjects_count).unwrap_or(usize::MAX);
     if !send(queues, FeedEvent::Opened { keys }).await {
         return Ok(());
     }
-    let mut last = held.state.last_sequence;
-    if held.state.messages > 0 {
+    let mut last = held.last_sequence;
+    if held.messages > 0 {
         match read_current(client, needs, lines, queues).await? {
             Some(read_to) => last = last.max(read_to),
             None => return Ok(()),
@@ -358,6 +351,20 @@ async fn follow_once(
             return Ok(());
         }
     }
+}
+
+/// The job bucket, and what its stream holds now (asked afresh:
+/// `kv::Store::status` answers from the info of when the store was opened).
+async fn open_bucket(
+    client: &async_nats::Client,
+) -> anyhow::Result<(kv::Store, async_nats::jetstream::stream::State)> {
+    let bucket: kv::Store = topology::context(client.clone())
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .context("open job bucket")?;
+    let mut stream = bucket.stream.clone();
+    let held = stream.info().await.context("read job bucket status")?;
+    Ok((bucket, held.state.clone()))
 }
 
 /// The watch's next entry; an error when it broke or ended.
@@ -394,13 +401,9 @@ pub async fn read_current_of(
     wanted: impl Fn(&str) -> bool,
     mut keep: impl FnMut(JobEntry),
 ) -> anyhow::Result<u64> {
-    let mut stream = topology::context(client.clone())
-        .get_stream(format!("KV_{}", subjects::JOBS_BUCKET))
-        .await
-        .context("open job bucket stream")?;
-    let held = stream.info().await.context("read job bucket status")?;
-    let mut read_to = held.state.last_sequence;
-    if held.state.messages == 0 {
+    let (_, held) = open_bucket(client).await?;
+    let mut read_to = held.last_sequence;
+    if held.messages == 0 {
         return Ok(read_to);
     }
     let mut entries = watch_current(client).await?;

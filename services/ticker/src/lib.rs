@@ -575,9 +575,13 @@ async fn on_loaded(
     let loaded = held
         .holdings
         .loaded(pass, read_to, std::time::Instant::now());
+    let mut of_pass = [false; shards::SHARDS as usize];
+    for shard in &loaded {
+        of_pass[shard.shard as usize] = true;
+    }
     let mut jobs = 0;
     for job in loaded_jobs {
-        if loaded.iter().any(|l| l.shard == shard_of(&job.id)) {
+        if of_pass[shard_of(&job.id) as usize] {
             // Paused since this replica last held it: the feed's entry
             // saying so may come later, and is stale then.
             if job.paused {
