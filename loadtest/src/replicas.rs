@@ -45,6 +45,8 @@ pub struct ReplicasArgs {
 }
 
 const DROPPED: &str = "jobs of shards owned elsewhere dropped";
+/// Logged once the dropped jobs are freed and the kept ones moved.
+const LET_GO: &str = "dropped jobs let go";
 
 /// One canary id per shard.
 fn canaries() -> Vec<String> {
@@ -106,7 +108,7 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
             anyhow::bail!("the replicas did not settle within 1,800 s");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let dropped = replicas.iter().all(|p| p.log().contains(DROPPED));
+        let dropped = replicas.iter().all(|p| p.log().contains(LET_GO));
         let held: usize = replicas.iter().map(|p| count_held(&p.log())).sum();
         if dropped && held == jobs {
             break;
@@ -117,6 +119,21 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let before: Vec<Memory> = replicas.iter().map(memory_of).collect::<Result<_, _>>()?;
     let held: Vec<usize> = replicas.iter().map(|p| count_held(&p.log())).collect();
+    let let_go: Vec<Vec<String>> = replicas
+        .iter()
+        .map(|p| lines_with(&p.log(), LET_GO))
+        .collect();
+    // Leases lost before the kill: each one cost its next owner a pass.
+    let churn: Vec<(usize, usize)> = replicas
+        .iter()
+        .map(|p| {
+            let log = p.log();
+            (
+                count(&log, "shard lost"),
+                count(&log, "ownership round failed"),
+            )
+        })
+        .collect();
 
     let killed = Instant::now();
     let killed_at = Utc::now();
@@ -127,7 +144,7 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
     replicas[0].kill_9();
     let survivors = &replicas[1..];
     let orphaned = owned_count(&replicas[0].log());
-    let (replanned_in, passes) = loop {
+    let replanned_in = loop {
         anyhow::ensure!(
             killed.elapsed() < Duration::from_secs(1_800),
             "the dead replica's shards were not planned again within 1,800 s"
@@ -139,14 +156,29 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
             .map(|(p, before)| count(&p.log(), "shard scheduling") - before)
             .sum();
         if again >= orphaned {
-            let passes: Vec<String> = survivors
-                .iter()
-                .flat_map(|p| lines_with(&p.log(), "shards loaded"))
-                .collect();
-            break (killed.elapsed(), passes);
+            break killed.elapsed();
         }
     };
+    // Shards may still move between the survivors (one took the dead
+    // one's beyond its share and hands some on): wait until every canary
+    // fires again, each shard planned by someone.
+    let every_shard_firing_in = loop {
+        anyhow::ensure!(
+            killed.elapsed() < Duration::from_secs(1_800),
+            "not every shard fired again within 1,800 s of the kill"
+        );
+        if every_canary_fired_since(&js, &canaries, Utc::now() - chrono::Duration::seconds(3)).await
+        {
+            break killed.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     tokio::time::sleep(Duration::from_secs(15)).await;
+    // Every pass since the kill, those of shards handed on included.
+    let passes: Vec<String> = survivors
+        .iter()
+        .flat_map(|p| lines_with(&p.log(), "shards loaded"))
+        .collect();
     let after: Vec<Memory> = survivors.iter().map(memory_of).collect::<Result<_, _>>()?;
     let held_after: Vec<usize> = survivors.iter().map(|p| count_held(&p.log())).collect();
     let ended_at = Utc::now();
@@ -176,9 +208,19 @@ pub async fn measure(args: &ReplicasArgs) -> anyhow::Result<()> {
             memory.resident as f64 / (*held).max(1) as f64,
         );
     }
+    for (r, (lines, (lost, failed))) in let_go.iter().zip(&churn).enumerate() {
+        println!(
+            "| r{r}: letting go of dropped jobs; shards lost, ownership rounds failed (logged) before the kill | {}; {lost}, {failed} |",
+            lines.join("; ")
+        );
+    }
     println!(
         "| SIGKILL of r0 → its {orphaned} shards planned again by the others | {:.2} s |",
         replanned_in.as_secs_f64()
+    );
+    println!(
+        "| SIGKILL of r0 → every shard's canary stored again | {:.2} s |",
+        every_shard_firing_in.as_secs_f64()
     );
     for pass in &passes {
         println!("| pass (survivor's log) | {pass} |");
@@ -266,6 +308,30 @@ fn print_canaries(
 /// Every canary fire in `JETCRON_DUE`: (job, scheduled time, store time),
 /// each copy stored (a copy JetStream dropped as a duplicate is not). The
 /// stream is a work queue nobody consumes here: read by sequence.
+/// Whether each canary's last due event is scheduled at or after `since`.
+async fn every_canary_fired_since(
+    js: &jetstream::Context,
+    canaries: &[String],
+    since: DateTime<Utc>,
+) -> bool {
+    let Ok(stream) = js.get_stream(subjects::DUE_STREAM).await else {
+        return false;
+    };
+    for canary in canaries {
+        let Ok(message) = stream
+            .get_last_raw_message_by_subject(&subjects::due_subject("default", canary))
+            .await
+        else {
+            return false;
+        };
+        match serde_json::from_slice::<DueEvent>(&message.payload) {
+            Ok(event) if event.scheduled_at >= since => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 async fn stored_canary_fires(
     js: &jetstream::Context,
 ) -> anyhow::Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {

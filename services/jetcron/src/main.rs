@@ -190,7 +190,7 @@ async fn connect_on_own_thread(
     common: &CommonArgs,
     name: &'static str,
     shutdown: &CancellationToken,
-) -> anyhow::Result<async_nats::Client> {
+) -> anyhow::Result<OwnThread> {
     let (common, shutdown) = (common.clone(), shutdown.clone());
     let (connected, client) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -206,12 +206,18 @@ async fn connect_on_own_thread(
                     return;
                 }
             };
+            let handle = runtime.handle().clone();
             runtime.block_on(async move {
                 let client = connect(&common, name, &shutdown).await;
                 let up = client.is_ok();
-                if connected.send(client).is_ok() && up {
-                    // The connection's task lives on this runtime: keep it
-                    // running until the process ends.
+                let own = client.map(|client| OwnThread {
+                    client,
+                    runtime: handle,
+                });
+                if connected.send(own).is_ok() && up {
+                    // The connection's task (and whatever else is spawned on
+                    // this runtime) lives here: keep it running until the
+                    // process ends.
                     std::future::pending::<()>().await
                 }
             })
@@ -220,6 +226,13 @@ async fn connect_on_own_thread(
     client
         .await
         .with_context(|| format!("the thread of the {name} connection ended"))?
+}
+
+/// A connection whose I/O runs on a thread of its own, and that thread's
+/// runtime for tasks that must keep going while the process's workers are busy.
+struct OwnThread {
+    client: async_nats::Client,
+    runtime: tokio::runtime::Handle,
 }
 
 /// The server answered and said no to these credentials.
@@ -249,6 +262,10 @@ async fn spawn_ticker(
 ) -> anyhow::Result<()> {
     let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "ticker", shutdown).await?;
+    // Lease rounds on a thread and connection of their own: planning or
+    // dropping a shard of hundreds of thousands of jobs keeps the ticker's
+    // loop busy for seconds, and renewals starved meanwhile lost the leases.
+    let own = connect_on_own_thread(common, "ticker-leases", shutdown).await?;
     let lookahead = args
         .lookahead
         .unwrap_or_else(|| cli::default_lookahead(common.replicas));
@@ -277,6 +294,10 @@ async fn spawn_ticker(
         readiness: process.readiness.clone(),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
+        lease_thread: Some(jetcron_ticker::LeaseThread {
+            client: own.client,
+            runtime: own.runtime,
+        }),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {
@@ -302,7 +323,9 @@ async fn spawn_executor(
     let client = connect(common, "executor", shutdown).await?;
     // Target calls on a connection of their own: a burst of calls at an
     // instant never queues behind the executor's JetStream traffic.
-    let calls_client = connect_on_own_thread(common, "executor-calls", shutdown).await?;
+    let calls_client = connect_on_own_thread(common, "executor-calls", shutdown)
+        .await?
+        .client;
     let mut config = jetcron_executor::ExecutorConfig {
         calls_client: Some(calls_client),
         lines: process.lines.clone(),

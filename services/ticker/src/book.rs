@@ -161,12 +161,21 @@ impl Book {
     /// the jobs kept cannot be given back. Moved, the kept ones leave their
     /// old pages empty. Whatever else points at the old copies (a plan)
     /// must be pointed at the new ones.
-    pub fn compact_shard(&mut self, shard: u32) {
-        if let Some(table) = self.by_shard.get_mut(shard as usize) {
-            for held in table.iter_mut() {
-                *held = Arc::new(held.moved());
-            }
+    ///
+    /// In parts: moves up to `most` jobs from the `from`-th of the shard's
+    /// table on, and returns how many it moved (none: the shard is done).
+    /// Jobs inserted meanwhile are new allocations already; a table that
+    /// grew in between may leave a few unmoved, which costs memory only.
+    pub fn compact_shard_part(&mut self, shard: u32, from: usize, most: usize) -> usize {
+        let Some(table) = self.by_shard.get_mut(shard as usize) else {
+            return 0;
+        };
+        let mut moved = 0;
+        for held in table.iter_mut().skip(from).take(most) {
+            *held = Arc::new(held.moved());
+            moved += 1;
         }
+        moved
     }
 
     /// Let go of every job of `shard` (its table's memory too); returns
@@ -230,7 +239,16 @@ mod tests {
         }
         let shard = shard_of("job-3");
         let before: Vec<Arc<HeldJob>> = book.shard(shard).cloned().collect();
-        book.compact_shard(shard);
+        // In parts of three, as the loop does it between its fires.
+        let mut moved = 0;
+        let parts = std::iter::from_fn(|| {
+            let now = book.compact_shard_part(shard, moved, 3);
+            moved += now;
+            (now > 0).then_some(now)
+        })
+        .count();
+        assert_eq!(moved, before.len());
+        assert_eq!(parts, before.len().div_ceil(3));
         assert_eq!(book.shard_len(shard), before.len());
         for old in &before {
             let new = book.get(&old.id).expect("still held");

@@ -19,6 +19,7 @@
 pub mod ahead;
 pub mod book;
 pub mod definitions;
+mod held;
 pub mod held_job;
 pub mod holding;
 pub mod lease_options;
@@ -29,6 +30,7 @@ pub mod publish;
 pub mod revoke;
 pub mod shards;
 pub mod share;
+pub mod tidy;
 pub mod verify;
 pub mod watch;
 
@@ -39,21 +41,22 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
-use jetcron_core::job::ValidJob;
-use jetcron_io::job_feed::{FeedEvent, JobEntry, JobFeed, Written};
+use jetcron_io::job_feed::JobFeed;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::book::Book;
 use crate::definitions::{Definitions, Resolved};
-use crate::holding::{Acquisition, Holdings, Route};
+use crate::held::{Held, Loader, Recovery};
+use crate::holding::Holdings;
 use crate::load::ShardPass;
-use crate::ownership::{LeaseOptions, Leases, Ownership, OwnershipChange};
+use crate::ownership::{LeaseOptions, Leases, Ownership};
 use crate::plan::FirePlan;
 use crate::shards::shard_of;
+use crate::tidy::Tidying;
 
 /// Ticker settings.
 #[derive(Debug, Clone)]
@@ -83,6 +86,19 @@ pub struct TickerConfig {
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
+    /// Where lease rounds run. `None`: on this runtime, through the ticker's
+    /// own client.
+    pub lease_thread: Option<LeaseThread>,
+}
+
+/// A connection and a runtime, both on a thread of their own, for lease
+/// rounds: the loop plans or drops a shard of hundreds of thousands of jobs
+/// in one go (seconds at ten million jobs), and renewals that wait for it
+/// let the other replicas take the shards.
+#[derive(Debug, Clone)]
+pub struct LeaseThread {
+    pub client: async_nats::Client,
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Default for TickerConfig {
@@ -98,6 +114,7 @@ impl Default for TickerConfig {
             jobs_feed: JobFeed::default(),
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
+            lease_thread: None,
         }
     }
 }
@@ -173,8 +190,12 @@ pub async fn run(
     {
         return Ok(());
     }
+    let lease_js = config
+        .lease_thread
+        .as_ref()
+        .map(|own| topology::context(own.client.clone()));
     let Some(ticker_bucket) = converging
-        .ensure(|| topology::ensure_ticker_bucket(&tjs, wanted))
+        .ensure(|| topology::ensure_ticker_bucket(lease_js.as_ref().unwrap_or(&tjs), wanted))
         .await?
     else {
         return Ok(());
@@ -209,7 +230,11 @@ pub async fn run(
         leases.clone(),
         own_tx,
     );
-    let owner_task = tokio::spawn(ownership.run(ready_rx, ownership_stop.clone()));
+    let rounds = ownership.run(ready_rx, ownership_stop.clone());
+    let owner_task = match &config.lease_thread {
+        Some(own) => own.runtime.spawn(rounds),
+        None => tokio::spawn(rounds),
+    };
 
     let recovery = Recovery {
         late_threshold: chrono::Duration::from_std(config.late_threshold).unwrap_or_default(),
@@ -230,6 +255,7 @@ pub async fn run(
         // Two TTLs without an ownership change: a cold start's
         // rebalancing is over.
         holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
+        tidying: Tidying::default(),
     };
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
@@ -251,10 +277,10 @@ pub async fn run(
         // once: a shard lost and granted again must not be fired from its
         // old plan (or its old watermark recorded) in between.
         while let Ok(change) = ownership_changes.try_recv() {
-            on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+            held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
         }
         while let Ok(change) = job_changes.try_recv() {
-            on_job(
+            held::on_job(
                 change,
                 &mut held,
                 &mut revoker,
@@ -264,9 +290,9 @@ pub async fn run(
             );
         }
         while let Ok(pass) = passes.try_recv() {
-            on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+            held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
         }
-        drop_shards_owned_elsewhere(&mut held);
+        held::drop_shards_owned_elsewhere(&mut held);
         if held.plans.is_empty() {
             health.clear(&leases);
         }
@@ -320,15 +346,21 @@ pub async fn run(
             .min()
             .and_then(|at| (at - horizon).to_std().ok())
             .map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
+        // Letting go of dropped jobs goes on at once, between fires.
+        let idle = if held.tidying.is_idle() {
+            idle
+        } else {
+            Duration::ZERO
+        };
         tokio::select! {
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+                    held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
                 }
             }
             change = job_changes.recv() => match change {
-                Some(change) => on_job(
+                Some(change) => held::on_job(
                     change,
                     &mut held,
                     &mut revoker,
@@ -339,7 +371,7 @@ pub async fn run(
                 None => break,
             },
             Some(pass) = passes.recv() => {
-                on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+                held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
             }
             _ = tokio::time::sleep(idle) => {}
         }
@@ -420,360 +452,6 @@ impl PublishHealth {
     fn clear(&mut self, leases: &Leases) {
         if self.failing_since.take().is_some() {
             leases.set_publish_failing_since(None);
-        }
-    }
-}
-
-/// How a taken-over shard resumes.
-struct Recovery {
-    late_threshold: chrono::Duration,
-    dedup_horizon: chrono::Duration,
-    emitted: verify::EmittedFires,
-}
-
-/// What the loop holds: the jobs of the shards it holds, which shards
-/// those are, the plans of the shards it owns, and the definitions kept
-/// for fires coming soon.
-struct Held {
-    book: Book,
-    plans: HashMap<u32, FirePlan>,
-    definitions: Definitions,
-    holdings: Holdings,
-}
-
-async fn on_ownership(
-    change: OwnershipChange,
-    held: &mut Held,
-    recovery: &Recovery,
-    loader: &Loader,
-    now: DateTime<Utc>,
-) {
-    match change {
-        OwnershipChange::Acquired {
-            shard,
-            done,
-            emitted_before,
-        } => {
-            let acquisition = Acquisition {
-                done,
-                emitted_before,
-                acquired_at: now,
-            };
-            match held
-                .holdings
-                .acquired(shard, acquisition, std::time::Instant::now())
-            {
-                Some(acquisition) => plan_shard(shard, acquisition, held, recovery, now).await,
-                None => info!(shard, "shard acquired, its jobs to be loaded first"),
-            }
-        }
-        OwnershipChange::Lost { shard } => {
-            held.holdings.lost(shard, std::time::Instant::now());
-            held.plans.remove(&shard);
-            for job in held.book.shard(shard) {
-                held.definitions.forget(&job.id);
-            }
-        }
-        // One pass for every shard the round acquired without its jobs.
-        OwnershipChange::RoundEnded => {
-            if let Some((pass, shards)) = held.holdings.start_pass() {
-                loader.start(pass, shards);
-            }
-        }
-    }
-}
-
-/// What starts a pass that loads shards ([`load::load_shards`]).
-struct Loader {
-    client: async_nats::Client,
-    lines: jetcron_core::schedule_lines::SharedLines,
-    done: tokio::sync::mpsc::Sender<ShardPass>,
-    stop: CancellationToken,
-}
-
-impl Loader {
-    fn start(&self, pass: holding::PassId, shards: Vec<u32>) {
-        info!(?shards, "loading the jobs of shards taken over");
-        tokio::spawn(load::load_shards(
-            self.client.clone(),
-            self.lines.clone(),
-            pass,
-            shards,
-            self.done.clone(),
-            self.stop.clone(),
-        ));
-    }
-}
-
-/// Plan `shard`, whose jobs are held, from where `acquisition` says its
-/// last owner left it.
-async fn plan_shard(
-    shard: u32,
-    acquisition: Acquisition,
-    held: &mut Held,
-    recovery: &Recovery,
-    now: DateTime<Utc>,
-) {
-    let Acquisition {
-        done,
-        emitted_before,
-        acquired_at,
-    } = acquisition;
-    // A fire is late, not missed, by how long the shard had no owner: the
-    // time its jobs took to load since it was acquired does not count.
-    let late_threshold =
-        recovery.late_threshold + (now - acquired_at).max(chrono::Duration::zero());
-    let Held { book, plans, .. } = held;
-    let mut plan = FirePlan::with_capacity(book.shard_len(shard));
-    for job in book.shard(shard) {
-        plan.recover(Arc::clone(job), done, now, late_threshold);
-    }
-    let mut verified = 0;
-    if now - done > recovery.dedup_horizon {
-        // The previous owner may have published fires in
-        // (done, emitted_before] that dedup no longer remembers.
-        let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
-        for id in ids {
-            if plan.catch_up_between(&id, done, emitted_before).is_empty() {
-                continue;
-            }
-            verified += 1;
-            let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
-                continue;
-            };
-            if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
-                plan.drop_emitted(&id, last);
-            }
-        }
-    }
-    info!(
-        shard,
-        jobs = plan.len(),
-        pending = plan.pending_fires(),
-        verified,
-        "shard scheduling"
-    );
-    plans.insert(shard, plan);
-}
-
-/// A pass is in: its shards' jobs go into the book, the feed's entries
-/// that came meanwhile after them, and the shards still owned are planned.
-async fn on_loaded(
-    pass: ShardPass,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    recovery: &Recovery,
-    now: DateTime<Utc>,
-) {
-    let ShardPass {
-        pass,
-        shards,
-        jobs: loaded_jobs,
-        read_to,
-        took,
-    } = pass;
-    let loaded = held
-        .holdings
-        .loaded(pass, read_to, std::time::Instant::now());
-    let mut of_pass = [false; shards::SHARDS as usize];
-    for shard in &loaded {
-        of_pass[shard.shard as usize] = true;
-    }
-    let mut jobs = 0;
-    for job in loaded_jobs {
-        if of_pass[shard_of(&job.id) as usize] {
-            // Paused since this replica last held it: the feed's entry
-            // saying so may come later, and is stale then.
-            if job.paused {
-                revoker.revoke(&job.id, "job paused before this fire", now);
-            }
-            held.book.insert_held(job);
-            jobs += 1;
-        }
-    }
-    info!(
-        ?shards,
-        jobs,
-        read_to,
-        took_ms = took.as_millis() as u64,
-        "shards loaded"
-    );
-    for shard in loaded {
-        for entry in shard.waiting {
-            apply_entry(&entry, held, revoker, recovery.late_threshold, now);
-        }
-        if let Some(acquisition) = shard.plan_from {
-            plan_shard(shard.shard, acquisition, held, recovery, now).await;
-        }
-    }
-}
-
-/// Let go of the jobs of shards owned elsewhere once ownership has stood
-/// still for a while ([`holding`]).
-fn drop_shards_owned_elsewhere(held: &mut Held) {
-    let Held {
-        book,
-        plans,
-        definitions,
-        holdings,
-    } = held;
-    let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
-        plans.contains_key(&shard)
-    });
-    if dropped.is_empty() {
-        return;
-    }
-    let mut jobs = 0;
-    for shard in &dropped {
-        for job in book.drop_shard(*shard) {
-            definitions.forget(&job.id);
-            jobs += 1;
-        }
-    }
-    // The jobs kept were allocated in among those dropped: moved, they
-    // leave whole pages to give back.
-    for shard in 0..shards::SHARDS {
-        if holdings.holds(shard) {
-            book.compact_shard(shard);
-            if let Some(plan) = plans.get_mut(&shard) {
-                plan.rehome(|job| book.get(&job.id).cloned());
-            }
-        }
-    }
-    jetcron_allocator::give_back_freed_memory();
-    info!(
-        shards = ?dropped,
-        jobs,
-        held = book.len(),
-        "jobs of shards owned elsewhere dropped"
-    );
-}
-
-fn on_job(
-    event: FeedEvent,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    ready: &tokio::sync::watch::Sender<bool>,
-    late_threshold: chrono::Duration,
-    now: DateTime<Utc>,
-) {
-    match event {
-        FeedEvent::Entry(entry) => match held.holdings.route(&entry) {
-            Route::Apply => apply_entry(&entry, held, revoker, late_threshold, now),
-            // The job is not held here (or not yet): fires this replica
-            // stored ahead of a job paused or deleted are still killed.
-            Route::Waiting | Route::NotHeld => revoke_if_stopped(&entry, revoker, now),
-            // Older than what a pass read; if the key is not held now, the
-            // job is gone, and a pause or delete still kills its fires.
-            Route::Stale if held.book.get(&entry.key).is_none() => {
-                revoke_if_stopped(&entry, revoker, now)
-            }
-            Route::Stale => {}
-        },
-        FeedEvent::Opened { keys } => {
-            let Held { book, holdings, .. } = held;
-            book.reserve(keys, |shard| holdings.holds(shard));
-        }
-        FeedEvent::Synced => {
-            info!(jobs = held.book.len(), "job bucket loaded");
-            held.holdings.synced(std::time::Instant::now());
-            let _ = ready.send(true);
-        }
-    }
-}
-
-/// Apply an entry of a held shard: a valid job is held, a delete or an
-/// invalid value unschedules its key.
-fn apply_entry(
-    entry: &JobEntry,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    late_threshold: chrono::Duration,
-    now: DateTime<Utc>,
-) {
-    match &entry.written {
-        Written::Valid(job) => hold_job(
-            job,
-            entry.revision,
-            entry.written_at,
-            held,
-            revoker,
-            late_threshold,
-            now,
-        ),
-        // An invalid value is not a runnable job: its key is unscheduled.
-        Written::Removed | Written::Invalid { .. } => {
-            unschedule_job(&entry.key, held, revoker, now);
-        }
-        // Not decoded: a feed for chain indexes only, never the ticker's.
-        Written::NotChained => {}
-    }
-}
-
-/// Kill the fires stored ahead of a job `entry` pauses or deletes.
-fn revoke_if_stopped(entry: &JobEntry, revoker: &mut revoke::Revoker, now: DateTime<Utc>) {
-    match &entry.written {
-        Written::Valid(job) if job.spec.paused => {
-            revoker.revoke(&entry.key, "job paused before this fire", now);
-        }
-        Written::Removed | Written::Invalid { .. } => {
-            revoker.revoke(&entry.key, "job deleted before this fire", now);
-        }
-        Written::Valid(_) | Written::NotChained => {}
-    }
-}
-
-/// Hold `job` at `revision` (written at `defined_at`) and plan it if its
-/// shard is owned; an older revision than the one held changes nothing.
-fn hold_job(
-    job: &ValidJob,
-    revision: u64,
-    defined_at: DateTime<Utc>,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    late_threshold: chrono::Duration,
-    now: DateTime<Utc>,
-) {
-    let Held {
-        book,
-        plans,
-        definitions,
-        ..
-    } = held;
-    let id = job.spec.id.as_str();
-    if book.get(id).is_some_and(|held| held.revision >= revision) {
-        return;
-    }
-    debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
-    if job.spec.paused {
-        revoker.revoke(id, "job paused before this fire", now);
-    }
-    let held = book.insert(job, revision, defined_at);
-    // Written a moment ago (a slow watch, a loaded machine): the
-    // times since the write fire late. Older writes are recovery's.
-    let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
-    let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
-        plan.upsert(Arc::clone(&held), written_at, now);
-        plan.get(id).and_then(|planned| planned.next_fire())
-    });
-    definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
-}
-
-/// Forget `job_id` (deleted, or its value no longer valid) and kill its
-/// fires already handed out.
-fn unschedule_job(
-    job_id: &str,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    now: DateTime<Utc>,
-) {
-    debug!(job_id, "job deleted or invalid");
-    revoker.revoke(job_id, "job deleted before this fire", now);
-    held.definitions.forget(job_id);
-    held.book.remove(job_id);
-    if let Some(plan) = held.plans.get_mut(&shard_of(job_id)) {
-        if plan.remove(job_id) {
-            info!(job_id = %job_id, "job unscheduled");
         }
     }
 }

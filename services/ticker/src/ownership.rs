@@ -67,6 +67,9 @@ pub enum OwnershipChange {
 struct LeaseTable {
     valid_until: HashMap<u32, Instant>,
     watermarks: HashMap<u32, DateTime<Utc>>,
+    /// Shards whose watermark came from a plan of this replica (not only
+    /// from the record it took over).
+    planned: std::collections::HashSet<u32>,
     /// Since when due events of this replica fail to be stored (`None`: they are stored).
     publish_failing_since: Option<Instant>,
 }
@@ -91,9 +94,23 @@ impl Leases {
             .is_some_and(|until| *until > Instant::now())
     }
 
-    /// Record that every fire of `shard` scheduled up to `done` is stored.
+    /// Record that every fire of `shard` scheduled up to `done` is stored,
+    /// as the shard's plan here says.
     pub fn set_watermark(&self, shard: u32, done: DateTime<Utc>) {
-        self.lock().watermarks.insert(shard, done);
+        let mut table = self.lock();
+        table.watermarks.insert(shard, done);
+        table.planned.insert(shard);
+    }
+
+    /// The watermark a shard taken over starts from (its last owner's).
+    fn start_from(&self, shard: u32, done: DateTime<Utc>) {
+        let mut table = self.lock();
+        table.watermarks.insert(shard, done);
+        table.planned.remove(&shard);
+    }
+
+    fn is_planned(&self, shard: u32) -> bool {
+        self.lock().planned.contains(&shard)
     }
 
     fn watermark(&self, shard: u32) -> Option<DateTime<Utc>> {
@@ -127,6 +144,7 @@ impl Leases {
         let mut table = self.lock();
         table.valid_until.remove(&shard);
         table.watermarks.remove(&shard);
+        table.planned.remove(&shard);
     }
 }
 
@@ -332,7 +350,13 @@ impl Ownership {
     }
 
     async fn count_live_replicas(&mut self, now: Instant) -> anyhow::Result<u32> {
-        let keys: Vec<String> = self.bucket.keys().await?.try_collect().await?;
+        // The listing is a consumer delivering every key: nothing bounds it
+        // by itself, and a round that hangs renews nothing.
+        let keys: Vec<String> = tokio::time::timeout(self.options.ttl, async {
+            anyhow::Ok(self.bucket.keys().await?.try_collect().await?)
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("listing the lease bucket's keys timed out"))??;
         let mut live = 0;
         for key in keys.iter().filter(|k| k.starts_with("replica.")) {
             let Some(entry) = self.bucket.entry(key.as_str()).await? else {
@@ -462,8 +486,15 @@ impl Ownership {
         let any_free = seen.iter().any(|s| s.state == RecordState::Free);
         let owned: Vec<u32> = self.owned.keys().copied().collect();
         let since_orphans = self.orphans_taken_at.map(|at| now.duration_since(at));
-        let Some(shard) = share::to_release(&owned, share, any_free, since_orphans, &self.options)
-        else {
+        let planned = |shard| self.leases.is_planned(shard);
+        let Some(shard) = share::to_release(
+            &owned,
+            planned,
+            share,
+            any_free,
+            since_orphans,
+            &self.options,
+        ) else {
             return;
         };
         self.release(shard).await;
@@ -581,7 +612,7 @@ impl Ownership {
                 renewed_at: started,
             },
         );
-        self.leases.set_watermark(shard, done);
+        self.leases.start_from(shard, done);
         self.leases.grant(shard, started + self.options.ttl / 2);
         info!(shard, done = %jetcron_core::time_format::rfc3339_millis(done), "shard acquired");
         let _ = self

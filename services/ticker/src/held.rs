@@ -1,0 +1,377 @@
+//! What a replica holds and plans, and what changes it: ownership (a shard
+//! acquired is planned, or loaded first; a shard lost is no longer
+//! planned), the job feed (an entry of a held shard changes its job), the
+//! passes that load shards taken over, and the drop of shards owned
+//! elsewhere. The loop in `lib.rs` calls these between its batches of due
+//! events; they decide, the loop publishes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use jetcron_core::job::ValidJob;
+use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::book::Book;
+use crate::definitions::Definitions;
+use crate::holding::{self, Acquisition, Holdings, Route};
+use crate::load::{self, ShardPass};
+use crate::ownership::OwnershipChange;
+use crate::plan::FirePlan;
+use crate::shards::{self, shard_of};
+use crate::tidy::{self, Tidying};
+use crate::{revoke, verify};
+
+/// How a taken-over shard resumes.
+pub(crate) struct Recovery {
+    pub(crate) late_threshold: chrono::Duration,
+    pub(crate) dedup_horizon: chrono::Duration,
+    pub(crate) emitted: verify::EmittedFires,
+}
+
+/// What the loop holds: the jobs of the shards it holds, which shards
+/// those are, the plans of the shards it owns, and the definitions kept
+/// for fires coming soon.
+pub(crate) struct Held {
+    pub(crate) book: Book,
+    pub(crate) plans: HashMap<u32, FirePlan>,
+    pub(crate) definitions: Definitions,
+    pub(crate) holdings: Holdings,
+    /// Jobs of dropped shards still to let go of, kept ones to move.
+    pub(crate) tidying: Tidying,
+}
+
+pub(crate) async fn on_ownership(
+    change: OwnershipChange,
+    held: &mut Held,
+    recovery: &Recovery,
+    loader: &Loader,
+    now: DateTime<Utc>,
+) {
+    match change {
+        OwnershipChange::Acquired {
+            shard,
+            done,
+            emitted_before,
+        } => {
+            let acquisition = Acquisition {
+                done,
+                emitted_before,
+                acquired_at: now,
+            };
+            match held
+                .holdings
+                .acquired(shard, acquisition, std::time::Instant::now())
+            {
+                Some(acquisition) => plan_shard(shard, acquisition, held, recovery, now).await,
+                None => info!(shard, "shard acquired, its jobs to be loaded first"),
+            }
+        }
+        OwnershipChange::Lost { shard } => {
+            held.holdings.lost(shard, std::time::Instant::now());
+            held.plans.remove(&shard);
+            for job in held.book.shard(shard) {
+                held.definitions.forget(&job.id);
+            }
+        }
+        // One pass for every shard the round acquired without its jobs.
+        OwnershipChange::RoundEnded => {
+            if let Some((pass, shards)) = held.holdings.start_pass() {
+                loader.start(pass, shards);
+            }
+        }
+    }
+}
+
+/// What starts a pass that loads shards ([`load::load_shards`]).
+pub(crate) struct Loader {
+    pub(crate) client: async_nats::Client,
+    pub(crate) lines: jetcron_core::schedule_lines::SharedLines,
+    pub(crate) done: tokio::sync::mpsc::Sender<ShardPass>,
+    pub(crate) stop: CancellationToken,
+}
+
+impl Loader {
+    fn start(&self, pass: holding::PassId, shards: Vec<u32>) {
+        info!(?shards, "loading the jobs of shards taken over");
+        tokio::spawn(load::load_shards(
+            self.client.clone(),
+            self.lines.clone(),
+            pass,
+            shards,
+            self.done.clone(),
+            self.stop.clone(),
+        ));
+    }
+}
+
+/// Plan `shard`, whose jobs are held, from where `acquisition` says its
+/// last owner left it.
+async fn plan_shard(
+    shard: u32,
+    acquisition: Acquisition,
+    held: &mut Held,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
+    let Acquisition {
+        done,
+        emitted_before,
+        acquired_at,
+    } = acquisition;
+    // A fire is late, not missed, by how long the shard had no owner: the
+    // time its jobs took to load since it was acquired does not count.
+    let late_threshold =
+        recovery.late_threshold + (now - acquired_at).max(chrono::Duration::zero());
+    let Held { book, plans, .. } = held;
+    let mut plan = FirePlan::with_capacity(book.shard_len(shard));
+    for job in book.shard(shard) {
+        plan.recover(Arc::clone(job), done, now, late_threshold);
+    }
+    let mut verified = 0;
+    if now - done > recovery.dedup_horizon {
+        // The previous owner may have published fires in
+        // (done, emitted_before] that dedup no longer remembers.
+        let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
+        for id in ids {
+            if plan.catch_up_between(&id, done, emitted_before).is_empty() {
+                continue;
+            }
+            verified += 1;
+            let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
+                continue;
+            };
+            if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
+                plan.drop_emitted(&id, last);
+            }
+        }
+    }
+    info!(
+        shard,
+        jobs = plan.len(),
+        pending = plan.pending_fires(),
+        verified,
+        "shard scheduling"
+    );
+    plans.insert(shard, plan);
+}
+
+/// A pass is in: its shards' jobs go into the book, the feed's entries
+/// that came meanwhile after them, and the shards still owned are planned.
+pub(crate) async fn on_loaded(
+    pass: ShardPass,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
+    let ShardPass {
+        pass,
+        shards,
+        jobs: loaded_jobs,
+        read_to,
+        took,
+    } = pass;
+    let loaded = held
+        .holdings
+        .loaded(pass, read_to, std::time::Instant::now());
+    let mut of_pass = [false; shards::SHARDS as usize];
+    for shard in &loaded {
+        of_pass[shard.shard as usize] = true;
+    }
+    let mut jobs = 0;
+    for job in loaded_jobs {
+        if of_pass[shard_of(&job.id) as usize] {
+            // Paused since this replica last held it: the feed's entry
+            // saying so may come later, and is stale then.
+            if job.paused {
+                revoker.revoke(&job.id, "job paused before this fire", now);
+            }
+            held.book.insert_held(job);
+            jobs += 1;
+        }
+    }
+    info!(
+        ?shards,
+        jobs,
+        read_to,
+        took_ms = took.as_millis() as u64,
+        "shards loaded"
+    );
+    for shard in loaded {
+        for entry in shard.waiting {
+            apply_entry(&entry, held, revoker, recovery.late_threshold, now);
+        }
+        if let Some(acquisition) = shard.plan_from {
+            plan_shard(shard.shard, acquisition, held, recovery, now).await;
+        }
+    }
+}
+
+/// Drop the jobs of shards owned elsewhere once ownership has settled; the
+/// jobs go (and the kept ones move) a piece at a time ([`tidy`]).
+pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
+    let Held {
+        book,
+        plans,
+        definitions,
+        holdings,
+        tidying,
+    } = held;
+    let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
+        plans.contains_key(&shard)
+    });
+    if !dropped.is_empty() {
+        let jobs: Vec<_> = dropped
+            .iter()
+            .flat_map(|shard| book.drop_shard(*shard))
+            .collect();
+        info!(
+            shards = ?dropped,
+            jobs = jobs.len(),
+            held = book.len(),
+            "jobs of shards owned elsewhere dropped"
+        );
+        tidying.start(jobs, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
+    }
+    if !tidying.is_idle() {
+        tidying.step(
+            book,
+            plans,
+            |id| definitions.forget(id),
+            |shard| holdings.holds(shard),
+            tidy::STEP_BUDGET,
+        );
+    }
+}
+
+pub(crate) fn on_job(
+    event: FeedEvent,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    ready: &tokio::sync::watch::Sender<bool>,
+    late_threshold: chrono::Duration,
+    now: DateTime<Utc>,
+) {
+    match event {
+        FeedEvent::Entry(entry) => match held.holdings.route(&entry) {
+            Route::Apply => apply_entry(&entry, held, revoker, late_threshold, now),
+            // The job is not held here (or not yet): fires this replica
+            // stored ahead of a job paused or deleted are still killed.
+            Route::Waiting | Route::NotHeld => revoke_if_stopped(&entry, revoker, now),
+            // Older than what a pass read; if the key is not held now, the
+            // job is gone, and a pause or delete still kills its fires.
+            Route::Stale if held.book.get(&entry.key).is_none() => {
+                revoke_if_stopped(&entry, revoker, now)
+            }
+            Route::Stale => {}
+        },
+        FeedEvent::Opened { keys } => {
+            let Held { book, holdings, .. } = held;
+            book.reserve(keys, |shard| holdings.holds(shard));
+        }
+        FeedEvent::Synced => {
+            info!(jobs = held.book.len(), "job bucket loaded");
+            held.holdings.synced(std::time::Instant::now());
+            let _ = ready.send(true);
+        }
+    }
+}
+
+/// Apply an entry of a held shard: a valid job is held, a delete or an
+/// invalid value unschedules its key.
+fn apply_entry(
+    entry: &JobEntry,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    late_threshold: chrono::Duration,
+    now: DateTime<Utc>,
+) {
+    match &entry.written {
+        Written::Valid(job) => hold_job(
+            job,
+            entry.revision,
+            entry.written_at,
+            held,
+            revoker,
+            late_threshold,
+            now,
+        ),
+        // An invalid value is not a runnable job: its key is unscheduled.
+        Written::Removed | Written::Invalid { .. } => {
+            unschedule_job(&entry.key, held, revoker, now);
+        }
+        // Not decoded: a feed for chain indexes only, never the ticker's.
+        Written::NotChained => {}
+    }
+}
+
+/// Kill the fires stored ahead of a job `entry` pauses or deletes.
+fn revoke_if_stopped(entry: &JobEntry, revoker: &mut revoke::Revoker, now: DateTime<Utc>) {
+    match &entry.written {
+        Written::Valid(job) if job.spec.paused => {
+            revoker.revoke(&entry.key, "job paused before this fire", now);
+        }
+        Written::Removed | Written::Invalid { .. } => {
+            revoker.revoke(&entry.key, "job deleted before this fire", now);
+        }
+        Written::Valid(_) | Written::NotChained => {}
+    }
+}
+
+/// Hold `job` at `revision` (written at `defined_at`) and plan it if its
+/// shard is owned; an older revision than the one held changes nothing.
+fn hold_job(
+    job: &ValidJob,
+    revision: u64,
+    defined_at: DateTime<Utc>,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    late_threshold: chrono::Duration,
+    now: DateTime<Utc>,
+) {
+    let Held {
+        book,
+        plans,
+        definitions,
+        ..
+    } = held;
+    let id = job.spec.id.as_str();
+    if book.get(id).is_some_and(|held| held.revision >= revision) {
+        return;
+    }
+    debug!(job_id = %id, revision, schedule = %job.spec.schedule_line(), paused = job.spec.paused, "job definition seen");
+    if job.spec.paused {
+        revoker.revoke(id, "job paused before this fire", now);
+    }
+    let held = book.insert(job, revision, defined_at);
+    // Written a moment ago (a slow watch, a loaded machine): the
+    // times since the write fire late. Older writes are recovery's.
+    let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
+    let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
+        plan.upsert(Arc::clone(&held), written_at, now);
+        plan.get(id).and_then(|planned| planned.next_fire())
+    });
+    definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
+}
+
+/// Forget `job_id` (deleted, or its value no longer valid) and kill its
+/// fires already handed out.
+fn unschedule_job(
+    job_id: &str,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    now: DateTime<Utc>,
+) {
+    debug!(job_id, "job deleted or invalid");
+    revoker.revoke(job_id, "job deleted before this fire", now);
+    held.definitions.forget(job_id);
+    held.book.remove(job_id);
+    if let Some(plan) = held.plans.get_mut(&shard_of(job_id)) {
+        if plan.remove(job_id) {
+            info!(job_id = %job_id, "job unscheduled");
+        }
+    }
+}
