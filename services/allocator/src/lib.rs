@@ -15,6 +15,9 @@
 //! This is the workspace's only crate with `unsafe`: calls into mimalloc's
 //! C API, which has no safe wrapper.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 pub use mimalloc::MiMalloc;
 
 /// `mi_option_purge_delay` of mimalloc's `mi_option_t` (v2 and v3):
@@ -35,11 +38,45 @@ pub fn keep_freed_memory() {
     set_purge_delay(KEEP_FREED_MS);
 }
 
+/// How many times memory was asked back ([`give_back_freed_memory`]); each
+/// thread of a runtime that calls [`give_back_if_asked`] when it goes idle
+/// collects once per ask.
+static ASKED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last ask this thread collected for.
+    static COLLECTED_FOR: Cell<u64> = const { Cell::new(0) };
+}
+
 /// Give memory freed so far back to the OS now, rather than when each
 /// thread's allocator next runs past its purge delay: after a one-off
 /// drop of many allocations (a ticker letting go of the jobs of shards
 /// owned elsewhere), a mostly idle process would keep it.
+///
+/// mimalloc keeps memory per thread: a block freed by another thread than
+/// the one that allocated it waits in its page until the owning thread
+/// collects. This thread collects now; every thread that calls
+/// [`give_back_if_asked`] does the next time it goes idle.
 pub fn give_back_freed_memory() {
+    let ask = ASKED.fetch_add(1, Ordering::Relaxed) + 1;
+    COLLECTED_FOR.with(|seen| seen.set(ask));
+    collect();
+}
+
+/// Collect this thread's freed memory if it was asked for since this
+/// thread last did (returns whether it did): for a runtime's
+/// `on_thread_park`, so every worker gives back what others freed of its
+/// allocations.
+pub fn give_back_if_asked() -> bool {
+    let ask = ASKED.load(Ordering::Relaxed);
+    let asked = COLLECTED_FOR.with(|seen| seen.replace(ask)) != ask;
+    if asked {
+        collect();
+    }
+    asked
+}
+
+fn collect() {
     // SAFETY: `mi_collect` frees and purges what mimalloc no longer uses;
     // any thread may call it at any time. Without mimalloc as the global
     // allocator it has nothing to do.
@@ -72,6 +109,31 @@ fn purge_delay() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker thread that checks for an ask whenever it is told to, as
+    /// a runtime's worker does each time it goes idle.
+    #[test]
+    fn each_thread_collects_once_per_ask() {
+        let (check, checks) = std::sync::mpsc::channel::<()>();
+        let (said, answers) = std::sync::mpsc::channel::<bool>();
+        let worker = std::thread::spawn(move || {
+            for () in checks {
+                let _ = said.send(give_back_if_asked());
+            }
+        });
+        let idle = || {
+            check.send(()).expect("worker");
+            answers.recv().expect("worker")
+        };
+        give_back_freed_memory();
+        assert!(!give_back_if_asked(), "the asking thread collected already");
+        assert!(idle(), "another thread collects when it goes idle");
+        assert!(!idle(), "once per ask");
+        give_back_freed_memory();
+        assert!(idle(), "a new ask is collected again");
+        drop(check);
+        worker.join().expect("worker");
+    }
 
     /// mimalloc's purge delay is 1,000 ms unless set: that default pins
     /// the option's number (another option would not read 1,000), and

@@ -31,12 +31,26 @@ use services::{Services, Stage};
 #[global_allocator]
 static ALLOCATOR: jetcron_allocator::MiMalloc = jetcron_allocator::MiMalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     jetcron_allocator::keep_freed_memory();
     let cli = Cli::parse();
     telemetry::init(cli.common.log_format);
-    match run(cli).await {
+    // Each worker gives back, when it goes idle, what other threads freed
+    // of its allocations once memory is asked back (a ticker's drop).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(|| {
+            jetcron_allocator::give_back_if_asked();
+        })
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("jetcron: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             error!(error = %format!("{e:#}"), "jetcron failed");
