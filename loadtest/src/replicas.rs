@@ -305,9 +305,6 @@ fn print_canaries(
     );
 }
 
-/// Every canary fire in `JETCRON_DUE`: (job, scheduled time, store time),
-/// each copy stored (a copy JetStream dropped as a duplicate is not). The
-/// stream is a work queue nobody consumes here: read by sequence.
 /// Whether each canary's last due event is scheduled at or after `since`.
 async fn every_canary_fired_since(
     js: &jetstream::Context,
@@ -332,6 +329,9 @@ async fn every_canary_fired_since(
     true
 }
 
+/// Every canary fire in `JETCRON_DUE`: (job, scheduled time, store time),
+/// each copy stored (a copy JetStream dropped as a duplicate is not). The
+/// stream is a work queue nobody consumes here: read by sequence.
 async fn stored_canary_fires(
     js: &jetstream::Context,
 ) -> anyhow::Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>> {

@@ -155,27 +155,21 @@ impl Book {
         }
     }
 
-    /// Move every job of `shard` into allocations of its own. At a start
-    /// the jobs of all shards are allocated in among each other; once
-    /// those of other shards are dropped, the memory pages they shared with
-    /// the jobs kept cannot be given back. Moved, the kept ones leave their
-    /// old pages empty. Whatever else points at the old copies (a plan)
-    /// must be pointed at the new ones.
-    ///
-    /// In parts: moves up to `most` jobs from the `from`-th of the shard's
-    /// table on, and returns how many it moved (none: the shard is done).
-    /// Jobs inserted meanwhile are new allocations already; a table that
-    /// grew in between may leave a few unmoved, which costs memory only.
-    pub fn compact_shard_part(&mut self, shard: u32, from: usize, most: usize) -> usize {
-        let Some(table) = self.by_shard.get_mut(shard as usize) else {
-            return 0;
+    /// Move the job `job_id` into allocations of its own (returns whether
+    /// it is held). At a start the jobs of all shards are allocated in
+    /// among each other; once those of other shards are dropped, the memory
+    /// pages they shared with the jobs kept cannot be given back. Moved,
+    /// the kept ones leave their old pages empty. Whatever else points at
+    /// the old copy (a plan) must be pointed at the new one.
+    pub fn move_job(&mut self, job_id: &str) -> bool {
+        let hash = self.hash(job_id);
+        let Some(held) =
+            self.by_shard[shard_of(job_id) as usize].find_mut(hash, |held| &*held.id == job_id)
+        else {
+            return false;
         };
-        let mut moved = 0;
-        for held in table.iter_mut().skip(from).take(most) {
-            *held = Arc::new(held.moved());
-            moved += 1;
-        }
-        moved
+        *held = Arc::new(held.moved());
+        true
     }
 
     /// Let go of every job of `shard` (its table's memory too); returns
@@ -239,16 +233,10 @@ mod tests {
         }
         let shard = shard_of("job-3");
         let before: Vec<Arc<HeldJob>> = book.shard(shard).cloned().collect();
-        // In parts of three, as the loop does it between its fires.
-        let mut moved = 0;
-        let parts = std::iter::from_fn(|| {
-            let now = book.compact_shard_part(shard, moved, 3);
-            moved += now;
-            (now > 0).then_some(now)
-        })
-        .count();
-        assert_eq!(moved, before.len());
-        assert_eq!(parts, before.len().div_ceil(3));
+        for old in &before {
+            assert!(book.move_job(&old.id));
+        }
+        assert!(!book.move_job("not-held"));
         assert_eq!(book.shard_len(shard), before.len());
         for old in &before {
             let new = book.get(&old.id).expect("still held");

@@ -31,7 +31,7 @@ pub struct HeldJob {
 
 impl HeldJob {
     /// The same job in allocations of its own (its id too), for
-    /// [`crate::book::Book::compact_shard`].
+    /// [`crate::book::Book::move_job`].
     pub fn moved(&self) -> Self {
         Self {
             id: Arc::from(&*self.id),

@@ -231,6 +231,9 @@ pub async fn run(
         own_tx,
     );
     let rounds = ownership.run(ready_rx, ownership_stop.clone());
+    // However `run` ends (a later step of the start failing too), the
+    // ownership task stops: it may run on another runtime.
+    let _stop_ownership = ownership_stop.clone().drop_guard();
     let owner_task = match &config.lease_thread {
         Some(own) => own.runtime.spawn(rounds),
         None => tokio::spawn(rounds),
@@ -273,9 +276,8 @@ pub async fn run(
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 
     loop {
-        // Apply what arrived without waiting. Every ownership change at
-        // once: a shard lost and granted again must not be fired from its
-        // old plan (or its old watermark recorded) in between.
+        // Apply what arrived without waiting. Ownership first: a shard
+        // just acquired is not dropped as owned elsewhere.
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
         }
@@ -293,6 +295,13 @@ pub async fn run(
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
         }
         held::drop_shards_owned_elsewhere(&mut held);
+        // Every ownership change at once, and again last before taking
+        // fires (a pass applied or a step of letting go above may have
+        // taken a while): a shard lost and granted again must not be fired
+        // from its old plan (or its old watermark recorded) in between.
+        while let Ok(change) = ownership_changes.try_recv() {
+            held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+        }
         if held.plans.is_empty() {
             health.clear(&leases);
         }
@@ -392,6 +401,8 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(5), revoker_task).await;
     ownership_stop.cancel();
     watch_stop.cancel();
+    // A change the ownership task is still sending fails at once.
+    drop(ownership_changes);
     owner_task
         .await
         .context("join ownership")?

@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
@@ -207,6 +208,8 @@ pub struct Ownership {
     /// rebalancing for a while after that (no give-and-take-back loop).
     orphans_taken_at: Option<Instant>,
     failures: jetcron_io::retry::LogLimiter,
+    /// Live replicas as last counted (a round whose listing is slow uses it).
+    live_replicas: u32,
 }
 
 impl Ownership {
@@ -233,6 +236,7 @@ impl Ownership {
             sitting_out_until: None,
             orphans_taken_at: None,
             failures: jetcron_io::retry::LogLimiter::per_10s(),
+            live_replicas: 1,
         }
     }
 
@@ -249,7 +253,13 @@ impl Ownership {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = ticks.tick() => {}
-                _ = ready.changed() => {}
+                changed = ready.changed() => {
+                    // The ticker's loop is gone (it failed to start): nothing
+                    // to own shards for.
+                    if changed.is_err() {
+                        break;
+                    }
+                }
             }
             let is_ready = *ready.borrow();
             match self.round(is_ready).await {
@@ -267,8 +277,11 @@ impl Ownership {
                 }
             }
             // Never waits: a busy loop must not hold renewals back, and a
-            // later round's end says the same.
-            let _ = self.changes.try_send(OwnershipChange::RoundEnded);
+            // later round's end says the same. Room stays for a round's
+            // acquisitions and losses, which are sent waiting.
+            if self.changes.capacity() > SHARDS as usize {
+                let _ = self.changes.try_send(OwnershipChange::RoundEnded);
+            }
         }
         self.release_all().await;
         let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
@@ -296,7 +309,6 @@ impl Ownership {
                 )
                 .await?;
         }
-        let live = self.count_live_replicas(now).await?;
         // All records at once: a round's length adds to a takeover's.
         let entries = futures::future::try_join_all(
             (0..SHARDS).map(|shard| self.bucket.entry(shard_key(shard))),
@@ -310,6 +322,9 @@ impl Ownership {
             }
         }
         self.renew(&records).await;
+        // Counted after the renewals: listing the heartbeats is the slowest
+        // request of a round.
+        let live = self.count_live_replicas(now).await?;
         let share = share::fair_share(live);
         let seen = self.view_of_shards(&records, now);
         self.release_above(share, &seen, now).await;
@@ -351,12 +366,28 @@ impl Ownership {
 
     async fn count_live_replicas(&mut self, now: Instant) -> anyhow::Result<u32> {
         // The listing is a consumer delivering every key: nothing bounds it
-        // by itself, and a round that hangs renews nothing.
-        let keys: Vec<String> = tokio::time::timeout(self.options.ttl, async {
-            anyhow::Ok(self.bucket.keys().await?.try_collect().await?)
+        // by itself, and a round that hangs renews nothing. Slow is not an
+        // outage (the renewals before it went through): the last count
+        // stands, and the round goes on.
+        let listing = tokio::time::timeout(self.options.renew_every, async {
+            anyhow::Ok(
+                self.bucket
+                    .keys()
+                    .await?
+                    .try_collect::<Vec<String>>()
+                    .await?,
+            )
         })
-        .await
-        .map_err(|_| anyhow::anyhow!("listing the lease bucket's keys timed out"))??;
+        .await;
+        let Ok(keys) = listing else {
+            debug!(
+                after_ms = self.options.renew_every.as_millis() as u64,
+                live = self.live_replicas,
+                "listing the lease bucket's keys timed out, the last count of live replicas stands"
+            );
+            return Ok(self.live_replicas);
+        };
+        let keys = keys.context("list the lease bucket's keys")?;
         let mut live = 0;
         for key in keys.iter().filter(|k| k.starts_with("replica.")) {
             let Some(entry) = self.bucket.entry(key.as_str()).await? else {
@@ -376,7 +407,8 @@ impl Ownership {
                 self.replicas_seen.remove(key);
             }
         }
-        Ok(live.max(1))
+        self.live_replicas = live.max(1);
+        Ok(self.live_replicas)
     }
 
     /// The lease bucket cannot be written: keep owned shards valid up to

@@ -97,7 +97,7 @@ pub struct FirePlan {
 
 impl FirePlan {
     /// Point each planned job at `current(job)` where it gives one: the
-    /// book's copy after [`crate::book::Book::compact_shard`].
+    /// book's copy after [`crate::book::Book::move_job`].
     pub fn rehome(&mut self, current: impl Fn(&HeldJob) -> Option<Arc<HeldJob>>) {
         for planned in self.slots.iter_mut().flatten() {
             if let Some(job) = current(&planned.job) {
