@@ -353,8 +353,8 @@ async fn follow_once(
     }
 }
 
-/// The job bucket, and what its stream holds now (asked afresh:
-/// `kv::Store::status` answers from the info of when the store was opened).
+/// The job bucket, and what its stream holds now: opening the store reads
+/// its stream's info, so the state it keeps is of this moment.
 async fn open_bucket(
     client: &async_nats::Client,
 ) -> anyhow::Result<(kv::Store, async_nats::jetstream::stream::State)> {
@@ -362,9 +362,8 @@ async fn open_bucket(
         .get_key_value(subjects::JOBS_BUCKET)
         .await
         .context("open job bucket")?;
-    let mut stream = bucket.stream.clone();
-    let held = stream.info().await.context("read job bucket status")?;
-    Ok((bucket, held.state.clone()))
+    let held = bucket.stream.cached_info().state.clone();
+    Ok((bucket, held))
 }
 
 /// The watch's next entry; an error when it broke or ended.

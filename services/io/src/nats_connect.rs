@@ -24,6 +24,15 @@ use std::path::{Path, PathBuf};
 
 use async_nats::{ConnectOptions, ServerAddr};
 
+/// A NATS connection whose I/O runs on a thread of its own, and that
+/// thread's runtime, for tasks that must keep going while the process's
+/// workers are busy (an executor's target calls, a ticker's lease rounds).
+#[derive(Debug, Clone)]
+pub struct OwnThreadConnection {
+    pub client: async_nats::Client,
+    pub runtime: tokio::runtime::Handle,
+}
+
 /// The NATS servers a process connects to, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerList(Vec<ServerAddr>);

@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use jetcron_core::clock::SystemClock;
 use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::telemetry;
 use jetcron_io::topology::TopologyOptions;
@@ -204,7 +205,7 @@ async fn connect_on_own_thread(
     common: &CommonArgs,
     name: &'static str,
     shutdown: &CancellationToken,
-) -> anyhow::Result<OwnThread> {
+) -> anyhow::Result<OwnThreadConnection> {
     let (common, shutdown) = (common.clone(), shutdown.clone());
     let (connected, client) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -224,7 +225,7 @@ async fn connect_on_own_thread(
             runtime.block_on(async move {
                 let client = connect(&common, name, &shutdown).await;
                 let up = client.is_ok();
-                let own = client.map(|client| OwnThread {
+                let own = client.map(|client| OwnThreadConnection {
                     client,
                     runtime: handle,
                 });
@@ -240,13 +241,6 @@ async fn connect_on_own_thread(
     client
         .await
         .with_context(|| format!("the thread of the {name} connection ended"))?
-}
-
-/// A connection whose I/O runs on a thread of its own, and that thread's
-/// runtime for tasks that must keep going while the process's workers are busy.
-struct OwnThread {
-    client: async_nats::Client,
-    runtime: tokio::runtime::Handle,
 }
 
 /// The server answered and said no to these credentials.
@@ -279,7 +273,7 @@ async fn spawn_ticker(
     // Lease rounds on a thread and connection of their own: planning or
     // dropping a shard of hundreds of thousands of jobs keeps the ticker's
     // loop busy for seconds, and renewals starved meanwhile lost the leases.
-    let own = connect_on_own_thread(common, "ticker-leases", shutdown).await?;
+    let lease_thread = connect_on_own_thread(common, "ticker-leases", shutdown).await?;
     let lookahead = args
         .lookahead
         .unwrap_or_else(|| cli::default_lookahead(common.replicas));
@@ -308,10 +302,7 @@ async fn spawn_ticker(
         readiness: process.readiness.clone(),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
-        lease_thread: Some(jetcron_ticker::LeaseThread {
-            client: own.client,
-            runtime: own.runtime,
-        }),
+        lease_thread: Some(lease_thread),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {

@@ -21,7 +21,7 @@ use crate::load::{self, ShardPass};
 use crate::ownership::OwnershipChange;
 use crate::plan::FirePlan;
 use crate::shards::{self, shard_of};
-use crate::tidy::{self, Tidying};
+use crate::tidy::Tidying;
 use crate::{revoke, verify};
 
 /// How a taken-over shard resumes.
@@ -216,35 +216,27 @@ pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
     let Held {
         book,
         plans,
-        definitions,
         holdings,
         tidying,
+        ..
     } = held;
     let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
         plans.contains_key(&shard)
     });
-    if !dropped.is_empty() {
-        let jobs: Vec<_> = dropped
-            .iter()
-            .flat_map(|shard| book.drop_shard(*shard))
-            .collect();
-        info!(
-            shards = ?dropped,
-            jobs = jobs.len(),
-            held = book.len(),
-            "jobs of shards owned elsewhere dropped"
-        );
-        tidying.start(jobs, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
+    if dropped.is_empty() {
+        return;
     }
-    if !tidying.is_idle() {
-        tidying.step(
-            book,
-            plans,
-            |id| definitions.forget(id),
-            |shard| holdings.holds(shard),
-            tidy::STEP_BUDGET,
-        );
-    }
+    let jobs: Vec<_> = dropped
+        .iter()
+        .flat_map(|shard| book.drop_shard(*shard))
+        .collect();
+    info!(
+        shards = ?dropped,
+        jobs = jobs.len(),
+        held = book.len(),
+        "jobs of shards owned elsewhere dropped"
+    );
+    tidying.start(jobs, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
 }
 
 pub(crate) fn on_job(

@@ -42,6 +42,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_io::job_feed::JobFeed;
+use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
 use jetcron_io::topology::{self, TopologyOptions};
@@ -86,19 +87,11 @@ pub struct TickerConfig {
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
-    /// Where lease rounds run. `None`: on this runtime, through the ticker's
-    /// own client.
-    pub lease_thread: Option<LeaseThread>,
-}
-
-/// A connection and a runtime, both on a thread of their own, for lease
-/// rounds: the loop plans or drops a shard of hundreds of thousands of jobs
-/// in one go (seconds at ten million jobs), and renewals that wait for it
-/// let the other replicas take the shards.
-#[derive(Debug, Clone)]
-pub struct LeaseThread {
-    pub client: async_nats::Client,
-    pub runtime: tokio::runtime::Handle,
+    /// Where lease rounds run: the loop plans or drops a shard of hundreds
+    /// of thousands of jobs in one go (seconds at ten million jobs), and
+    /// renewals that wait for it let the other replicas take the shards.
+    /// `None`: on this runtime, through the ticker's own client.
+    pub lease_thread: Option<OwnThreadConnection>,
 }
 
 impl Default for TickerConfig {
@@ -295,6 +288,8 @@ pub async fn run(
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
         }
         held::drop_shards_owned_elsewhere(&mut held);
+        held.tidying
+            .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
         // Every ownership change at once, and again last before taking
         // fires (a pass applied or a step of letting go above may have
         // taken a while): a shard lost and granted again must not be fired
@@ -348,16 +343,14 @@ pub async fn run(
             continue;
         }
         record_watermarks(&held.plans, &leases, horizon);
-        let idle = held
-            .plans
-            .values()
-            .filter_map(FirePlan::next_fire_at)
-            .min()
-            .and_then(|at| (at - horizon).to_std().ok())
-            .map_or(MAX_IDLE, |d| d.min(MAX_IDLE));
         // Letting go of dropped jobs goes on at once, between fires.
         let idle = if held.tidying.is_idle() {
-            idle
+            held.plans
+                .values()
+                .filter_map(FirePlan::next_fire_at)
+                .min()
+                .and_then(|at| (at - horizon).to_std().ok())
+                .map_or(MAX_IDLE, |d| d.min(MAX_IDLE))
         } else {
             Duration::ZERO
         };

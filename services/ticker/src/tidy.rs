@@ -20,7 +20,6 @@ use tracing::info;
 use crate::book::Book;
 use crate::held_job::HeldJob;
 use crate::plan::FirePlan;
-use crate::shards::shard_of;
 
 /// Work of one step before the loop gets back to its fires.
 pub const STEP_BUDGET: Duration = Duration::from_millis(10);
@@ -45,8 +44,8 @@ pub struct Tidying {
     compacting: VecDeque<Compacting>,
     /// Since the first drop of this round of tidying.
     started: Option<Instant>,
-    /// Jobs let go in this round.
-    freed: usize,
+    /// Jobs handed over to let go of in this round.
+    dropped: usize,
 }
 
 impl Tidying {
@@ -60,6 +59,7 @@ impl Tidying {
     /// moved is not queued twice.
     pub fn start(&mut self, dropped: Vec<Arc<HeldJob>>, kept: impl IntoIterator<Item = u32>) {
         self.started.get_or_insert_with(Instant::now);
+        self.dropped += dropped.len();
         self.freeing.extend(dropped);
         for shard in kept {
             if let Some(queued) = self.compacting.iter_mut().find(|c| c.shard == shard) {
@@ -75,26 +75,16 @@ impl Tidying {
     /// Do about `budget` of the work (at least one piece), in order: free
     /// dropped jobs, move kept ones (a shard's plan is pointed at the moved
     /// copies once the whole shard is moved), then give freed memory back.
-    /// `forget(id)` drops what else is kept for a dropped job (its
-    /// definition) unless `holds(shard)` says its shard is held again.
-    pub fn step(
-        &mut self,
-        book: &mut Book,
-        plans: &mut HashMap<u32, FirePlan>,
-        mut forget: impl FnMut(&str),
-        holds: impl Fn(u32) -> bool,
-        budget: Duration,
-    ) {
+    /// Nothing when idle.
+    ///
+    /// Nothing else is kept for a dropped job: a shard's definitions went
+    /// when it was lost, and a shard never planned here kept none.
+    pub fn step(&mut self, book: &mut Book, plans: &mut HashMap<u32, FirePlan>, budget: Duration) {
         let began = Instant::now();
         let over_budget = || began.elapsed() >= budget;
         while !self.freeing.is_empty() {
             let from = self.freeing.len().saturating_sub(BETWEEN_CLOCK_READS);
-            for job in self.freeing.drain(from..) {
-                if !holds(shard_of(&job.id)) {
-                    forget(&job.id);
-                }
-                self.freed += 1;
-            }
+            self.freeing.truncate(from);
             if over_budget() {
                 return;
             }
@@ -126,7 +116,7 @@ impl Tidying {
             self.freeing.shrink_to_fit();
             jetcron_allocator::give_back_freed_memory();
             info!(
-                jobs = std::mem::take(&mut self.freed),
+                jobs = std::mem::take(&mut self.dropped),
                 held = book.len(),
                 took_ms = started.elapsed().as_millis() as u64,
                 "dropped jobs let go"
@@ -138,6 +128,7 @@ impl Tidying {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shards::shard_of;
     use chrono::Utc;
     use jetcron_core::job::parse_job;
 
@@ -149,6 +140,22 @@ mod tests {
         book.insert(&job, 1, Utc::now());
     }
 
+    /// Step `tidying` until it is idle; how many steps that took.
+    fn step_to_the_end(
+        tidying: &mut Tidying,
+        book: &mut Book,
+        plans: &mut HashMap<u32, FirePlan>,
+        budget: Duration,
+    ) -> usize {
+        let mut steps = 0;
+        while !tidying.is_idle() {
+            tidying.step(book, plans, budget);
+            steps += 1;
+            assert!(steps < 1_000, "tidying ends");
+        }
+        steps
+    }
+
     #[test]
     fn dropped_jobs_go_and_kept_ones_move_a_piece_per_step() {
         let mut book = Book::default();
@@ -156,11 +163,6 @@ mod tests {
             hold(&mut book, &format!("job-{i}"));
         }
         let kept = shard_of("job-0");
-        // Dropped, then loaded again (a pass) before its jobs are let go:
-        // what else is kept for them stays.
-        let held_again = (kept + 1) % crate::shards::SHARDS;
-        let held_again_jobs = book.shard_len(held_again);
-        let dropped_shards: Vec<u32> = (0..crate::shards::SHARDS).filter(|s| *s != kept).collect();
         let kept_before: Vec<Arc<HeldJob>> = book.shard(kept).cloned().collect();
         let mut plan = FirePlan::default();
         let now = Utc::now();
@@ -168,9 +170,9 @@ mod tests {
             plan.upsert(Arc::clone(job), None, now);
         }
         let mut plans = HashMap::from([(kept, plan)]);
-        let dropped: Vec<Arc<HeldJob>> = dropped_shards
-            .iter()
-            .flat_map(|shard| book.drop_shard(*shard))
+        let dropped: Vec<Arc<HeldJob>> = (0..crate::shards::SHARDS)
+            .filter(|s| *s != kept)
+            .flat_map(|shard| book.drop_shard(shard))
             .collect();
         let dropped_count = dropped.len();
         let dropped_one = Arc::downgrade(&dropped[0]);
@@ -178,26 +180,12 @@ mod tests {
         tidying.start(dropped, [kept]);
         assert!(!tidying.is_idle());
 
-        let mut forgotten = Vec::new();
-        let mut steps = 0;
-        while !tidying.is_idle() {
-            tidying.step(
-                &mut book,
-                &mut plans,
-                |id| forgotten.push(id.to_string()),
-                |shard| shard == kept || shard == held_again,
-                Duration::ZERO,
-            );
-            steps += 1;
-            assert!(steps < 1_000, "tidying ends");
-        }
+        let steps = step_to_the_end(&mut tidying, &mut book, &mut plans, Duration::ZERO);
         // One piece per step: the dropped jobs, the kept shard's, then the
         // plan pointed at the moved copies, then the memory given back.
         let pieces = dropped_count.div_ceil(BETWEEN_CLOCK_READS)
             + kept_before.len().div_ceil(BETWEEN_CLOCK_READS);
         assert_eq!(steps, pieces + 2);
-        assert_eq!(forgotten.len(), dropped_count - held_again_jobs);
-        assert!(forgotten.iter().all(|id| shard_of(id) != held_again));
         assert!(dropped_one.upgrade().is_none(), "a dropped job is freed");
         assert_eq!(book.len(), kept_before.len());
         let plan = &plans[&kept];
@@ -213,7 +201,9 @@ mod tests {
     }
 
     /// A shard queued to be moved and then dropped has nothing left to
-    /// move; one queued again starts over from its current table.
+    /// move; one queued again while being moved is moved again from the
+    /// start (its moved copies were allocated in among those of shards
+    /// dropped since).
     #[test]
     fn a_queued_shard_dropped_or_queued_again_is_handled() {
         let mut book = Book::default();
@@ -222,28 +212,21 @@ mod tests {
         }
         let (a, b) = (shard_of("job-0"), shard_of("job-1"));
         assert_ne!(a, b);
-        let b_before: Vec<Arc<HeldJob>> = book.shard(b).cloned().collect();
+        let mut plans = HashMap::new();
         let mut tidying = Tidying::default();
-        tidying.start(Vec::new(), [a, b]);
+        tidying.start(Vec::new(), [b, a]);
+        // b's jobs moved (fewer than a piece), b not done yet.
+        tidying.step(&mut book, &mut plans, Duration::ZERO);
+        let moved_once: Vec<Arc<HeldJob>> = book.shard(b).cloned().collect();
         let dropped = book.drop_shard(a);
         tidying.start(dropped, [b]);
-        let mut plans = HashMap::new();
-        let mut steps = 0;
-        while !tidying.is_idle() {
-            tidying.step(
-                &mut book,
-                &mut plans,
-                |_| {},
-                |s| s == b,
-                Duration::from_secs(1),
-            );
-            steps += 1;
-        }
+        let steps = step_to_the_end(&mut tidying, &mut book, &mut plans, Duration::from_secs(1));
         assert_eq!(steps, 1, "within one budget");
         assert_eq!(book.shard_len(a), 0);
-        assert_eq!(book.shard_len(b), b_before.len());
-        for old in &b_before {
-            assert!(!Arc::ptr_eq(old, book.get(&old.id).expect("kept")), "moved");
+        assert_eq!(book.shard_len(b), moved_once.len());
+        for old in &moved_once {
+            let new = book.get(&old.id).expect("kept");
+            assert!(!Arc::ptr_eq(old, new), "moved again");
         }
     }
 }
