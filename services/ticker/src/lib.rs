@@ -252,6 +252,7 @@ pub async fn run(
         // rebalancing is over.
         holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
         tidying: Tidying::default(),
+        to_plan: std::collections::VecDeque::new(),
     };
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
@@ -272,7 +273,7 @@ pub async fn run(
         // Apply what arrived without waiting. Ownership first: a shard
         // just acquired is not dropped as owned elsewhere.
         while let Ok(change) = ownership_changes.try_recv() {
-            held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+            held::on_ownership(change, &mut held, &loader, clock.now());
         }
         while let Ok(change) = job_changes.try_recv() {
             held::on_job(
@@ -285,17 +286,20 @@ pub async fn run(
             );
         }
         while let Ok(pass) = passes.try_recv() {
-            held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+            held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
         }
         held::drop_shards_owned_elsewhere(&mut held);
         held.tidying
             .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
+        // One shard planned per pass: the fires of those planned go out
+        // in between.
+        held::plan_next(&mut held, &recovery, clock.now()).await;
         // Every ownership change at once, and again last before taking
         // fires (a pass applied or a step of letting go above may have
         // taken a while): a shard lost and granted again must not be fired
         // from its old plan (or its old watermark recorded) in between.
         while let Ok(change) = ownership_changes.try_recv() {
-            held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+            held::on_ownership(change, &mut held, &loader, clock.now());
         }
         if held.plans.is_empty() {
             health.clear(&leases);
@@ -343,8 +347,9 @@ pub async fn run(
             continue;
         }
         record_watermarks(&held.plans, &leases, horizon);
-        // Letting go of dropped jobs goes on at once, between fires.
-        let idle = if held.tidying.is_idle() {
+        // Letting go of dropped jobs, and planning, go on at once,
+        // between fires.
+        let idle = if held.tidying.is_idle() && held.to_plan.is_empty() {
             held.plans
                 .values()
                 .filter_map(FirePlan::next_fire_at)
@@ -358,7 +363,7 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             change = ownership_changes.recv() => {
                 if let Some(change) = change {
-                    held::on_ownership(change, &mut held, &recovery, &loader, clock.now()).await;
+                    held::on_ownership(change, &mut held, &loader, clock.now());
                 }
             }
             change = job_changes.recv() => match change {
@@ -373,7 +378,7 @@ pub async fn run(
                 None => break,
             },
             Some(pass) = passes.recv() => {
-                held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now()).await;
+                held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
             }
             _ = tokio::time::sleep(idle) => {}
         }
