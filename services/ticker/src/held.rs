@@ -5,7 +5,7 @@
 //! elsewhere. The loop in `lib.rs` calls these between its batches of due
 //! events; they decide, the loop publishes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -20,6 +20,7 @@ use crate::holding::{self, Acquisition, Holdings, Route};
 use crate::load::{self, ShardPass};
 use crate::ownership::OwnershipChange;
 use crate::plan::FirePlan;
+use crate::plan_queue::PlanQueue;
 use crate::shards::{self, shard_of};
 use crate::tidy::Tidying;
 use crate::{revoke, verify};
@@ -41,29 +42,21 @@ pub(crate) struct Held {
     pub(crate) holdings: Holdings,
     /// Jobs of dropped shards still to let go of, kept ones to move.
     pub(crate) tidying: Tidying,
-    /// Shards owned with their jobs held, to be planned: one per pass of
-    /// the loop ([`plan_next`]), so the fires of a shard planned go out
-    /// while the next is planned (16 shards of a million jobs took 1.1 s
-    /// to plan, and no fire went out meanwhile).
-    pub(crate) to_plan: VecDeque<(u32, Acquisition)>,
+    /// Shards owned with their jobs held, to be planned one per pass of
+    /// the loop ([`plan_next`]).
+    pub(crate) to_plan: PlanQueue,
 }
 
-impl Held {
-    /// Queue `shard` to be planned from `acquisition` (a queued one is
-    /// replaced: the latest acquisition is the one that stands).
-    fn queue_plan(&mut self, shard: u32, acquisition: Acquisition) {
-        self.to_plan.retain(|(s, _)| *s != shard);
-        self.to_plan.push_back((shard, acquisition));
-    }
-}
-
-/// Plan the first queued shard, if any; returns whether it did.
-pub(crate) async fn plan_next(held: &mut Held, recovery: &Recovery, now: DateTime<Utc>) -> bool {
-    let Some((shard, acquisition)) = held.to_plan.pop_front() else {
-        return false;
-    };
+/// Plan the next queued shard ([`PlanQueue::pop_lowest`]), if any;
+/// returns it.
+pub(crate) async fn plan_next(
+    held: &mut Held,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) -> Option<u32> {
+    let (shard, acquisition) = held.to_plan.pop_lowest()?;
     plan_shard(shard, acquisition, held, recovery, now).await;
-    true
+    Some(shard)
 }
 
 /// Apply an ownership change at once: a shard acquired with its jobs
@@ -90,14 +83,14 @@ pub(crate) fn on_ownership(
                 .holdings
                 .acquired(shard, acquisition, std::time::Instant::now())
             {
-                Some(acquisition) => held.queue_plan(shard, acquisition),
+                Some(acquisition) => held.to_plan.push(shard, acquisition),
                 None => info!(shard, "shard acquired, its jobs to be loaded first"),
             }
         }
         OwnershipChange::Lost { shard } => {
             held.holdings.lost(shard, std::time::Instant::now());
             held.plans.remove(&shard);
-            held.to_plan.retain(|(s, _)| *s != shard);
+            held.to_plan.remove(shard);
             for job in held.book.shard(shard) {
                 held.definitions.forget(&job.id);
             }
@@ -232,7 +225,7 @@ pub(crate) fn on_loaded(
             apply_entry(&entry, held, revoker, recovery.late_threshold, now);
         }
         if let Some(acquisition) = shard.plan_from {
-            held.queue_plan(shard.shard, acquisition);
+            held.to_plan.push(shard.shard, acquisition);
         }
     }
 }
@@ -249,7 +242,7 @@ pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
         ..
     } = held;
     let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
-        plans.contains_key(&shard) || to_plan.iter().any(|(s, _)| *s == shard)
+        plans.contains_key(&shard) || to_plan.contains(shard)
     });
     if dropped.is_empty() {
         return;

@@ -26,6 +26,7 @@ pub mod lease_options;
 pub mod load;
 pub mod ownership;
 pub mod plan;
+mod plan_queue;
 pub mod publish;
 pub mod revoke;
 pub mod shards;
@@ -252,7 +253,7 @@ pub async fn run(
         // rebalancing is over.
         holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
         tidying: Tidying::default(),
-        to_plan: std::collections::VecDeque::new(),
+        to_plan: plan_queue::PlanQueue::default(),
     };
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
@@ -292,8 +293,13 @@ pub async fn run(
         held.tidying
             .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
         // One shard planned per pass: the fires of those planned go out
-        // in between.
-        held::plan_next(&mut held, &recovery, clock.now()).await;
+        // in between. Its watermark says at once that it is planned (a
+        // replica above its share hands on an unplanned shard first).
+        if let Some(shard) = held::plan_next(&mut held, &recovery, clock.now()).await {
+            if let Some(plan) = held.plans.get(&shard) {
+                leases.set_watermark(shard, plan.watermark(clock.now() + lookahead));
+            }
+        }
         // Every ownership change at once, and again last before taking
         // fires (a pass applied or a step of letting go above may have
         // taken a while): a shard lost and granted again must not be fired
