@@ -47,6 +47,28 @@ pub(crate) struct Held {
     pub(crate) to_plan: PlanQueue,
 }
 
+/// If `change` is an entry of a job in a shard still queued, plan that
+/// shard now, before the entry is applied; returns it. A job's catch-up
+/// starts at its definition's write time when that is after the shard's
+/// watermark (a new job has no fires before it existed): an edit applied
+/// to a shard not planned yet would move that start past fires due
+/// before the edit, and lose them. Planned first, the shard keeps them
+/// pending, and the edit goes through the plan like any other.
+pub(crate) async fn plan_if_queued(
+    change: &FeedEvent,
+    held: &mut Held,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) -> Option<u32> {
+    let FeedEvent::Entry(entry) = change else {
+        return None;
+    };
+    let shard = shard_of(&entry.key);
+    let acquisition = held.to_plan.take(shard)?;
+    plan_shard(shard, acquisition, held, recovery, now).await;
+    Some(shard)
+}
+
 /// Plan the next queued shard ([`PlanQueue::pop_lowest`]), if any;
 /// returns it.
 pub(crate) async fn plan_next(

@@ -277,14 +277,17 @@ pub async fn run(
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
         while let Ok(change) = job_changes.try_recv() {
-            held::on_job(
+            let now = clock.now();
+            apply_job_change(
                 change,
                 &mut held,
                 &mut revoker,
                 &ready_tx,
-                recovery.late_threshold,
-                clock.now(),
-            );
+                &recovery,
+                &leases,
+                now,
+            )
+            .await;
         }
         while let Ok(pass) = passes.try_recv() {
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
@@ -293,11 +296,24 @@ pub async fn run(
         held.tidying
             .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
         // One shard planned per pass: the fires of those planned go out
-        // in between. Its watermark says at once that it is planned (a
-        // replica above its share hands on an unplanned shard first).
+        // in between. It counts as planned at once (a replica above its
+        // share hands on an unplanned shard first); its watermark is
+        // recorded once the changes of its jobs that came while it was
+        // planned are in it.
         if let Some(shard) = held::plan_next(&mut held, &recovery, clock.now()).await {
-            if let Some(plan) = held.plans.get(&shard) {
-                leases.set_watermark(shard, plan.watermark(clock.now() + lookahead));
+            leases.mark_planned(shard);
+            while let Ok(change) = job_changes.try_recv() {
+                let now = clock.now();
+                apply_job_change(
+                    change,
+                    &mut held,
+                    &mut revoker,
+                    &ready_tx,
+                    &recovery,
+                    &leases,
+                    now,
+                )
+                .await;
             }
         }
         // Every ownership change at once, and again last before taking
@@ -373,14 +389,11 @@ pub async fn run(
                 }
             }
             change = job_changes.recv() => match change {
-                Some(change) => held::on_job(
-                    change,
-                    &mut held,
-                    &mut revoker,
-                    &ready_tx,
-                    recovery.late_threshold,
-                    clock.now(),
-                ),
+                Some(change) => {
+                    let now = clock.now();
+                    apply_job_change(change, &mut held, &mut revoker, &ready_tx, &recovery, &leases, now)
+                        .await;
+                }
                 None => break,
             },
             Some(pass) = passes.recv() => {
@@ -573,6 +586,23 @@ fn still_leased(
         }
     }
     kept
+}
+
+/// Apply a change from the job feed; a shard still queued to be planned
+/// is planned first ([`held::plan_if_queued`] says why).
+async fn apply_job_change(
+    change: jetcron_io::job_feed::FeedEvent,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    ready: &tokio::sync::watch::Sender<bool>,
+    recovery: &Recovery,
+    leases: &Leases,
+    now: DateTime<Utc>,
+) {
+    if let Some(shard) = held::plan_if_queued(&change, held, recovery, now).await {
+        leases.mark_planned(shard);
+    }
+    held::on_job(change, held, revoker, ready, recovery.late_threshold, now);
 }
 
 fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {

@@ -103,6 +103,13 @@ impl Leases {
         table.planned.insert(shard);
     }
 
+    /// `shard` is planned here: handed on after the unplanned ones
+    /// ([`crate::share::to_release`]). Its watermark is recorded with the
+    /// loop's next [`Self::set_watermark`].
+    pub fn mark_planned(&self, shard: u32) {
+        self.lock().planned.insert(shard);
+    }
+
     /// The watermark a shard taken over starts from (its last owner's).
     fn start_from(&self, shard: u32, done: DateTime<Utc>) {
         let mut table = self.lock();

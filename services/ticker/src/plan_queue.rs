@@ -31,6 +31,16 @@ impl PlanQueue {
         self.queued.iter().any(|(queued, _)| *queued == shard)
     }
 
+    /// Take `shard` off the queue, with the acquisition it is to be
+    /// planned from.
+    pub(crate) fn take(&mut self, shard: u32) -> Option<Acquisition> {
+        let at = self
+            .queued
+            .iter()
+            .position(|(queued, _)| *queued == shard)?;
+        Some(self.queued.swap_remove(at).1)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.queued.is_empty()
     }
@@ -87,5 +97,17 @@ mod tests {
         let (shard, from) = queue.pop_lowest().expect("shard 5");
         assert_eq!((shard, from), (5, again), "the latest acquisition stands");
         assert_eq!(queue.pop_lowest(), None, "queued once");
+    }
+
+    #[test]
+    fn a_shard_taken_out_of_turn_is_no_longer_queued() {
+        let mut queue = PlanQueue::default();
+        let (for_2, for_7) = (acquisition(5), acquisition(3));
+        queue.push(2, for_2);
+        queue.push(7, for_7);
+        assert_eq!(queue.take(7), Some(for_7));
+        assert_eq!(queue.take(7), None);
+        assert!(!queue.contains(7));
+        assert_eq!(queue.pop_lowest(), Some((2, for_2)));
     }
 }
