@@ -276,38 +276,38 @@ pub async fn run(
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
-        let mut feed = FeedSide {
-            changes: &mut job_changes,
-            revoker: &mut revoker,
-            ready: &ready_tx,
-        };
-        feed.apply_waiting(&mut held, &recovery, &leases, &*clock)
+        // One shard planned per pass: the fires of those planned go out
+        // in between. It counts as planned at once (a replica above its
+        // share hands on an unplanned shard first); its watermark is
+        // recorded after the changes of its jobs that came while it was
+        // planned are applied, just below.
+        if let Some(shard) = held::plan_next(&mut held, &recovery, clock.now()).await {
+            leases.mark_planned(shard);
+        }
+        while let Ok(change) = job_changes.try_recv() {
+            let now = clock.now();
+            apply_job_change(
+                change,
+                &mut held,
+                &mut revoker,
+                &ready_tx,
+                &recovery,
+                &leases,
+                now,
+            )
             .await;
+        }
         while let Ok(pass) = passes.try_recv() {
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
         }
         held::drop_shards_owned_elsewhere(&mut held);
         held.tidying
             .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
-        // One shard planned per pass: the fires of those planned go out
-        // in between. It counts as planned at once (a replica above its
-        // share hands on an unplanned shard first); its watermark is
-        // recorded once the changes of its jobs that came while it was
-        // planned are in it.
-        if let Some(shard) = held::plan_next(&mut held, &recovery, clock.now()).await {
-            leases.mark_planned(shard);
-            let mut feed = FeedSide {
-                changes: &mut job_changes,
-                revoker: &mut revoker,
-                ready: &ready_tx,
-            };
-            feed.apply_waiting(&mut held, &recovery, &leases, &*clock)
-                .await;
-        }
         // Every ownership change at once, and again last before taking
-        // fires (a pass applied or a step of letting go above may have
-        // taken a while): a shard lost and granted again must not be fired
-        // from its old plan (or its old watermark recorded) in between.
+        // fires (planning a shard, a pass applied or a step of letting go
+        // above may have taken a while): a shard lost and granted again
+        // must not be fired from its old plan (or its old watermark
+        // recorded) in between.
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
@@ -574,38 +574,6 @@ fn still_leased(
         }
     }
     kept
-}
-
-/// The loop's side of the job feed: its queue, and what applying a change
-/// may need besides the held jobs.
-struct FeedSide<'a> {
-    changes: &'a mut tokio::sync::mpsc::Receiver<jetcron_io::job_feed::FeedEvent>,
-    revoker: &'a mut revoke::Revoker,
-    ready: &'a tokio::sync::watch::Sender<bool>,
-}
-
-impl FeedSide<'_> {
-    /// Apply every change already queued, without waiting.
-    async fn apply_waiting(
-        &mut self,
-        held: &mut Held,
-        recovery: &Recovery,
-        leases: &Leases,
-        clock: &dyn Clock,
-    ) {
-        while let Ok(change) = self.changes.try_recv() {
-            apply_job_change(
-                change,
-                held,
-                self.revoker,
-                self.ready,
-                recovery,
-                leases,
-                clock.now(),
-            )
-            .await;
-        }
-    }
 }
 
 /// Apply a change from the job feed; a shard still queued to be planned
