@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::{AckKind, Message};
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
-use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind, RunId, Trigger};
+use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::subjects;
 use jetcron_io::retry::RetryDelay;
 
@@ -28,46 +28,12 @@ use crate::ExecutorContext;
 /// Publishes the events of one attempt of one run.
 pub struct RunEventPublisher {
     js: async_nats::jetstream::Context,
-    /// What each event repeats of the due event (not its definition).
-    run: RunOf,
+    /// What every event of the attempt repeats (of the due event: not its
+    /// definition, whose copy per attempt cost an allocation per text).
+    template: RunEvent,
     attempt: u32,
-    executor_id: String,
     /// Largest message the server takes, less room for headers.
     max_payload: usize,
-}
-
-/// The fields of a due event that its run events repeat: a copy of the
-/// whole due event (its definition with target, headers and payload) cost
-/// an allocation per text for every attempt.
-struct RunOf {
-    run_id: RunId,
-    job_id: String,
-    shard: Option<u32>,
-    shards: Option<u32>,
-    trigger: Trigger,
-    target_type: &'static str,
-    pool: String,
-    scheduled_at: DateTime<Utc>,
-    parent: Option<(RunId, String)>,
-}
-
-impl RunOf {
-    fn of(due: &DueEvent) -> Self {
-        Self {
-            run_id: due.run_id.clone(),
-            job_id: due.job_id.clone(),
-            shard: due.shard,
-            shards: due.shard.map(|_| due.job.shards.unwrap_or(1)),
-            trigger: due.trigger,
-            target_type: due.job.target.kind(),
-            pool: due.pool.clone(),
-            scheduled_at: due.scheduled_at,
-            parent: due
-                .parent
-                .as_ref()
-                .map(|p| (p.run_id.clone(), p.job_id.clone())),
-        }
-    }
 }
 
 /// Largest error text kept in a run event.
@@ -125,34 +91,39 @@ impl RunEventPublisher {
     pub fn new(ctx: &ExecutorContext, due: &DueEvent, attempt: u32) -> Self {
         Self {
             js: ctx.js.clone(),
-            run: RunOf::of(due),
+            template: RunEvent {
+                // Each event's own; empty here, so copying it costs nothing.
+                event_id: String::new(),
+                trigger: due.trigger,
+                executor_id: ctx.config.executor_id.clone(),
+                target_type: due.job.target.kind().to_string(),
+                pool: due.pool.clone(),
+                shard: due.shard,
+                shards: due.shard.map(|_| due.job.shards.unwrap_or(1)),
+                parent_run_id: due.parent.as_ref().map(|p| p.run_id.clone()),
+                parent_job_id: due.parent.as_ref().map(|p| p.job_id.clone()),
+                ..RunEvent::step(
+                    due.run_id.clone(),
+                    due.job_id.clone(),
+                    RunEventKind::Started,
+                    attempt,
+                    due.scheduled_at,
+                    due.scheduled_at,
+                )
+            },
             attempt,
-            executor_id: ctx.config.executor_id.clone(),
             max_payload: max_event_payload(&ctx.nats),
         }
     }
 
     fn base(&self, kind: RunEventKind, at: DateTime<Utc>, max_attempts: u32) -> RunEvent {
-        let run = &self.run;
+        let template = &self.template;
         RunEvent {
-            event_id: RunEvent::event_id_for(&run.run_id, run.shard, self.attempt, kind),
-            trigger: run.trigger,
+            event_id: RunEvent::event_id_for(&template.run_id, template.shard, self.attempt, kind),
+            kind,
+            at,
             max_attempts,
-            executor_id: self.executor_id.clone(),
-            target_type: run.target_type.to_string(),
-            pool: run.pool.clone(),
-            shard: run.shard,
-            shards: run.shards,
-            parent_run_id: run.parent.as_ref().map(|(run_id, _)| run_id.clone()),
-            parent_job_id: run.parent.as_ref().map(|(_, job_id)| job_id.clone()),
-            ..RunEvent::step(
-                run.run_id.clone(),
-                run.job_id.clone(),
-                kind,
-                self.attempt,
-                run.scheduled_at,
-                at,
-            )
+            ..template.clone()
         }
     }
 

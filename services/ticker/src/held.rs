@@ -18,7 +18,7 @@ use crate::book::Book;
 use crate::definitions::Definitions;
 use crate::holding::{self, Acquisition, Holdings, Route};
 use crate::load::{self, ShardPass};
-use crate::ownership::OwnershipChange;
+use crate::ownership::{Leases, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::plan_queue::PlanQueue;
 use crate::shards::{self, shard_of};
@@ -45,40 +45,32 @@ pub(crate) struct Held {
     /// Shards owned with their jobs held, to be planned one per pass of
     /// the loop ([`plan_next`]).
     pub(crate) to_plan: PlanQueue,
+    /// Told when a shard is planned here ([`Leases::mark_planned`]).
+    pub(crate) leases: Leases,
 }
 
-/// If `change` is an entry of a job in a shard still queued, plan that
-/// shard now, before the entry is applied; returns it. A job's catch-up
-/// starts at its definition's write time when that is after the shard's
-/// watermark (a new job has no fires before it existed): an edit applied
-/// to a shard not planned yet would move that start past fires due
-/// before the edit, and lose them. Planned first, the shard keeps them
-/// pending, and the edit goes through the plan like any other.
-pub(crate) async fn plan_if_queued(
-    change: &FeedEvent,
-    held: &mut Held,
-    recovery: &Recovery,
-    now: DateTime<Utc>,
-) -> Option<u32> {
-    let FeedEvent::Entry(entry) = change else {
-        return None;
-    };
-    let shard = shard_of(&entry.key);
-    let acquisition = held.to_plan.take(shard)?;
-    plan_shard(shard, acquisition, held, recovery, now).await;
-    Some(shard)
+/// If `key`'s shard is still queued, plan it now, before an entry of the
+/// key is applied. A job's catch-up starts at its definition's write time
+/// when that is after the shard's watermark (a new job has no fires before
+/// it existed): an edit applied to a shard not planned yet would move that
+/// start past fires due before the edit, and lose them. Planned first, the
+/// shard keeps them pending, and the edit goes through the plan like any
+/// other.
+async fn plan_if_queued(key: &str, held: &mut Held, recovery: &Recovery, now: DateTime<Utc>) {
+    if held.to_plan.is_empty() {
+        return;
+    }
+    let shard = shard_of(key);
+    if let Some(acquisition) = held.to_plan.take(shard) {
+        plan_shard(shard, acquisition, held, recovery, now).await;
+    }
 }
 
-/// Plan the next queued shard ([`PlanQueue::pop_lowest`]), if any;
-/// returns it.
-pub(crate) async fn plan_next(
-    held: &mut Held,
-    recovery: &Recovery,
-    now: DateTime<Utc>,
-) -> Option<u32> {
-    let (shard, acquisition) = held.to_plan.pop_lowest()?;
-    plan_shard(shard, acquisition, held, recovery, now).await;
-    Some(shard)
+/// Plan the next queued shard ([`PlanQueue::pop_lowest`]), if any.
+pub(crate) async fn plan_next(held: &mut Held, recovery: &Recovery, now: DateTime<Utc>) {
+    if let Some((shard, acquisition)) = held.to_plan.pop_lowest() {
+        plan_shard(shard, acquisition, held, recovery, now).await;
+    }
 }
 
 /// Apply an ownership change at once: a shard acquired with its jobs
@@ -197,6 +189,10 @@ async fn plan_shard(
         "shard scheduling"
     );
     plans.insert(shard, plan);
+    // Handed on after the unplanned ones from now on; its watermark is
+    // recorded by the loop once the feed's changes that came while it was
+    // planned are applied.
+    held.leases.mark_planned(shard);
 }
 
 /// A pass is in: its shards' jobs go into the book, the feed's entries
@@ -282,14 +278,20 @@ pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
     tidying.start(jobs, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
 }
 
-pub(crate) fn on_job(
+/// Apply a change from the job feed (a shard still queued to be planned
+/// is planned first: [`plan_if_queued`] says why).
+pub(crate) async fn on_job(
     event: FeedEvent,
     held: &mut Held,
     revoker: &mut revoke::Revoker,
     ready: &tokio::sync::watch::Sender<bool>,
-    late_threshold: chrono::Duration,
+    recovery: &Recovery,
     now: DateTime<Utc>,
 ) {
+    let late_threshold = recovery.late_threshold;
+    if let FeedEvent::Entry(entry) = &event {
+        plan_if_queued(&entry.key, held, recovery, now).await;
+    }
     match event {
         FeedEvent::Entry(entry) => match held.holdings.route(&entry) {
             Route::Apply => apply_entry(&entry, held, revoker, late_threshold, now),

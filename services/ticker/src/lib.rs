@@ -254,6 +254,7 @@ pub async fn run(
         holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
         tidying: Tidying::default(),
         to_plan: plan_queue::PlanQueue::default(),
+        leases: leases.clone(),
     };
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
@@ -281,21 +282,10 @@ pub async fn run(
         // share hands on an unplanned shard first); its watermark is
         // recorded after the changes of its jobs that came while it was
         // planned are applied, just below.
-        if let Some(shard) = held::plan_next(&mut held, &recovery, clock.now()).await {
-            leases.mark_planned(shard);
-        }
+        held::plan_next(&mut held, &recovery, clock.now()).await;
         while let Ok(change) = job_changes.try_recv() {
             let now = clock.now();
-            apply_job_change(
-                change,
-                &mut held,
-                &mut revoker,
-                &ready_tx,
-                &recovery,
-                &leases,
-                now,
-            )
-            .await;
+            held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
         }
         while let Ok(pass) = passes.try_recv() {
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
@@ -379,8 +369,7 @@ pub async fn run(
             change = job_changes.recv() => match change {
                 Some(change) => {
                     let now = clock.now();
-                    apply_job_change(change, &mut held, &mut revoker, &ready_tx, &recovery, &leases, now)
-                        .await;
+                    held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
                 }
                 None => break,
             },
@@ -574,23 +563,6 @@ fn still_leased(
         }
     }
     kept
-}
-
-/// Apply a change from the job feed; a shard still queued to be planned
-/// is planned first ([`held::plan_if_queued`] says why).
-async fn apply_job_change(
-    change: jetcron_io::job_feed::FeedEvent,
-    held: &mut Held,
-    revoker: &mut revoke::Revoker,
-    ready: &tokio::sync::watch::Sender<bool>,
-    recovery: &Recovery,
-    leases: &Leases,
-    now: DateTime<Utc>,
-) {
-    if let Some(shard) = held::plan_if_queued(&change, held, recovery, now).await {
-        leases.mark_planned(shard);
-    }
-    held::on_job(change, held, revoker, ready, recovery.late_threshold, now);
 }
 
 fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {

@@ -24,7 +24,7 @@ impl PlanQueue {
 
     /// `shard` is no longer to be planned (lost).
     pub(crate) fn remove(&mut self, shard: u32) {
-        self.queued.retain(|(queued, _)| *queued != shard);
+        self.take(shard);
     }
 
     pub(crate) fn contains(&self, shard: u32) -> bool {
