@@ -143,6 +143,7 @@ impl Servers {
 
 const TARGET_SUBJECT: &str = "bench.target";
 const IDEAL_SUBJECT: &str = "bench.ideal";
+const IDEAL_CALLS_SUBJECT: &str = "bench.ideal-calls";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -441,6 +442,77 @@ async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
     ))
 }
 
+/// The ideal sender of jetcron's own calls: `jobs` requests at each whole
+/// second with the headers and JSON body an executor sends (run id, job id,
+/// scheduled time, attempt), each with a reply subject that this sender
+/// reads, every message built before the instant and handed to the client
+/// at it (the last 2 ms waited by spinning, as the executor does). What the
+/// target sees of it is the floor for a burst of calls of that shape here.
+async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::Result<Vec<i64>> {
+    use futures::SinkExt;
+    let arrivals = serve(nats.client().await, IDEAL_CALLS_SUBJECT).await?;
+    let mut sender = nats.client().await;
+    let inbox = format!("_INBOX.ideal.{}", uuid::Uuid::new_v4().simple());
+    let mut replies = sender.subscribe(format!("{inbox}.*")).await?;
+    let replied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = replied.clone();
+    tokio::spawn(async move {
+        while replies.next().await.is_some() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let first = next_second() + chrono::Duration::seconds(1);
+    for s in 0..seconds as i64 {
+        let at = first + chrono::Duration::seconds(s);
+        let stamp = jetcron_core::time_format::rfc3339_millis(at);
+        let burst: Vec<async_nats::message::OutboundMessage> = (0..jobs)
+            .map(|n| {
+                let run_id = uuid::Uuid::new_v4().to_string();
+                let job_id = format!("bench-{n:06}");
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Jetcron-Run-Id", run_id.as_str());
+                headers.insert("Jetcron-Job-Id", job_id.as_str());
+                headers.insert("Jetcron-Scheduled-At", stamp.as_str());
+                headers.insert("Jetcron-Attempt", "1");
+                let body = serde_json::json!({
+                    "run_id": run_id,
+                    "job_id": job_id,
+                    "scheduled_at": stamp,
+                    "attempt": 1,
+                });
+                async_nats::message::OutboundMessage {
+                    subject: IDEAL_CALLS_SUBJECT.into(),
+                    reply: Some(format!("{inbox}.{n}").into()),
+                    payload: body.to_string().into(),
+                    headers: Some(headers),
+                }
+            })
+            .collect();
+        if let Ok(wait) = (at - Utc::now()).to_std() {
+            tokio::time::sleep(wait.saturating_sub(Duration::from_millis(2))).await;
+        }
+        while Utc::now() < at {
+            std::hint::spin_loop();
+        }
+        for message in burst {
+            sender.feed(message).await?;
+        }
+        SinkExt::<async_nats::message::OutboundMessage>::flush(&mut sender).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let expected = jobs * seconds as usize;
+    let got = replied.load(std::sync::atomic::Ordering::Relaxed);
+    anyhow::ensure!(
+        got == expected,
+        "the ideal caller got {got} of {expected} replies"
+    );
+    Ok(lags_between(
+        &arrivals,
+        first,
+        first + chrono::Duration::seconds(seconds as i64),
+    ))
+}
+
 /// What one `run` measured, beside the table it prints.
 pub struct RunFigures {
     /// Calls the target received per second of the window.
@@ -466,6 +538,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
 
     // The floor: an ideal sender's burst, same server, same subscriber kind.
     let ideal = ideal_sender(nats, jobs, seconds.min(10)).await?;
+    let ideal_calls = ideal_caller(nats, jobs, seconds.min(10)).await?;
 
     topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
     let loading = Instant::now();
@@ -605,6 +678,17 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     println!(
         "| target-call p99 ÷ ideal p99 | {:.2} |",
         percentile(&lags, 99.0) as f64 / percentile(&ideal, 99.0).max(1) as f64
+    );
+    println!(
+        "| ideal caller, jetcron's calls (headers, body, replies) built ahead: lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} messages) |",
+        ms(percentile(&ideal_calls, 50.0)),
+        ms(percentile(&ideal_calls, 99.0)),
+        ms(ideal_calls.last().copied().unwrap_or(0)),
+        ideal_calls.len()
+    );
+    println!(
+        "| target-call p99 ÷ ideal caller p99 | {:.2} |",
+        percentile(&lags, 99.0) as f64 / percentile(&ideal_calls, 99.0).max(1) as f64
     );
     let mut total = 0.0;
     for ((name, _), (before, after)) in pids.iter().zip(cpu_before.iter().zip(&cpu_after)) {

@@ -476,11 +476,13 @@ fn book_call<'a>(
 ) -> Option<(OwnedSemaphorePermit, BookedCall<'a>)> {
     let permit = permits.clone().try_acquire_owned().ok()?;
     let reports = ctx.completions.expect(run.run_id.as_str());
+    let (headers, payload) = targets::nats::prepare(target, run);
     let booking = ctx.instant_calls.book(
         fire_at,
         run.run_id.as_str(),
         target.subject.clone().into(),
-        targets::nats::prepare(target, run),
+        headers,
+        payload,
     )?;
     Some((
         permit,

@@ -35,6 +35,7 @@ pub mod fanout;
 mod helper_pull;
 pub mod hold;
 pub mod instant_calls;
+mod instant_replies;
 pub mod kill_markers;
 pub mod mail;
 pub mod notify;
@@ -282,11 +283,11 @@ pub async fn run(
     let max_in_flight = config.max_in_flight.max(1);
     let grace = config.shutdown_grace;
     let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
-    let (instant_calls, booked_calls) = instant_calls::InstantCalls::new();
     let calls = config
         .calls_client
         .clone()
         .unwrap_or_else(|| client.clone());
+    let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls);
     let kill_markers =
         kill_markers::KillMarkers::keeping_for(config.topology.running_max_age, clock.clone());
     let ctx = Arc::new(ExecutorContext {

@@ -181,3 +181,65 @@ async fn a_booked_call_starts_at_its_instant_and_an_immediate_report_completes_i
     );
     stack.stop().await;
 }
+
+/// A booked call's reply is matched to its run by the executor itself: a
+/// subject nobody serves fails the run with "no responders", a service
+/// error reply fails it with the service's error, and their first attempts
+/// are recorded as starting at their instant (they were held and booked;
+/// the retries are not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_booked_call_fails_on_no_responders_and_on_a_service_error() {
+    let stack = Stack::start(StackOptions {
+        lookahead: Duration::from_secs(3),
+        ..StackOptions::default()
+    })
+    .await;
+    let mut requests = stack
+        .client
+        .subscribe("svc.held.busy")
+        .await
+        .expect("subscribe");
+    let client = stack.client.clone();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Service-Error-Code", "503");
+            headers.insert("Nats-Service-Error", "busy");
+            if let Some(reply) = request.reply {
+                let _ = client.publish_with_headers(reply, headers, "".into()).await;
+            }
+        }
+    });
+    for (id, subject) in [
+        ("held-nobody", "svc.held.nobody"),
+        ("held-busy", "svc.held.busy"),
+    ] {
+        stack
+            .put_job(&format!(
+                r#"{{"id":"{id}","schedule":"*/2 * * * * *","target":{{"type":"nats","subject":"{subject}"}}}}"#
+            ))
+            .await;
+    }
+    for (id, error) in [
+        (
+            "held-nobody",
+            r#"no responders on subject "svc.held.nobody""#,
+        ),
+        ("held-busy", "service error 503: busy"),
+    ] {
+        // The first fires may be stored late (not held); later ones are held.
+        let runs = stack
+            .wait_for_runs(id, "failed", 4, Duration::from_secs(40))
+            .await;
+        for run in &runs {
+            assert_eq!(run["error"], error, "{run}");
+        }
+        assert!(
+            runs.iter()
+                .any(|run| jetcron_testkit::instant(&run["first_started_at"])
+                    == jetcron_testkit::instant(&run["scheduled_at"])),
+            "a held run's first attempt starts at its instant (retries later): {runs:?}"
+        );
+    }
+    stack.stop().await;
+}

@@ -18,14 +18,19 @@ pub async fn run(
     ctx: &RunContext,
     output_limit: usize,
 ) -> Outcome {
-    let request = prepare(target, ctx);
+    let (headers, payload) = prepare(target, ctx);
+    // No client-side timeout: the executor bounds the whole attempt.
+    let request = async_nats::Request::new()
+        .payload(payload)
+        .headers(headers)
+        .timeout(None);
     let reply = client.send_request(target.subject.clone(), request).await;
     outcome(reply, target, output_limit)
 }
 
-/// The request of one call: its payload (the target's, or the run as JSON)
-/// and headers (the target's, then the run's).
-pub fn prepare(target: &NatsTarget, ctx: &RunContext) -> async_nats::Request {
+/// The request of one call: its headers (the target's, then the run's) and
+/// payload (the target's, or the run as JSON).
+pub fn prepare(target: &NatsTarget, ctx: &RunContext) -> (HeaderMap, bytes::Bytes) {
     let payload = match &target.payload {
         None => ctx.to_json().to_string(),
         Some(serde_json::Value::String(text)) => text.clone(),
@@ -38,11 +43,7 @@ pub fn prepare(target: &NatsTarget, ctx: &RunContext) -> async_nats::Request {
     for (name, value) in ctx.pairs() {
         headers.insert(name, value.as_str());
     }
-    // No client-side timeout: the executor bounds the whole attempt.
-    async_nats::Request::new()
-        .payload(payload.into())
-        .headers(headers)
-        .timeout(None)
+    (headers, payload.into())
 }
 
 /// What a call's reply (or its failure) says about the attempt.

@@ -1,0 +1,278 @@
+//! Which reply belongs to which call sent at an instant, and when each is
+//! handed to its attempt ([`crate::instant_calls`] sends the calls).
+//!
+//! Each call's reply subject ends with its booking number, so a reply is
+//! found by number. The replies of one instant's calls (a burst) are held
+//! until every call of it has ended, or until [`BURST_WAIT`] after the
+//! burst was sent: the last reply means the target has had every request,
+//! so recording the first outcomes (a run event and an ack each) does not
+//! compete with calls still on their way. A call whose attempt stopped
+//! waiting (killed, timed out) counts as ended at the next sweep.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_nats::{Message, RequestError, RequestErrorKind, StatusCode};
+use jetcron_core::control::KillMarker;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// Longest a reply waits for the other calls of its instant to end.
+pub const BURST_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What became of a booked call at its instant.
+pub enum Dispatched {
+    /// Sent; the reply, or why there is none.
+    Reply(Result<Message, RequestError>),
+    /// Not sent: the run was killed before its instant.
+    Killed(KillMarker),
+    /// Not sent: the kill request could not be looked up.
+    Unchecked(String),
+}
+
+/// A call sent and not answered yet.
+struct Sent {
+    answer: oneshot::Sender<Dispatched>,
+    burst: u64,
+}
+
+/// The calls of one instant: how many are still out, and the replies held
+/// until none is (or until `release`).
+struct Burst {
+    going: usize,
+    held: Vec<(oneshot::Sender<Dispatched>, Message)>,
+    release: Instant,
+}
+
+/// The calls out, and their instants.
+#[derive(Default)]
+pub struct Out {
+    calls: HashMap<u64, Sent>,
+    bursts: BTreeMap<u64, Burst>,
+    next_burst: u64,
+}
+
+impl Out {
+    /// A new burst, released at the latest at `release`.
+    pub fn open(&mut self, release: Instant) -> u64 {
+        self.next_burst += 1;
+        self.bursts.insert(
+            self.next_burst,
+            Burst {
+                going: 0,
+                held: Vec::new(),
+                release,
+            },
+        );
+        self.next_burst
+    }
+
+    pub fn sent(&mut self, number: u64, answer: oneshot::Sender<Dispatched>, burst: u64) {
+        if let Some(b) = self.bursts.get_mut(&burst) {
+            b.going += 1;
+        }
+        self.calls.insert(number, Sent { answer, burst });
+    }
+
+    /// A reply came for call `number`: held with its burst's others, or
+    /// answered at once when it was the last (or the burst is released).
+    pub fn replied(&mut self, number: u64, reply: Message, now: Instant) {
+        let Some(Sent { answer, burst }) = self.calls.remove(&number) else {
+            return; // a late reply of a call its attempt gave up on
+        };
+        match self.bursts.get_mut(&burst) {
+            Some(b) if b.release > now => {
+                b.held.push((answer, reply));
+                self.count_out(burst, 1);
+            }
+            _ => {
+                let _ = answer.send(Dispatched::Reply(as_reply(reply)));
+                self.count_out(burst, 1);
+            }
+        }
+    }
+
+    /// `n` calls of `burst` ended; once none is out, its held replies are
+    /// answered.
+    fn count_out(&mut self, burst: u64, n: usize) {
+        let Some(b) = self.bursts.get_mut(&burst) else {
+            return;
+        };
+        b.going = b.going.saturating_sub(n);
+        if b.going == 0 {
+            if let Some(b) = self.bursts.remove(&burst) {
+                answer_all(b.held);
+            }
+        }
+    }
+
+    /// The handing over of `burst` ended: it may have ended already (every
+    /// call answered, or none sent).
+    pub fn handed(&mut self, burst: u64) {
+        self.count_out(burst, 0);
+    }
+
+    /// Answer the held replies of bursts released by `now`, and forget the
+    /// calls whose attempts stopped waiting.
+    pub fn sweep(&mut self, now: Instant) {
+        for b in self.bursts.values_mut() {
+            if b.release <= now {
+                answer_all(std::mem::take(&mut b.held));
+            }
+        }
+        let mut gone: HashMap<u64, usize> = HashMap::new();
+        self.calls.retain(|_, sent| {
+            let closed = sent.answer.is_closed();
+            if closed {
+                *gone.entry(sent.burst).or_default() += 1;
+            }
+            !closed
+        });
+        for (burst, n) in gone {
+            self.count_out(burst, n);
+        }
+        // A released burst whose calls are all answered or forgotten.
+        self.bursts
+            .retain(|_, b| !(b.release <= now && b.going == 0 && b.held.is_empty()));
+    }
+
+    /// When the next sweep is due, while anything is out.
+    pub fn next_sweep(&self) -> Option<Instant> {
+        if self.calls.is_empty() && self.bursts.is_empty() {
+            None
+        } else {
+            Some(Instant::now() + BURST_WAIT)
+        }
+    }
+}
+
+fn answer_all(held: Vec<(oneshot::Sender<Dispatched>, Message)>) {
+    for (answer, reply) in held {
+        let _ = answer.send(Dispatched::Reply(as_reply(reply)));
+    }
+}
+
+/// A reply as a request's result: the server's "no responders" status is
+/// an error, as `Client::request` makes it.
+fn as_reply(reply: Message) -> Result<Message, RequestError> {
+    if reply.status == Some(StatusCode::NO_RESPONDERS) {
+        Err(RequestError::with_source(
+            RequestErrorKind::NoResponders,
+            "no responders",
+        ))
+    } else {
+        Ok(reply)
+    }
+}
+
+/// The booking number a reply subject ends with.
+pub fn number_of(subject: &str, inbox: &str) -> Option<u64> {
+    subject.strip_prefix(inbox)?.strip_prefix('.')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn reply(number: u64) -> Message {
+        Message {
+            subject: format!("_INBOX.x.{number}").into(),
+            reply: None,
+            payload: Bytes::from_static(b"ok"),
+            headers: None,
+            status: None,
+            description: None,
+            length: 2,
+        }
+    }
+
+    fn answered(receiver: &mut oneshot::Receiver<Dispatched>) -> bool {
+        match receiver.try_recv() {
+            Ok(Dispatched::Reply(Ok(_))) => true,
+            Ok(_) => panic!("not a reply"),
+            Err(_) => false,
+        }
+    }
+
+    #[test]
+    fn replies_wait_for_the_last_call_of_their_instant() {
+        let now = Instant::now();
+        let mut out = Out::default();
+        let burst = out.open(now + BURST_WAIT);
+        let (first, mut first_rx) = oneshot::channel();
+        let (second, mut second_rx) = oneshot::channel();
+        out.sent(1, first, burst);
+        out.sent(2, second, burst);
+        out.handed(burst);
+        out.replied(1, reply(1), now);
+        assert!(
+            !answered(&mut first_rx),
+            "held while the second call is out"
+        );
+        out.replied(2, reply(2), now);
+        assert!(answered(&mut first_rx) && answered(&mut second_rx));
+        assert!(out.calls.is_empty() && out.bursts.is_empty());
+        assert_eq!(out.next_sweep(), None);
+    }
+
+    #[test]
+    fn held_replies_go_at_the_release_and_later_ones_at_once() {
+        let now = Instant::now();
+        let mut out = Out::default();
+        let burst = out.open(now + BURST_WAIT);
+        let (first, mut first_rx) = oneshot::channel();
+        let (slow, mut slow_rx) = oneshot::channel();
+        out.sent(1, first, burst);
+        out.sent(2, slow, burst);
+        out.handed(burst);
+        out.replied(1, reply(1), now);
+        out.sweep(now + BURST_WAIT / 2);
+        assert!(!answered(&mut first_rx));
+        out.sweep(now + BURST_WAIT);
+        assert!(answered(&mut first_rx), "released");
+        out.replied(2, reply(2), now + BURST_WAIT * 3);
+        assert!(answered(&mut slow_rx), "after the release, at once");
+        assert!(out.calls.is_empty() && out.bursts.is_empty());
+    }
+
+    #[test]
+    fn a_call_given_up_on_ends_for_its_burst_and_its_late_reply_is_dropped() {
+        let now = Instant::now();
+        let mut out = Out::default();
+        let burst = out.open(now + BURST_WAIT);
+        let (first, mut first_rx) = oneshot::channel();
+        let (gone, gone_rx) = oneshot::channel();
+        out.sent(1, first, burst);
+        out.sent(2, gone, burst);
+        out.handed(burst);
+        out.replied(1, reply(1), now);
+        drop(gone_rx);
+        out.sweep(now);
+        assert!(answered(&mut first_rx), "the other call ended: not waiting");
+        out.replied(2, reply(2), now);
+        assert!(out.calls.is_empty() && out.bursts.is_empty());
+    }
+
+    #[test]
+    fn a_burst_of_no_call_is_gone_once_handed_over() {
+        let mut out = Out::default();
+        let burst = out.open(Instant::now());
+        out.handed(burst);
+        assert!(out.bursts.is_empty());
+    }
+
+    #[test]
+    fn no_responders_is_an_error_and_reply_numbers_are_read_back() {
+        let mut status = reply(1);
+        status.status = Some(StatusCode::NO_RESPONDERS);
+        assert!(matches!(
+            as_reply(status).map_err(|e| e.kind()),
+            Err(RequestErrorKind::NoResponders)
+        ));
+        assert!(as_reply(reply(1)).is_ok());
+        assert_eq!(number_of("_INBOX.abc.17", "_INBOX.abc"), Some(17));
+        assert_eq!(number_of("_INBOX.abcd.17", "_INBOX.abc"), None);
+        assert_eq!(number_of("_INBOX.abc.x", "_INBOX.abc"), None);
+    }
+}
