@@ -60,7 +60,7 @@ pub fn encode(spec: &JobSpec) -> Option<EncodedSpec> {
 
 pub struct Definitions {
     hot: HashMap<Arc<str>, (u64, EncodedSpec)>,
-    bucket_stream: Stream,
+    bucket_stream: Stream<()>,
     keep_for: chrono::Duration,
     /// Parses a read-back definition's line (shared with the watch).
     lines: SharedLines,
@@ -70,7 +70,11 @@ pub struct Definitions {
 impl Definitions {
     /// Definitions read from `bucket_stream` (the jobs bucket's), kept for
     /// jobs that fire again within `keep_for`.
-    pub fn new(bucket_stream: Stream, keep_for: std::time::Duration, lines: SharedLines) -> Self {
+    pub fn new(
+        bucket_stream: Stream<()>,
+        keep_for: std::time::Duration,
+        lines: SharedLines,
+    ) -> Self {
         Self {
             hot: HashMap::new(),
             bucket_stream,
@@ -210,7 +214,7 @@ impl Definitions {
 /// left the history, or the answering replica lags), the stream's leader
 /// is asked, by revision and then for the key's current value, so that
 /// "no such job" is never a lagging replica's word.
-async fn read_back(stream: &Stream, lines: &SharedLines, fire: &Fire) -> Resolved {
+async fn read_back(stream: &Stream<()>, lines: &SharedLines, fire: &Fire) -> Resolved {
     let id: &str = &fire.job.id;
     let subject = format!("$KV.{}.{id}", subjects::JOBS_BUCKET);
     match stream.direct_get(fire.job.revision).await {

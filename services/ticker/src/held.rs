@@ -412,3 +412,103 @@ fn unschedule_job(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use jetcron_core::job::parse_job;
+
+    use super::*;
+
+    /// A `Held` and a `Recovery` whose NATS handles are never used: the
+    /// client connects to nothing, and the emitted fires are looked up only
+    /// after a silence longer than the dedup horizon.
+    async fn held_with_unused_nats() -> (Held, Recovery, revoke::Revoker) {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect("127.0.0.1:9")
+            .await
+            .expect("a client that connects later");
+        let js = async_nats::jetstream::new(client);
+        let bucket_stream = js
+            .get_stream_no_info(format!("KV_{}", jetcron_core::subjects::JOBS_BUCKET))
+            .await
+            .expect("stream handle");
+        let held = Held {
+            book: Book::default(),
+            plans: HashMap::new(),
+            definitions: Definitions::new(
+                bucket_stream,
+                std::time::Duration::from_secs(60),
+                Default::default(),
+            ),
+            holdings: Holdings::new(
+                std::time::Duration::from_secs(10),
+                std::time::Instant::now(),
+            ),
+            tidying: Tidying::default(),
+            to_plan: PlanQueue::default(),
+            leases: Leases::default(),
+        };
+        let recovery = Recovery {
+            late_threshold: chrono::Duration::seconds(60),
+            dedup_horizon: chrono::Duration::minutes(5),
+            emitted: verify::EmittedFires::open(&js)
+                .await
+                .expect("stream handles"),
+        };
+        let (revocations, _) = tokio::sync::mpsc::channel(16);
+        (held, recovery, revoke::Revoker::new(revocations, false))
+    }
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("instant")
+    }
+
+    /// The fault mended in 2a0a9ef: an edit of a job whose shard was
+    /// acquired but not planned yet moved its catch-up start to the edit,
+    /// past the fires due since the shard's watermark.
+    #[tokio::test]
+    async fn an_edit_in_a_shard_still_queued_keeps_the_fires_due_before_it() {
+        let (mut held, recovery, mut revoker) = held_with_unused_nats().await;
+        let (ready, _) = tokio::sync::watch::channel(false);
+        let now = at("2026-11-27T12:00:10Z");
+        let line = r#"{"id":"edited","schedule":"* * * * * *","target":{"type":"nats","subject":"svc.x"}}"#;
+        let job = parse_job(line.as_bytes(), Some("edited")).expect("valid");
+        held.book.insert(&job, 1, at("2026-11-27T11:00:00Z"));
+        let shard = shard_of("edited");
+        let watermark = at("2026-11-27T12:00:05Z");
+        held.to_plan.push(
+            shard,
+            Acquisition {
+                done: watermark,
+                emitted_before: watermark,
+                acquired_at: now,
+            },
+        );
+        let edit = line.replace("svc.x", "svc.y");
+        let entry = JobEntry {
+            key: "edited".into(),
+            revision: 2,
+            written_at: now,
+            written: Written::Valid(parse_job(edit.as_bytes(), Some("edited")).expect("valid")),
+        };
+        on_job(
+            FeedEvent::Entry(Arc::new(entry)),
+            &mut held,
+            &mut revoker,
+            &ready,
+            &recovery,
+            now,
+        )
+        .await;
+        // However the shard came to be planned, by now it is.
+        plan_next(&mut held, &recovery, now).await;
+        let planned = held.plans[&shard].get("edited").expect("planned");
+        assert_eq!(planned.job.revision, 2, "the edit applied");
+        assert_eq!(
+            planned.next_fire(),
+            Some(at("2026-11-27T12:00:06Z")),
+            "the first fire after the watermark is still pending"
+        );
+    }
+}

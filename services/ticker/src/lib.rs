@@ -167,7 +167,7 @@ pub async fn run(
         return Ok(());
     };
     let definitions = Definitions::new(
-        jobs.stream.clone(),
+        tjs.get_stream_no_info(&jobs.stream_name).await?,
         config.keep_definitions_for,
         config.lines.clone(),
     );
