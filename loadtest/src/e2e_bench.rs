@@ -15,7 +15,11 @@
 //! - the same burst from an *ideal sender*: this process publishes N
 //!   requests at each whole second to the same subscriber through the same
 //!   server, the floor for a burst of that size here (measured first, in
-//!   the same invocation).
+//!   the same invocation);
+//! - the same burst from an *ideal caller*: jetcron's own calls (its four
+//!   headers, its JSON body, a reply each, read back), built ahead and
+//!   handed to a client of their own at the instant: the floor for calls
+//!   of that shape.
 //!
 //! `versus-schedules` runs the same, then nats-server's own message
 //! schedules (`Nats-Schedule`, the same line, as many schedules as jobs) on
@@ -446,12 +450,42 @@ async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
 /// second with the headers and JSON body an executor sends (run id, job id,
 /// scheduled time, attempt), each with a reply subject that this sender
 /// reads, every message built before the instant and handed to the client
-/// at it (the last 2 ms waited by spinning, as the executor does). What the
-/// target sees of it is the floor for a burst of calls of that shape here.
+/// at it (the last 2 ms waited by spinning, as the executor does). The
+/// sender and its connection run on a runtime of their own (two threads),
+/// apart from the target's, as an executor's calls run in a process of
+/// their own. What the target sees of it is the floor for a burst of calls
+/// of that shape here.
 async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::Result<Vec<i64>> {
-    use futures::SinkExt;
     let arrivals = serve(nats.client().await, IDEAL_CALLS_SUBJECT).await?;
-    let mut sender = nats.client().await;
+    let url = nats.url();
+    let first = next_second() + chrono::Duration::seconds(1);
+    let sender = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+            .block_on(send_calls(url, jobs, first, seconds))
+    });
+    tokio::task::spawn_blocking(move || sender.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the ideal caller's thread panicked"))??;
+    Ok(lags_between(
+        &arrivals,
+        first,
+        first + chrono::Duration::seconds(seconds as i64),
+    ))
+}
+
+/// The ideal caller's sending side ([`ideal_caller`]): one burst a second
+/// from `first`, every reply counted.
+async fn send_calls(
+    url: String,
+    jobs: usize,
+    first: DateTime<Utc>,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    use futures::SinkExt;
+    let mut sender = async_nats::connect(url).await?;
     let inbox = format!("_INBOX.ideal.{}", uuid::Uuid::new_v4().simple());
     let mut replies = sender.subscribe(format!("{inbox}.*")).await?;
     let replied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -461,7 +495,6 @@ async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
             counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    let first = next_second() + chrono::Duration::seconds(1);
     for s in 0..seconds as i64 {
         let at = first + chrono::Duration::seconds(s);
         let stamp = jetcron_core::time_format::rfc3339_millis(at);
@@ -502,15 +535,8 @@ async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
     tokio::time::sleep(Duration::from_secs(2)).await;
     let expected = jobs * seconds as usize;
     let got = replied.load(std::sync::atomic::Ordering::Relaxed);
-    anyhow::ensure!(
-        got == expected,
-        "the ideal caller got {got} of {expected} replies"
-    );
-    Ok(lags_between(
-        &arrivals,
-        first,
-        first + chrono::Duration::seconds(seconds as i64),
-    ))
+    anyhow::ensure!(got == expected, "the ideal caller got {got} of {expected} replies");
+    Ok(())
 }
 
 /// What one `run` measured, beside the table it prints.
