@@ -535,7 +535,10 @@ async fn send_calls(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let expected = jobs * seconds as usize;
     let got = replied.load(std::sync::atomic::Ordering::Relaxed);
-    anyhow::ensure!(got == expected, "the ideal caller got {got} of {expected} replies");
+    anyhow::ensure!(
+        got == expected,
+        "the ideal caller got {got} of {expected} replies"
+    );
     Ok(())
 }
 
