@@ -542,6 +542,21 @@ async fn send_calls(
     Ok(())
 }
 
+/// A floor's lags (sorted, µs) as table rows, and jetcron's p99 over its.
+fn print_floor(label: &str, short: &str, floor: &[i64], lags: &[i64]) {
+    println!(
+        "| {label}: lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} messages) |",
+        ms(percentile(floor, 50.0)),
+        ms(percentile(floor, 99.0)),
+        ms(floor.last().copied().unwrap_or(0)),
+        floor.len()
+    );
+    println!(
+        "| target-call p99 ÷ {short} p99 | {:.2} |",
+        percentile(lags, 99.0) as f64 / percentile(floor, 99.0).max(1) as f64
+    );
+}
+
 /// What one `run` measured, beside the table it prints.
 pub struct RunFigures {
     /// Calls the target received per second of the window.
@@ -697,27 +712,12 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         "| calls more than 1 ms early | {} |",
         lags.iter().filter(|l| **l < -1000).count()
     );
-    println!(
-        "| ideal sender, same burst: lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} messages) |",
-        ms(percentile(&ideal, 50.0)),
-        ms(percentile(&ideal, 99.0)),
-        ms(ideal.last().copied().unwrap_or(0)),
-        ideal.len()
-    );
-    println!(
-        "| target-call p99 ÷ ideal p99 | {:.2} |",
-        percentile(&lags, 99.0) as f64 / percentile(&ideal, 99.0).max(1) as f64
-    );
-    println!(
-        "| ideal caller, jetcron's calls (headers, body, replies) built ahead: lag p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} messages) |",
-        ms(percentile(&ideal_calls, 50.0)),
-        ms(percentile(&ideal_calls, 99.0)),
-        ms(ideal_calls.last().copied().unwrap_or(0)),
-        ideal_calls.len()
-    );
-    println!(
-        "| target-call p99 ÷ ideal caller p99 | {:.2} |",
-        percentile(&lags, 99.0) as f64 / percentile(&ideal_calls, 99.0).max(1) as f64
+    print_floor("ideal sender, same burst", "ideal", &ideal, &lags);
+    print_floor(
+        "ideal caller, jetcron's calls (headers, body, replies) built ahead",
+        "ideal caller",
+        &ideal_calls,
+        &lags,
     );
     let mut total = 0.0;
     for ((name, _), (before, after)) in pids.iter().zip(cpu_before.iter().zip(&cpu_after)) {

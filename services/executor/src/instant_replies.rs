@@ -187,6 +187,21 @@ mod tests {
         }
     }
 
+    type Answer = oneshot::Receiver<Dispatched>;
+
+    /// Calls 1 and 2 sent in one burst released at `now + BURST_WAIT`,
+    /// handed over.
+    fn two_calls_sent(now: Instant) -> (Out, Answer, Answer) {
+        let mut out = Out::default();
+        let burst = out.open(now + BURST_WAIT);
+        let (first, first_rx) = oneshot::channel();
+        let (second, second_rx) = oneshot::channel();
+        out.sent(1, first, burst);
+        out.sent(2, second, burst);
+        out.handed(burst);
+        (out, first_rx, second_rx)
+    }
+
     fn answered(receiver: &mut oneshot::Receiver<Dispatched>) -> bool {
         match receiver.try_recv() {
             Ok(Dispatched::Reply(Ok(_))) => true,
@@ -198,13 +213,7 @@ mod tests {
     #[test]
     fn replies_wait_for_the_last_call_of_their_instant() {
         let now = Instant::now();
-        let mut out = Out::default();
-        let burst = out.open(now + BURST_WAIT);
-        let (first, mut first_rx) = oneshot::channel();
-        let (second, mut second_rx) = oneshot::channel();
-        out.sent(1, first, burst);
-        out.sent(2, second, burst);
-        out.handed(burst);
+        let (mut out, mut first_rx, mut second_rx) = two_calls_sent(now);
         out.replied(1, reply(1), now);
         assert!(
             !answered(&mut first_rx),
@@ -219,13 +228,7 @@ mod tests {
     #[test]
     fn held_replies_go_at_the_release_and_later_ones_at_once() {
         let now = Instant::now();
-        let mut out = Out::default();
-        let burst = out.open(now + BURST_WAIT);
-        let (first, mut first_rx) = oneshot::channel();
-        let (slow, mut slow_rx) = oneshot::channel();
-        out.sent(1, first, burst);
-        out.sent(2, slow, burst);
-        out.handed(burst);
+        let (mut out, mut first_rx, mut slow_rx) = two_calls_sent(now);
         out.replied(1, reply(1), now);
         out.sweep(now + BURST_WAIT / 2);
         assert!(!answered(&mut first_rx));
@@ -239,13 +242,7 @@ mod tests {
     #[test]
     fn a_call_given_up_on_ends_for_its_burst_and_its_late_reply_is_dropped() {
         let now = Instant::now();
-        let mut out = Out::default();
-        let burst = out.open(now + BURST_WAIT);
-        let (first, mut first_rx) = oneshot::channel();
-        let (gone, gone_rx) = oneshot::channel();
-        out.sent(1, first, burst);
-        out.sent(2, gone, burst);
-        out.handed(burst);
+        let (mut out, mut first_rx, gone_rx) = two_calls_sent(now);
         out.replied(1, reply(1), now);
         drop(gone_rx);
         out.sweep(now);

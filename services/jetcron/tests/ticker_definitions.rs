@@ -216,7 +216,9 @@ async fn a_revision_gone_from_the_history_reads_the_current_value_and_a_deleted_
         .await
         .expect("put");
     let mut definitions = Definitions::new(
-        bucket.stream.clone(),
+        js.get_stream_no_info(&bucket.stream_name)
+            .await
+            .expect("stream handle"),
         Duration::from_secs(60),
         SharedLines::default(),
     );
