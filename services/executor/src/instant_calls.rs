@@ -28,6 +28,10 @@
 //! An ideal sender of the same messages (`e2e-bench run`, "ideal caller")
 //! is the measure.
 //!
+//! When the client's queue of commands is full (it reconnects, say), the
+//! rest of an instant's calls go from a task of their own, in order, and
+//! the dispatcher goes on reading replies meanwhile.
+//!
 //! A booking is withdrawn when its attempt stops waiting for it (a kill
 //! broadcast, the end of a shutdown's grace): exactly one of "withdrawn"
 //! and "sent" happens, decided by one atomic step on both sides. A call
@@ -38,6 +42,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use async_nats::message::OutboundMessage;
 use async_nats::{HeaderMap, Request, RequestError, RequestErrorKind, Subject};
 use bytes::Bytes;
@@ -99,26 +104,36 @@ pub struct InstantCalls {
     numbers: AtomicU64,
 }
 
-/// The dispatcher's side of [`InstantCalls`].
+/// The dispatcher's side of [`InstantCalls`]: the bookings, and the
+/// replies' subscription.
 pub struct BookedCalls {
     queue: mpsc::UnboundedReceiver<(DateTime<Utc>, Booked)>,
     inbox: String,
+    replies: async_nats::Subscriber,
 }
 
 impl InstantCalls {
-    /// The booking desk for calls sent with `calls`, and the queue its
-    /// dispatcher ([`dispatch`]) serves.
-    pub fn new(calls: &async_nats::Client) -> (Self, BookedCalls) {
+    /// The booking desk for calls sent with `calls` (subscribed to their
+    /// replies), and the queue its dispatcher ([`dispatch`]) serves.
+    pub async fn new(calls: &async_nats::Client) -> anyhow::Result<(Self, BookedCalls)> {
         let (bookings, queue) = mpsc::unbounded_channel();
         let inbox = calls.new_inbox();
-        (
+        let replies = calls
+            .subscribe(format!("{inbox}.*"))
+            .await
+            .context("subscribe to the replies of booked calls")?;
+        Ok((
             Self {
                 bookings,
                 inbox: inbox.clone(),
                 numbers: AtomicU64::new(0),
             },
-            BookedCalls { queue, inbox },
-        )
+            BookedCalls {
+                queue,
+                inbox,
+                replies,
+            },
+        ))
     }
 
     /// Book a request to `subject` with `headers` and `payload` for `at`;
@@ -162,22 +177,20 @@ pub async fn dispatch(
     booked_calls: BookedCalls,
     stop: CancellationToken,
 ) {
-    let BookedCalls { mut queue, inbox } = booked_calls;
-    let mut replies = match ctx.calls.subscribe(format!("{inbox}.*")).await {
-        Ok(replies) => replies,
-        Err(e) => {
-            // Bookings fail from now on; attempts call their targets
-            // themselves at the instant.
-            warn!(error = %e, "cannot subscribe to the replies of booked calls");
-            return;
-        }
-    };
+    let BookedCalls {
+        mut queue,
+        inbox,
+        mut replies,
+    } = booked_calls;
     let mut sink = ctx.calls.clone();
     let mut booked: BTreeMap<(DateTime<Utc>, u64), Booked> = BTreeMap::new();
     let mut out = Out::default();
     // Calls whose kill request had to be read first (before the kill
     // requests are followed): sent as plain requests.
     let mut unchecked = FuturesUnordered::new();
+    // Calls handed over by a task of their own (the client's queue was
+    // full) that could not be sent.
+    let (failed_tx, mut failed) = mpsc::unbounded_channel::<(u64, RequestError)>();
     let mut sweep_at: Option<Instant> = None;
     loop {
         let next = booked.first_key_value().map(|((at, _), _)| *at);
@@ -191,6 +204,8 @@ pub async fn dispatch(
                 let instant = next.unwrap_or(now);
                 let burst = out.open(Instant::now() + BURST_WAIT);
                 let mut sent = 0usize;
+                // Calls that wait for room in the client's queue, in order.
+                let mut waiting: Vec<(u64, OutboundMessage)> = Vec::new();
                 while let Some(entry) = booked.first_entry() {
                     if entry.key().0 > now {
                         break;
@@ -209,22 +224,28 @@ pub async fn dispatch(
                         }
                         Some(None) => {
                             let Booked { number, message, answer, .. } = call;
-                            match sink.feed(message).await {
-                                Ok(()) => {
-                                    out.sent(number, answer, burst);
-                                    sent += 1;
-                                }
-                                Err(e) => {
-                                    let error = RequestError::with_source(RequestErrorKind::Other, e);
-                                    let _ = answer.send(Dispatched::Reply(Err(error)));
-                                }
+                            out.sent(number, answer, burst);
+                            sent += 1;
+                            if !waiting.is_empty() {
+                                waiting.push((number, message));
+                                continue;
+                            }
+                            match hand_now(&mut sink, message) {
+                                Handed::Sent => {}
+                                Handed::Failed(error) => out.failed(number, error),
+                                Handed::Full(message) => waiting.push((number, message)),
                             }
                         }
                         None => unchecked.push(call_after_reading_kill(Arc::clone(&ctx), call)),
                     }
                 }
+                if !waiting.is_empty() {
+                    // The dispatcher goes on reading replies meanwhile.
+                    tokio::spawn(hand_when_room(ctx.calls.clone(), waiting, failed_tx.clone()));
+                }
                 out.handed(burst);
-                sweep_at = sweep_at.or(out.next_sweep());
+                let next_sweep = out.next_sweep(Instant::now());
+                sweep_at = sweep_at.into_iter().chain(next_sweep).min();
                 let handed = woke.elapsed();
                 let client = ctx.calls.clone();
                 tokio::spawn(async move {
@@ -238,7 +259,12 @@ pub async fn dispatch(
                     );
                 });
             }
-            Some(reply) = replies.next() => {
+            reply = replies.next() => {
+                let Some(reply) = reply else {
+                    warn!("the replies of booked calls can no longer come; calls go directly");
+                    out.fail_all("the calls' connection was closed before the reply");
+                    return;
+                };
                 // Every reply already here in one go: each pass of this
                 // loop makes its timers anew.
                 let now = Instant::now();
@@ -250,9 +276,11 @@ pub async fn dispatch(
                     reply = replies.next().now_or_never().flatten();
                 }
             }
+            Some((number, error)) = failed.recv() => out.failed(number, error),
             _ = sleep_at(sweep_at) => {
-                out.sweep(Instant::now());
-                sweep_at = out.next_sweep();
+                let now = Instant::now();
+                out.sweep(now);
+                sweep_at = out.next_sweep(now);
             }
             Some(()) = unchecked.next(), if !unchecked.is_empty() => {}
             booking = queue.recv() => match booking {
@@ -263,6 +291,52 @@ pub async fn dispatch(
             },
         }
     }
+}
+
+/// What became of a call handed to the client without waiting.
+enum Handed {
+    Sent,
+    Failed(RequestError),
+    /// The client's queue is full: the call is handed back.
+    Full(OutboundMessage),
+}
+
+/// Hand `message` to the client if its queue has room now.
+fn hand_now(sink: &mut async_nats::Client, message: OutboundMessage) -> Handed {
+    let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+    match sink.poll_ready_unpin(&mut cx) {
+        std::task::Poll::Ready(Ok(())) => match sink.start_send_unpin(message) {
+            Ok(()) => Handed::Sent,
+            Err(e) => Handed::Failed(as_request_error(e)),
+        },
+        std::task::Poll::Ready(Err(e)) => Handed::Failed(as_request_error(e)),
+        std::task::Poll::Pending => Handed::Full(message),
+    }
+}
+
+/// Hand `calls` to the client as its queue makes room (while it
+/// reconnects, say), reporting each that cannot be sent to `failed`.
+async fn hand_when_room(
+    mut sink: async_nats::Client,
+    calls: Vec<(u64, OutboundMessage)>,
+    failed: mpsc::UnboundedSender<(u64, RequestError)>,
+) {
+    for (number, message) in calls {
+        if let Err(e) = sink.feed(message).await {
+            let _ = failed.send((number, as_request_error(e)));
+        }
+    }
+}
+
+/// A publish that failed, as the request error the attempt reports.
+fn as_request_error(e: async_nats::PublishError) -> RequestError {
+    let kind = match e.kind() {
+        async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+            RequestErrorKind::MaxPayloadExceeded
+        }
+        _ => RequestErrorKind::Other,
+    };
+    RequestError::with_source(kind, e)
 }
 
 async fn sleep_at(at: Option<Instant>) {

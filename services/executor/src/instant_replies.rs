@@ -52,13 +52,15 @@ pub struct Out {
 }
 
 impl Out {
-    /// A new burst, released at the latest at `release`.
+    /// A new burst, released at the latest at `release`. It counts as
+    /// going until [`Out::handed`]: a call that ends while the burst is
+    /// still handed over must not end it.
     pub fn open(&mut self, release: Instant) -> u64 {
         self.next_burst += 1;
         self.bursts.insert(
             self.next_burst,
             Burst {
-                going: 0,
+                going: 1,
                 held: Vec::new(),
                 release,
             },
@@ -105,10 +107,30 @@ impl Out {
         }
     }
 
-    /// The handing over of `burst` ended: it may have ended already (every
-    /// call answered, or none sent).
+    /// The handing over of `burst` ended: it ends now if none of its calls
+    /// is still out.
     pub fn handed(&mut self, burst: u64) {
-        self.count_out(burst, 0);
+        self.count_out(burst, 1);
+    }
+
+    /// Call `number` could not be sent: its attempt gets `error`.
+    pub fn failed(&mut self, number: u64, error: RequestError) {
+        if let Some(Sent { answer, burst }) = self.calls.remove(&number) {
+            let _ = answer.send(Dispatched::Reply(Err(error)));
+            self.count_out(burst, 1);
+        }
+    }
+
+    /// No reply can come any more (the replies' subscription ended): every
+    /// call out gets `why` as its error, every held reply goes.
+    pub fn fail_all(&mut self, why: &str) {
+        for (_, Sent { answer, .. }) in self.calls.drain() {
+            let error = RequestError::with_source(RequestErrorKind::Other, why.to_string());
+            let _ = answer.send(Dispatched::Reply(Err(error)));
+        }
+        for (_, b) in std::mem::take(&mut self.bursts) {
+            answer_all(b.held);
+        }
     }
 
     /// Answer the held replies of bursts released by `now`, and forget the
@@ -130,18 +152,22 @@ impl Out {
         for (burst, n) in gone {
             self.count_out(burst, n);
         }
-        // A released burst whose calls are all answered or forgotten.
-        self.bursts
-            .retain(|_, b| !(b.release <= now && b.going == 0 && b.held.is_empty()));
     }
 
-    /// When the next sweep is due, while anything is out.
-    pub fn next_sweep(&self) -> Option<Instant> {
+    /// When the next sweep is due, while anything is out: the next release
+    /// of a burst, or [`BURST_WAIT`] from `now` (to forget the calls given
+    /// up on), whichever comes first.
+    pub fn next_sweep(&self, now: Instant) -> Option<Instant> {
         if self.calls.is_empty() && self.bursts.is_empty() {
-            None
-        } else {
-            Some(Instant::now() + BURST_WAIT)
+            return None;
         }
+        let release = self
+            .bursts
+            .values()
+            .map(|b| b.release)
+            .filter(|release| *release > now)
+            .min();
+        Some(release.map_or(now + BURST_WAIT, |r| r.min(now + BURST_WAIT)))
     }
 }
 
@@ -222,7 +248,7 @@ mod tests {
         out.replied(2, reply(2), now);
         assert!(answered(&mut first_rx) && answered(&mut second_rx));
         assert!(out.calls.is_empty() && out.bursts.is_empty());
-        assert_eq!(out.next_sweep(), None);
+        assert_eq!(out.next_sweep(now), None);
     }
 
     #[test]
@@ -240,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn a_call_given_up_on_ends_for_its_burst_and_its_late_reply_is_dropped() {
+    fn a_call_given_up_on_ends_for_its_burst_and_its_late_reply_changes_nothing() {
         let now = Instant::now();
         let (mut out, mut first_rx, gone_rx) = two_calls_sent(now);
         out.replied(1, reply(1), now);
@@ -248,6 +274,58 @@ mod tests {
         out.sweep(now);
         assert!(answered(&mut first_rx), "the other call ended: not waiting");
         out.replied(2, reply(2), now);
+        assert!(out.calls.is_empty() && out.bursts.is_empty());
+    }
+
+    #[test]
+    fn a_call_that_fails_while_its_burst_is_handed_over_does_not_end_it() {
+        let now = Instant::now();
+        let mut out = Out::default();
+        let burst = out.open(now + BURST_WAIT);
+        let (failing, mut failing_rx) = oneshot::channel();
+        let (second, mut second_rx) = oneshot::channel();
+        out.sent(1, failing, burst);
+        out.failed(1, RequestError::new(RequestErrorKind::Other));
+        assert!(matches!(
+            failing_rx.try_recv(),
+            Ok(Dispatched::Reply(Err(_)))
+        ));
+        out.sent(2, second, burst);
+        out.handed(burst);
+        assert!(out.bursts.contains_key(&burst), "call 2 is out");
+        out.replied(2, reply(2), now);
+        assert!(answered(&mut second_rx));
+        assert!(out.bursts.is_empty());
+    }
+
+    #[test]
+    fn the_next_sweep_comes_at_a_bursts_release_when_that_is_sooner() {
+        let now = Instant::now();
+        let (mut out, _first_rx, _second_rx) = two_calls_sent(now);
+        assert_eq!(out.next_sweep(now), Some(now + BURST_WAIT));
+        let later = now + BURST_WAIT / 2;
+        let burst = out.open(later + BURST_WAIT);
+        let (third, _third_rx) = oneshot::channel();
+        out.sent(3, third, burst);
+        out.handed(burst);
+        // At `now + BURST_WAIT` the first burst is released; the second's
+        // release then comes before another full wait.
+        let at = now + BURST_WAIT;
+        out.sweep(at);
+        assert_eq!(out.next_sweep(at), Some(later + BURST_WAIT));
+    }
+
+    #[test]
+    fn when_replies_can_no_longer_come_every_call_out_fails() {
+        let now = Instant::now();
+        let (mut out, mut first_rx, mut second_rx) = two_calls_sent(now);
+        out.replied(1, reply(1), now);
+        out.fail_all("the connection is closed");
+        assert!(answered(&mut first_rx), "its reply had come");
+        assert!(matches!(
+            second_rx.try_recv(),
+            Ok(Dispatched::Reply(Err(_)))
+        ));
         assert!(out.calls.is_empty() && out.bursts.is_empty());
     }
 

@@ -287,7 +287,7 @@ pub async fn run(
         .calls_client
         .clone()
         .unwrap_or_else(|| client.clone());
-    let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls);
+    let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls).await?;
     let kill_markers =
         kill_markers::KillMarkers::keeping_for(config.topology.running_max_age, clock.clone());
     let ctx = Arc::new(ExecutorContext {
