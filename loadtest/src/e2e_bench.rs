@@ -486,7 +486,7 @@ async fn send_calls(
 ) -> anyhow::Result<()> {
     use futures::SinkExt;
     let mut sender = async_nats::connect(url).await?;
-    let inbox = format!("_INBOX.ideal.{}", uuid::Uuid::new_v4().simple());
+    let inbox = sender.new_inbox();
     let mut replies = sender.subscribe(format!("{inbox}.*")).await?;
     let replied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = replied.clone();
@@ -497,26 +497,28 @@ async fn send_calls(
     });
     for s in 0..seconds as i64 {
         let at = first + chrono::Duration::seconds(s);
-        let stamp = jetcron_core::time_format::rfc3339_millis(at);
+        // Built as an executor builds a call of a `nats` target.
+        let target = jetcron_core::job::NatsTarget {
+            subject: IDEAL_CALLS_SUBJECT.into(),
+            payload: None,
+            headers: Default::default(),
+        };
         let burst: Vec<async_nats::message::OutboundMessage> = (0..jobs)
             .map(|n| {
-                let run_id = uuid::Uuid::new_v4().to_string();
                 let job_id = format!("bench-{n:06}");
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Jetcron-Run-Id", run_id.as_str());
-                headers.insert("Jetcron-Job-Id", job_id.as_str());
-                headers.insert("Jetcron-Scheduled-At", stamp.as_str());
-                headers.insert("Jetcron-Attempt", "1");
-                let body = serde_json::json!({
-                    "run_id": run_id,
-                    "job_id": job_id,
-                    "scheduled_at": stamp,
-                    "attempt": 1,
-                });
+                let run = jetcron_executor::targets::RunContext {
+                    run_id: jetcron_core::events::RunId::for_fire(&job_id, at),
+                    job_id,
+                    scheduled_at: at,
+                    attempt: 1,
+                    shard: None,
+                    parent: None,
+                };
+                let (headers, payload) = jetcron_executor::targets::nats::prepare(&target, &run);
                 async_nats::message::OutboundMessage {
                     subject: IDEAL_CALLS_SUBJECT.into(),
                     reply: Some(format!("{inbox}.{n}").into()),
-                    payload: body.to_string().into(),
+                    payload,
                     headers: Some(headers),
                 }
             })

@@ -82,15 +82,12 @@ impl Out {
             return; // a late reply of a call its attempt gave up on
         };
         match self.bursts.get_mut(&burst) {
-            Some(b) if b.release > now => {
-                b.held.push((answer, reply));
-                self.count_out(burst, 1);
-            }
+            Some(b) if b.release > now => b.held.push((answer, reply)),
             _ => {
                 let _ = answer.send(Dispatched::Reply(as_reply(reply)));
-                self.count_out(burst, 1);
             }
         }
+        self.count_out(burst, 1);
     }
 
     /// `n` calls of `burst` ended; once none is out, its held replies are
@@ -161,13 +158,11 @@ impl Out {
         if self.calls.is_empty() && self.bursts.is_empty() {
             return None;
         }
-        let release = self
-            .bursts
-            .values()
-            .map(|b| b.release)
+        let releases = self.bursts.values().map(|b| b.release);
+        releases
             .filter(|release| *release > now)
-            .min();
-        Some(release.map_or(now + BURST_WAIT, |r| r.min(now + BURST_WAIT)))
+            .chain([now + BURST_WAIT])
+            .min()
     }
 }
 

@@ -12,6 +12,15 @@ use jetcron_testkit::{wait_until, Stack, StackOptions};
 /// (scheduled time, arrival) of every call of the target.
 type Calls = Arc<Mutex<Vec<(DateTime<Utc>, DateTime<Utc>)>>>;
 
+/// A stack whose ticker stores fires 3 s ahead, so executors hold them.
+async fn stack_holding_fires() -> Stack {
+    Stack::start(StackOptions {
+        lookahead: Duration::from_secs(3),
+        ..StackOptions::default()
+    })
+    .await
+}
+
 async fn serve(stack: &Stack, subject: &str) -> Calls {
     let calls: Calls = Arc::default();
     let mut requests = stack
@@ -52,11 +61,7 @@ fn called_after(calls: &Calls, instant: DateTime<Utc>) -> Vec<DateTime<Utc>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn held_fires_start_on_time_and_a_pause_or_delete_stops_them() {
-    let stack = Stack::start(StackOptions {
-        lookahead: Duration::from_secs(3),
-        ..StackOptions::default()
-    })
-    .await;
+    let stack = stack_holding_fires().await;
     let calls = serve(&stack, "svc.held").await;
     stack
         .put_job(r#"{"id":"held","schedule":"* * * * * *","target":{"type":"nats","subject":"svc.held"}}"#)
@@ -124,11 +129,7 @@ async fn held_fires_start_on_time_and_a_pause_or_delete_stops_them() {
 /// expected from before the call goes out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_booked_call_starts_at_its_instant_and_an_immediate_report_completes_it() {
-    let stack = Stack::start(StackOptions {
-        lookahead: Duration::from_secs(3),
-        ..StackOptions::default()
-    })
-    .await;
+    let stack = stack_holding_fires().await;
     let run_ids: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut requests = stack
         .client
@@ -189,11 +190,7 @@ async fn a_booked_call_starts_at_its_instant_and_an_immediate_report_completes_i
 /// is not booked, so the errors checked are the booked calls'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_booked_call_fails_on_no_responders_and_on_a_service_error() {
-    let stack = Stack::start(StackOptions {
-        lookahead: Duration::from_secs(3),
-        ..StackOptions::default()
-    })
-    .await;
+    let stack = stack_holding_fires().await;
     let mut requests = stack
         .client
         .subscribe("svc.held.busy")

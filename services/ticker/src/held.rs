@@ -288,23 +288,8 @@ pub(crate) async fn on_job(
     recovery: &Recovery,
     now: DateTime<Utc>,
 ) {
-    let late_threshold = recovery.late_threshold;
-    if let FeedEvent::Entry(entry) = &event {
-        plan_if_queued(&entry.key, held, recovery, now).await;
-    }
     match event {
-        FeedEvent::Entry(entry) => match held.holdings.route(&entry) {
-            Route::Apply => apply_entry(&entry, held, revoker, late_threshold, now),
-            // The job is not held here (or not yet): fires this replica
-            // stored ahead of a job paused or deleted are still killed.
-            Route::Waiting | Route::NotHeld => revoke_if_stopped(&entry, revoker, now),
-            // Older than what a pass read; if the key is not held now, the
-            // job is gone, and a pause or delete still kills its fires.
-            Route::Stale if held.book.get(&entry.key).is_none() => {
-                revoke_if_stopped(&entry, revoker, now)
-            }
-            Route::Stale => {}
-        },
+        FeedEvent::Entry(entry) => on_entry(&entry, held, revoker, recovery, now).await,
         FeedEvent::Opened { keys } => {
             let Held { book, holdings, .. } = held;
             book.reserve(keys, |shard| holdings.holds(shard));
@@ -314,6 +299,30 @@ pub(crate) async fn on_job(
             held.holdings.synced(std::time::Instant::now());
             let _ = ready.send(true);
         }
+    }
+}
+
+/// Route an entry of the feed: applied if its shard is held here (planned
+/// first if still queued), else only its pause or delete is acted on.
+async fn on_entry(
+    entry: &Arc<JobEntry>,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
+    plan_if_queued(&entry.key, held, recovery, now).await;
+    match held.holdings.route(entry) {
+        Route::Apply => apply_entry(entry, held, revoker, recovery.late_threshold, now),
+        // The job is not held here (or not yet): fires this replica
+        // stored ahead of a job paused or deleted are still killed.
+        Route::Waiting | Route::NotHeld => revoke_if_stopped(entry, revoker, now),
+        // Older than what a pass read; if the key is not held now, the
+        // job is gone, and a pause or delete still kills its fires.
+        Route::Stale if held.book.get(&entry.key).is_none() => {
+            revoke_if_stopped(entry, revoker, now)
+        }
+        Route::Stale => {}
     }
 }
 

@@ -7,38 +7,37 @@
 //! no fire went out meanwhile. Ownership changes are still applied at once:
 //! a shard lost leaves the queue, one acquired again replaces its entry.
 
+use std::collections::BTreeMap;
+
 use crate::holding::Acquisition;
 
+/// Queued shards by number, each with the acquisition it is to be planned
+/// from (one entry per shard: the latest acquisition stands).
 #[derive(Debug, Default)]
 pub(crate) struct PlanQueue {
-    queued: Vec<(u32, Acquisition)>,
+    queued: BTreeMap<u32, Acquisition>,
 }
 
 impl PlanQueue {
     /// Queue `shard` to be planned from `acquisition`; an entry already
-    /// queued for it is replaced (the latest acquisition stands).
+    /// queued for it is replaced.
     pub(crate) fn push(&mut self, shard: u32, acquisition: Acquisition) {
-        self.remove(shard);
-        self.queued.push((shard, acquisition));
+        self.queued.insert(shard, acquisition);
     }
 
     /// `shard` is no longer to be planned (lost).
     pub(crate) fn remove(&mut self, shard: u32) {
-        self.take(shard);
+        self.queued.remove(&shard);
     }
 
     pub(crate) fn contains(&self, shard: u32) -> bool {
-        self.queued.iter().any(|(queued, _)| *queued == shard)
+        self.queued.contains_key(&shard)
     }
 
     /// Take `shard` off the queue, with the acquisition it is to be
     /// planned from.
     pub(crate) fn take(&mut self, shard: u32) -> Option<Acquisition> {
-        let at = self
-            .queued
-            .iter()
-            .position(|(queued, _)| *queued == shard)?;
-        Some(self.queued.swap_remove(at).1)
+        self.queued.remove(&shard)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -52,8 +51,7 @@ impl PlanQueue {
     /// takes shards released by another highest first: planned in that
     /// order, the next shard to plan was the next one handed on.)
     pub(crate) fn pop_lowest(&mut self) -> Option<(u32, Acquisition)> {
-        let lowest = (0..self.queued.len()).min_by_key(|i| self.queued[*i].0)?;
-        Some(self.queued.swap_remove(lowest))
+        self.queued.pop_first()
     }
 }
 
