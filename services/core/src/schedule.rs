@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, SubsecRound, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
@@ -174,9 +174,11 @@ fn parse_every(rest: &str) -> Result<Schedule, ScheduleError> {
     Ok(Schedule::Every { period_ms })
 }
 
+/// An `@at` instant counts in whole milliseconds, like every scheduled time
+/// (a run id and a due event carry it in them): a finer fraction is dropped.
 fn parse_at(rest: &str) -> Result<Schedule, ScheduleError> {
     DateTime::parse_from_rfc3339(rest)
-        .map(|at| Schedule::At(at.with_timezone(&Utc)))
+        .map(|at| Schedule::At(at.with_timezone(&Utc).trunc_subsecs(3)))
         .map_err(|e| {
             ScheduleError(format!(
                 "@at: expected an RFC 3339 instant such as 2030-01-01T09:00:00Z, got {rest:?}: {e}"
@@ -332,6 +334,16 @@ mod tests {
             at.next_fire(utc("2030-05-01T08:00:00Z"), chrono_tz::UTC),
             None
         );
+    }
+
+    #[test]
+    fn an_at_instant_counts_in_whole_milliseconds() {
+        let at = Schedule::parse("@at 2030-05-01T08:00:00.1239Z").expect("parses");
+        assert_eq!(at.to_string(), "@at 2030-05-01T08:00:00.123Z");
+        let fire = at.next_fire(utc("2026-01-01T00:00:00Z"), chrono_tz::UTC);
+        assert_eq!(fire, Some(utc("2030-05-01T08:00:00.123Z")));
+        // Asked again from its own whole millisecond, it has fired.
+        assert_eq!(at.next_fire(fire.expect("fires"), chrono_tz::UTC), None);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod held_job;
 pub mod holding;
 pub mod lease_options;
 pub mod load;
+pub mod millis;
 pub mod ownership;
 pub mod plan;
 mod plan_queue;

@@ -26,10 +26,11 @@ use jetcron_core::id_index::IdIndex;
 use smallvec::SmallVec;
 
 use crate::held_job::HeldJob;
+use crate::millis::Millis;
 
 /// (publish instant, scheduled time) of a job's queued or in-flight fires:
 /// one inline (the regular next fire), catch-ups beyond it on the heap.
-type JobFires = SmallVec<[(DateTime<Utc>, DateTime<Utc>); 1]>;
+type JobFires = SmallVec<[(Millis, Millis); 1]>;
 
 /// A job as the plan holds it.
 #[derive(Debug, Clone)]
@@ -37,9 +38,9 @@ pub struct PlannedJob {
     /// Shared with the ticker's book and with in-flight fires.
     pub job: Arc<HeldJob>,
     /// Latest scheduled time queued for the job (its regular next fire).
-    pub last_planned: Option<DateTime<Utc>>,
+    last_planned: Option<Millis>,
     /// Since when the job is paused (to apply its misfire policy on resume).
-    pub paused_since: Option<DateTime<Utc>>,
+    paused_since: Option<Millis>,
     /// (publish instant, scheduled time) of its queued or in-flight fires.
     fires: JobFires,
 }
@@ -47,7 +48,21 @@ pub struct PlannedJob {
 impl PlannedJob {
     /// The publish instant of its earliest pending fire.
     pub fn next_fire(&self) -> Option<DateTime<Utc>> {
-        self.fires.iter().map(|(fire_at, _)| *fire_at).min()
+        self.fires
+            .iter()
+            .map(|(fire_at, _)| *fire_at)
+            .min()
+            .map(Millis::at)
+    }
+
+    /// Latest scheduled time queued for the job (its regular next fire).
+    pub fn last_planned(&self) -> Option<DateTime<Utc>> {
+        self.last_planned.map(Millis::at)
+    }
+
+    /// Its scheduled times pending, in no order.
+    fn pending(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        self.fires.iter().map(|(_, scheduled)| scheduled.at())
     }
 }
 
@@ -72,8 +87,34 @@ fn id_in(slots: &[Option<PlannedJob>], slot: Slot) -> Option<&str> {
         .map(|planned| &*planned.job.id)
 }
 
-/// (publish instant, scheduled time, slot) of one pending fire.
-type FireKey = (DateTime<Utc>, DateTime<Utc>, Slot);
+/// One pending fire in the shard-wide sets, ordered by publish instant, then
+/// scheduled time, then slot. 16 bytes: a B-tree node of them is a 192-byte
+/// allocation, where one of 28-byte `(DateTime, DateTime, Slot)` keys took
+/// 320 (the allocator's size classes), and the queue holds a key per job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct FireKey {
+    fire_at: Millis,
+    /// Scheduled time minus publish instant: minus the jitter, which is
+    /// under an hour ([`jetcron_core::job::MAX_JITTER`]).
+    scheduled_offset_ms: i32,
+    slot: Slot,
+}
+
+impl FireKey {
+    fn new(fire_at: Millis, scheduled: Millis, slot: Slot) -> Self {
+        let offset = scheduled.unix_ms() - fire_at.unix_ms();
+        Self {
+            fire_at,
+            scheduled_offset_ms: i32::try_from(offset)
+                .expect("a fire is published within an hour of its scheduled time (MAX_JITTER)"),
+            slot,
+        }
+    }
+
+    fn scheduled(&self) -> Millis {
+        self.fire_at.plus_ms(i64::from(self.scheduled_offset_ms))
+    }
+}
 
 /// Every job of a shard and the queue of their pending fires.
 #[derive(Debug, Default)]
@@ -92,7 +133,7 @@ pub struct FirePlan {
     /// after its scheduled time (a jittered one), for the watermark; the
     /// others are published at their scheduled time, so `queue` and
     /// `in_flight` order them by it already (see [`FirePlan::watermark`]).
-    jittered: BTreeSet<(DateTime<Utc>, Slot)>,
+    jittered: BTreeSet<(Millis, Slot)>,
 }
 
 impl FirePlan {
@@ -158,22 +199,28 @@ impl FirePlan {
 
     /// Queue a fire of a job the plan holds (else nothing happens).
     fn enqueue(&mut self, job_id: &str, scheduled: DateTime<Utc>) {
+        let scheduled = Millis::of(scheduled);
         if let Some(slot) = self.slot_of(job_id) {
             self.enqueue_in(slot, scheduled);
         }
     }
 
     /// [`FirePlan::enqueue`] for the job in `slot`.
-    fn enqueue_in(&mut self, slot: Slot, scheduled: DateTime<Utc>) {
+    fn enqueue_in(&mut self, slot: Slot, scheduled: Millis) {
         let Some(planned) = self.slots[slot as usize].as_mut() else {
             return;
         };
-        let fire_at = planned.job.timing.fire_instant(&planned.job.id, scheduled);
+        let fire_at = Millis::of(
+            planned
+                .job
+                .timing
+                .fire_instant(&planned.job.id, scheduled.at()),
+        );
         if planned.fires.contains(&(fire_at, scheduled)) {
             return;
         }
         planned.fires.push((fire_at, scheduled));
-        self.queue.insert((fire_at, scheduled, slot));
+        self.queue.insert(FireKey::new(fire_at, scheduled, slot));
         if fire_at != scheduled {
             self.jittered.insert((scheduled, slot));
         }
@@ -195,10 +242,10 @@ impl FirePlan {
             return;
         };
         planned.fires.retain(|(fire_at, scheduled)| {
-            if !drop(*scheduled) {
+            if !drop(scheduled.at()) {
                 return true;
             }
-            let key = (*fire_at, *scheduled, slot);
+            let key = FireKey::new(*fire_at, *scheduled, slot);
             queue.remove(&key);
             in_flight.remove(&key);
             if fire_at != scheduled {
@@ -229,15 +276,14 @@ impl FirePlan {
             if existing.job.revision >= job.revision {
                 return;
             }
-            paused_since = existing.paused_since;
+            paused_since = existing.paused_since.map(Millis::at);
         }
         // Fires already due under the old revision still happen (an edit at
         // the fire time must not drop the fire); they carry the same run ids.
         let carried: Vec<DateTime<Utc>> = self
             .get(&id)
             .into_iter()
-            .flat_map(|planned| &planned.fires)
-            .map(|(_, scheduled)| *scheduled)
+            .flat_map(PlannedJob::pending)
             .filter(|t| *t <= now)
             .collect();
         self.remove(&id);
@@ -304,7 +350,7 @@ impl FirePlan {
         self.insert(PlannedJob {
             job,
             last_planned: None,
-            paused_since: Some(since),
+            paused_since: Some(Millis::of(since)),
             fires: JobFires::new(),
         });
     }
@@ -328,7 +374,7 @@ impl FirePlan {
         catch_up: Vec<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
     ) {
-        let last_planned = next.or(catch_up.last().copied());
+        let last_planned = next.or(catch_up.last().copied()).map(Millis::of);
         self.insert(PlannedJob {
             job,
             last_planned,
@@ -350,8 +396,7 @@ impl FirePlan {
         let mut times: Vec<DateTime<Utc>> = self
             .get(job_id)
             .into_iter()
-            .flat_map(|planned| &planned.fires)
-            .map(|(_, scheduled)| *scheduled)
+            .flat_map(PlannedJob::pending)
             .filter(|t| *t > after && *t <= up_to)
             .collect();
         times.sort();
@@ -383,7 +428,7 @@ impl FirePlan {
 
     /// When the next pending fire is published.
     pub fn next_fire_at(&self) -> Option<DateTime<Utc>> {
-        self.queue.first().map(|(at, _, _)| *at)
+        self.queue.first().map(|key| key.fire_at.at())
     }
 
     /// Up to `limit` fires whose publish instant is `<= now`, earliest first,
@@ -395,25 +440,30 @@ impl FirePlan {
     }
 
     fn due_keys(&self, now: DateTime<Utc>, limit: usize) -> impl Iterator<Item = &FireKey> {
+        let now = Millis::of(now);
         self.queue
             .iter()
-            .take_while(move |(at, _, _)| *at <= now)
+            .take_while(move |key| key.fire_at <= now)
             .take(limit)
     }
 
-    fn fire_of(&self, &(fire_at, scheduled_at, slot): &FireKey) -> Option<Fire> {
-        let planned = self.slots[slot as usize].as_ref()?;
+    fn fire_of(&self, key: &FireKey) -> Option<Fire> {
+        let planned = self.slots[key.slot as usize].as_ref()?;
         Some(Fire {
             job: Arc::clone(&planned.job),
-            scheduled_at,
-            fire_at,
+            scheduled_at: key.scheduled().at(),
+            fire_at: key.fire_at.at(),
         })
     }
 
     /// The key of `fire` in the sets, while its job is held.
     fn key_of(&self, fire: &Fire) -> Option<FireKey> {
         let slot = self.slot_of(&fire.job.id)?;
-        Some((fire.fire_at, fire.scheduled_at, slot))
+        Some(FireKey::new(
+            Millis::of(fire.fire_at),
+            Millis::of(fire.scheduled_at),
+            slot,
+        ))
     }
 
     /// Like [`FirePlan::due`], but the fires move to in-flight: they are not
@@ -453,22 +503,25 @@ impl FirePlan {
         if !was_queued && !was_in_flight {
             return;
         }
-        if fire.fire_at != fire.scheduled_at {
-            self.jittered.remove(&(fire.scheduled_at, key.2));
+        let scheduled = key.scheduled();
+        if key.fire_at != scheduled {
+            self.jittered.remove(&(scheduled, key.slot));
         }
-        let Some(planned) = self.slots[key.2 as usize].as_mut() else {
+        let Some(planned) = self.slots[key.slot as usize].as_mut() else {
             return;
         };
         planned
             .fires
-            .retain(|entry| *entry != (fire.fire_at, fire.scheduled_at));
-        if planned.job.revision == fire.job.revision
-            && planned.last_planned == Some(fire.scheduled_at)
-        {
-            let next = planned.job.timing.next_scheduled(fire.scheduled_at);
+            .retain(|entry| *entry != (key.fire_at, scheduled));
+        if planned.job.revision == fire.job.revision && planned.last_planned == Some(scheduled) {
+            let next = planned
+                .job
+                .timing
+                .next_scheduled(scheduled.at())
+                .map(Millis::of);
             planned.last_planned = next;
             if let Some(t) = next {
-                self.enqueue_in(key.2, t);
+                self.enqueue_in(key.slot, t);
             }
         }
     }
@@ -483,13 +536,14 @@ impl FirePlan {
         // jittered ones' oldest scheduled time is known. The smaller of the
         // two is the oldest scheduled time of all.
         let oldest = [
-            self.queue.first().map(|(at, _, _)| *at),
-            self.in_flight.first().map(|(at, _, _)| *at),
+            self.queue.first().map(|key| key.fire_at),
+            self.in_flight.first().map(|key| key.fire_at),
             self.jittered.first().map(|(scheduled, _)| *scheduled),
         ]
         .into_iter()
         .flatten()
-        .min();
+        .min()
+        .map(Millis::at);
         match oldest {
             Some(oldest) if oldest <= now => oldest - chrono::Duration::milliseconds(1),
             _ => now,

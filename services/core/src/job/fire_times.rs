@@ -47,6 +47,9 @@ struct RareTiming {
 }
 
 impl Timing {
+    /// A jitter over [`crate::job::MAX_JITTER`] (which validation refuses)
+    /// counts as that bound: holders of many fires keep each one's jitter in
+    /// 32 bits.
     pub fn new(
         schedule: crate::schedule::Schedule,
         timezone: Tz,
@@ -59,7 +62,7 @@ impl Timing {
         let rare = RareTiming {
             start_at,
             end_at,
-            jitter,
+            jitter: jitter.min(crate::job::MAX_JITTER),
             catchup_window,
         };
         let default = RareTiming {

@@ -279,7 +279,11 @@ fn jitter_delays_publish_but_not_the_scheduled_time() {
         None,
         t(0),
     );
-    let planned = plan.get("j").expect("planned").last_planned.expect("next");
+    let planned = plan
+        .get("j")
+        .expect("planned")
+        .last_planned()
+        .expect("next");
     let fire_at = plan.next_fire_at().expect("queued");
     assert!(fire_at >= planned && fire_at < planned + chrono::Duration::minutes(30));
     // The watermark waits for the scheduled time, not the jittered one.
@@ -373,7 +377,7 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
             .slots
             .iter()
             .flatten()
-            .flat_map(|planned| planned.fires.iter().map(|(_, scheduled)| *scheduled))
+            .flat_map(|planned| planned.fires.iter().map(|(_, scheduled)| scheduled.at()))
             .min();
         match oldest {
             Some(oldest) if oldest <= now => oldest - chrono::Duration::milliseconds(1),
@@ -425,7 +429,7 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
         let unjittered_oldest = [plan.queue.first(), plan.in_flight.first()]
             .into_iter()
             .flatten()
-            .map(|(at, _, _)| *at)
+            .map(|key| key.fire_at)
             .min();
         if plan.jittered.first().map(|(s, _)| *s) < unjittered_oldest {
             jitter_held += 1;
@@ -457,4 +461,12 @@ fn a_rehomed_plan_fires_from_the_new_copies_as_before() {
     assert!(fires
         .iter()
         .all(|fire| copies.iter().any(|c| Arc::ptr_eq(c, &fire.job))));
+}
+
+/// A million jobs hold a planned job and a queue key each: their sizes are
+/// what `e2e-bench memory` measured them at (docs/benchmarks.md).
+#[test]
+fn a_planned_job_and_a_queue_key_stay_small() {
+    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 48);
+    assert_eq!(std::mem::size_of::<FireKey>(), 16);
 }
