@@ -399,6 +399,95 @@ async fn sleep_for(wait: Option<std::time::Duration>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jetcron_testkit::NatsServer;
+
+    fn call(number: u64, payload: Bytes) -> (u64, OutboundMessage) {
+        let message = OutboundMessage {
+            subject: format!("calls.{number}").into(),
+            reply: None,
+            payload,
+            headers: None,
+        };
+        (number, message)
+    }
+
+    /// While the calls' client reconnects its queue of commands fills: the
+    /// dispatcher hands what fits at once ([`hand_now`]) and the rest of
+    /// the instant from a task ([`hand_when_room`]), which sends them, in
+    /// order, once the server is back, and reports a call it cannot send.
+    #[tokio::test]
+    async fn calls_past_a_full_queue_go_in_order_once_the_client_reconnects() {
+        let mut server = NatsServer::start();
+        let watcher = server.client().await;
+        let js = async_nats::jetstream::new(watcher.clone());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "CALLS".into(),
+            subjects: vec!["calls.>".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("stream of the calls");
+        let mut sink = async_nats::ConnectOptions::new()
+            .client_capacity(4)
+            .connect(server.url())
+            .await
+            .expect("calls' client");
+        sink.flush().await.expect("connected");
+        server.kill();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sink.connection_state() == async_nats::connection::State::Connected {
+            assert!(std::time::Instant::now() < deadline, "still connected");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+
+        let mut at_once = 0;
+        let mut waiting = Vec::new();
+        for (number, message) in (0..40).map(|n| call(n, Bytes::from(n.to_string()))) {
+            if !waiting.is_empty() {
+                waiting.push((number, message));
+                continue;
+            }
+            match hand_now(&mut sink, message) {
+                Handed::Sent => at_once += 1,
+                Handed::Failed(error) => panic!("call {number} failed: {error}"),
+                Handed::Full(message) => waiting.push((number, message)),
+            }
+        }
+        assert!(at_once < 40, "the queue never filled ({at_once} handed at once)");
+        assert!(at_once > 0, "nothing was handed at once");
+        // Over the server's payload limit: refused by the client, reported.
+        waiting.push(call(99, Bytes::from(vec![b'x'; 2 * 1024 * 1024])));
+        let (failed_tx, mut failed) = mpsc::unbounded_channel();
+        let handing = tokio::spawn(hand_when_room(sink.clone(), waiting, failed_tx));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!handing.is_finished(), "the queue had room while disconnected");
+
+        server.restart();
+        tokio::time::timeout(std::time::Duration::from_secs(20), handing)
+            .await
+            .expect("handed over once reconnected")
+            .expect("the task ends");
+        let (number, error) = failed.recv().await.expect("the oversize call reported");
+        assert_eq!(number, 99);
+        assert_eq!(error.kind(), RequestErrorKind::MaxPayloadExceeded);
+        assert!(failed.recv().await.is_none(), "only the oversize call failed");
+        sink.flush().await.expect("flushed after the reconnect");
+
+        let js = async_nats::jetstream::new(server.client().await);
+        let mut stream = js.get_stream("CALLS").await.expect("stream");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while stream.info().await.expect("stream info").state.messages < 40 {
+            assert!(std::time::Instant::now() < deadline, "calls missing");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let mut stored = Vec::new();
+        for sequence in 1..=40 {
+            let message = stream.get_raw_message(sequence).await.expect("stored call");
+            stored.push(String::from_utf8(message.payload.to_vec()).expect("text"));
+        }
+        let sent: Vec<String> = (0..40).map(|n: u64| n.to_string()).collect();
+        assert_eq!(stored, sent);
+    }
 
     #[tokio::test]
     async fn the_spinning_sleep_never_ends_before_its_instant() {
