@@ -453,14 +453,20 @@ mod tests {
                 Handed::Full(message) => waiting.push((number, message)),
             }
         }
-        assert!(at_once < 40, "the queue never filled ({at_once} handed at once)");
+        assert!(
+            at_once < 40,
+            "the queue never filled ({at_once} handed at once)"
+        );
         assert!(at_once > 0, "nothing was handed at once");
         // Over the server's payload limit: refused by the client, reported.
         waiting.push(call(99, Bytes::from(vec![b'x'; 2 * 1024 * 1024])));
         let (failed_tx, mut failed) = mpsc::unbounded_channel();
         let handing = tokio::spawn(hand_when_room(sink.clone(), waiting, failed_tx));
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        assert!(!handing.is_finished(), "the queue had room while disconnected");
+        assert!(
+            !handing.is_finished(),
+            "the queue had room while disconnected"
+        );
 
         server.restart();
         tokio::time::timeout(std::time::Duration::from_secs(20), handing)
@@ -470,7 +476,10 @@ mod tests {
         let (number, error) = failed.recv().await.expect("the oversize call reported");
         assert_eq!(number, 99);
         assert_eq!(error.kind(), RequestErrorKind::MaxPayloadExceeded);
-        assert!(failed.recv().await.is_none(), "only the oversize call failed");
+        assert!(
+            failed.recv().await.is_none(),
+            "only the oversize call failed"
+        );
         sink.flush().await.expect("flushed after the reconnect");
 
         let js = async_nats::jetstream::new(server.client().await);
