@@ -177,7 +177,10 @@ pub async fn run_counted(
                 continue;
             }
         };
-        let batch = collect(fetched, &js, &counters, &shutdown).await;
+        // Read to the batch's end even when asked to stop (it ends within
+        // `batch_wait`): events the server handed to this batch and left
+        // unread would wait out the ack wait, out of the drain's reach.
+        let batch = collect(fetched, &js, &counters).await;
         if batch.is_empty() {
             continue;
         }
@@ -205,19 +208,16 @@ pub async fn run_counted(
     Ok(())
 }
 
-/// The decoded rows of one fetch; completion reports are acked and poison
-/// parked on the way. Stops early when `stop` is cancelled.
+/// The decoded rows of one fetch, read to its end (the server's expiry, or
+/// the client's a few seconds past it when the server is gone);
+/// completion reports are acked and poison parked on the way.
 async fn collect(
     mut fetched: jetstream::consumer::pull::Batch,
     js: &jetstream::Context,
     counters: &ProjectorCounters,
-    stop: &CancellationToken,
 ) -> Batch {
     let mut batch = Batch::default();
-    while let Some(next) = tokio::select! {
-        _ = stop.cancelled() => None,
-        next = fetched.next() => next,
-    } {
+    while let Some(next) = fetched.next().await {
         let message = match next {
             Ok(m) => m,
             Err(e) => {
@@ -268,7 +268,7 @@ async fn drain(
         else {
             break;
         };
-        let batch = collect(fetched, js, counters, &limit).await;
+        let batch = collect(fetched, js, counters).await;
         if batch.is_empty() {
             break;
         }
