@@ -377,6 +377,21 @@ async fn undecodable_events_are_parked_with_a_reason_and_the_rest_goes_on() {
     stack.stop().await;
 }
 
+/// Publish a `started` event of attempt `n` of a run of `job_id`, as an
+/// executor does, and wait until it is stored.
+async fn publish_started(stack: &Stack, job_id: &str, n: u32) {
+    stack
+        .js
+        .publish(
+            jetcron_core::subjects::run_event_subject(job_id, "started"),
+            run_event(job_id, n).into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+}
+
 /// A run event as an executor publishes it (the fields the projector reads).
 fn run_event(job_id: &str, n: u32) -> Vec<u8> {
     let scheduled_at = Utc::now();
@@ -425,16 +440,7 @@ async fn a_stopping_projector_stores_what_its_open_batch_still_receives() {
     // One event through. A batch is stored once it ends, and the next one
     // opens as it is stored: once the event is in ClickHouse the projector
     // waits in a batch with most of its 5 s ahead.
-    stack
-        .js
-        .publish(
-            jetcron_core::subjects::run_event_subject("stopping", "started"),
-            run_event("stopping", 1).into(),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("stored");
+    publish_started(&stack, "stopping", 1).await;
     let count = || async {
         stack
             .clickhouse_sql("SELECT count() FROM jetcron.run_events WHERE job_id = 'stopping'")
@@ -454,16 +460,7 @@ async fn a_stopping_projector_stores_what_its_open_batch_still_receives() {
     // Past the stopping projector's last fetch, had it dropped its batch.
     tokio::time::sleep(Duration::from_millis(300)).await;
     for n in 2..=6 {
-        stack
-            .js
-            .publish(
-                jetcron_core::subjects::run_event_subject("stopping", "started"),
-                run_event("stopping", n).into(),
-            )
-            .await
-            .expect("publish")
-            .await
-            .expect("stored");
+        publish_started(&stack, "stopping", n).await;
     }
     tokio::time::timeout(Duration::from_secs(20), projector)
         .await
