@@ -26,6 +26,8 @@ use jetcron_testkit::JetcronProcess;
 use crate::{keep_log, lags_between, ms, serve, Servers, TARGET_SUBJECT};
 
 const CANARY_SUBJECT: &str = "bench.canary";
+/// A canary call later than this (µs) after its instant is counted as late.
+const LATE_US: i64 = 100_000;
 
 #[derive(clap::Args, Clone)]
 pub struct MemoryArgs {
@@ -189,13 +191,15 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         "| highest VmRSS sampled each second | {:.0} MiB |",
         mib(max_sampled)
     );
+    let late = lags.iter().filter(|lag| **lag > LATE_US).count();
     println!(
-        "| canary calls in the rest period | {} instants called of {expected}, {} calls in all; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+        "| canary calls in the rest period | {} instants called of {expected}, {} calls in all; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {late} calls over {} ms late |",
         called.len(),
         lags.len(),
         ms(percentile(&lags, 50.0)),
         ms(percentile(&lags, 99.0)),
-        ms(lags.last().copied().unwrap_or_default())
+        ms(lags.last().copied().unwrap_or_default()),
+        LATE_US / 1_000
     );
     Ok(())
 }

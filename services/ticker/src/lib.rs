@@ -146,6 +146,9 @@ const REVOCATION_QUEUE: usize = 4096;
 
 /// Longest the loop sleeps without looking at the clock again.
 const MAX_IDLE: Duration = Duration::from_millis(250);
+/// Longest a queued shard waits for a moment with no fire due within the
+/// lookahead before it is planned anyway.
+const PLAN_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 /// Pause before retrying after a failed publish.
 const PUBLISH_RETRY: Duration = Duration::from_millis(250);
 
@@ -270,6 +273,7 @@ pub async fn run(
     let (revoke_tx, revoke_rx) = tokio::sync::mpsc::channel(REVOCATION_QUEUE);
     let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx, clock.clone()));
     let mut revoker = revoke::Revoker::new(revoke_tx, !config.lookahead.is_zero());
+    let mut last_planning = std::time::Instant::now();
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 
     loop {
@@ -278,12 +282,27 @@ pub async fn run(
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
-        // One shard planned per pass: the fires of those planned go out
-        // in between. It counts as planned at once (a replica above its
-        // share hands on an unplanned shard first); its watermark is
-        // recorded after the changes of its jobs that came while it was
-        // planned are applied, just below.
-        held::plan_next(&mut held, &recovery, clock.now()).await;
+        // A shard is planned when the fires due within the lookahead are
+        // out (below), or here once PLAN_AT_LEAST_EVERY has passed without
+        // one, so a load that never leaves that moment does not keep the
+        // queued shards from being planned. What is in flight is settled
+        // first: a fire's next one is queued once its ack is in.
+        if !held.to_plan.is_empty() && last_planning.elapsed() >= PLAN_AT_LEAST_EVERY {
+            while let Some(outcome) = settle_oldest(
+                &mut in_flight,
+                &mut held,
+                &mut revoker,
+                &leases,
+                lookahead,
+                clock.as_ref(),
+            )
+            .await
+            {
+                health.note(&leases, outcome);
+            }
+            held::plan_next(&mut held, &recovery, clock.now()).await;
+            last_planning = std::time::Instant::now();
+        }
         while let Ok(change) = job_changes.try_recv() {
             let now = clock.now();
             held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
@@ -324,23 +343,24 @@ pub async fn run(
                 continue;
             }
         }
-        if let Some((fires, resolved, acks)) = in_flight.pop_front() {
-            let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
-            let now = clock.now();
-            let failed = settle(&mut held.plans, &fires, &done(&stored, &resolved), now);
-            revoker.stored(&fires, &stored, now);
-            keep_definitions_of_soon_fires(&mut held, &fires, &resolved, now);
-            record_watermarks(&held.plans, &leases, now + lookahead);
-            if failed == fires.len() {
-                health.failed(&leases, failed);
+        if let Some(outcome) = settle_oldest(
+            &mut in_flight,
+            &mut held,
+            &mut revoker,
+            &leases,
+            lookahead,
+            clock.as_ref(),
+        )
+        .await
+        {
+            health.note(&leases, outcome);
+            // None stored: wait before the fires are offered again. Some
+            // were: the path to the stream works, the rest go again at once.
+            if outcome.all_failed() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(jetcron_io::retry::jittered(PUBLISH_RETRY)) => {}
                 }
-            } else {
-                // Some were stored: the path to the stream works; the rest
-                // are offered again at once.
-                health.stored(&leases);
             }
             if shutdown.is_cancelled() {
                 break;
@@ -348,8 +368,21 @@ pub async fn run(
             continue;
         }
         record_watermarks(&held.plans, &leases, horizon);
-        // Letting go of dropped jobs, and planning, go on at once,
-        // between fires.
+        // Every fire due within the lookahead is out and settled: plan one
+        // shard now. Planning one holds this loop (a second at ten million
+        // jobs), which the lookahead covers. Planned before the fires were
+        // out, a job due every second got one fire out per shard planned
+        // and fell behind (a canary was called 2-4 s late while the shards
+        // of a cold start were planned). A shard counts as planned at once
+        // (a replica above its share hands on an unplanned one first); its
+        // watermark is recorded once the changes of its jobs that came
+        // while it was planned are applied, in the next pass.
+        if !held.to_plan.is_empty() {
+            held::plan_next(&mut held, &recovery, clock.now()).await;
+            last_planning = std::time::Instant::now();
+            continue;
+        }
+        // Letting go of dropped jobs goes on at once, between fires.
         let idle = if held.tidying.is_idle() && held.to_plan.is_empty() {
             held.plans
                 .values()
@@ -410,6 +443,50 @@ pub async fn run(
     Ok(())
 }
 
+/// A batch of due events sent, its definitions, and its acks to come.
+type InFlight = (
+    Vec<plan::Fire>,
+    Vec<Resolved>,
+    Vec<Option<async_nats::jetstream::context::PublishAckFuture>>,
+);
+
+/// How a batch in flight came out.
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    fires: usize,
+    failed: usize,
+}
+
+impl Settled {
+    fn all_failed(self) -> bool {
+        self.failed == self.fires
+    }
+}
+
+/// Await the acks of the oldest batch in flight, if there is one, and
+/// settle its fires: a stored fire is done (its job's next fire is queued)
+/// and the rest are offered again.
+async fn settle_oldest(
+    in_flight: &mut std::collections::VecDeque<InFlight>,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    leases: &Leases,
+    lookahead: chrono::Duration,
+    clock: &dyn Clock,
+) -> Option<Settled> {
+    let (fires, resolved, acks) = in_flight.pop_front()?;
+    let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
+    let now = clock.now();
+    let failed = settle(&mut held.plans, &fires, &done(&stored, &resolved), now);
+    revoker.stored(&fires, &stored, now);
+    keep_definitions_of_soon_fires(held, &fires, &resolved, now);
+    record_watermarks(&held.plans, leases, now + lookahead);
+    Some(Settled {
+        fires: fires.len(),
+        failed,
+    })
+}
+
 /// Whether due events get stored, for the log (bounded) and for ownership
 /// (which hands the shards over when it lasts).
 #[derive(Debug)]
@@ -428,6 +505,15 @@ impl Default for PublishHealth {
 }
 
 impl PublishHealth {
+    /// A batch settled: failing while none of it was stored.
+    fn note(&mut self, leases: &Leases, outcome: Settled) {
+        if outcome.all_failed() {
+            self.failed(leases, outcome.failed);
+        } else {
+            self.stored(leases);
+        }
+    }
+
     fn failed(&mut self, leases: &Leases, failed: usize) {
         let since = *self
             .failing_since
