@@ -282,27 +282,6 @@ pub async fn run(
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
-        // A shard is planned when the fires due within the lookahead are
-        // out (below), or here once PLAN_AT_LEAST_EVERY has passed without
-        // one, so a load that never leaves that moment does not keep the
-        // queued shards from being planned. What is in flight is settled
-        // first: a fire's next one is queued once its ack is in.
-        if !held.to_plan.is_empty() && last_planning.elapsed() >= PLAN_AT_LEAST_EVERY {
-            while let Some(outcome) = settle_oldest(
-                &mut in_flight,
-                &mut held,
-                &mut revoker,
-                &leases,
-                lookahead,
-                clock.as_ref(),
-            )
-            .await
-            {
-                health.note(&leases, outcome);
-            }
-            held::plan_next(&mut held, &recovery, clock.now()).await;
-            last_planning = std::time::Instant::now();
-        }
         while let Ok(change) = job_changes.try_recv() {
             let now = clock.now();
             held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
@@ -327,9 +306,15 @@ pub async fn run(
 
         // Fires are taken `lookahead` before their publish instant.
         let horizon = clock.now() + lookahead;
+        // A queued shard is planned below, once every fire due within the
+        // lookahead is out and settled. When a second passes without such a
+        // moment, no fire is taken until what is in flight is settled, so a
+        // load that always has fires due still gets its shards planned.
+        let planning_overdue =
+            !held.to_plan.is_empty() && last_planning.elapsed() >= PLAN_AT_LEAST_EVERY;
         // Keep the server fed: send the next batch while the previous one's
         // acks are on their way (at most PIPELINE batches in flight).
-        if in_flight.len() < PIPELINE {
+        if in_flight.len() < PIPELINE && !planning_overdue {
             let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
             let fires = take_due_fires(&mut held.plans, &leases, horizon, batch);
             if !fires.is_empty() {
@@ -343,7 +328,7 @@ pub async fn run(
                 continue;
             }
         }
-        if let Some(outcome) = settle_oldest(
+        if let Some(settled) = settle_oldest(
             &mut in_flight,
             &mut held,
             &mut revoker,
@@ -353,14 +338,16 @@ pub async fn run(
         )
         .await
         {
-            health.note(&leases, outcome);
-            // None stored: wait before the fires are offered again. Some
-            // were: the path to the stream works, the rest go again at once.
-            if outcome.all_failed() {
+            if settled.all_failed() {
+                health.failed(&leases, settled.failed);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(jetcron_io::retry::jittered(PUBLISH_RETRY)) => {}
                 }
+            } else {
+                // Some were stored: the path to the stream works; the rest
+                // are offered again at once.
+                health.stored(&leases);
             }
             if shutdown.is_cancelled() {
                 break;
@@ -368,7 +355,8 @@ pub async fn run(
             continue;
         }
         record_watermarks(&held.plans, &leases, horizon);
-        // Every fire due within the lookahead is out and settled: plan one
+        // Every fire due within the lookahead is out and settled (or
+        // planning is overdue and what was in flight is settled): plan one
         // shard now. Planning one holds this loop (a second at ten million
         // jobs), which the lookahead covers. Planned before the fires were
         // out, a job due every second got one fire out per shard planned
@@ -505,15 +493,6 @@ impl Default for PublishHealth {
 }
 
 impl PublishHealth {
-    /// A batch settled: failing while none of it was stored.
-    fn note(&mut self, leases: &Leases, outcome: Settled) {
-        if outcome.all_failed() {
-            self.failed(leases, outcome.failed);
-        } else {
-            self.stored(leases);
-        }
-    }
-
     fn failed(&mut self, leases: &Leases, failed: usize) {
         let since = *self
             .failing_since

@@ -46,12 +46,6 @@ impl Millis {
     }
 }
 
-impl From<DateTime<Utc>> for Millis {
-    fn from(at: DateTime<Utc>) -> Self {
-        Self::of(at)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
