@@ -18,7 +18,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
 use jetcron_ticker::definitions::{Definitions, Resolved};
 use jetcron_ticker::held_job::HeldJob;
-use jetcron_ticker::plan::Fire;
+use jetcron_ticker::plan::{Fire, FiredJob};
 
 fn definition(description: &str) -> String {
     format!(
@@ -31,7 +31,7 @@ fn fire_of(id: &str, value: &str, revision: u64) -> Fire {
     let job = parse_job(value.as_bytes(), Some(id)).expect("valid");
     let now = Utc::now();
     Fire {
-        job: Arc::new(HeldJob::new(
+        job: FiredJob::of(&HeldJob::new(
             &job,
             Arc::from(id),
             Arc::new(job.pool.clone()),

@@ -5,7 +5,6 @@
 //! elsewhere. The loop in `lib.rs` calls these between its batches of due
 //! events; they decide, the loop publishes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -16,7 +15,6 @@ use tracing::{debug, info};
 
 use crate::book::Book;
 use crate::definitions::Definitions;
-use crate::held_job::HeldJob;
 use crate::holding::{self, Acquisition, Holdings, Route};
 use crate::load::{self, ShardPass};
 use crate::ownership::{Leases, OwnershipChange};
@@ -33,12 +31,11 @@ pub(crate) struct Recovery {
     pub(crate) emitted: verify::EmittedFires,
 }
 
-/// What the loop holds: the jobs of the shards it holds, which shards
-/// those are, the plans of the shards it owns, and the definitions kept
-/// for fires coming soon.
+/// What the loop holds: the jobs of the shards it holds (planned for the
+/// shards it owns), which shards those are, and the definitions kept for
+/// fires coming soon.
 pub(crate) struct Held {
     pub(crate) book: Book,
-    pub(crate) plans: HashMap<u32, FirePlan>,
     pub(crate) definitions: Definitions,
     pub(crate) holdings: Holdings,
     /// Jobs of dropped shards still to let go of, kept ones to move.
@@ -104,7 +101,7 @@ pub(crate) fn on_ownership(
         }
         OwnershipChange::Lost { shard } => {
             held.holdings.lost(shard, std::time::Instant::now());
-            held.plans.remove(&shard);
+            held.book.unplan(shard);
             held.to_plan.remove(shard);
             for job in held.book.shard(shard) {
                 held.definitions.forget(&job.id);
@@ -159,17 +156,14 @@ async fn plan_shard(
     // time its jobs took to load since it was acquired does not count.
     let late_threshold =
         recovery.late_threshold + (now - acquired_at).max(chrono::Duration::zero());
-    let Held { book, plans, .. } = held;
     // Off the runtime's workers: a shard of 625,000 jobs takes a second to
     // plan, and on a worker of `jetcron all` that second held up whatever
-    // else was queued there (calls due at that instant among them).
-    let jobs: Vec<Arc<HeldJob>> = book.shard(shard).cloned().collect();
+    // else was queued there (calls due at that instant among them). The
+    // loop waits for it, so nothing looks for the shard's jobs meanwhile.
+    let mut table = held.book.take_to_plan(shard);
     let planning = tokio::task::spawn_blocking(move || {
-        let mut plan = FirePlan::with_capacity(jobs.len());
-        for job in jobs {
-            plan.recover(job, done, now, late_threshold);
-        }
-        plan
+        table.plan_all(done, now, late_threshold);
+        table
     });
     let mut plan = match planning.await {
         Ok(plan) => plan,
@@ -200,7 +194,7 @@ async fn plan_shard(
         verified,
         "shard scheduling"
     );
-    plans.insert(shard, plan);
+    held.book.put_planned(shard, plan);
     // Handed on after the unplanned ones from now on; its watermark is
     // recorded by the loop once the feed's changes that came while it was
     // planned are applied.
@@ -239,7 +233,7 @@ pub(crate) fn on_loaded(
             if job.paused {
                 revoker.revoke(&job.id, "job paused before this fire", now);
             }
-            held.book.insert_held(job);
+            held.book.hold(job);
             jobs += 1;
         }
     }
@@ -265,29 +259,28 @@ pub(crate) fn on_loaded(
 pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
     let Held {
         book,
-        plans,
         holdings,
         tidying,
         to_plan,
         ..
     } = held;
     let dropped = holdings.to_drop(std::time::Instant::now(), |shard| {
-        plans.contains_key(&shard) || to_plan.contains(shard)
+        book.is_planned(shard) || to_plan.contains(shard)
     });
     if dropped.is_empty() {
         return;
     }
-    let jobs: Vec<_> = dropped
+    let tables: Vec<_> = dropped
         .iter()
-        .flat_map(|shard| book.drop_shard(*shard))
+        .map(|shard| book.drop_shard(*shard))
         .collect();
     info!(
         shards = ?dropped,
-        jobs = jobs.len(),
+        jobs = tables.iter().map(FirePlan::len).sum::<usize>(),
         held = book.len(),
         "jobs of shards owned elsewhere dropped"
     );
-    tidying.start(jobs, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
+    tidying.start(tables, (0..shards::SHARDS).filter(|s| holdings.holds(*s)));
 }
 
 /// Apply a change from the job feed (a shard still queued to be planned
@@ -391,10 +384,7 @@ fn hold_job(
     now: DateTime<Utc>,
 ) {
     let Held {
-        book,
-        plans,
-        definitions,
-        ..
+        book, definitions, ..
     } = held;
     let id = job.spec.id.as_str();
     if book.get(id).is_some_and(|held| held.revision >= revision) {
@@ -404,15 +394,22 @@ fn hold_job(
     if job.spec.paused {
         revoker.revoke(id, "job paused before this fire", now);
     }
-    let held = book.insert(job, revision, defined_at);
+    let held = book.held_form(job, revision, defined_at);
+    let id = Arc::clone(&held.id);
     // Written a moment ago (a slow watch, a loaded machine): the
     // times since the write fire late. Older writes are recovery's.
     let written_at = (now - defined_at <= late_threshold).then_some(defined_at);
-    let next_fire = plans.get_mut(&shard_of(id)).and_then(|plan| {
-        plan.upsert(Arc::clone(&held), written_at, now);
-        plan.get(id).and_then(|planned| planned.next_fire())
-    });
-    definitions.keep_if_soon(&held.id, revision, &job.spec, next_fire, now);
+    let next_fire = match book.plan_mut(shard_of(&id)) {
+        Some(plan) => {
+            plan.upsert(held, written_at, now);
+            plan.get(&id).and_then(|planned| planned.next_fire())
+        }
+        None => {
+            book.hold(held);
+            None
+        }
+    };
+    definitions.keep_if_soon(&id, revision, &job.spec, next_fire, now);
 }
 
 /// Forget `job_id` (deleted, or its value no longer valid) and kill its
@@ -426,11 +423,9 @@ fn unschedule_job(
     debug!(job_id, "job deleted or invalid");
     revoker.revoke(job_id, "job deleted before this fire", now);
     held.definitions.forget(job_id);
-    held.book.remove(job_id);
-    if let Some(plan) = held.plans.get_mut(&shard_of(job_id)) {
-        if plan.remove(job_id) {
-            info!(job_id = %job_id, "job unscheduled");
-        }
+    let planned = held.book.is_planned(shard_of(job_id));
+    if held.book.remove(job_id) && planned {
+        info!(job_id = %job_id, "job unscheduled");
     }
 }
 
@@ -456,7 +451,6 @@ mod tests {
             .expect("stream handle");
         let held = Held {
             book: Book::default(),
-            plans: HashMap::new(),
             definitions: Definitions::new(
                 bucket_stream,
                 std::time::Duration::from_secs(60),
@@ -524,7 +518,11 @@ mod tests {
         .await;
         // However the shard came to be planned, by now it is.
         plan_next(&mut held, &recovery, now).await;
-        let planned = held.plans[&shard].get("edited").expect("planned");
+        let planned = held
+            .book
+            .plan(shard)
+            .and_then(|plan| plan.get("edited"))
+            .expect("planned");
         assert_eq!(planned.job.revision, 2, "the edit applied");
         assert_eq!(
             planned.next_fire(),

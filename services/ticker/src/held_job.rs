@@ -18,8 +18,7 @@ use jetcron_core::job::ValidJob;
 pub struct HeldJob {
     pub id: Arc<str>,
     /// Shared by the jobs of one pool; a thin pointer (8 bytes, not the
-    /// 16 of an `Arc<str>`) keeps the whole `Arc<HeldJob>` allocation at 96
-    /// bytes, not 112 (the allocator's size classes).
+    /// 16 of an `Arc<str>`).
     pub pool: Arc<String>,
     pub timing: Timing,
     pub paused: bool,
@@ -30,15 +29,6 @@ pub struct HeldJob {
 }
 
 impl HeldJob {
-    /// The same job in allocations of its own (its id too), for
-    /// [`crate::book::Book::move_job`].
-    pub fn moved(&self) -> Self {
-        Self {
-            id: Arc::from(&*self.id),
-            ..self.clone()
-        }
-    }
-
     pub fn new(
         job: &ValidJob,
         id: Arc<str>,
@@ -63,8 +53,8 @@ mod tests {
 
     #[test]
     fn a_held_job_stays_small() {
-        // id and pool pointers, 32-byte timing, flag, revision, instant:
-        // with an `Arc`'s two counts, 96 bytes (a size class of mimalloc).
+        // id and pool pointers, 32-byte timing, flag, revision, instant;
+        // held in its shard's table beside its plan (`plan::PlannedJob`).
         assert!(
             std::mem::size_of::<HeldJob>() <= 80,
             "{}",

@@ -36,7 +36,6 @@ pub mod tidy;
 pub mod verify;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +56,6 @@ use crate::held::{Held, Loader, Recovery};
 use crate::holding::Holdings;
 use crate::load::ShardPass;
 use crate::ownership::{LeaseOptions, Leases, Ownership};
-use crate::plan::FirePlan;
 use crate::shards::shard_of;
 use crate::tidy::Tidying;
 
@@ -251,7 +249,6 @@ pub async fn run(
     };
     let mut held = Held {
         book: Book::default(),
-        plans: HashMap::new(),
         definitions,
         // Two TTLs without an ownership change: a cold start's
         // rebalancing is over.
@@ -290,8 +287,7 @@ pub async fn run(
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
         }
         held::drop_shards_owned_elsewhere(&mut held);
-        held.tidying
-            .step(&mut held.book, &mut held.plans, tidy::STEP_BUDGET);
+        held.tidying.step(&mut held.book, tidy::STEP_BUDGET);
         // Every ownership change at once, and again last before taking
         // fires (planning a shard, a pass applied or a step of letting go
         // above may have taken a while): a shard lost and granted again
@@ -300,7 +296,7 @@ pub async fn run(
         while let Ok(change) = ownership_changes.try_recv() {
             held::on_ownership(change, &mut held, &loader, clock.now());
         }
-        if held.plans.is_empty() {
+        if !held.book.has_plans() {
             health.clear(&leases);
         }
 
@@ -316,11 +312,11 @@ pub async fn run(
         // acks are on their way (at most PIPELINE batches in flight).
         if in_flight.len() < PIPELINE && !planning_overdue {
             let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
-            let fires = take_due_fires(&mut held.plans, &leases, horizon, batch);
+            let fires = take_due_fires(&mut held.book, &leases, horizon, batch);
             if !fires.is_empty() {
                 let resolved = held.definitions.resolve(&fires).await;
                 // Reading back took time: publish only for shards still held.
-                let (fires, resolved) = still_leased(&mut held.plans, &leases, fires, resolved);
+                let (fires, resolved) = still_leased(&mut held.book, &leases, fires, resolved);
                 if !fires.is_empty() {
                     let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
                     in_flight.push_back((fires, resolved, acks));
@@ -354,7 +350,7 @@ pub async fn run(
             }
             continue;
         }
-        record_watermarks(&held.plans, &leases, horizon);
+        record_watermarks(&held.book, &leases, horizon);
         // Every fire due within the lookahead is out and settled (or
         // planning is overdue and what was in flight is settled): plan one
         // shard now. Planning one holds this loop (a second at ten million
@@ -372,9 +368,9 @@ pub async fn run(
         }
         // Letting go of dropped jobs goes on at once, between fires.
         let idle = if held.tidying.is_idle() && held.to_plan.is_empty() {
-            held.plans
-                .values()
-                .filter_map(FirePlan::next_fire_at)
+            held.book
+                .plans()
+                .filter_map(|(_, plan)| plan.next_fire_at())
                 .min()
                 .and_then(|at| (at - horizon).to_std().ok())
                 .map_or(MAX_IDLE, |d| d.min(MAX_IDLE))
@@ -406,13 +402,13 @@ pub async fn run(
     while let Some((fires, resolved, acks)) = in_flight.pop_front() {
         let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
         settle(
-            &mut held.plans,
+            &mut held.book,
             &fires,
             &done(&stored, &resolved),
             clock.now(),
         );
     }
-    record_watermarks(&held.plans, &leases, clock.now() + lookahead);
+    record_watermarks(&held.book, &leases, clock.now() + lookahead);
     drop(revoker);
     let _ = tokio::time::timeout(Duration::from_secs(5), revoker_task).await;
     ownership_stop.cancel();
@@ -465,10 +461,10 @@ async fn settle_oldest(
     let (fires, resolved, acks) = in_flight.pop_front()?;
     let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
     let now = clock.now();
-    let failed = settle(&mut held.plans, &fires, &done(&stored, &resolved), now);
+    let failed = settle(&mut held.book, &fires, &done(&stored, &resolved), now);
     revoker.stored(&fires, &stored, now);
     keep_definitions_of_soon_fires(held, &fires, &resolved, now);
-    record_watermarks(&held.plans, leases, now + lookahead);
+    record_watermarks(&held.book, leases, now + lookahead);
     Some(Settled {
         fires: fires.len(),
         failed,
@@ -531,15 +527,15 @@ impl PublishHealth {
 /// each shard contributes its share, so one batch stays bounded however many
 /// fires are due at once (at most `limit` plus one per shard).
 fn take_due_fires(
-    plans: &mut HashMap<u32, FirePlan>,
+    book: &mut Book,
     leases: &Leases,
     now: DateTime<Utc>,
     limit: usize,
 ) -> Vec<plan::Fire> {
-    let per_shard = limit / plans.len().max(1) + 1;
-    let mut fires: Vec<plan::Fire> = plans
-        .iter_mut()
-        .filter(|(shard, _)| leases.is_valid(**shard))
+    let per_shard = limit / book.plans().count().max(1) + 1;
+    let mut fires: Vec<plan::Fire> = book
+        .plans_mut()
+        .filter(|(shard, _)| leases.is_valid(*shard))
         .flat_map(|(_, plan)| plan.take_due(now, per_shard))
         .collect();
     fires.sort_by_key(|f| (f.fire_at, f.scheduled_at));
@@ -550,16 +546,11 @@ fn take_due_fires(
 /// Record which fires were stored; returns how many were not. Metrics:
 /// `jetcron_fires_total`, `jetcron_fire_publish_failures_total` and
 /// `jetcron_fire_lag_seconds` (stored minus meant-to-publish instant).
-fn settle(
-    plans: &mut HashMap<u32, FirePlan>,
-    fires: &[plan::Fire],
-    stored: &[bool],
-    now: DateTime<Utc>,
-) -> usize {
+fn settle(book: &mut Book, fires: &[plan::Fire], stored: &[bool], now: DateTime<Utc>) -> usize {
     let mut failed = 0;
     let lag = metrics::histogram!("jetcron_fire_lag_seconds");
     for (fire, ok) in fires.iter().zip(stored.iter().copied()) {
-        let Some(plan) = plans.get_mut(&shard_of(&fire.job.id)) else {
+        let Some(plan) = book.plan_mut(shard_of(&fire.job.id)) else {
             continue;
         };
         if ok {
@@ -596,11 +587,11 @@ fn keep_definitions_of_soon_fires(
     now: DateTime<Utc>,
 ) {
     let Held {
-        plans, definitions, ..
+        book, definitions, ..
     } = held;
     for (fire, resolved) in fires.iter().zip(resolved) {
-        let next = plans
-            .get(&shard_of(&fire.job.id))
+        let next = book
+            .plan(shard_of(&fire.job.id))
             .and_then(|plan| plan.get(&fire.job.id))
             .and_then(plan::PlannedJob::next_fire);
         definitions.settled(fire, resolved, next, now);
@@ -610,7 +601,7 @@ fn keep_definitions_of_soon_fires(
 /// The fires (with their definitions) of shards whose lease is still
 /// valid; the others go back to their plans untouched.
 fn still_leased(
-    plans: &mut HashMap<u32, FirePlan>,
+    book: &mut Book,
     leases: &Leases,
     fires: Vec<plan::Fire>,
     resolved: Vec<Resolved>,
@@ -624,15 +615,15 @@ fn still_leased(
         if leases.is_valid(shard) {
             kept.0.push(fire);
             kept.1.push(resolved);
-        } else if let Some(plan) = plans.get_mut(&shard) {
+        } else if let Some(plan) = book.plan_mut(shard) {
             plan.unfired(&fire);
         }
     }
     kept
 }
 
-fn record_watermarks(plans: &HashMap<u32, FirePlan>, leases: &Leases, now: DateTime<Utc>) {
-    for (shard, plan) in plans {
-        leases.set_watermark(*shard, plan.watermark(now));
+fn record_watermarks(book: &Book, leases: &Leases, now: DateTime<Utc>) {
+    for (shard, plan) in book.plans() {
+        leases.set_watermark(shard, plan.watermark(now));
     }
 }

@@ -27,7 +27,7 @@ pub struct ShardPass {
     pub pass: PassId,
     pub shards: Vec<u32>,
     /// The valid jobs of `shards`.
-    pub jobs: Vec<Arc<HeldJob>>,
+    pub jobs: Vec<HeldJob>,
     /// Every change up to this revision is in `jobs`.
     pub read_to: u64,
     /// From the pass's start to its end, retries included.
@@ -59,13 +59,13 @@ pub async fn load_shards(
                         .entry_ref(job.pool.as_str())
                         .or_insert_with(|| Arc::new(job.pool.clone())),
                 );
-                jobs.push(Arc::new(HeldJob::new(
+                jobs.push(HeldJob::new(
                     job,
                     Arc::from(entry.key.as_str()),
                     pool,
                     entry.revision,
                     entry.written_at,
-                )));
+                ));
             },
         );
         let read = tokio::select! {

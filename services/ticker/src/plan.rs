@@ -1,4 +1,14 @@
-//! The fire plan of one shard: which job fires next, and when. Pure and synchronous.
+//! The jobs of one shard and their fire plan: which job fires next, and
+//! when. Pure and synchronous.
+//!
+//! The table holds each job itself ([`HeldJob`] in its slot), planned or
+//! not: a shard whose jobs are held but which this replica does not own
+//! (or has not planned yet) keeps them here with no fires
+//! ([`FirePlan::hold`]), and [`FirePlan::plan_all`] plans them in place
+//! when it is taken over. One table per shard is one id index and no
+//! shared pointer per job, where a book of shared jobs beside each plan
+//! cost about 45 bytes more a job (docs/architecture.md, "What a held job
+//! costs").
 //!
 //! The ticker feeds it definitions as the KV watch delivers them and asks it
 //! for due fires; publishing happens outside. A fire is only advanced past once
@@ -32,11 +42,11 @@ use crate::millis::Millis;
 /// one inline (the regular next fire), catch-ups beyond it on the heap.
 type JobFires = SmallVec<[(Millis, Millis); 1]>;
 
-/// A job as the plan holds it.
+/// A job as the table holds it, with its plan (none while the shard is
+/// not planned).
 #[derive(Debug, Clone)]
 pub struct PlannedJob {
-    /// Shared with the ticker's book and with in-flight fires.
-    pub job: Arc<HeldJob>,
+    pub job: HeldJob,
     /// Latest scheduled time queued for the job (its regular next fire).
     last_planned: Option<Millis>,
     /// Since when the job is paused (to apply its misfire policy on resume).
@@ -46,6 +56,16 @@ pub struct PlannedJob {
 }
 
 impl PlannedJob {
+    /// A job held with nothing planned.
+    fn unplanned(job: HeldJob) -> Self {
+        Self {
+            job,
+            last_planned: None,
+            paused_since: None,
+            fires: JobFires::new(),
+        }
+    }
+
     /// The publish instant of its earliest pending fire.
     pub fn next_fire(&self) -> Option<DateTime<Utc>> {
         self.fires
@@ -66,12 +86,29 @@ impl PlannedJob {
     }
 }
 
+/// What a fire names of its job, as it was when the fire was decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiredJob {
+    pub id: Arc<str>,
+    pub pool: Arc<String>,
+    /// The revision whose definition the due event carries.
+    pub revision: u64,
+}
+
+impl FiredJob {
+    pub fn of(job: &HeldJob) -> Self {
+        Self {
+            id: Arc::clone(&job.id),
+            pool: Arc::clone(&job.pool),
+            revision: job.revision,
+        }
+    }
+}
+
 /// One fire to emit.
 #[derive(Debug, Clone)]
 pub struct Fire {
-    /// The job as it was when the fire was decided (its revision is the
-    /// definition the due event carries).
-    pub job: Arc<HeldJob>,
+    pub job: FiredJob,
     pub scheduled_at: DateTime<Utc>,
     /// When it is published (scheduled time plus jitter).
     pub fire_at: DateTime<Utc>,
@@ -137,23 +174,64 @@ pub struct FirePlan {
 }
 
 impl FirePlan {
-    /// Point each planned job at `current(job)` where it gives one: the
-    /// book's copy after [`crate::book::Book::move_job`].
-    pub fn rehome(&mut self, current: impl Fn(&HeldJob) -> Option<Arc<HeldJob>>) {
+    /// Hold `job` unplanned, replacing what was held for its id (a shard
+    /// not planned here: it has no fires to keep).
+    pub fn hold(&mut self, job: HeldJob) {
+        self.remove(&job.id);
+        self.insert(PlannedJob::unplanned(job));
+    }
+
+    /// Forget every fire, keeping the jobs (a shard no longer owned).
+    pub fn unplan(&mut self) {
+        self.queue.clear();
+        self.in_flight.clear();
+        self.jittered.clear();
         for planned in self.slots.iter_mut().flatten() {
-            if let Some(job) = current(&planned.job) {
-                planned.job = job;
-            }
+            planned.last_planned = None;
+            planned.paused_since = None;
+            planned.fires = JobFires::new();
         }
     }
 
-    /// An empty plan with room for `jobs` (a shard taken over).
-    pub fn with_capacity(jobs: usize) -> Self {
-        Self {
-            index: IdIndex::with_capacity(jobs),
-            slots: Vec::with_capacity(jobs),
-            ..Self::default()
+    /// Plan every job held, none of which has fires yet ([`FirePlan::hold`]
+    /// or [`FirePlan::unplan`]), in a shard taken over whose fires are
+    /// stored up to `done` ([`FirePlan::recover_in`] says how).
+    pub fn plan_all(
+        &mut self,
+        done: DateTime<Utc>,
+        now: DateTime<Utc>,
+        late_threshold: chrono::Duration,
+    ) {
+        debug_assert!(self.pending_fires() == 0, "planned already");
+        for slot in 0..self.slots.len() {
+            let slot = Slot::try_from(slot).expect("fewer than 2^32 jobs in a shard");
+            self.recover_in(slot, done, now, late_threshold);
         }
+    }
+
+    /// The jobs held.
+    pub fn jobs(&self) -> impl Iterator<Item = &HeldJob> {
+        self.slots.iter().flatten().map(|planned| &planned.job)
+    }
+
+    /// The job held under `job_id`.
+    pub fn job_mut(&mut self, job_id: &str) -> Option<&mut HeldJob> {
+        let slot = self.slot_of(job_id)?;
+        self.slots[slot as usize]
+            .as_mut()
+            .map(|planned| &mut planned.job)
+    }
+
+    /// Make room for `more` jobs beyond those held.
+    pub fn reserve(&mut self, more: usize) {
+        let slots = &self.slots;
+        self.index.reserve(more, |held| id_in(slots, held));
+        self.slots.reserve(more.saturating_sub(self.free.len()));
+    }
+
+    /// The jobs, to let go of: the table's other parts are freed at once.
+    pub fn into_jobs(self) -> Vec<Option<PlannedJob>> {
+        self.slots
     }
 
     pub fn len(&self) -> usize {
@@ -175,8 +253,8 @@ impl FirePlan {
     }
 
     /// Hold `planned` (whose job the plan must not hold), in a free slot or
-    /// a new one.
-    fn insert(&mut self, planned: PlannedJob) {
+    /// a new one; returns the slot.
+    fn insert(&mut self, planned: PlannedJob) -> Slot {
         debug_assert!(
             self.slot_of(&planned.job.id).is_none(),
             "{} is held: remove it first",
@@ -190,6 +268,7 @@ impl FirePlan {
         self.slots[slot as usize] = Some(planned);
         let slots = &self.slots;
         self.index.insert(&id, slot, |held| id_in(slots, held));
+        slot
     }
 
     /// Pending fires (catch-ups and regular next fires, queued or in flight).
@@ -197,15 +276,7 @@ impl FirePlan {
         self.queue.len() + self.in_flight.len()
     }
 
-    /// Queue a fire of a job the plan holds (else nothing happens).
-    fn enqueue(&mut self, job_id: &str, scheduled: DateTime<Utc>) {
-        let scheduled = Millis::of(scheduled);
-        if let Some(slot) = self.slot_of(job_id) {
-            self.enqueue_in(slot, scheduled);
-        }
-    }
-
-    /// [`FirePlan::enqueue`] for the job in `slot`.
+    /// Queue a fire of the job in `slot` (if one is there).
     fn enqueue_in(&mut self, slot: Slot, scheduled: Millis) {
         let Some(planned) = self.slots[slot as usize].as_mut() else {
             return;
@@ -264,12 +335,7 @@ impl FirePlan {
     /// it (the gateway's missed-fire count expects exactly that; the caller
     /// bounds how far back). A job resumed from a pause gets the fires its
     /// misfire policy asks for.
-    pub fn upsert(
-        &mut self,
-        job: Arc<HeldJob>,
-        written_at: Option<DateTime<Utc>>,
-        now: DateTime<Utc>,
-    ) {
+    pub fn upsert(&mut self, job: HeldJob, written_at: Option<DateTime<Utc>>, now: DateTime<Utc>) {
         let id = Arc::clone(&job.id);
         let mut paused_since = None;
         if let Some(existing) = self.get(&id) {
@@ -300,26 +366,46 @@ impl FirePlan {
         }
         catch_up.sort();
         catch_up.dedup();
-        self.plan(id, job, catch_up, now);
+        let next = job.timing.next_scheduled(now);
+        let slot = self.insert(PlannedJob::unplanned(job));
+        self.schedule_in(slot, catch_up, next);
     }
 
-    /// Add a definition when taking over a shard whose fires are stored up to
-    /// `done`. Fires in `(done, now]` are late: all of them fire when the gap
-    /// is within `late_threshold` (a failover), else the misfire policy decides
-    /// (nobody was ticking). A job whose revision was written (`defined_at`)
-    /// after `done` has nothing to catch up before it.
+    /// One job of [`FirePlan::plan_all`]: the tests of how a shard taken
+    /// over resumes add its jobs one at a time.
+    #[cfg(test)]
     pub fn recover(
         &mut self,
-        job: Arc<HeldJob>,
+        job: HeldJob,
         done: DateTime<Utc>,
         now: DateTime<Utc>,
         late_threshold: chrono::Duration,
     ) {
-        let id = Arc::clone(&job.id);
-        self.remove(&id);
+        self.remove(&job.id);
+        let slot = self.insert(PlannedJob::unplanned(job));
+        self.recover_in(slot, done, now, late_threshold);
+    }
+
+    /// Plan the job in `slot`, which has no fires, in a shard taken over
+    /// whose fires are stored up to `done`. Fires in `(done, now]` are late:
+    /// all of them fire when the gap is within `late_threshold` (a
+    /// failover), else the misfire policy decides (nobody was ticking). A
+    /// job whose revision was written (`defined_at`) after `done` has
+    /// nothing to catch up before it.
+    fn recover_in(
+        &mut self,
+        slot: Slot,
+        done: DateTime<Utc>,
+        now: DateTime<Utc>,
+        late_threshold: chrono::Duration,
+    ) {
+        let Some(planned) = self.slots[slot as usize].as_mut() else {
+            return;
+        };
+        let job = &planned.job;
         let from = done.max(job.defined_at);
         if job.paused {
-            self.hold_paused(job, from);
+            planned.paused_since = Some(Millis::of(from));
             return;
         }
         // A previous owner with a lookahead stored fires up to `done`, which
@@ -328,61 +414,46 @@ impl FirePlan {
         // One schedule search answers the usual case (nothing due since
         // `from`): a million jobs are recovered at a cold start.
         let first = job.timing.next_scheduled(from);
-        if first.is_none_or(|t| t > now) {
+        let (catch_up, next) = if first.is_none_or(|t| t > now) {
             let next = if from <= anchor && first.is_none_or(|t| t > anchor) {
                 first
             } else {
                 job.timing.next_scheduled(anchor)
             };
-            self.plan_with_next(id, job, Vec::new(), next);
-            return;
-        }
-        let catch_up = if now - from <= late_threshold {
-            job.timing.latest_scheduled_in(from, now)
+            (Vec::new(), next)
         } else {
-            job.timing.missed(from, now)
+            let catch_up = if now - from <= late_threshold {
+                job.timing.latest_scheduled_in(from, now)
+            } else {
+                job.timing.missed(from, now)
+            };
+            (catch_up, job.timing.next_scheduled(anchor))
         };
-        self.plan(id, job, catch_up, anchor);
+        self.schedule_in(slot, catch_up, next);
     }
 
     /// Keep a paused job (no fires), remembering since when it is paused.
-    fn hold_paused(&mut self, job: Arc<HeldJob>, since: DateTime<Utc>) {
+    fn hold_paused(&mut self, job: HeldJob, since: DateTime<Utc>) {
         self.insert(PlannedJob {
-            job,
-            last_planned: None,
             paused_since: Some(Millis::of(since)),
-            fires: JobFires::new(),
+            ..PlannedJob::unplanned(job)
         });
     }
 
-    fn plan(
+    /// Queue the catch-ups and the next regular fire of the job in `slot`.
+    fn schedule_in(
         &mut self,
-        id: Arc<str>,
-        job: Arc<HeldJob>,
-        catch_up: Vec<DateTime<Utc>>,
-        now: DateTime<Utc>,
-    ) {
-        let next = job.timing.next_scheduled(now);
-        self.plan_with_next(id, job, catch_up, next);
-    }
-
-    /// [`FirePlan::plan`] with the next regular fire already known.
-    fn plan_with_next(
-        &mut self,
-        id: Arc<str>,
-        job: Arc<HeldJob>,
+        slot: Slot,
         catch_up: Vec<DateTime<Utc>>,
         next: Option<DateTime<Utc>>,
     ) {
-        let last_planned = next.or(catch_up.last().copied()).map(Millis::of);
-        self.insert(PlannedJob {
-            job,
-            last_planned,
-            paused_since: None,
-            fires: JobFires::new(),
-        });
+        let Some(planned) = self.slots[slot as usize].as_mut() else {
+            return;
+        };
+        planned.last_planned = next.or(catch_up.last().copied()).map(Millis::of);
+        planned.paused_since = None;
         for t in catch_up.into_iter().chain(next) {
-            self.enqueue(&id, t);
+            self.enqueue_in(slot, Millis::of(t));
         }
     }
 
@@ -450,7 +521,7 @@ impl FirePlan {
     fn fire_of(&self, key: &FireKey) -> Option<Fire> {
         let planned = self.slots[key.slot as usize].as_ref()?;
         Some(Fire {
-            job: Arc::clone(&planned.job),
+            job: FiredJob::of(&planned.job),
             scheduled_at: key.scheduled().at(),
             fire_at: key.fire_at.at(),
         })

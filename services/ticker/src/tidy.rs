@@ -1,9 +1,11 @@
 //! Letting go of the jobs of shards owned elsewhere, a piece at a time.
 //!
 //! Once ownership has settled, a replica drops the jobs of the shards it
-//! does not own, moves the jobs it keeps into allocations of their own (at
-//! a start they were allocated in among the others, whose pages could then
-//! not go back to the OS) and asks the allocator to give freed memory back.
+//! does not own, moves the ids of the jobs it keeps into allocations of
+//! their own (at a start they were allocated in among the others, whose
+//! pages could then not go back to the OS; a job itself lives in its
+//! shard's table, one allocation) and asks the allocator to give freed
+//! memory back.
 //! At ten million jobs over three replicas that was six million jobs freed
 //! and four million moved: about 20 s in one go, in which the ticker's loop
 //! published nothing and (on the same runtime) lease renewals starved, so
@@ -11,15 +13,14 @@
 //! when it drops shards, and each [`Tidying::step`] does at most a time
 //! budget of it; the loop publishes due events in between.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::info;
 
 use crate::book::Book;
-use crate::held_job::HeldJob;
-use crate::plan::FirePlan;
+use crate::plan::{FirePlan, PlannedJob};
 
 /// Work of one step before the loop gets back to its fires.
 pub const STEP_BUDGET: Duration = Duration::from_millis(10);
@@ -27,7 +28,7 @@ pub const STEP_BUDGET: Duration = Duration::from_millis(10);
 /// Items handled between two looks at the clock.
 const BETWEEN_CLOCK_READS: usize = 1024;
 
-/// A kept shard whose jobs are being moved.
+/// A kept shard whose jobs' ids are being moved.
 struct Compacting {
     shard: u32,
     /// The ids still to move, taken from the shard's table when its turn
@@ -38,8 +39,8 @@ struct Compacting {
 /// What is left to do after shards were dropped.
 #[derive(Default)]
 pub struct Tidying {
-    /// Jobs of dropped shards, freed from the end.
-    freeing: Vec<Arc<HeldJob>>,
+    /// Jobs of dropped shards, one list per shard, freed from the end.
+    freeing: Vec<Vec<Option<PlannedJob>>>,
     /// Kept shards whose jobs are still to be moved.
     compacting: VecDeque<Compacting>,
     /// Since the first drop of this round of tidying.
@@ -54,13 +55,15 @@ impl Tidying {
         self.freeing.is_empty() && self.compacting.is_empty() && self.started.is_none()
     }
 
-    /// Let go of `dropped` (the jobs of shards no longer held) and move the
-    /// jobs of `kept` shards, over the next steps. A shard still being
-    /// moved is not queued twice.
-    pub fn start(&mut self, dropped: Vec<Arc<HeldJob>>, kept: impl IntoIterator<Item = u32>) {
+    /// Let go of `dropped` (the tables of shards no longer held) and move
+    /// the ids of `kept` shards' jobs, over the next steps. A shard still
+    /// being moved is not queued twice.
+    pub fn start(&mut self, dropped: Vec<FirePlan>, kept: impl IntoIterator<Item = u32>) {
         self.started.get_or_insert_with(Instant::now);
-        self.dropped += dropped.len();
-        self.freeing.extend(dropped);
+        for table in dropped {
+            self.dropped += table.len();
+            self.freeing.push(table.into_jobs());
+        }
         for shard in kept {
             if let Some(queued) = self.compacting.iter_mut().find(|c| c.shard == shard) {
                 // Jobs of this shard may have come in among the dropped
@@ -73,18 +76,20 @@ impl Tidying {
     }
 
     /// Do about `budget` of the work (at least one piece), in order: free
-    /// dropped jobs, move kept ones (a shard's plan is pointed at the moved
-    /// copies once the whole shard is moved), then give freed memory back.
+    /// dropped jobs, move kept ones' ids, then give freed memory back.
     /// Nothing when idle.
     ///
     /// Nothing else is kept for a dropped job: a shard's definitions went
     /// when it was lost, and a shard never planned here kept none.
-    pub fn step(&mut self, book: &mut Book, plans: &mut HashMap<u32, FirePlan>, budget: Duration) {
+    pub fn step(&mut self, book: &mut Book, budget: Duration) {
         let began = Instant::now();
         let over_budget = || began.elapsed() >= budget;
-        while !self.freeing.is_empty() {
-            let from = self.freeing.len().saturating_sub(BETWEEN_CLOCK_READS);
-            self.freeing.truncate(from);
+        while let Some(jobs) = self.freeing.last_mut() {
+            let from = jobs.len().saturating_sub(BETWEEN_CLOCK_READS);
+            jobs.truncate(from);
+            if from == 0 {
+                self.freeing.pop();
+            }
             if over_budget() {
                 return;
             }
@@ -95,17 +100,13 @@ impl Tidying {
                 .ids
                 .get_or_insert_with(|| book.shard(shard).map(|job| Arc::clone(&job.id)).collect());
             if ids.is_empty() {
-                let book = &*book;
-                if let Some(plan) = plans.get_mut(&shard) {
-                    plan.rehome(|job| book.get(&job.id).cloned());
-                }
                 self.compacting.pop_front();
             } else {
                 let from = ids.len().saturating_sub(BETWEEN_CLOCK_READS);
                 // A job removed since is skipped; one inserted since is a
                 // new allocation already.
                 for id in ids.drain(from..) {
-                    book.move_job(&id);
+                    book.move_id(&id);
                 }
             }
             if over_budget() {
@@ -141,19 +142,19 @@ mod tests {
     }
 
     /// Step `tidying` until it is idle; how many steps that took.
-    fn step_to_the_end(
-        tidying: &mut Tidying,
-        book: &mut Book,
-        plans: &mut HashMap<u32, FirePlan>,
-        budget: Duration,
-    ) -> usize {
+    fn step_to_the_end(tidying: &mut Tidying, book: &mut Book, budget: Duration) -> usize {
         let mut steps = 0;
         while !tidying.is_idle() {
-            tidying.step(book, plans, budget);
+            tidying.step(book, budget);
             steps += 1;
             assert!(steps < 1_000, "tidying ends");
         }
         steps
+    }
+
+    /// The ids of a shard's jobs.
+    fn ids_of(book: &Book, shard: u32) -> Vec<Arc<str>> {
+        book.shard(shard).map(|job| Arc::clone(&job.id)).collect()
     }
 
     #[test]
@@ -163,46 +164,43 @@ mod tests {
             hold(&mut book, &format!("job-{i}"));
         }
         let kept = shard_of("job-0");
-        let kept_before: Vec<Arc<HeldJob>> = book.shard(kept).cloned().collect();
-        let mut plan = FirePlan::default();
+        let kept_before = ids_of(&book, kept);
         let now = Utc::now();
-        for job in &kept_before {
-            plan.upsert(Arc::clone(job), None, now);
-        }
-        let mut plans = HashMap::from([(kept, plan)]);
-        let dropped: Vec<Arc<HeldJob>> = (0..crate::shards::SHARDS)
+        let mut table = book.take_to_plan(kept);
+        table.plan_all(now, now, chrono::Duration::seconds(60));
+        book.put_planned(kept, table);
+        let dropped: Vec<FirePlan> = (0..crate::shards::SHARDS)
             .filter(|s| *s != kept)
-            .flat_map(|shard| book.drop_shard(shard))
+            .map(|shard| book.drop_shard(shard))
             .collect();
-        let dropped_count = dropped.len();
-        let dropped_one = Arc::downgrade(&dropped[0]);
+        let dropped_pieces: usize = dropped
+            .iter()
+            .map(|table| table.len().div_ceil(BETWEEN_CLOCK_READS))
+            .sum();
+        let dropped_one = Arc::downgrade(&dropped[0].jobs().next().expect("a job").id);
         let mut tidying = Tidying::default();
         tidying.start(dropped, [kept]);
         assert!(!tidying.is_idle());
 
-        let steps = step_to_the_end(&mut tidying, &mut book, &mut plans, Duration::ZERO);
-        // One piece per step: the dropped jobs, the kept shard's, then the
-        // plan pointed at the moved copies, then the memory given back.
-        let pieces = dropped_count.div_ceil(BETWEEN_CLOCK_READS)
-            + kept_before.len().div_ceil(BETWEEN_CLOCK_READS);
+        let steps = step_to_the_end(&mut tidying, &mut book, Duration::ZERO);
+        // One piece per step: the dropped jobs (a piece holds jobs of one
+        // shard), the kept shard's ids, its end, then the memory given back.
+        let pieces = dropped_pieces + kept_before.len().div_ceil(BETWEEN_CLOCK_READS);
         assert_eq!(steps, pieces + 2);
         assert!(dropped_one.upgrade().is_none(), "a dropped job is freed");
         assert_eq!(book.len(), kept_before.len());
-        let plan = &plans[&kept];
+        let plan = book.plan(kept).expect("still planned");
+        assert_eq!(plan.pending_fires(), kept_before.len(), "its fires kept");
         for old in &kept_before {
-            let new = book.get(&old.id).expect("kept");
-            assert!(!Arc::ptr_eq(old, new), "moved");
-            let planned = plan.get(&old.id).expect("planned");
-            assert!(
-                Arc::ptr_eq(&planned.job, new),
-                "the plan points at the moved copy"
-            );
+            let planned = plan.get(old).expect("kept");
+            assert!(!Arc::ptr_eq(old, &planned.job.id), "its id moved");
+            assert!(planned.next_fire().is_some(), "still planned");
         }
     }
 
     /// A shard queued to be moved and then dropped has nothing left to
     /// move; one queued again while being moved is moved again from the
-    /// start (its moved copies were allocated in among those of shards
+    /// start (its moved ids were allocated in among those of shards
     /// dropped since).
     #[test]
     fn a_queued_shard_dropped_or_queued_again_is_handled() {
@@ -212,21 +210,20 @@ mod tests {
         }
         let (a, b) = (shard_of("job-0"), shard_of("job-1"));
         assert_ne!(a, b);
-        let mut plans = HashMap::new();
         let mut tidying = Tidying::default();
         tidying.start(Vec::new(), [b, a]);
-        // b's jobs moved (fewer than a piece), b not done yet.
-        tidying.step(&mut book, &mut plans, Duration::ZERO);
-        let moved_once: Vec<Arc<HeldJob>> = book.shard(b).cloned().collect();
+        // b's ids moved (fewer than a piece), b not done yet.
+        tidying.step(&mut book, Duration::ZERO);
+        let moved_once = ids_of(&book, b);
         let dropped = book.drop_shard(a);
-        tidying.start(dropped, [b]);
-        let steps = step_to_the_end(&mut tidying, &mut book, &mut plans, Duration::from_secs(1));
+        tidying.start(vec![dropped], [b]);
+        let steps = step_to_the_end(&mut tidying, &mut book, Duration::from_secs(1));
         assert_eq!(steps, 1, "within one budget");
         assert_eq!(book.shard_len(a), 0);
         assert_eq!(book.shard_len(b), moved_once.len());
         for old in &moved_once {
-            let new = book.get(&old.id).expect("kept");
-            assert!(!Arc::ptr_eq(old, new), "moved again");
+            let new = book.get(old).expect("kept");
+            assert!(!Arc::ptr_eq(old, &new.id), "moved again");
         }
     }
 }
