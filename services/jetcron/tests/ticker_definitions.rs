@@ -17,7 +17,6 @@ use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_testkit::NatsServer;
 use jetcron_ticker::definitions::{Definitions, Resolved};
-use jetcron_ticker::held_job::HeldJob;
 use jetcron_ticker::plan::{Fire, FiredJob};
 
 fn definition(description: &str) -> String {
@@ -31,13 +30,11 @@ fn fire_of(id: &str, value: &str, revision: u64) -> Fire {
     let job = parse_job(value.as_bytes(), Some(id)).expect("valid");
     let now = Utc::now();
     Fire {
-        job: FiredJob::of(&HeldJob::new(
-            &job,
-            Arc::from(id),
-            Arc::new(job.pool.clone()),
+        job: FiredJob {
+            id: Arc::from(id),
+            pool: Arc::new(job.pool.clone()),
             revision,
-            now,
-        )),
+        },
         scheduled_at: now,
         fire_at: now,
     }

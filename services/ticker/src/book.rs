@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 use jetcron_core::job::ValidJob;
 
 use crate::held_job::HeldJob;
@@ -44,9 +45,8 @@ impl Book {
         self.table(job_id).get(job_id).map(|planned| &planned.job)
     }
 
-    /// The held form of `job` at `revision` (written at `defined_at`): its
-    /// pool name shared with the other jobs of its pool, and its id with
-    /// the job already held under it.
+    /// The held form of `job` at `revision` (written at `defined_at`), its
+    /// pool name shared with the other jobs of its pool.
     pub fn held_form(
         &mut self,
         job: &ValidJob,
@@ -59,10 +59,7 @@ impl Book {
                 .entry_ref(job.pool.as_str())
                 .or_insert_with(|| Arc::new(job.pool.clone())),
         );
-        let id = self
-            .get(job_id)
-            .map_or_else(|| Arc::from(job_id), |held| Arc::clone(&held.id));
-        HeldJob::new(job, id, pool, revision, defined_at)
+        HeldJob::new(job, CompactString::from(job_id), pool, revision, defined_at)
     }
 
     /// Hold `job` in its shard, which is not planned (a shard's planned
@@ -119,16 +116,19 @@ impl Book {
         }
     }
 
-    /// Give the job `job_id` an id in an allocation of its own (returns
-    /// whether it is held). At a start the ids of all shards are allocated
-    /// in among each other; once those of other shards are dropped, the
-    /// memory pages they shared with the ids kept cannot be given back.
-    /// Moved, the kept ones leave their old pages empty.
+    /// Give the job `job_id` an id in an allocation of its own if its id
+    /// is too long to be kept in the job itself (returns whether it is
+    /// held). At a start the ids of all shards are allocated in among each
+    /// other; once those of other shards are dropped, the memory pages they
+    /// shared with the ids kept cannot be given back. Moved, the kept ones
+    /// leave their old pages empty.
     pub fn move_id(&mut self, job_id: &str) -> bool {
         let Some(held) = self.tables[shard_of(job_id) as usize].job_mut(job_id) else {
             return false;
         };
-        held.id = Arc::from(&*held.id);
+        if held.id.is_heap_allocated() {
+            held.id = CompactString::from(held.id.as_str());
+        }
         true
     }
 
@@ -240,13 +240,11 @@ mod tests {
             book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
         }
         assert_eq!(book.len(), 200);
-        let first_id = Arc::clone(&book.get("job-7").expect("held").id);
         book.insert(&job("job-7", "@hourly"), 500, at);
         let again = book.get("job-7").expect("held");
         assert_eq!(again.revision, 500);
         assert_eq!(book.len(), 200, "replaced, not added");
-        // The id of the key is allocated once, and pools are shared.
-        assert!(Arc::ptr_eq(&first_id, &again.id));
+        // Pools are shared.
         let other = book.get("job-8").expect("held");
         assert!(Arc::ptr_eq(&again.pool, &other.pool));
         let shard = shard_of("job-7");
@@ -259,23 +257,35 @@ mod tests {
         assert_eq!(in_shards, 199);
     }
 
+    /// An id longer than a job keeps in itself.
+    fn long_id(i: u64) -> String {
+        format!("a-job-whose-id-is-longer-than-24-bytes-{i}")
+    }
+
     #[test]
     fn a_moved_id_is_the_same_id_in_a_new_allocation() {
         let mut book = Book::default();
         let at = Utc::now();
         for i in 0..100 {
-            book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
+            book.insert(&job(&long_id(i), "@daily"), i + 1, at);
         }
-        let shard = shard_of("job-3");
-        let before: Vec<HeldJob> = book.shard(shard).cloned().collect();
-        for old in &before {
+        book.insert(&job("short", "@daily"), 101, at);
+        assert!(!book.get("short").expect("held").id.is_heap_allocated());
+        assert!(book.move_id("short"), "held, nothing to move");
+        let shard = shard_of(&long_id(3));
+        let before: Vec<(HeldJob, *const u8)> = book
+            .shard(shard)
+            .map(|held| (held.clone(), held.id.as_ptr()))
+            .collect();
+        for (old, _) in &before {
             assert!(book.move_id(&old.id));
         }
         assert!(!book.move_id("not-held"));
         assert_eq!(book.shard_len(shard), before.len());
-        for old in &before {
+        for (old, was_at) in &before {
             let new = book.get(&old.id).expect("still held");
-            assert!(!Arc::ptr_eq(&old.id, &new.id), "its id moved");
+            assert!(new.id.is_heap_allocated());
+            assert_ne!(new.id.as_ptr(), *was_at, "its id moved");
             assert_eq!(
                 (&*new.id, new.revision, new.defined_at, new.paused),
                 (&*old.id, old.revision, old.defined_at, old.paused)

@@ -92,7 +92,7 @@ impl Definitions {
     /// keeping time, else let it go.
     pub fn keep_if_soon(
         &mut self,
-        id: &Arc<str>,
+        id: &str,
         revision: u64,
         spec: &JobSpec,
         next_fire: Option<DateTime<Utc>>,
@@ -101,7 +101,7 @@ impl Definitions {
         // Encoded only when kept: a cold start sees a million definitions
         // and keeps few of them.
         match self.soon(next_fire, now).then(|| encode(spec)).flatten() {
-            Some(encoded) => self.hot.insert(Arc::clone(id), (revision, encoded)),
+            Some(encoded) => self.hot.insert(Arc::from(id), (revision, encoded)),
             None => self.hot.remove(id),
         };
     }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 use jetcron_core::job::ValidJob;
 use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
 use tokio_util::sync::CancellationToken;
@@ -173,7 +174,7 @@ async fn plan_shard(
     if now - done > recovery.dedup_horizon {
         // The previous owner may have published fires in
         // (done, emitted_before] that dedup no longer remembers.
-        let ids: Vec<Arc<str>> = plan.job_ids().cloned().collect();
+        let ids: Vec<CompactString> = plan.job_ids().cloned().collect();
         for id in ids {
             if plan.catch_up_between(&id, done, emitted_before).is_empty() {
                 continue;
@@ -395,7 +396,7 @@ fn hold_job(
         revoker.revoke(id, "job paused before this fire", now);
     }
     let held = book.held_form(job, revision, defined_at);
-    let id = Arc::clone(&held.id);
+    let id = held.id.clone();
     // Written a moment ago (a slow watch, a loaded machine): the
     // times since the write fire late. Older writes are recovery's.
     let written_at = (now - defined_at <= late_threshold).then_some(defined_at);

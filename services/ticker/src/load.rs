@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use compact_str::CompactString;
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::job_feed;
 use jetcron_io::retry::RetryDelay;
@@ -61,7 +62,7 @@ pub async fn load_shards(
                 );
                 jobs.push(HeldJob::new(
                     job,
-                    Arc::from(entry.key.as_str()),
+                    CompactString::from(entry.key.as_str()),
                     pool,
                     entry.revision,
                     entry.written_at,

@@ -32,6 +32,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 use jetcron_core::id_index::IdIndex;
 use smallvec::SmallVec;
 
@@ -98,7 +99,7 @@ pub struct FiredJob {
 impl FiredJob {
     pub fn of(job: &HeldJob) -> Self {
         Self {
-            id: Arc::clone(&job.id),
+            id: Arc::from(job.id.as_str()),
             pool: Arc::clone(&job.pool),
             revision: job.revision,
         }
@@ -121,7 +122,7 @@ type Slot = u32;
 fn id_in(slots: &[Option<PlannedJob>], slot: Slot) -> Option<&str> {
     slots[slot as usize]
         .as_ref()
-        .map(|planned| &*planned.job.id)
+        .map(|planned| planned.job.id.as_str())
 }
 
 /// One pending fire in the shard-wide sets, ordered by publish instant, then
@@ -264,10 +265,11 @@ impl FirePlan {
             self.slots.push(None);
             Slot::try_from(self.slots.len() - 1).expect("fewer than 2^32 jobs in a shard")
         });
-        let id = Arc::clone(&planned.job.id);
         self.slots[slot as usize] = Some(planned);
-        let slots = &self.slots;
-        self.index.insert(&id, slot, |held| id_in(slots, held));
+        let Self { index, slots, .. } = self;
+        if let Some(id) = id_in(slots, slot) {
+            index.insert(id, slot, |held| id_in(slots, held));
+        }
         slot
     }
 
@@ -336,7 +338,7 @@ impl FirePlan {
     /// bounds how far back). A job resumed from a pause gets the fires its
     /// misfire policy asks for.
     pub fn upsert(&mut self, job: HeldJob, written_at: Option<DateTime<Utc>>, now: DateTime<Utc>) {
-        let id = Arc::clone(&job.id);
+        let id = job.id.clone();
         let mut paused_since = None;
         if let Some(existing) = self.get(&id) {
             if existing.job.revision >= job.revision {
@@ -475,7 +477,7 @@ impl FirePlan {
     }
 
     /// Ids of the jobs held.
-    pub fn job_ids(&self) -> impl Iterator<Item = &Arc<str>> {
+    pub fn job_ids(&self) -> impl Iterator<Item = &CompactString> {
         self.slots.iter().flatten().map(|planned| &planned.job.id)
     }
 
