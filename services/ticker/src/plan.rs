@@ -48,10 +48,11 @@ type JobFires = SmallVec<[(Millis, Millis); 1]>;
 #[derive(Debug, Clone)]
 pub struct PlannedJob {
     pub job: HeldJob,
-    /// Latest scheduled time queued for the job (its regular next fire).
-    last_planned: Option<Millis>,
-    /// Since when the job is paused (to apply its misfire policy on resume).
-    paused_since: Option<Millis>,
+    /// For a paused job, since when it is paused (to apply its misfire
+    /// policy on resume); for any other, the latest scheduled time queued
+    /// (its regular next fire). One field for both: a paused job has no
+    /// fires ([`PlannedJob::paused_since`], [`PlannedJob::last_planned`]).
+    mark: Option<Millis>,
     /// (publish instant, scheduled time) of its queued or in-flight fires.
     fires: JobFires,
 }
@@ -61,8 +62,7 @@ impl PlannedJob {
     fn unplanned(job: HeldJob) -> Self {
         Self {
             job,
-            last_planned: None,
-            paused_since: None,
+            mark: None,
             fires: JobFires::new(),
         }
     }
@@ -78,7 +78,16 @@ impl PlannedJob {
 
     /// Latest scheduled time queued for the job (its regular next fire).
     pub fn last_planned(&self) -> Option<DateTime<Utc>> {
-        self.last_planned.map(Millis::at)
+        self.last_planned_ms().map(Millis::at)
+    }
+
+    fn last_planned_ms(&self) -> Option<Millis> {
+        self.mark.filter(|_| !self.job.paused)
+    }
+
+    /// Since when the job is paused, if it is.
+    fn paused_since(&self) -> Option<Millis> {
+        self.mark.filter(|_| self.job.paused)
     }
 
     /// Its scheduled times pending, in no order.
@@ -188,8 +197,7 @@ impl FirePlan {
         self.in_flight.clear();
         self.jittered.clear();
         for planned in self.slots.iter_mut().flatten() {
-            planned.last_planned = None;
-            planned.paused_since = None;
+            planned.mark = None;
             planned.fires = JobFires::new();
         }
     }
@@ -344,7 +352,7 @@ impl FirePlan {
             if existing.job.revision >= job.revision {
                 return;
             }
-            paused_since = existing.paused_since.map(Millis::at);
+            paused_since = existing.paused_since().map(Millis::at);
         }
         // Fires already due under the old revision still happen (an edit at
         // the fire time must not drop the fire); they carry the same run ids.
@@ -407,7 +415,7 @@ impl FirePlan {
         let job = &planned.job;
         let from = done.max(job.defined_at);
         if job.paused {
-            planned.paused_since = Some(Millis::of(from));
+            planned.mark = Some(Millis::of(from));
             return;
         }
         // A previous owner with a lookahead stored fires up to `done`, which
@@ -437,7 +445,7 @@ impl FirePlan {
     /// Keep a paused job (no fires), remembering since when it is paused.
     fn hold_paused(&mut self, job: HeldJob, since: DateTime<Utc>) {
         self.insert(PlannedJob {
-            paused_since: Some(Millis::of(since)),
+            mark: Some(Millis::of(since)),
             ..PlannedJob::unplanned(job)
         });
     }
@@ -452,8 +460,7 @@ impl FirePlan {
         let Some(planned) = self.slots[slot as usize].as_mut() else {
             return;
         };
-        planned.last_planned = next.or(catch_up.last().copied()).map(Millis::of);
-        planned.paused_since = None;
+        planned.mark = next.or(catch_up.last().copied()).map(Millis::of);
         for t in catch_up.into_iter().chain(next) {
             self.enqueue_in(slot, Millis::of(t));
         }
@@ -586,13 +593,14 @@ impl FirePlan {
         planned
             .fires
             .retain(|entry| *entry != (key.fire_at, scheduled));
-        if planned.job.revision == fire.job.revision && planned.last_planned == Some(scheduled) {
+        if planned.job.revision == fire.job.revision && planned.last_planned_ms() == Some(scheduled)
+        {
             let next = planned
                 .job
                 .timing
                 .next_scheduled(scheduled.at())
                 .map(Millis::of);
-            planned.last_planned = next;
+            planned.mark = next;
             if let Some(t) = next {
                 self.enqueue_in(key.slot, t);
             }

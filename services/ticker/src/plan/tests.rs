@@ -447,6 +447,6 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
 /// (docs/benchmarks.md).
 #[test]
 fn a_planned_job_and_a_queue_key_stay_small() {
-    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 128);
+    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 120);
     assert_eq!(std::mem::size_of::<FireKey>(), 16);
 }
