@@ -21,12 +21,13 @@
 //! recorded afterwards; `/v1/stats` still computes them for any range. The
 //! counts of each scan also feed the `jetcron_missed_fires` gauge.
 //!
-//! A scan streams the jobs ([`crate::job_pass`]): it reads
-//! [`MAX_STATS_JOBS`] current definitions, judges them against ClickHouse,
-//! records their missed fires and drops them before it reads the next ones.
-//! Holding every job for the scan cost about 8 KB per job (a million jobs:
-//! gigabytes every 30 s); now a scan holds one chunk, and afterwards only
-//! the gauge's counts of jobs with missed fires stay.
+//! A scan streams the jobs ([`stats::MissedInWindow`]): it parses a few
+//! hundred current definitions at a time and keeps only the expected fires
+//! of those that had any in the window, judges a batch of them against
+//! ClickHouse, records their missed fires and drops them before it reads
+//! on. Holding every job for the scan cost about 8 KB per job (a million
+//! jobs: gigabytes every 30 s); now a scan holds one batch, and afterwards
+//! only the gauge's counts of jobs with missed fires stay.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -40,7 +41,7 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::stats::{self, Missed, MAX_STATS_JOBS};
+use crate::stats::{self, Missed};
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
@@ -109,15 +110,14 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
 
 /// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
 /// record every missed fire not yet stored, and give the gauge the counts.
-/// Jobs are read, judged and recorded [`MAX_STATS_JOBS`] at a time; only the
-/// counts of jobs with missed fires outlive their chunk.
+/// Jobs are judged and recorded a batch at a time
+/// ([`stats::MissedInWindow`]); only the counts of jobs with missed fires
+/// outlive their batch.
 pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<ScanReport> {
-    let mut jobs = state.jobs.pass(&state.js).await?;
+    let mut batches = stats::MissedInWindow::open(state, until).await?;
     let mut counts = BTreeMap::new();
     let mut report = ScanReport::default();
-    while let Some(chunk) = jobs.next_chunk(MAX_STATS_JOBS).await? {
-        let missed = stats::missed_in_window(state, &chunk, until).await?;
-        drop(chunk);
+    while let Some(missed) = batches.next_batch(state).await? {
         counts.extend(stats::counts_of(&missed));
         record(state, &missed, &mut report).await?;
     }

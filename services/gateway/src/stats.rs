@@ -326,6 +326,35 @@ fn expected_fires(
     }
 }
 
+/// The fires one job was expected to have had, before ClickHouse is asked
+/// which of them ran: what a job costs while its batch is gathered.
+pub struct Expected {
+    id: String,
+    times: Vec<DateTime<Utc>>,
+    truncated: bool,
+}
+
+/// The expected fires in `[from, to]` due by `now` of those of `jobs` that
+/// have any.
+pub fn expected_of(
+    jobs: &[CurrentJob],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    now: DateTime<Utc>,
+    grace: Duration,
+) -> Vec<Expected> {
+    jobs.iter()
+        .filter_map(|current| {
+            let (times, truncated) = expected_fires(current, from, to, now, grace);
+            (!times.is_empty()).then(|| Expected {
+                id: current.job.spec.id.clone(),
+                times,
+                truncated,
+            })
+        })
+        .collect()
+}
+
 /// Scheduled fires in `[from, to]` of `jobs` that have no run event.
 pub async fn missed_fires(
     client: &clickhouse::Client,
@@ -335,22 +364,20 @@ pub async fn missed_fires(
     now: DateTime<Utc>,
     grace: Duration,
 ) -> anyhow::Result<BTreeMap<String, Missed>> {
-    let mut expected = Vec::new();
-    for current in jobs {
-        let (times, truncated) = expected_fires(current, from, to, now, grace);
-        if !times.is_empty() {
-            expected.push((current.job.spec.id.as_str(), times, truncated));
-        }
-    }
-    if expected.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let earliest = expected.iter().filter_map(|(_, t, _)| t.first()).min();
-    let latest = expected.iter().filter_map(|(_, t, _)| t.last()).max();
+    missed_of(client, expected_of(jobs, from, to, now, grace)).await
+}
+
+/// Which of the `expected` fires have no run event (one ClickHouse query).
+pub async fn missed_of(
+    client: &clickhouse::Client,
+    expected: Vec<Expected>,
+) -> anyhow::Result<BTreeMap<String, Missed>> {
+    let earliest = expected.iter().filter_map(|e| e.times.first()).min();
+    let latest = expected.iter().filter_map(|e| e.times.last()).max();
     let (Some(earliest), Some(latest)) = (earliest, latest) else {
         return Ok(BTreeMap::new());
     };
-    let ids: Vec<&str> = expected.iter().map(|(id, _, _)| *id).collect();
+    let ids: Vec<&str> = expected.iter().map(|e| e.id.as_str()).collect();
     let present: HashSet<String> = present_runs_query(
         client,
         &ids,
@@ -363,12 +390,17 @@ pub async fn missed_fires(
     .into_iter()
     .collect();
     let mut missed = BTreeMap::new();
-    for (id, times, truncated) in expected {
+    for Expected {
+        id,
+        times,
+        truncated,
+    } in expected
+    {
         let times: Vec<_> = times
             .into_iter()
-            .filter(|t| !present.contains(RunId::for_fire(id, *t).as_str()))
+            .filter(|t| !present.contains(RunId::for_fire(&id, *t).as_str()))
             .collect();
-        missed.insert(id.to_string(), Missed { times, truncated });
+        missed.insert(id, Missed { times, truncated });
     }
     Ok(missed)
 }
@@ -467,35 +499,77 @@ pub fn counts_of(missed: &BTreeMap<String, Missed>) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Missed fires of `jobs` (one chunk of a [`crate::job_pass::JobPass`],
-/// at most [`MAX_STATS_JOBS`]) in the last [`GAUGE_WINDOW`] before `now`:
-/// the window of the missed-fire scan and of the gauge.
-pub async fn missed_in_window(
-    state: &crate::GatewayState,
-    jobs: &[CurrentJob],
+/// Jobs a pass over the bucket parses at a time to find their expected
+/// fires. Few: a parsed definition is a few hundred bytes and more, and
+/// with 2 MB pages a working set of 2,000 of them kept about 40 MB more
+/// resident during each scan of a million jobs (docs/benchmarks.md).
+const PARSED_AT_ONCE: usize = 250;
+
+/// Most expected fires judged in one batch: a job due every second has
+/// 3,600 in the window, and ClickHouse answers with the run ids of those
+/// that ran.
+const MAX_BATCH_FIRES: usize = 100_000;
+
+/// The missed fires of every valid job in the last [`GAUGE_WINDOW`]
+/// before `now`, a batch at a time: jobs are read and parsed
+/// [`PARSED_AT_ONCE`] at a time and only those with expected fires are
+/// kept, at most [`MAX_STATS_JOBS`] of them and about [`MAX_BATCH_FIRES`]
+/// fires to a batch (one ClickHouse query).
+pub struct MissedInWindow {
+    jobs: crate::job_pass::JobPass,
     now: DateTime<Utc>,
-) -> anyhow::Result<BTreeMap<String, Missed>> {
-    missed_fires(
-        state.runs.client(),
-        jobs,
-        now - GAUGE_WINDOW,
-        now,
-        now,
-        state.limits.missed_grace,
-    )
-    .await
+    grace: Duration,
 }
 
-/// [`counts_of`] every valid job in the last [`GAUGE_WINDOW`] before `now`,
-/// read and counted [`MAX_STATS_JOBS`] jobs at a time: only the counts stay.
+impl MissedInWindow {
+    pub async fn open(state: &crate::GatewayState, now: DateTime<Utc>) -> anyhow::Result<Self> {
+        Ok(Self {
+            jobs: state.jobs.pass(&state.js).await?,
+            now,
+            grace: state.limits.missed_grace,
+        })
+    }
+
+    /// The missed fires of the next batch of jobs with expected fires;
+    /// `None` once the pass is over.
+    pub async fn next_batch(
+        &mut self,
+        state: &crate::GatewayState,
+    ) -> anyhow::Result<Option<BTreeMap<String, Missed>>> {
+        let mut expected: Vec<Expected> = Vec::new();
+        let mut fires = 0;
+        while expected.len() < MAX_STATS_JOBS && fires < MAX_BATCH_FIRES {
+            let wanted = PARSED_AT_ONCE.min(MAX_STATS_JOBS - expected.len());
+            let Some(chunk) = self.jobs.next_chunk(wanted).await? else {
+                break;
+            };
+            let found = expected_of(
+                &chunk,
+                self.now - GAUGE_WINDOW,
+                self.now,
+                self.now,
+                self.grace,
+            );
+            fires += found.iter().map(|e| e.times.len()).sum::<usize>();
+            expected.extend(found);
+        }
+        if expected.is_empty() {
+            return Ok(None);
+        }
+        missed_of(state.runs.client(), expected).await.map(Some)
+    }
+}
+
+/// [`counts_of`] every valid job in the last [`GAUGE_WINDOW`] before `now`
+/// ([`MissedInWindow`]): only the counts stay.
 pub async fn missed_counts(
     state: &crate::GatewayState,
     now: DateTime<Utc>,
 ) -> anyhow::Result<BTreeMap<String, u64>> {
-    let mut jobs = state.jobs.pass(&state.js).await?;
+    let mut batches = MissedInWindow::open(state, now).await?;
     let mut counts = BTreeMap::new();
-    while let Some(chunk) = jobs.next_chunk(MAX_STATS_JOBS).await? {
-        counts.extend(counts_of(&missed_in_window(state, &chunk, now).await?));
+    while let Some(missed) = batches.next_batch(state).await? {
+        counts.extend(counts_of(&missed));
     }
     Ok(counts)
 }

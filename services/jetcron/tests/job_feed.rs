@@ -166,7 +166,13 @@ async fn the_services_of_a_process_share_one_watch_and_one_decoding() {
             "delta 6 valid"
         ]
     );
-    let (_, watches) = consumers(&js).await;
+    // Its watch of later changes is created after it was told Synced.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut watches = consumers(&js).await.1;
+    while watches < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        watches = consumers(&js).await.1;
+    }
     assert_eq!(watches, 2, "the late reader's own watch");
 }
 

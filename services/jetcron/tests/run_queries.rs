@@ -612,3 +612,44 @@ async fn fires_are_not_called_missed_while_the_projector_is_behind() {
     assert_eq!(missed(&stats), Some(0), "{stats}");
     stack.stop().await;
 }
+
+/// A scan judges the jobs that had fires in its window a batch at a time
+/// (at most `MAX_STATS_JOBS` to one ClickHouse query, parsed a few hundred
+/// at a time): with more unserved jobs than one batch holds, every one of
+/// them still gets its missed fires recorded.
+#[tokio::test]
+async fn a_scan_over_more_jobs_than_one_batch_records_every_jobs_missed_fires() {
+    let limits = jetcron_gateway::limits::Limits {
+        missed_grace: chrono::Duration::seconds(2),
+        missed_scan_interval: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let stack = Stack::start(StackOptions {
+        limits,
+        ..StackOptions::with_shell()
+    })
+    .await;
+    let jobs = jetcron_gateway::stats::MAX_STATS_JOBS + 300;
+    for i in 0..jobs {
+        stack
+            .put_job(&format!(
+                r#"{{"id":"unserved-{i:04}","schedule":"* * * * * *","pool":"nobody","target":{{"type":"shell","command":"true"}}}}"#
+            ))
+            .await;
+    }
+    let with_missed = wait_until(
+        "every job's missed fires recorded",
+        Duration::from_secs(90),
+        || async {
+            let text = stack
+                .clickhouse_sql(
+                    "SELECT uniqExact(job_id) FROM jetcron.job_events WHERE kind = 'fire.missed'",
+                )
+                .await;
+            let n: usize = text.trim().parse().ok()?;
+            (n >= jobs).then_some(n)
+        },
+    )
+    .await;
+    assert_eq!(with_missed, jobs, "only the jobs put");
+}

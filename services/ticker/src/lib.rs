@@ -22,6 +22,7 @@ pub mod definitions;
 mod held;
 pub mod held_job;
 pub mod holding;
+mod job_fires;
 pub mod lease_options;
 pub mod load;
 pub mod millis;

@@ -34,14 +34,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
 use jetcron_core::id_index::IdIndex;
-use smallvec::SmallVec;
 
 use crate::held_job::HeldJob;
+use crate::job_fires::JobFires;
 use crate::millis::Millis;
-
-/// (publish instant, scheduled time) of a job's queued or in-flight fires:
-/// one inline (the regular next fire), catch-ups beyond it on the heap.
-type JobFires = SmallVec<[(Millis, Millis); 1]>;
 
 /// A job as the table holds it, with its plan (none while the shard is
 /// not planned).
@@ -53,7 +49,7 @@ pub struct PlannedJob {
     /// (its regular next fire). One field for both: a paused job has no
     /// fires ([`PlannedJob::paused_since`], [`PlannedJob::last_planned`]).
     mark: Option<Millis>,
-    /// (publish instant, scheduled time) of its queued or in-flight fires.
+    /// Scheduled times of its queued or in-flight fires.
     fires: JobFires,
 }
 
@@ -63,7 +59,7 @@ impl PlannedJob {
         Self {
             job,
             mark: None,
-            fires: JobFires::new(),
+            fires: JobFires::default(),
         }
     }
 
@@ -71,7 +67,7 @@ impl PlannedJob {
     pub fn next_fire(&self) -> Option<DateTime<Utc>> {
         self.fires
             .iter()
-            .map(|(fire_at, _)| *fire_at)
+            .map(|scheduled| fire_at(&self.job, scheduled))
             .min()
             .map(Millis::at)
     }
@@ -92,8 +88,13 @@ impl PlannedJob {
 
     /// Its scheduled times pending, in no order.
     fn pending(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.fires.iter().map(|(_, scheduled)| scheduled.at())
+        self.fires.iter().map(Millis::at)
     }
+}
+
+/// When `job`'s fire scheduled at `scheduled` is published.
+fn fire_at(job: &HeldJob, scheduled: Millis) -> Millis {
+    Millis::of(job.timing.fire_instant(&job.id, scheduled.at()))
 }
 
 /// What a fire names of its job, as it was when the fire was decided.
@@ -198,7 +199,7 @@ impl FirePlan {
         self.jittered.clear();
         for planned in self.slots.iter_mut().flatten() {
             planned.mark = None;
-            planned.fires = JobFires::new();
+            planned.fires = JobFires::default();
         }
     }
 
@@ -291,16 +292,11 @@ impl FirePlan {
         let Some(planned) = self.slots[slot as usize].as_mut() else {
             return;
         };
-        let fire_at = Millis::of(
-            planned
-                .job
-                .timing
-                .fire_instant(&planned.job.id, scheduled.at()),
-        );
-        if planned.fires.contains(&(fire_at, scheduled)) {
+        if planned.fires.contains(scheduled) {
             return;
         }
-        planned.fires.push((fire_at, scheduled));
+        let fire_at = fire_at(&planned.job, scheduled);
+        planned.fires.push(scheduled);
         self.queue.insert(FireKey::new(fire_at, scheduled, slot));
         if fire_at != scheduled {
             self.jittered.insert((scheduled, slot));
@@ -322,15 +318,17 @@ impl FirePlan {
         let Some(planned) = slots[slot as usize].as_mut() else {
             return;
         };
-        planned.fires.retain(|(fire_at, scheduled)| {
+        let PlannedJob { job, fires, .. } = planned;
+        fires.retain(|scheduled| {
             if !drop(scheduled.at()) {
                 return true;
             }
-            let key = FireKey::new(*fire_at, *scheduled, slot);
+            let fire_at = fire_at(job, scheduled);
+            let key = FireKey::new(fire_at, scheduled, slot);
             queue.remove(&key);
             in_flight.remove(&key);
             if fire_at != scheduled {
-                jittered.remove(&(*scheduled, slot));
+                jittered.remove(&(scheduled, slot));
             }
             false
         });
@@ -590,9 +588,7 @@ impl FirePlan {
         let Some(planned) = self.slots[key.slot as usize].as_mut() else {
             return;
         };
-        planned
-            .fires
-            .retain(|entry| *entry != (key.fire_at, scheduled));
+        planned.fires.retain(|pending| pending != scheduled);
         if planned.job.revision == fire.job.revision && planned.last_planned_ms() == Some(scheduled)
         {
             let next = planned

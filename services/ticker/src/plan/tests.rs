@@ -377,7 +377,7 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
             .slots
             .iter()
             .flatten()
-            .flat_map(|planned| planned.fires.iter().map(|(_, scheduled)| scheduled.at()))
+            .flat_map(|planned| planned.fires.iter().map(Millis::at))
             .min();
         match oldest {
             Some(oldest) if oldest <= now => oldest - chrono::Duration::milliseconds(1),
@@ -447,6 +447,6 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
 /// (docs/benchmarks.md).
 #[test]
 fn a_planned_job_and_a_queue_key_stay_small() {
-    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 120);
+    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 112);
     assert_eq!(std::mem::size_of::<FireKey>(), 16);
 }
