@@ -33,6 +33,7 @@ pub mod job_store;
 pub mod limits;
 pub mod manual_runs;
 pub mod missed_fire_scan;
+pub mod missed_gauge;
 pub mod nats_api;
 pub mod pools;
 pub mod query_catalog;
@@ -88,7 +89,7 @@ pub struct GatewayState {
     pub http_auth: http::auth::HttpAuth,
     pub limits: limits::Limits,
     /// Missed fires of the last hour, for `/metrics`.
-    pub missed: stats::MissedGauge,
+    pub missed: missed_gauge::MissedGauge,
     /// Every service of this process, for `/readyz`.
     pub readiness: Readiness,
     /// Every "now" of the gateway.
@@ -185,7 +186,7 @@ pub async fn run(
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
         // The scan refreshes the gauge; scrapes in between use its counts.
-        missed: stats::MissedGauge::new(config.limits.missed_scan_interval * 2),
+        missed: missed_gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
         readiness: config.readiness.clone(),
         clock,
         grafana_url: config.grafana_url.clone(),

@@ -21,7 +21,7 @@
 //! recorded afterwards; `/v1/stats` still computes them for any range. The
 //! counts of each scan also feed the `jetcron_missed_fires` gauge.
 //!
-//! A scan streams the jobs ([`stats::MissedInWindow`]): it parses a few
+//! A scan streams the jobs ([`MissedInWindow`]): it parses a few
 //! hundred current definitions at a time and keeps only the expected fires
 //! of those that had any in the window, judges a batch of them against
 //! ClickHouse, records their missed fires and drops them before it reads
@@ -41,13 +41,14 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::missed_gauge::{self, MissedInWindow};
 use crate::stats::{self, Missed};
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 /// How far back each scan looks (the gauge's window).
-pub const SCAN_WINDOW: chrono::Duration = stats::GAUGE_WINDOW;
+pub const SCAN_WINDOW: chrono::Duration = missed_gauge::GAUGE_WINDOW;
 /// Publishes waiting for their ack at once.
 const PUBLISHES_IN_FLIGHT: usize = 64;
 
@@ -111,10 +112,10 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
 /// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
 /// record every missed fire not yet stored, and give the gauge the counts.
 /// Jobs are judged and recorded a batch at a time
-/// ([`stats::MissedInWindow`]); only the counts of jobs with missed fires
+/// ([`MissedInWindow`]); only the counts of jobs with missed fires
 /// outlive their batch.
 pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<ScanReport> {
-    let mut batches = stats::MissedInWindow::open(state, until).await?;
+    let mut batches = MissedInWindow::open(state, until).await?;
     let mut counts = BTreeMap::new();
     let mut report = ScanReport::default();
     while let Some(missed) = batches.next_batch(state).await? {
