@@ -354,8 +354,9 @@ pub async fn run(
         record_watermarks(&held.book, &leases, horizon);
         // Every fire due within the lookahead is out and settled (or
         // planning is overdue and what was in flight is settled): plan one
-        // shard now. Planning one holds this loop (a second at ten million
-        // jobs), which the lookahead covers. Planned before the fires were
+        // shard now. Planning one holds this loop (0.2 s at ten million
+        // jobs, a second before shards were planned in place), which the
+        // lookahead covers. Planned before the fires were
         // out, a job due every second got one fire out per shard planned
         // and fell behind (a canary was called 2-4 s late while the shards
         // of a cold start were planned). A shard counts as planned at once
