@@ -79,16 +79,17 @@ impl MissedGauge {
 /// resident during each scan of a million jobs (docs/benchmarks.md).
 const PARSED_AT_ONCE: usize = 250;
 
-/// Most expected fires judged in one batch: a job due every second has
-/// 3,600 in the window, and ClickHouse answers with the run ids of those
-/// that ran.
+/// A batch takes no more chunks once it holds this many expected fires
+/// (a job due every second has 3,600 in the window, and ClickHouse answers
+/// with the run ids of those that ran). A soft bound: the chunk that
+/// crosses it is judged whole, up to 250 such jobs, 900,000 fires.
 const MAX_BATCH_FIRES: usize = 100_000;
 
 /// The missed fires of every valid job in the last [`GAUGE_WINDOW`]
 /// before `now`, a batch at a time: jobs are read and parsed
 /// [`PARSED_AT_ONCE`] at a time and only those with expected fires are
-/// kept, at most [`MAX_STATS_JOBS`] of them and about [`MAX_BATCH_FIRES`]
-/// fires to a batch (one ClickHouse query).
+/// kept, at most [`MAX_STATS_JOBS`] of them to a batch (one ClickHouse
+/// query), and no more chunks once it holds [`MAX_BATCH_FIRES`] fires.
 pub struct MissedInWindow {
     jobs: JobPass,
     now: DateTime<Utc>,

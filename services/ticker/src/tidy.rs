@@ -96,9 +96,13 @@ impl Tidying {
         }
         while let Some(compacting) = self.compacting.front_mut() {
             let shard = compacting.shard;
-            let ids = compacting
-                .ids
-                .get_or_insert_with(|| book.shard(shard).map(|job| job.id.clone()).collect());
+            let ids = compacting.ids.get_or_insert_with(|| {
+                // Only ids too long to be kept in the job are allocated.
+                book.shard(shard)
+                    .filter(|job| job.id.is_heap_allocated())
+                    .map(|job| job.id.clone())
+                    .collect()
+            });
             if ids.is_empty() {
                 self.compacting.pop_front();
             } else {
