@@ -34,8 +34,14 @@ const RUN_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6a1c_3f0e_9b7d_4e52_8c1a_5d2f_7
 impl RunId {
     /// The run of the scheduled fire of `job_id` at `scheduled_at`.
     pub fn for_fire(job_id: &str, scheduled_at: DateTime<Utc>) -> Self {
+        RunId(Self::fire_uuid(job_id, scheduled_at).to_string())
+    }
+
+    /// The UUID [`RunId::for_fire`] spells out, for those who need its
+    /// bits (a fire's jitter) rather than its text.
+    pub fn fire_uuid(job_id: &str, scheduled_at: DateTime<Utc>) -> Uuid {
         let name = format!("{job_id}\n{}", rfc3339_millis(scheduled_at));
-        RunId(Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes()).to_string())
+        Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes())
     }
 
     /// A run requested by hand at `requested_at`; never equal to a scheduled fire's id.

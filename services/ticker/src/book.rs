@@ -73,6 +73,7 @@ impl Book {
 
     /// Hold `job` at `revision` (written at `defined_at`) in its shard,
     /// which is not planned.
+    #[cfg(test)]
     pub fn insert(&mut self, job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) {
         let held = self.held_form(job, revision, defined_at);
         self.hold(held);
@@ -147,22 +148,13 @@ impl Book {
 
     /// The plan of `shard`, if it is planned.
     pub fn plan(&self, shard: u32) -> Option<&FirePlan> {
-        let shard = shard as usize;
-        self.planned
-            .get(shard)
-            .copied()
-            .unwrap_or(false)
-            .then(|| &self.tables[shard])
+        self.is_planned(shard).then(|| &self.tables[shard as usize])
     }
 
     /// [`Book::plan`], to change.
     pub fn plan_mut(&mut self, shard: u32) -> Option<&mut FirePlan> {
-        let shard = shard as usize;
-        self.planned
-            .get(shard)
-            .copied()
-            .unwrap_or(false)
-            .then(|| &mut self.tables[shard])
+        self.is_planned(shard)
+            .then(|| &mut self.tables[shard as usize])
     }
 
     /// The planned shards and their plans.
@@ -193,10 +185,9 @@ impl Book {
 
     /// Stop planning `shard` (no longer owned): its fires go, its jobs stay.
     pub fn unplan(&mut self, shard: u32) {
-        let shard = shard as usize;
-        if self.planned.get(shard).copied().unwrap_or(false) {
-            self.planned[shard] = false;
-            self.tables[shard].unplan();
+        if self.is_planned(shard) {
+            self.planned[shard as usize] = false;
+            self.tables[shard as usize].unplan();
         }
     }
 

@@ -334,8 +334,7 @@ pub fn jitter_offset(job_id: &str, scheduled: DateTime<Utc>, max: Duration) -> D
     if max_ms == 0 {
         return Duration::ZERO;
     }
-    let run_id = RunId::for_fire(job_id, scheduled);
-    let uuid = uuid::Uuid::parse_str(run_id.as_str()).unwrap_or_default();
+    let uuid = RunId::fire_uuid(job_id, scheduled);
     let bytes = uuid.as_bytes();
     let mut word = [0u8; 8];
     word.copy_from_slice(&bytes[8..16]);
