@@ -41,6 +41,7 @@ pub mod mail;
 pub mod notify;
 pub mod run_events;
 pub mod running;
+pub mod runs_pulse;
 pub mod targets;
 pub mod tries;
 
@@ -184,6 +185,8 @@ pub struct ExecutorContext {
     pub completions: Arc<completion_reports::CompletionReports>,
     /// Calls of held fires, sent together at their instant.
     pub instant_calls: instant_calls::InstantCalls,
+    /// When `JETCRON_RUNS` last stored a run event of this executor.
+    pub runs_pulse: runs_pulse::RunsPulse,
 }
 
 /// Run the executor until `shutdown` is cancelled.
@@ -305,6 +308,7 @@ pub async fn run(
         kill_markers,
         completions: Default::default(),
         instant_calls,
+        runs_pulse: runs_pulse::RunsPulse::default(),
     });
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let tasks = TaskTracker::new();

@@ -1,0 +1,87 @@
+//! Whether `JETCRON_RUNS` is storing at all: when this executor last saw
+//! one of its run events stored.
+//!
+//! An attempt whose outcome is slow to be stored writes the run's end into
+//! its retry ledger meanwhile ([`crate::tries`]), so that a redelivery
+//! after this executor's death does not call the target again. That helps
+//! while the stream stores nothing (its leader is being elected, 4-9 s),
+//! and the ledger's bucket has a leader of its own. When the stream is
+//! storing, only slowly (the server is past its capacity), the outcome
+//! lands soon anyway, and a ledger write for every slow outcome added a
+//! KV store to most runs exactly when the server had no time to spare:
+//! 0.56 ledger writes a run at 10,000 jobs a second (docs/benchmarks.md).
+//! So an attempt writes the ledger only once no run event of this executor
+//! has been stored for a second: the outcomes of an instant are stored
+//! together, and an overloaded server acknowledges the first of them only
+//! hundreds of milliseconds later, but it goes on storing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The last time a run event of this executor was stored.
+#[derive(Debug)]
+pub struct RunsPulse {
+    since: Instant,
+    /// Microseconds from `since` to the last store; 0 before the first.
+    last_stored_us: AtomicU64,
+}
+
+impl Default for RunsPulse {
+    fn default() -> Self {
+        Self::new(Instant::now())
+    }
+}
+
+impl RunsPulse {
+    fn new(since: Instant) -> Self {
+        Self {
+            since,
+            last_stored_us: AtomicU64::new(0),
+        }
+    }
+
+    /// A run event was stored at `at`.
+    pub fn stored_at(&self, at: Instant) {
+        let us = at.saturating_duration_since(self.since).as_micros() as u64;
+        self.last_stored_us.fetch_max(us.max(1), Ordering::Relaxed);
+    }
+
+    /// A run event was stored now.
+    pub fn stored(&self) {
+        self.stored_at(Instant::now());
+    }
+
+    /// Whether a run event was stored within `window` before `now`.
+    pub fn stored_within(&self, window: Duration, now: Instant) -> bool {
+        let last = self.last_stored_us.load(Ordering::Relaxed);
+        if last == 0 {
+            return false;
+        }
+        let last = self.since + Duration::from_micros(last);
+        now.saturating_duration_since(last) <= window
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_stored_recently_is_storing() {
+        let start = Instant::now();
+        let pulse = RunsPulse::new(start);
+        let window = Duration::from_millis(200);
+        assert!(
+            !pulse.stored_within(window, start),
+            "nothing stored yet: the stream may be stuck"
+        );
+        pulse.stored_at(start + Duration::from_millis(1_000));
+        assert!(pulse.stored_within(window, start + Duration::from_millis(1_150)));
+        assert!(pulse.stored_within(window, start + Duration::from_millis(1_200)));
+        assert!(!pulse.stored_within(window, start + Duration::from_millis(1_201)));
+        // A store acknowledged late (its task ran after a later one) does
+        // not move the pulse back.
+        pulse.stored_at(start + Duration::from_millis(900));
+        assert!(pulse.stored_within(window, start + Duration::from_millis(1_150)));
+    }
+}
