@@ -301,7 +301,7 @@ async fn run_attempt(
         let (message, publisher) = (&message, &publisher);
         Box::pin(async move {
             let stored = publisher.publish(&event, store_budget(ctx), message).await;
-            if stored.is_ok() {
+            if matches!(&stored, Ok(s) if !s.duplicate) {
                 ctx.runs_pulse.stored();
             }
             stored
@@ -930,34 +930,33 @@ async fn finish(
     let stored = match called {
         // The target was called: if the event is slow to be stored, write the
         // run's end in its ledger meanwhile, so that a redelivery (this
-        // executor dying before the store) does not call it again.
-        // Only while the stream stores nothing of this executor's: a
-        // server that is merely slow stores it soon (`runs_pulse`).
+        // executor dying before the store) does not call it again; and if
+        // it cannot be stored, before the run is handed back.
         Some((ledger, failed)) => {
             tokio::pin!(store);
-            loop {
+            let sent = tokio::time::Instant::now();
+            let mut in_ledger = false;
+            let stored = loop {
                 match tokio::time::timeout(STARTED_WAIT, &mut store).await {
                     Ok(stored) => break stored,
-                    Err(_)
-                        if ctx
-                            .runs_pulse
-                            .stored_within(RUNS_SILENCE, std::time::Instant::now()) =>
-                    {
-                        continue
-                    }
+                    Err(_) if !ledger_due(ctx, sent) => continue,
                     Err(_) => {
-                        if let Err(e) = ledger.record_end(failed, &event).await {
-                            warn!(error = %format!("{e:#}"), "cannot record the run's end in its ledger");
-                        }
+                        in_ledger = record_end(ledger, failed, &event).await;
                         break store.await;
                     }
                 }
+            };
+            if stored.is_err() && !in_ledger {
+                record_end(ledger, failed, &event).await;
             }
+            stored
         }
         None => store.await,
     };
-    if stored.is_ok() {
-        ctx.runs_pulse.stored();
+    if let Ok(stored) = &stored {
+        if !stored.duplicate {
+            ctx.runs_pulse.stored();
+        }
     }
     if let Err(e) = stored {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
@@ -972,6 +971,30 @@ async fn finish(
         }
     }
     ack(message, settle).await;
+}
+
+/// Whether an outcome sent at `sent` and not stored yet is slow enough to
+/// write its run's end into the ledger: the stream has stored none of this
+/// executor's run events for [`RUNS_SILENCE`] (an election, not a server
+/// merely past its capacity, which goes on storing: `runs_pulse`), or the
+/// event has waited [`LEDGER_AT_LATEST`] whatever the others do (its
+/// publish may be lost while others are stored, and is retried only after
+/// the client's ack timeout).
+fn ledger_due(ctx: &ExecutorContext, sent: tokio::time::Instant) -> bool {
+    let now = tokio::time::Instant::now();
+    now.saturating_duration_since(sent) >= LEDGER_AT_LATEST
+        || !ctx.runs_pulse.stored_within(RUNS_SILENCE, now)
+}
+
+/// Write the run's end into its ledger; whether it was written.
+async fn record_end(ledger: &Ledger<'_>, failed: u32, event: &RunEvent) -> bool {
+    match ledger.record_end(failed, event).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot record the run's end in its ledger");
+            false
+        }
+    }
 }
 
 /// A job's notification policy with its schedule line, if it has one.
@@ -1050,6 +1073,10 @@ const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 /// sent: with that as the bound the ledger was still written for 0.43-0.95
 /// runs in every one. A leader election stores nothing for 4-9 s.
 const RUNS_SILENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Longest an outcome waits to be stored before its run's end goes into
+/// the ledger however the stream does (see [`ledger_due`]).
+const LEDGER_AT_LATEST: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a settle is retried: longer than a leader election (4–9 s).
 const ACK_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);

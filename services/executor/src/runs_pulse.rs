@@ -1,5 +1,5 @@
 //! Whether `JETCRON_RUNS` is storing at all: when this executor last saw
-//! one of its run events stored.
+//! one of its `started` or outcome events stored.
 //!
 //! An attempt whose outcome is slow to be stored writes the run's end into
 //! its retry ledger meanwhile ([`crate::tries`]), so that a redelivery
@@ -10,13 +10,21 @@
 //! lands soon anyway, and a ledger write for every slow outcome added a
 //! KV store to most runs exactly when the server had no time to spare:
 //! 0.56 ledger writes a run at 10,000 jobs a second (docs/benchmarks.md).
-//! So an attempt writes the ledger only once no run event of this executor
-//! has been stored for a second: the outcomes of an instant are stored
-//! together, and an overloaded server acknowledges the first of them only
-//! hundreds of milliseconds later, but it goes on storing.
+//! So an attempt writes the ledger once no `started` or outcome event of
+//! this executor has been newly stored for a second (the outcomes of an
+//! instant are stored together, and an overloaded server acknowledges the
+//! first of them only hundreds of milliseconds later, but it goes on
+//! storing), or once its own event has waited two seconds whatever the
+//! others do, and before it hands a run back whose event was not stored.
+//! A duplicate's acknowledgement does not count: a leader answers it from
+//! its memory of ids without storing anything.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, like the waits it is compared with (and paused with them
+// in tests).
+use tokio::time::Instant;
 
 /// The last time a run event of this executor was stored.
 #[derive(Debug)]

@@ -22,10 +22,11 @@
 //! stored (`JETCRON_RUNS` electing a leader): the target was called, and an
 //! executor that dies before the event is stored must not leave a
 //! redelivery that calls it again. The end is written only on that slow
-//! path ([`Ledger::record_end`]), and only while the stream stores none of
-//! the executor's run events (a server merely past its capacity stores the
-//! event soon: [`crate::runs_pulse`]); a redelivery finds it, stores the
-//! event and settles the message without running anything.
+//! path ([`Ledger::record_end`]: when the stream has stored none of the
+//! executor's run events for a second, or the event has waited two, see
+//! [`crate::runs_pulse`]) and before a run whose event could not be stored
+//! is handed back; a redelivery finds it, stores the event and settles the
+//! message without running anything.
 
 use std::time::Duration;
 
