@@ -51,7 +51,7 @@ struct Attempt<'a> {
     message: &'a Message,
     due: &'a DueEvent,
     job: &'a ValidJob,
-    publisher: &'a RunEventPublisher,
+    publisher: &'a RunEventPublisher<'a>,
     /// JetStream's delivery count: the attempt number of events.
     number: u32,
 }
@@ -111,7 +111,7 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
 /// that an attempt's future stays small.
 async fn refuse_for_good(
     ctx: &ExecutorContext,
-    publisher: &RunEventPublisher,
+    publisher: &RunEventPublisher<'_>,
     message: &Message,
     event: RunEvent,
     notify: Option<(&job::NotifyPolicy, &str)>,
@@ -299,13 +299,7 @@ async fn run_attempt(
     // beside the call).
     let store_start = |event: RunEvent| {
         let (message, publisher) = (&message, &publisher);
-        Box::pin(async move {
-            let stored = publisher.publish(&event, store_budget(ctx), message).await;
-            if matches!(&stored, Ok(s) if !s.duplicate) {
-                ctx.runs_pulse.stored();
-            }
-            stored
-        })
+        Box::pin(async move { publisher.publish(&event, store_budget(ctx), message).await })
     };
     // A held fire of a job that allows overlap, with a `nats` target, books
     // its call and records its start just before its instant, so that at the
@@ -674,7 +668,7 @@ async fn killed_before_start(
     message: &Message,
     due: &DueEvent,
     job: &ValidJob,
-    publisher: &RunEventPublisher,
+    publisher: &RunEventPublisher<'_>,
 ) -> bool {
     match Box::pin(
         ctx.kill_markers
@@ -919,7 +913,7 @@ async fn release(claim: Option<ClaimHandle>) {
 /// back so the run is not silently lost.
 async fn finish(
     ctx: &ExecutorContext,
-    publisher: &RunEventPublisher,
+    publisher: &RunEventPublisher<'_>,
     message: &Message,
     event: RunEvent,
     settle: AckKind,
@@ -934,16 +928,19 @@ async fn finish(
         // it cannot be stored, before the run is handed back.
         Some((ledger, failed)) => {
             tokio::pin!(store);
-            let sent = tokio::time::Instant::now();
+            let mut waited = std::time::Duration::ZERO;
             let mut in_ledger = false;
             let stored = loop {
                 match tokio::time::timeout(STARTED_WAIT, &mut store).await {
                     Ok(stored) => break stored,
-                    Err(_) if !ledger_due(ctx, sent) => continue,
-                    Err(_) => {
-                        in_ledger = record_end(ledger, failed, &event).await;
-                        break store.await;
-                    }
+                    Err(_) => waited += STARTED_WAIT,
+                }
+                if ctx
+                    .runs_pulse
+                    .outcome_is_slow(waited, tokio::time::Instant::now())
+                {
+                    in_ledger = record_end(ledger, failed, &event).await;
+                    break store.await;
                 }
             };
             if stored.is_err() && !in_ledger {
@@ -953,11 +950,6 @@ async fn finish(
         }
         None => store.await,
     };
-    if let Ok(stored) = &stored {
-        if !stored.duplicate {
-            ctx.runs_pulse.stored();
-        }
-    }
     if let Err(e) = stored {
         warn!(error = %format!("{e:#}"), "cannot record outcome, handing the run back");
         hand_back(message).await;
@@ -971,19 +963,6 @@ async fn finish(
         }
     }
     ack(message, settle).await;
-}
-
-/// Whether an outcome sent at `sent` and not stored yet is slow enough to
-/// write its run's end into the ledger: the stream has stored none of this
-/// executor's run events for [`RUNS_SILENCE`] (an election, not a server
-/// merely past its capacity, which goes on storing: `runs_pulse`), or the
-/// event has waited [`LEDGER_AT_LATEST`] whatever the others do (its
-/// publish may be lost while others are stored, and is retried only after
-/// the client's ack timeout).
-fn ledger_due(ctx: &ExecutorContext, sent: tokio::time::Instant) -> bool {
-    let now = tokio::time::Instant::now();
-    now.saturating_duration_since(sent) >= LEDGER_AT_LATEST
-        || !ctx.runs_pulse.stored_within(RUNS_SILENCE, now)
 }
 
 /// Write the run's end into its ledger; whether it was written.
@@ -1065,18 +1044,6 @@ const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
 /// How long the call of the target waits for the `started` event to be
 /// stored (it is stored meanwhile, before the outcome, when this is not enough).
 const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// How long `JETCRON_RUNS` must have stored none of this executor's run
-/// events before a slow outcome's end goes into its ledger. The outcomes
-/// of an instant's calls are stored together, and a server past its
-/// capacity acknowledged the first of them 200 ms or more after they were
-/// sent: with that as the bound the ledger was still written for 0.43-0.95
-/// runs in every one. A leader election stores nothing for 4-9 s.
-const RUNS_SILENCE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Longest an outcome waits to be stored before its run's end goes into
-/// the ledger however the stream does (see [`ledger_due`]).
-const LEDGER_AT_LATEST: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a settle is retried: longer than a leader election (4–9 s).
 const ACK_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);

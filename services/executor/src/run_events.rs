@@ -22,12 +22,15 @@ use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::subjects;
 use jetcron_io::retry::RetryDelay;
 
+use crate::runs_pulse::RunsPulse;
 use crate::targets::Outcome;
 use crate::ExecutorContext;
 
 /// Publishes the events of one attempt of one run.
-pub struct RunEventPublisher {
+pub struct RunEventPublisher<'a> {
     js: async_nats::jetstream::Context,
+    /// Told of each event newly stored.
+    pulse: &'a RunsPulse,
     /// What every event of the attempt repeats (of the due event: not its
     /// definition, whose copy per attempt cost an allocation per text).
     template: RunEvent,
@@ -87,10 +90,11 @@ fn truncate_on_char(text: &mut String, max: usize) {
     }
 }
 
-impl RunEventPublisher {
-    pub fn new(ctx: &ExecutorContext, due: &DueEvent, attempt: u32) -> Self {
+impl<'a> RunEventPublisher<'a> {
+    pub fn new(ctx: &'a ExecutorContext, due: &DueEvent, attempt: u32) -> Self {
         Self {
             js: ctx.js.clone(),
+            pulse: &ctx.runs_pulse,
             template: RunEvent {
                 // Each event's own; empty here, so copying it costs nothing.
                 event_id: String::new(),
@@ -180,7 +184,12 @@ impl RunEventPublisher {
         budget: Duration,
         message: &Message,
     ) -> anyhow::Result<Stored> {
-        publish_run_event(&self.js, self.max_payload, event, budget, Some(message)).await
+        let stored =
+            publish_run_event(&self.js, self.max_payload, event, budget, Some(message)).await;
+        if matches!(&stored, Ok(s) if !s.duplicate) {
+            self.pulse.stored();
+        }
+        stored
     }
 }
 

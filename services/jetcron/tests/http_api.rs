@@ -340,16 +340,7 @@ async fn protect_reads_asks_a_token_of_every_read_and_then_shows_secrets() {
         (get("/healthz", None).await.0 == 200).then_some(())
     })
     .await;
-    // The gateway answers HTTP before its NATS API endpoint is subscribed:
-    // a request in between has no responders.
-    wait_until("NATS API endpoint", Duration::from_secs(20), || async {
-        let reply = stack
-            .client
-            .request("jetcron.api.jobs.put", "{}".into())
-            .await;
-        reply.ok().map(|_| ())
-    })
-    .await;
+    stack.wait_for_nats_api().await;
     let (reply, code) = stack
         .api_put(
             r#"{"id":"billing-sync","schedule":"@every 1h","target":{"type":"http","url":"https://billing.example/sync",

@@ -240,16 +240,23 @@ impl Stack {
                 (status == 200).then_some(())
             })
             .await;
-            wait_until("NATS API endpoint", Duration::from_secs(20), || async {
-                let reply = stack
-                    .client
-                    .request(subjects::API_JOBS_PUT, "{}".into())
-                    .await;
-                reply.ok().map(|_| ())
-            })
-            .await;
+            stack.wait_for_nats_api().await;
         }
         stack
+    }
+
+    /// Wait until a gateway answers on the NATS API (it answers HTTP
+    /// before its endpoint is subscribed: a request in between has no
+    /// responders). The request asks to store nothing valid.
+    pub async fn wait_for_nats_api(&self) {
+        wait_until("NATS API endpoint", Duration::from_secs(20), || async {
+            let reply = self
+                .client
+                .request(subjects::API_JOBS_PUT, "{}".into())
+                .await;
+            reply.ok().map(|_| ())
+        })
+        .await;
     }
 
     /// Start one more executor in this process; it stops with the stack or
