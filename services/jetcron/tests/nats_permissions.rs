@@ -263,14 +263,7 @@ async fn every_service_runs_as_its_role_and_the_job_authors_jobs_run() {
     let targets = serve_targets(&url).await;
 
     let author = connect(&url, &as_role("job-author")).await;
-    wait_until("the jetcron API", Duration::from_secs(20), || async {
-        let reply = author
-            .client
-            .request(subjects::API_JOBS_PUT, "{}".into())
-            .await;
-        reply.ok().map(|_| ())
-    })
-    .await;
+    jetcron_testkit::wait_for_nats_api(&author.client).await;
     // The job author follows run events as they happen.
     let mut run_events = author
         .client
@@ -442,14 +435,7 @@ async fn each_role_is_refused_what_it_must_not_do() {
         shutdown.clone(),
     ));
     let author = connect(&url, &as_role("job-author")).await;
-    wait_until("the jetcron API", Duration::from_secs(20), || async {
-        let reply = author
-            .client
-            .request(subjects::API_JOBS_PUT, "{}".into())
-            .await;
-        reply.ok().map(|_| ())
-    })
-    .await;
+    jetcron_testkit::wait_for_nats_api(&author.client).await;
     let due_before = last_sequence(&admin_js, subjects::DUE_STREAM).await;
     let runs_before = last_sequence(&admin_js, subjects::RUNS_STREAM).await;
     let job =

@@ -44,7 +44,9 @@ pub use process::{last_logged_number, without_colour_codes, JetcronProcess};
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
 pub use smtp_server::{ReceivedMail, SmtpServer};
-pub use stack::{fast_leases, instant, test_executor_config, Stack, StackOptions, API_TOKEN};
+pub use stack::{
+    fast_leases, instant, test_executor_config, wait_for_nats_api, Stack, StackOptions, API_TOKEN,
+};
 pub use wait::wait_until;
 
 /// A port that was free a moment ago on 127.0.0.1.

@@ -245,18 +245,9 @@ impl Stack {
         stack
     }
 
-    /// Wait until a gateway answers on the NATS API (it answers HTTP
-    /// before its endpoint is subscribed: a request in between has no
-    /// responders). The request asks to store nothing valid.
+    /// [`wait_for_nats_api`] with the test's own client.
     pub async fn wait_for_nats_api(&self) {
-        wait_until("NATS API endpoint", Duration::from_secs(20), || async {
-            let reply = self
-                .client
-                .request(subjects::API_JOBS_PUT, "{}".into())
-                .await;
-            reply.ok().map(|_| ())
-        })
-        .await;
+        wait_for_nats_api(&self.client).await;
     }
 
     /// Start one more executor in this process; it stops with the stack or
@@ -539,4 +530,15 @@ impl Drop for Stack {
         self.shutdown.cancel();
         self.services.abort_all();
     }
+}
+
+/// Wait until a gateway answers `client` on the NATS API (it answers HTTP
+/// before its endpoint is subscribed: a request in between has no
+/// responders). The request asks to store nothing valid.
+pub async fn wait_for_nats_api(client: &async_nats::Client) {
+    wait_until("NATS API endpoint", Duration::from_secs(20), || async {
+        let reply = client.request(subjects::API_JOBS_PUT, "{}".into()).await;
+        reply.ok().map(|_| ())
+    })
+    .await;
 }
