@@ -6,10 +6,10 @@
 //! shard's jobs. Jobs are held small ([`HeldJob`]): a million of them is
 //! the design point.
 
-use std::sync::Arc;
-
+#[cfg(test)]
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
+#[cfg(test)]
 use jetcron_core::job::ValidJob;
 
 use crate::held_job::HeldJob;
@@ -22,8 +22,6 @@ pub struct Book {
     /// Whether each shard's table is planned (its fires are this replica's
     /// to publish while its lease is valid).
     planned: Vec<bool>,
-    /// Pool names, one allocation each.
-    pools: hashbrown::HashMap<Box<str>, Arc<String>>,
 }
 
 impl Default for Book {
@@ -31,7 +29,6 @@ impl Default for Book {
         Self {
             tables: (0..SHARDS).map(|_| FirePlan::default()).collect(),
             planned: vec![false; SHARDS as usize],
-            pools: hashbrown::HashMap::default(),
         }
     }
 }
@@ -43,23 +40,6 @@ impl Book {
 
     pub fn get(&self, job_id: &str) -> Option<&HeldJob> {
         self.table(job_id).get(job_id).map(|planned| &planned.job)
-    }
-
-    /// The held form of `job` at `revision` (written at `defined_at`), its
-    /// pool name shared with the other jobs of its pool.
-    pub fn held_form(
-        &mut self,
-        job: &ValidJob,
-        revision: u64,
-        defined_at: DateTime<Utc>,
-    ) -> HeldJob {
-        let job_id = job.spec.id.as_str();
-        let pool = Arc::clone(
-            self.pools
-                .entry_ref(job.pool.as_str())
-                .or_insert_with(|| Arc::new(job.pool.clone())),
-        );
-        HeldJob::new(job, CompactString::from(job_id), pool, revision, defined_at)
     }
 
     /// Hold `job` in its shard, which is not planned (a shard's planned
@@ -75,7 +55,7 @@ impl Book {
     /// which is not planned.
     #[cfg(test)]
     pub fn insert(&mut self, job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) {
-        let held = self.held_form(job, revision, defined_at);
+        let held = HeldJob::of(job, revision, defined_at);
         self.hold(held);
     }
 
@@ -235,9 +215,9 @@ mod tests {
         let again = book.get("job-7").expect("held");
         assert_eq!(again.revision, 500);
         assert_eq!(book.len(), 200, "replaced, not added");
-        // Pools are shared.
+        // Pools are named by one number.
         let other = book.get("job-8").expect("held");
-        assert!(Arc::ptr_eq(&again.pool, &other.pool));
+        assert_eq!(again.pool, other.pool);
         let shard = shard_of("job-7");
         assert!(book.shard(shard).any(|held| &*held.id == "job-7"));
         assert!(book.remove("job-7"));

@@ -16,6 +16,7 @@ use tracing::{debug, info};
 
 use crate::book::Book;
 use crate::definitions::Definitions;
+use crate::held_job::HeldJob;
 use crate::holding::{self, Acquisition, Holdings, Route};
 use crate::load::{self, ShardPass};
 use crate::ownership::{Leases, OwnershipChange};
@@ -181,7 +182,7 @@ async fn plan_shard(
                 continue;
             }
             verified += 1;
-            let Some(pool) = plan.get(&id).map(|p| p.job.pool.clone()) else {
+            let Some(pool) = plan.get(&id).map(|p| p.job.pool.name()) else {
                 continue;
             };
             if let Some(last) = recovery.emitted.last_emitted(&pool, &id).await {
@@ -396,7 +397,7 @@ fn hold_job(
     if job.spec.paused {
         revoker.revoke(id, "job paused before this fire", now);
     }
-    let held = book.held_form(job, revision, defined_at);
+    let held = HeldJob::of(job, revision, defined_at);
     let id = held.id.clone();
     // Written a moment ago (a slow watch, a loaded machine): the
     // times since the write fire late. Older writes are recovery's.

@@ -8,44 +8,56 @@
 //! fire is published ([`crate::definitions`]), and kept only for jobs that
 //! fire again soon.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
 use jetcron_core::job::fire_times::Timing;
 use jetcron_core::job::ValidJob;
+
+use crate::millis::Millis;
+use crate::pool_name::PoolName;
 
 #[derive(Debug, Clone)]
 pub struct HeldJob {
     /// Kept in the job itself up to 24 bytes (most ids): an `Arc<str>` was
     /// a pointer here and a 32-byte allocation beside it.
     pub id: CompactString,
-    /// Shared by the jobs of one pool; a thin pointer (8 bytes, not the
-    /// 16 of an `Arc<str>`).
-    pub pool: Arc<String>,
-    pub timing: Timing,
+    /// Its pool's number (4 bytes, beside `paused` in one word).
+    pub pool: PoolName,
     pub paused: bool,
+    pub timing: Timing,
     /// KV revision of the definition (its sequence in the bucket's stream).
     pub revision: u64,
-    /// When this revision was written (server time).
-    pub defined_at: DateTime<Utc>,
+    /// When this revision was written (server time), down to its
+    /// millisecond: schedules fire on whole milliseconds, so no scheduled
+    /// time lies between the two.
+    pub defined_at: Millis,
 }
 
 impl HeldJob {
+    /// The held form of `job` at `revision` (written at `defined_at`),
+    /// under the id its definition names.
+    pub fn of(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> Self {
+        Self::new(
+            job,
+            CompactString::from(job.spec.id.as_str()),
+            revision,
+            defined_at,
+        )
+    }
+
     pub fn new(
         job: &ValidJob,
         id: CompactString,
-        pool: Arc<String>,
         revision: u64,
         defined_at: DateTime<Utc>,
     ) -> Self {
         Self {
             id,
-            pool,
-            timing: job.timing(),
+            pool: PoolName::of(&job.pool),
             paused: job.spec.paused,
+            timing: job.timing(),
             revision,
-            defined_at,
+            defined_at: Millis::of(defined_at),
         }
     }
 }
@@ -56,10 +68,10 @@ mod tests {
 
     #[test]
     fn a_held_job_stays_small() {
-        // An id of up to 24 bytes in place, pool pointer, 32-byte timing,
-        // flag, revision, instant; held in its shard's table beside its
+        // An id of up to 24 bytes in place, pool number and flag, 32-byte
+        // timing, revision, instant; held in its shard's table beside its
         // plan (`plan::PlannedJob`).
-        assert_eq!(std::mem::size_of::<HeldJob>(), 88);
+        assert_eq!(std::mem::size_of::<HeldJob>(), 80);
         assert!(
             std::mem::size_of::<Timing>() <= 32,
             "{}",

@@ -29,6 +29,7 @@ pub mod millis;
 pub mod ownership;
 pub mod plan;
 mod plan_queue;
+pub mod pool_name;
 pub mod publish;
 pub mod revoke;
 pub mod shards;

@@ -7,7 +7,6 @@
 //! shards stay unplanned meanwhile, their watermark where the last owner
 //! left it) or the ticker stops.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use compact_str::CompactString;
@@ -48,22 +47,15 @@ pub async fn load_shards(
     let mut delay = RetryDelay::new(Duration::from_millis(500), Duration::from_secs(10));
     loop {
         let mut jobs = Vec::new();
-        let mut pools: hashbrown::HashMap<Box<str>, Arc<String>> = hashbrown::HashMap::new();
         let read = job_feed::read_current_of(
             &client,
             &lines,
             |key| shards.contains(&shard_of(key)),
             |entry| {
                 let Some(job) = entry.valid() else { return };
-                let pool = Arc::clone(
-                    pools
-                        .entry_ref(job.pool.as_str())
-                        .or_insert_with(|| Arc::new(job.pool.clone())),
-                );
                 jobs.push(HeldJob::new(
                     job,
                     CompactString::from(entry.key.as_str()),
-                    pool,
                     entry.revision,
                     entry.written_at,
                 ));

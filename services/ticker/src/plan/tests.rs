@@ -7,7 +7,6 @@ fn held(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> HeldJob {
     HeldJob::new(
         job,
         CompactString::from(job.spec.id.as_str()),
-        Arc::new(job.pool.clone()),
         revision,
         defined_at,
     )
@@ -447,6 +446,65 @@ fn the_watermark_is_the_oldest_pending_scheduled_time_with_and_without_jitter() 
 /// (docs/benchmarks.md).
 #[test]
 fn a_planned_job_and_a_queue_key_stay_small() {
-    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 112);
+    assert_eq!(std::mem::size_of::<Option<PlannedJob>>(), 104);
     assert_eq!(std::mem::size_of::<FireKey>(), 16);
+}
+
+/// The queue is packed again as keys come and go (`FirePlan::queue_key`):
+/// through many packs, with fires taken, stored, failed and offered again,
+/// every job still fires once at each of its scheduled times, in order.
+#[test]
+fn a_queue_packed_again_and_again_fires_every_time_once_in_order() {
+    let jobs = 3 * PACK_AT_LEAST;
+    let mut plan = FirePlan::default();
+    for i in 0..jobs {
+        let schedule = if i % 2 == 0 {
+            "* * * * * *"
+        } else {
+            "*/2 * * * * *"
+        };
+        plan.hold(held(&job(&format!("j{i:05}"), schedule), 1, t(0)));
+    }
+    plan.plan_all(t(0), t(0), chrono::Duration::seconds(60));
+    let mut fired: Vec<(String, i64)> = Vec::new();
+    let mut failed_once = std::collections::HashSet::new();
+    for second in 1..=6 {
+        loop {
+            let taken = plan.take_due(t(second), 500);
+            if taken.is_empty() {
+                break;
+            }
+            for fire in &taken {
+                let key = (fire.job.id.to_string(), secs(fire.scheduled_at));
+                // One fire in seven fails its first publish and is offered again.
+                if fired.len().is_multiple_of(7) && failed_once.insert(key.clone()) {
+                    plan.unfired(fire);
+                } else {
+                    plan.fired(fire);
+                    fired.push(key);
+                }
+            }
+        }
+    }
+    // Each fire stored put its job's next one in the queue: enough keys
+    // came to pack it again several times (once per `PACK_AT_LEAST` here).
+    assert!(fired.len() > 4 * PACK_AT_LEAST, "{}", fired.len());
+    let mut expected: Vec<(String, i64)> = (0..jobs)
+        .flat_map(|i| {
+            let step = if i % 2 == 0 { 1 } else { 2 };
+            (1..=6)
+                .filter(move |s| s % step == 0)
+                .map(move |s| (format!("j{i:05}"), s))
+        })
+        .collect();
+    let mut seen = fired.clone();
+    seen.sort();
+    expected.sort();
+    assert_eq!(seen, expected, "every scheduled time once");
+    let order: Vec<i64> = fired.iter().map(|(_, s)| *s).collect();
+    assert!(
+        order.windows(2).all(|w| w[0] <= w[1]),
+        "taken in scheduled order"
+    );
+    assert_eq!(plan.watermark(t(6)), t(6));
 }
