@@ -29,7 +29,10 @@ pub struct HeldJob {
     pub revision: u64,
     /// When this revision was written (server time), down to its
     /// millisecond: schedules fire on whole milliseconds, so no scheduled
-    /// time lies between the two.
+    /// time lies between the two. The one thing it moves is a takeover's
+    /// choice between firing every late fire and the misfire policy
+    /// (`now - from <= late_threshold` in `FirePlan::recover_in`), by
+    /// under a millisecond at the threshold.
     pub defined_at: Millis,
 }
 
