@@ -58,21 +58,49 @@ fn held_bytes() -> isize {
 /// daily jobs, so a reading once per 6 hours would only see it packed).
 type Points = Vec<(String, f64, f64)>;
 
-/// Readings of bytes per job over a window: (least, most).
-#[derive(Default)]
-struct Window(Option<(f64, f64)>);
+/// The heap per job read through a run, from what was held before it.
+struct Readings {
+    before: isize,
+    jobs: usize,
+    points: Points,
+    /// This window's (least, most) so far.
+    window: Option<(f64, f64)>,
+}
 
-impl Window {
-    fn read(&mut self, bytes: f64) {
-        let (least, most) = self.0.get_or_insert((bytes, bytes));
-        *least = least.min(bytes);
-        *most = most.max(bytes);
+impl Readings {
+    /// Readings of `jobs` jobs from what is held now.
+    fn start(jobs: usize) -> Self {
+        Self {
+            before: held_bytes(),
+            jobs,
+            points: Vec::new(),
+            window: None,
+        }
     }
 
-    /// The point `name` for this window, and a new window.
-    fn close(&mut self, name: String) -> (String, f64, f64) {
-        let (least, most) = self.0.take().unwrap_or_default();
-        (name, least, most)
+    fn per_job(&self) -> f64 {
+        (held_bytes() - self.before) as f64 / self.jobs as f64
+    }
+
+    /// The jobs are planned: the first point.
+    fn planned(&mut self) {
+        let bytes = self.per_job();
+        self.points
+            .push(("planned (a cold start)".to_string(), bytes, bytes));
+    }
+
+    /// A reading at the end of simulated `minute`; every 6 hours closes a
+    /// window.
+    fn read(&mut self, minute: i64) {
+        let bytes = self.per_job();
+        let (least, most) = self.window.get_or_insert((bytes, bytes));
+        *least = least.min(bytes);
+        *most = most.max(bytes);
+        if minute % 360 == 0 {
+            let (least, most) = self.window.take().unwrap_or_default();
+            let hours = format!("hours {}-{}", minute / 60 - 6, minute / 60);
+            self.points.push((hours, least, most));
+        }
     }
 }
 
@@ -132,16 +160,13 @@ fn run_plan(
                 .map_err(|e| anyhow::anyhow!("job {i}: {e:?}"))
         })
         .collect::<anyhow::Result<_>>()?;
-    let before = held_bytes();
-    let per_job = |bytes: isize| (bytes - before) as f64 / cli.jobs as f64;
+    let mut readings = Readings::start(cli.jobs);
     let mut plan = FirePlan::default();
     for job in &jobs {
         plan.hold(HeldJob::of(job, 1, start));
     }
     plan.plan_all(start, start, chrono::Duration::seconds(60));
-    let planned = per_job(held_bytes());
-    let mut points = vec![("planned (a cold start)".to_string(), planned, planned)];
-    let mut window = Window::default();
+    readings.planned();
     let mut fired: u64 = 0;
     let mut churn_time = Duration::ZERO;
     for minute in 1..=cli.days * 1440 {
@@ -158,28 +183,22 @@ fn run_plan(
             fired += fires.len() as u64;
         }
         churn_time += began.elapsed();
-        window.read(per_job(held_bytes()));
-        if minute % 360 == 0 {
-            points.push(window.close(format!("hours {}-{}", minute / 60 - 6, minute / 60)));
-        }
+        readings.read(minute);
     }
-    Ok((points, fired, churn_time))
+    Ok((readings.points, fired, churn_time))
 }
 
 /// The same keys (fire instant, offset, slot) in a plain B-tree filled one
 /// at a time in the jobs' order, each taken from the front and put back a
 /// day later, never packed.
 fn run_reference(cli: &Cli, order: &[usize]) -> Points {
-    let before = held_bytes();
-    let per_job = |bytes: isize| (bytes - before) as f64 / cli.jobs as f64;
+    let mut readings = Readings::start(cli.jobs);
     let mut keys: BTreeSet<(i64, i32, u32)> = BTreeSet::new();
     for (slot, &i) in order.iter().enumerate() {
         let minute = minute_of(i, cli.distinct_lines) as i64;
         keys.insert((minute * 60_000, 0, slot as u32));
     }
-    let planned = per_job(held_bytes());
-    let mut points = vec![("planned (a cold start)".to_string(), planned, planned)];
-    let mut window = Window::default();
+    readings.planned();
     for minute in 1..=cli.days * 1440 {
         let due = minute * 60_000;
         while let Some(&key) = keys.first() {
@@ -189,10 +208,7 @@ fn run_reference(cli: &Cli, order: &[usize]) -> Points {
             keys.pop_first();
             keys.insert((key.0 + 86_400_000, key.1, key.2));
         }
-        window.read(per_job(held_bytes()));
-        if minute % 360 == 0 {
-            points.push(window.close(format!("hours {}-{}", minute / 60 - 6, minute / 60)));
-        }
+        readings.read(minute);
     }
-    points
+    readings.points
 }

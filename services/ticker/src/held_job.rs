@@ -38,24 +38,11 @@ pub struct HeldJob {
 
 impl HeldJob {
     /// The held form of `job` at `revision` (written at `defined_at`),
-    /// under the id its definition names.
+    /// under the id its definition names (a valid definition's id is its
+    /// key: validation fills it in or refuses another).
     pub fn of(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> Self {
-        Self::new(
-            job,
-            CompactString::from(job.spec.id.as_str()),
-            revision,
-            defined_at,
-        )
-    }
-
-    pub fn new(
-        job: &ValidJob,
-        id: CompactString,
-        revision: u64,
-        defined_at: DateTime<Utc>,
-    ) -> Self {
         Self {
-            id,
+            id: CompactString::from(job.spec.id.as_str()),
             pool: PoolName::of(&job.pool),
             paused: job.spec.paused,
             timing: job.timing(),

@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use compact_str::CompactString;
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::job_feed;
 use jetcron_io::retry::RetryDelay;
@@ -53,12 +52,7 @@ pub async fn load_shards(
             |key| shards.contains(&shard_of(key)),
             |entry| {
                 let Some(job) = entry.valid() else { return };
-                jobs.push(HeldJob::new(
-                    job,
-                    CompactString::from(entry.key.as_str()),
-                    entry.revision,
-                    entry.written_at,
-                ));
+                jobs.push(HeldJob::of(job, entry.revision, entry.written_at));
             },
         );
         let read = tokio::select! {

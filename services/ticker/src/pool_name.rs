@@ -13,8 +13,9 @@
 //! A name stays listed for the life of the process, as the book's shared
 //! names did before: pools are few and their names short.
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
+
+use hashbrown::HashMap;
 
 /// A pool's number in the process's list of pool names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

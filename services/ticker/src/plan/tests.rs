@@ -4,12 +4,7 @@ use jetcron_core::job::{parse_job, ValidJob};
 
 /// The held form of `job` at `revision`, written at `defined_at`.
 fn held(job: &ValidJob, revision: u64, defined_at: DateTime<Utc>) -> HeldJob {
-    HeldJob::new(
-        job,
-        CompactString::from(job.spec.id.as_str()),
-        revision,
-        defined_at,
-    )
+    HeldJob::of(job, revision, defined_at)
 }
 
 fn upsert(
