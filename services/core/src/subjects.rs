@@ -14,6 +14,9 @@ pub const INCIDENTS_BUCKET: &str = "jetcron_incidents";
 /// and replica heartbeats.
 pub const TICKER_BUCKET: &str = "jetcron_ticker";
 
+/// Object store of the tickers' shard snapshots (one object per shard).
+pub const TICKER_SNAPSHOTS_BUCKET: &str = "jetcron_ticker_snapshots";
+
 /// Stream of due events (ticker → executors).
 pub const DUE_STREAM: &str = "JETCRON_DUE";
 /// Subjects captured by [`DUE_STREAM`].

@@ -408,6 +408,37 @@ pub async fn ensure_ticker_bucket(
     .await
 }
 
+/// The tickers' snapshots: one object per shard holding its jobs in their
+/// held form, read by a replica taking the shard over instead of the whole
+/// jobs bucket (`jetcron_ticker::snapshot`). Each write replaces the
+/// shard's object; nothing else is kept.
+pub async fn ensure_ticker_snapshots(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<jetstream::object_store::ObjectStore> {
+    let bucket = subjects::TICKER_SNAPSHOTS_BUCKET;
+    let what = format!("object store {bucket}");
+    match js.get_stream(format!("OBJ_{bucket}")).await {
+        Ok(_) => js
+            .get_object_store(bucket)
+            .await
+            .map_err(|e| TopologyError::unavailable(format!("open {what}"), e)),
+        Err(e) if is_not_found(&e) => js
+            .create_object_store(jetstream::object_store::Config {
+                bucket: bucket.to_string(),
+                description: Some(
+                    "jetcron ticker: each shard's jobs, for the replica that takes it over".into(),
+                ),
+                storage: stream::StorageType::File,
+                num_replicas: options.replicas.max(1),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| TopologyError::unavailable(format!("create {what}"), e)),
+        Err(e) => Err(TopologyError::unavailable(format!("look up {what}"), e)),
+    }
+}
+
 /// The due events stream: a work queue, each due event consumed once per pool.
 pub async fn ensure_due_stream(
     js: &jetstream::Context,

@@ -188,6 +188,12 @@ pub struct TickerArgs {
     /// replica alike.
     #[arg(long, env = "JETCRON_PUBLISH_STALL_LIMIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub publish_stall_limit: Duration,
+    /// Write a planned shard that changed to its snapshot (object store
+    /// jetcron_ticker_snapshots) at most this often; a replica taking the
+    /// shard over reads it and the bucket's changes since, instead of the
+    /// whole bucket. 0s: no snapshots written or read.
+    #[arg(long, env = "JETCRON_SNAPSHOT_EVERY", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub snapshot_every: Duration,
 }
 
 /// The lookahead when none is given. On one node 1.5 s: executors hold the

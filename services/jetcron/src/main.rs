@@ -303,6 +303,7 @@ async fn spawn_ticker(
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
         lease_thread: Some(lease_thread),
+        snapshot_every: args.snapshot_every,
         ..Default::default()
     };
     if let Some(id) = args.replica_id {

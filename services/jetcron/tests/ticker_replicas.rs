@@ -34,12 +34,25 @@ impl TickerProcess {
         ttl: &str,
         renew: &str,
     ) -> Self {
+        Self::start_snapshotting(nats, name, late_threshold, ttl, renew, "30s")
+    }
+
+    /// With `--snapshot-every snapshot_every` ("0s": no snapshots).
+    fn start_snapshotting(
+        nats: &NatsServer,
+        name: &str,
+        late_threshold: &str,
+        ttl: &str,
+        renew: &str,
+        snapshot_every: &str,
+    ) -> Self {
         let log =
             std::env::temp_dir().join(format!("jetcron-ticker-{}-{name}.log", std::process::id()));
         let file = std::fs::File::create(&log).expect("ticker log");
         let child = Command::new(env!("CARGO_BIN_EXE_jetcron"))
             .args(["ticker", "--lease-ttl", ttl, "--lease-renew", renew])
             .args(["--late-threshold", late_threshold, "--replica-id", name])
+            .args(["--snapshot-every", snapshot_every])
             .env("JETCRON_NATS_URL", nats.url())
             .env("RUST_LOG", "info,async_nats=warn")
             .stdout(Stdio::null())
@@ -622,15 +635,42 @@ fn sum_logged(log: &str, message: &str, field: &str) -> usize {
 /// fire is stored exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
+    hold_own_shards_and_take_a_dead_ones_over(TakeOver::WholeBucket).await;
+}
+
+/// The same with shard snapshots: the survivor reads the dead replica's
+/// shards from the snapshots it wrote and the bucket's changes since (a job
+/// added, one deleted, one edited after them), and every fire is stored
+/// exactly once, the edited job's from its new revision.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_replicas_shards_are_loaded_from_its_snapshots() {
+    hold_own_shards_and_take_a_dead_ones_over(TakeOver::Snapshots).await;
+}
+
+/// How the survivor finds the jobs of a dead replica's shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TakeOver {
+    WholeBucket,
+    Snapshots,
+}
+
+async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
     let nats = NatsServer::start();
     let js = setup(&nats, Duration::from_secs(600)).await;
     let jobs: Vec<String> = (0..48).map(|i| format!("held-{i}")).collect();
     for id in &jobs {
         put_job(&js, id, "* * * * * *", "").await;
     }
+    let snapshot_every = match take_over {
+        TakeOver::WholeBucket => "0s",
+        TakeOver::Snapshots => "1s",
+    };
     // TTL 1.5 s: shards owned elsewhere are dropped after 3 s of quiet.
-    let mut r0 = TickerProcess::start(&nats, "r0", "60s");
-    let mut r1 = TickerProcess::start(&nats, "r1", "60s");
+    let start = |name| {
+        TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", snapshot_every)
+    };
+    let mut r0 = start("r0");
+    let mut r1 = start("r1");
     let dropped = "jobs of shards owned elsewhere dropped";
     let (owners, held) = jetcron_testkit::wait_until(
         "each replica holds its own shards",
@@ -662,10 +702,36 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
     println!("holding: r0 holds {} jobs, r1 {}", held.0, held.1);
     assert!(held.0 > 0 && held.1 > 0, "both own shards: {held:?}");
 
+    let r0_shard_ids: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| *o == "r0")
+        .map(|(shard, _)| *shard)
+        .collect();
+    if take_over == TakeOver::Snapshots {
+        // Each of r0's shards has its snapshot before r0 dies.
+        let store = js
+            .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+            .await
+            .expect("snapshot store");
+        jetcron_testkit::wait_until(
+            "r0 wrote its shards' snapshots",
+            Duration::from_secs(20),
+            || {
+                let (store, shards) = (store.clone(), r0_shard_ids.clone());
+                async move {
+                    for shard in shards {
+                        store.info(format!("shard-{shard:02}")).await.ok()?;
+                    }
+                    Some(())
+                }
+            },
+        )
+        .await;
+    }
     let killed_at = Utc::now();
     // r1's log from here on tells what it did after the kill.
     let logged_before_kill = r1.log_text().len();
-    let r0_shards = owners.values().filter(|o| *o == "r0").count();
+    let r0_shards = r0_shard_ids.len();
     r0.kill_9();
     // Changes before the survivor takes the dead replica's shards over (a
     // pass starts once their lease has expired, a second or more later).
@@ -691,6 +757,23 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
         .await
         .expect("delete");
     let deleted_at = Utc::now();
+    // An edit after the snapshots: r1's fires of it carry the new revision.
+    let edited = jobs
+        .iter()
+        .find(|id| in_r0(id) && **id != deleted)
+        .expect("another job of r0")
+        .clone();
+    let edited_revision = js
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .expect("bucket")
+        .put(
+            &edited,
+            format!(r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.{edited}.edited"}}}}"#).into(),
+        )
+        .await
+        .expect("edit");
+    let edited_at = Utc::now();
 
     let loaded =
         jetcron_testkit::wait_until("r1 plans r0's shards", Duration::from_secs(20), || {
@@ -704,6 +787,25 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
         })
         .await;
     println!("holding: r1 loaded {loaded} jobs of r0's {r0_shards} shards");
+    let after_kill =
+        jetcron_testkit::without_colour_codes(&r1.log_text().split_off(logged_before_kill));
+    let loaded_lines: Vec<&str> = after_kill
+        .lines()
+        .filter(|line| line.contains("shards loaded"))
+        .collect();
+    let from_snapshots = take_over == TakeOver::Snapshots;
+    assert!(
+        !loaded_lines.is_empty()
+            && loaded_lines
+                .iter()
+                .all(|line| line.contains(&format!("from_snapshots={from_snapshots}"))),
+        "r1 loaded r0's shards {}: {loaded_lines:?}",
+        if from_snapshots {
+            "from snapshots"
+        } else {
+            "from the bucket"
+        }
+    );
     // r0's jobs, the one added, less the one deleted.
     assert_eq!(loaded, held.0, "r1 loaded what r0 held, +1 -1");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -722,6 +824,13 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
         .iter()
         .filter(|(_, stored)| *stored > deleted_at)
         .count();
+    // Every fire of the edited job r1 stored carries the edit.
+    let revisions = due_revisions_after(&js, &edited, edited_at).await;
+    assert!(!revisions.is_empty(), "{edited} fired after its edit");
+    assert!(
+        revisions.iter().all(|r| *r == edited_revision),
+        "{edited}: fires after its edit from revisions {revisions:?}, the edit is {edited_revision}"
+    );
     r1.terminate();
     assert_eq!(
         after_delete,
@@ -730,4 +839,24 @@ async fn replicas_hold_only_their_shards_and_load_a_dead_ones() {
         events[&deleted],
         jetcron_testkit::without_colour_codes(&r1.log_text())
     );
+}
+
+/// The definition revisions of `job`'s due events stored after `after`.
+async fn due_revisions_after(js: &jetstream::Context, job: &str, after: DateTime<Utc>) -> Vec<u64> {
+    let mut stream = js
+        .get_stream(subjects::DUE_STREAM)
+        .await
+        .expect("due stream");
+    let state = stream.info().await.expect("info").state.clone();
+    let mut revisions = Vec::new();
+    for seq in state.first_sequence..=state.last_sequence {
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        let event: DueEvent = serde_json::from_slice(&message.payload).expect("due event");
+        if event.job_id == job && message.time > after {
+            revisions.push(event.job_revision);
+        }
+    }
+    revisions
 }

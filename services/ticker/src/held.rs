@@ -23,6 +23,7 @@ use crate::ownership::{Leases, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::plan_queue::PlanQueue;
 use crate::shards::{self, shard_of};
+use crate::snapshots::{SnapshotStore, SnapshotWriter};
 use crate::tidy::Tidying;
 use crate::{revoke, verify};
 
@@ -47,6 +48,8 @@ pub(crate) struct Held {
     pub(crate) to_plan: PlanQueue,
     /// Told when a shard is planned here ([`Leases::mark_planned`]).
     pub(crate) leases: Leases,
+    /// Which planned shards changed since their last snapshot.
+    pub(crate) snapshots: SnapshotWriter,
 }
 
 /// If `key`'s shard is still queued, plan it now, before an entry of the
@@ -122,6 +125,8 @@ pub(crate) fn on_ownership(
 pub(crate) struct Loader {
     pub(crate) client: async_nats::Client,
     pub(crate) lines: jetcron_core::schedule_lines::SharedLines,
+    /// Where a pass looks for its shards' snapshots first.
+    pub(crate) snapshots: Option<SnapshotStore>,
     pub(crate) done: tokio::sync::mpsc::Sender<ShardPass>,
     pub(crate) stop: CancellationToken,
 }
@@ -132,6 +137,7 @@ impl Loader {
         tokio::spawn(load::load_shards(
             self.client.clone(),
             self.lines.clone(),
+            self.snapshots.clone(),
             pass,
             shards,
             self.done.clone(),
@@ -198,6 +204,7 @@ async fn plan_shard(
         "shard scheduling"
     );
     held.book.put_planned(shard, plan);
+    held.snapshots.changed(shard);
     // Handed on after the unplanned ones from now on; its watermark is
     // recorded by the loop once the feed's changes that came while it was
     // planned are applied.
@@ -220,6 +227,7 @@ pub(crate) fn on_loaded(
         jobs: loaded_jobs,
         read_to,
         took,
+        from_snapshots,
     } = pass;
     let loaded = held
         .holdings
@@ -244,10 +252,12 @@ pub(crate) fn on_loaded(
         ?shards,
         jobs,
         read_to,
+        from_snapshots,
         took_ms = took.as_millis() as u64,
         "shards loaded"
     );
     for shard in loaded {
+        held.snapshots.changed(shard.shard);
         for entry in shard.waiting {
             apply_entry(&entry, held, revoker, recovery.late_threshold, now);
         }
@@ -320,6 +330,7 @@ async fn on_entry(
     now: DateTime<Utc>,
 ) {
     plan_if_queued(&entry.key, held, recovery, now).await;
+    held.snapshots.applied(entry.revision);
     match held.holdings.route(entry) {
         Route::Apply => apply_entry(entry, held, revoker, recovery.late_threshold, now),
         // The job is not held here (or not yet): fires this replica
@@ -343,6 +354,7 @@ fn apply_entry(
     late_threshold: chrono::Duration,
     now: DateTime<Utc>,
 ) {
+    held.snapshots.changed(shard_of(&entry.key));
     match &entry.written {
         Written::Valid(job) => hold_job(
             job,
@@ -466,6 +478,7 @@ mod tests {
             tidying: Tidying::default(),
             to_plan: PlanQueue::default(),
             leases: Leases::default(),
+            snapshots: SnapshotWriter::new(None, std::time::Duration::ZERO),
         };
         let recovery = Recovery {
             late_threshold: chrono::Duration::seconds(60),

@@ -34,6 +34,8 @@ pub mod publish;
 pub mod revoke;
 pub mod shards;
 pub mod share;
+pub mod snapshot;
+pub mod snapshots;
 pub mod tidy;
 pub mod verify;
 pub mod watch;
@@ -94,6 +96,11 @@ pub struct TickerConfig {
     /// renewals that wait for it let the other replicas take the shards.
     /// `None`: on this runtime, through the ticker's own client.
     pub lease_thread: Option<OwnThreadConnection>,
+    /// A planned shard that changed is written to its snapshot at most
+    /// this often; a replica taking a shard over reads the snapshot
+    /// instead of the whole bucket ([`snapshot`]). Zero: none written or
+    /// read.
+    pub snapshot_every: Duration,
 }
 
 impl Default for TickerConfig {
@@ -110,6 +117,7 @@ impl Default for TickerConfig {
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
             lease_thread: None,
+            snapshot_every: snapshots::DEFAULT_EVERY,
         }
     }
 }
@@ -205,6 +213,11 @@ pub async fn run(
         return Ok(());
     };
     converging.ready();
+    let snapshot_store = if config.snapshot_every.is_zero() {
+        None
+    } else {
+        open_snapshot_store(&tjs, wanted, &jobs).await
+    };
 
     let watch_stop = CancellationToken::new();
     let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
@@ -258,11 +271,13 @@ pub async fn run(
         tidying: Tidying::default(),
         to_plan: plan_queue::PlanQueue::default(),
         leases: leases.clone(),
+        snapshots: snapshots::SnapshotWriter::new(snapshot_store.clone(), config.snapshot_every),
     };
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
         client: js.client(),
         lines: config.lines.clone(),
+        snapshots: snapshot_store,
         done: passes_tx,
         stop: watch_stop.child_token(),
     };
@@ -369,6 +384,9 @@ pub async fn run(
             last_planning = std::time::Instant::now();
             continue;
         }
+        // Nothing due within the lookahead, no shard to plan: a planned
+        // shard that changed may be written to its snapshot.
+        held.snapshots.step(&held.book);
         // Letting go of dropped jobs goes on at once, between fires.
         let idle = if held.tidying.is_idle() && held.to_plan.is_empty() {
             held.book
@@ -428,6 +446,23 @@ pub async fn run(
         .context("job watcher")?;
     info!(jobs = held.book.len(), "ticker stopped");
     Ok(())
+}
+
+/// The snapshot store, if it can be used: a failure to open it leaves
+/// snapshots off in this process (a shard taken over is then read from the
+/// whole bucket, as before there were snapshots), not the ticker stopped.
+async fn open_snapshot_store(
+    js: &async_nats::jetstream::Context,
+    wanted: &TopologyOptions,
+    jobs: &async_nats::jetstream::kv::Store,
+) -> Option<snapshots::SnapshotStore> {
+    match topology::ensure_ticker_snapshots(js, wanted).await {
+        Ok(store) => snapshots::SnapshotStore::new(store, jobs.stream.cached_info()),
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "shard snapshots off: cannot open their object store");
+            None
+        }
+    }
 }
 
 /// A batch of due events sent, its definitions, and its acks to come.

@@ -1,24 +1,43 @@
 //! The pass that loads the jobs of shards acquired but not held
-//! ([`crate::holding`]), run beside the ticker's loop: it reads every key's
-//! current value, decodes only the keys of its shards, and keeps each job
-//! in its held form at once (a whole definition is about five times
-//! larger: taking half of ten million jobs over must not need their
-//! definitions all at once). It retries until it has read the bucket (the
-//! shards stay unplanned meanwhile, their watermark where the last owner
-//! left it) or the ticker stops.
+//! ([`crate::holding`]), run beside the ticker's loop.
+//!
+//! - **From snapshots** when every shard of the pass has a usable one
+//!   ([`crate::snapshots`]): each shard's jobs as its last owner wrote them,
+//!   then only the bucket's changes after the oldest snapshot's revision,
+//!   each applied to its shard when it is newer than that shard's snapshot.
+//! - **Otherwise from the whole bucket:** every key's current value, only
+//!   the keys of its shards decoded, each job kept in its held form at once
+//!   (a whole definition is about five times larger: taking half of ten
+//!   million jobs over must not need their definitions all at once).
+//!
+//! It retries until it has read what it needs (the shards stay unplanned
+//! meanwhile, their watermark where the last owner left it) or the ticker
+//! stops.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+use async_nats::jetstream::kv::Operation;
+use compact_str::CompactString;
+use futures::StreamExt as _;
 use jetcron_core::schedule_lines::SharedLines;
-use jetcron_io::job_feed;
+use jetcron_core::subjects;
+use jetcron_io::job_feed::{self, JobEntry, Needs};
 use jetcron_io::retry::RetryDelay;
+use jetcron_io::topology;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::held_job::HeldJob;
 use crate::holding::PassId;
 use crate::shards::shard_of;
+use crate::snapshots::{SnapshotStore, Unusable};
+
+/// A read of the changes after a snapshot that gets nothing for this long
+/// has stalled (the pass then reads the whole bucket).
+const CATCH_UP_STALLED_AFTER: Duration = Duration::from_secs(30);
 
 /// A pass's result.
 #[derive(Debug)]
@@ -31,18 +50,52 @@ pub struct ShardPass {
     pub read_to: u64,
     /// From the pass's start to its end, retries included.
     pub took: Duration,
+    /// Whether the jobs came from the shards' snapshots (and the changes
+    /// after them) rather than from the whole bucket.
+    pub from_snapshots: bool,
 }
 
 /// Read the jobs of `shards` for pass `pass` and hand them to `passes`.
 pub async fn load_shards(
     client: async_nats::Client,
     lines: SharedLines,
+    snapshots: Option<SnapshotStore>,
     pass: PassId,
     shards: Vec<u32>,
     passes: mpsc::Sender<ShardPass>,
     stop: CancellationToken,
 ) {
     let started = Instant::now();
+    if let Some(store) = &snapshots {
+        let read = tokio::select! {
+            _ = stop.cancelled() => return,
+            read = from_snapshots(&client, store, &lines, &shards) => read,
+        };
+        match read {
+            Ok((jobs, read_to)) => {
+                let _ = passes
+                    .send(ShardPass {
+                        pass,
+                        shards,
+                        jobs,
+                        read_to,
+                        took: started.elapsed(),
+                        from_snapshots: true,
+                    })
+                    .await;
+                return;
+            }
+            Err(Unusable::Missing) => {
+                info!(
+                    ?shards,
+                    "a shard taken over has no snapshot: reading the whole bucket"
+                );
+            }
+            Err(Unusable::Refused(e)) => {
+                warn!(?shards, error = %format!("{e:#}"), "shard snapshots not used: reading the whole bucket");
+            }
+        }
+    }
     let mut delay = RetryDelay::new(Duration::from_millis(500), Duration::from_secs(10));
     loop {
         let mut jobs = Vec::new();
@@ -69,6 +122,7 @@ pub async fn load_shards(
                         jobs,
                         read_to,
                         took,
+                        from_snapshots: false,
                     })
                     .await;
                 return;
@@ -80,6 +134,101 @@ pub async fn load_shards(
                     _ = tokio::time::sleep(delay.next_delay()) => {}
                 }
             }
+        }
+    }
+}
+
+/// The jobs of `shards` from their snapshots and the bucket's changes
+/// after them, and the revision every change up to which is in them.
+async fn from_snapshots(
+    client: &async_nats::Client,
+    store: &SnapshotStore,
+    lines: &SharedLines,
+    shards: &[u32],
+) -> Result<(Vec<HeldJob>, u64), Unusable> {
+    let mut jobs = Vec::new();
+    // Each shard's snapshot revision: its changes up to it are in `jobs`.
+    let mut snapshot_at: HashMap<u32, u64> = HashMap::new();
+    for &shard in shards {
+        let snapshot = store.read(shard, lines).await?;
+        snapshot_at.insert(shard, snapshot.header.read_to);
+        jobs.extend(snapshot.jobs);
+    }
+    let oldest = snapshot_at.values().copied().min().unwrap_or(0);
+    let (changes, read_to) = changes_after(client, oldest, &snapshot_at, lines)
+        .await
+        .map_err(Unusable::Refused)?;
+    if changes.is_empty() {
+        return Ok((jobs, read_to));
+    }
+    // Replace or drop the jobs that changed, then add the new ones.
+    let mut changes = changes;
+    jobs.retain_mut(|job| match changes.remove(&job.id) {
+        None => true,
+        Some(Some(newer)) => {
+            *job = newer;
+            true
+        }
+        Some(None) => false,
+    });
+    jobs.extend(changes.into_values().flatten());
+    Ok((jobs, read_to))
+}
+
+/// Every key of the snapshots' shards changed after its shard's snapshot
+/// (read from revision `oldest + 1` on): its held form, or `None` when its
+/// latest value is a delete or not a valid job. And the revision read to.
+async fn changes_after(
+    client: &async_nats::Client,
+    oldest: u64,
+    snapshot_at: &HashMap<u32, u64>,
+    lines: &SharedLines,
+) -> anyhow::Result<(HashMap<CompactString, Option<HeldJob>>, u64)> {
+    let bucket = topology::context(client.clone())
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .context("open job bucket")?;
+    let last = bucket.stream.cached_info().state.last_sequence;
+    let newest = snapshot_at.values().copied().max().unwrap_or(0);
+    anyhow::ensure!(
+        newest <= last,
+        "a snapshot is at revision {newest}, past the bucket's last ({last})"
+    );
+    let mut changes = HashMap::new();
+    if last <= oldest {
+        return Ok((changes, last));
+    }
+    let mut entries = bucket
+        .watch_all_from_revision(oldest + 1)
+        .await
+        .context("read the job bucket's changes after the snapshots")?;
+    let mut read_to = oldest;
+    loop {
+        let entry = tokio::time::timeout(CATCH_UP_STALLED_AFTER, entries.next())
+            .await
+            .context("reading the changes after the snapshots stalled")?
+            .context("job bucket watch ended")?
+            .context("job bucket watch")?;
+        read_to = read_to.max(entry.revision);
+        let caught_up = entry.delta == 0;
+        let newer = snapshot_at
+            .get(&shard_of(&entry.key))
+            .is_some_and(|&at| entry.revision > at);
+        if newer {
+            let key = CompactString::from(entry.key.as_str());
+            let held = match entry.operation {
+                Operation::Put => {
+                    let entry = JobEntry::decode(entry, Needs::Every, lines);
+                    entry
+                        .valid()
+                        .map(|job| HeldJob::of(job, entry.revision, entry.written_at))
+                }
+                Operation::Delete | Operation::Purge => None,
+            };
+            changes.insert(key, held);
+        }
+        if caught_up {
+            return Ok((changes, read_to));
         }
     }
 }

@@ -1,0 +1,216 @@
+//! Shard snapshots ([`crate::snapshot`]) in the object store
+//! `jetcron_ticker_snapshots`: the owner of a planned shard writes one when
+//! the shard changed, at most every `every`; a replica taking a shard over
+//! reads it ([`crate::load`]).
+//!
+//! Writes happen on the ticker's loop only when nothing is due within the
+//! lookahead (as planning does), one shard at a time: encoding a shard of
+//! 625,000 jobs holds the loop for tens of milliseconds, and the object's
+//! put runs in a task of its own. A failed put is retried at the next turn.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream::object_store::{GetErrorKind, ObjectStore};
+use async_nats::jetstream::stream;
+use jetcron_core::schedule_lines::SharedLines;
+use tokio::io::AsyncReadExt as _;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::book::Book;
+use crate::shards::SHARDS;
+use crate::snapshot::{self, ShardSnapshot};
+
+/// Default of how often a changed shard is written again.
+pub const DEFAULT_EVERY: Duration = Duration::from_secs(30);
+
+/// The store, and what its snapshots must match.
+#[derive(Clone)]
+pub struct SnapshotStore {
+    store: ObjectStore,
+    /// The jobs bucket stream's creation time (Unix nanoseconds).
+    bucket_created: i64,
+}
+
+/// A snapshot could not be used; the pass reads the bucket instead.
+#[derive(Debug)]
+pub enum Unusable {
+    /// None was written for this shard.
+    Missing,
+    /// One exists and is refused (why).
+    Refused(anyhow::Error),
+}
+
+impl SnapshotStore {
+    /// `store`, for the jobs bucket whose stream is described by `jobs`.
+    /// `None` when that bucket may lose values (deletes, purges or rollups
+    /// allowed: a bucket made by an older jetcron): replaying its changes
+    /// over a snapshot would then not give its current values.
+    pub fn new(store: ObjectStore, jobs: &stream::Info) -> Option<Self> {
+        let config = &jobs.config;
+        if !(config.deny_delete && config.deny_purge && !config.allow_rollup) {
+            warn!("the jobs bucket allows deletes, purges or rollups: shard snapshots are off, a shard taken over is read from the whole bucket");
+            return None;
+        }
+        Some(Self {
+            store,
+            bucket_created: jobs.created.timestamp_nanos_opt().unwrap_or_default(),
+        })
+    }
+
+    fn name(shard: u32) -> String {
+        format!("shard-{shard:02}")
+    }
+
+    pub fn bucket_created(&self) -> i64 {
+        self.bucket_created
+    }
+
+    /// Replace `shard`'s object with `bytes`.
+    pub async fn write(&self, shard: u32, bytes: Vec<u8>) -> anyhow::Result<()> {
+        self.store
+            .put(Self::name(shard).as_str(), &mut bytes.as_slice())
+            .await
+            .with_context(|| format!("write the snapshot of shard {shard}"))?;
+        Ok(())
+    }
+
+    /// `shard`'s snapshot, decoded with `lines`, if there is a usable one.
+    pub async fn read(&self, shard: u32, lines: &SharedLines) -> Result<ShardSnapshot, Unusable> {
+        let mut object = match self.store.get(Self::name(shard)).await {
+            Ok(object) => object,
+            Err(e) if e.kind() == GetErrorKind::NotFound => return Err(Unusable::Missing),
+            Err(e) => return Err(Unusable::Refused(anyhow::Error::new(e).context("open"))),
+        };
+        let mut bytes = Vec::new();
+        object
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| Unusable::Refused(anyhow::Error::new(e).context("read")))?;
+        let lines = lines.clone();
+        let decoded = tokio::task::spawn_blocking(move || snapshot::decode(&bytes, &lines))
+            .await
+            .map_err(|e| Unusable::Refused(anyhow::anyhow!("decode task: {e}")))?
+            .map_err(Unusable::Refused)?;
+        if decoded.header.bucket_created != self.bucket_created {
+            return Err(Unusable::Refused(anyhow::anyhow!(
+                "written for an earlier jobs bucket of the same name"
+            )));
+        }
+        Ok(decoded)
+    }
+}
+
+/// What the loop keeps to write snapshots.
+pub struct SnapshotWriter {
+    store: Option<SnapshotStore>,
+    every: Duration,
+    /// Shards changed since their last snapshot (or never written here).
+    changed: [bool; SHARDS as usize],
+    last_write: [Option<Instant>; SHARDS as usize],
+    /// The highest revision of the feed's entries the loop has taken: every
+    /// change up to it is in the held shards' jobs.
+    applied_to: u64,
+    writing: Option<(u32, JoinHandle<anyhow::Result<()>>)>,
+}
+
+impl SnapshotWriter {
+    /// Writes to `store` at most every `every` per shard; none when
+    /// `store` is `None`.
+    pub fn new(store: Option<SnapshotStore>, every: Duration) -> Self {
+        Self {
+            store,
+            every,
+            changed: [false; SHARDS as usize],
+            last_write: [None; SHARDS as usize],
+            applied_to: 0,
+            writing: None,
+        }
+    }
+
+    /// An entry of the feed at `revision` was taken.
+    pub fn applied(&mut self, revision: u64) {
+        self.applied_to = self.applied_to.max(revision);
+    }
+
+    /// `shard`'s jobs or plan changed (an entry applied, a pass loaded, the
+    /// shard planned here).
+    pub fn changed(&mut self, shard: u32) {
+        self.changed[shard as usize] = true;
+    }
+
+    /// Write one planned shard that changed and was not written for
+    /// `every`, unless a write is still out. Call when the loop is idle.
+    pub fn step(&mut self, book: &Book) {
+        let Some(store) = &self.store else { return };
+        if let Some((shard, task)) = &self.writing {
+            if !task.is_finished() {
+                return;
+            }
+            let shard = *shard;
+            let Some((_, task)) = self.writing.take() else {
+                return;
+            };
+            match futures::FutureExt::now_or_never(task) {
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => {
+                    warn!(shard, error = %format!("{e:#}"), "cannot write a shard snapshot, retrying later");
+                    self.changed[shard as usize] = true;
+                }
+                Some(Err(e)) => {
+                    warn!(shard, error = %e, "shard snapshot task failed");
+                    self.changed[shard as usize] = true;
+                }
+                None => self.changed[shard as usize] = true,
+            }
+        }
+        let now = Instant::now();
+        let Some(shard) = (0..SHARDS).find(|&shard| {
+            self.changed[shard as usize]
+                && book.is_planned(shard)
+                && self.last_write[shard as usize]
+                    .is_none_or(|at| now.duration_since(at) >= self.every)
+        }) else {
+            return;
+        };
+        let started = Instant::now();
+        let jobs: Vec<_> = book.shard(shard).collect();
+        let bytes = match snapshot::encode(
+            shard,
+            self.applied_to,
+            store.bucket_created(),
+            jobs.iter().copied(),
+        ) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
+                self.last_write[shard as usize] = Some(now);
+                return;
+            }
+        };
+        debug!(
+            shard,
+            jobs = jobs.len(),
+            bytes = bytes.len(),
+            read_to = self.applied_to,
+            encode_ms = started.elapsed().as_millis() as u64,
+            "writing a shard snapshot"
+        );
+        if self.last_write[shard as usize].is_none() {
+            info!(
+                shard,
+                jobs = jobs.len(),
+                bytes = bytes.len(),
+                "first snapshot of a shard planned here"
+            );
+        }
+        self.changed[shard as usize] = false;
+        self.last_write[shard as usize] = Some(now);
+        let store = store.clone();
+        self.writing = Some((
+            shard,
+            tokio::spawn(async move { store.write(shard, bytes).await }),
+        ));
+    }
+}
