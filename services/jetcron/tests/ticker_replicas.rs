@@ -860,3 +860,118 @@ async fn due_revisions_after(js: &jetstream::Context, job: &str, after: DateTime
     }
     revisions
 }
+
+/// A ticker restarted after its shards' snapshots were written loads its
+/// jobs from them and the bucket's changes since (a job added, one deleted
+/// and one edited while it was down), takes its shards without waiting for
+/// a read of the whole bucket, and every fire is stored exactly once, the
+/// missed ones caught up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    let jobs: Vec<String> = (0..24).map(|i| format!("kept-{i}")).collect();
+    for id in &jobs {
+        put_job(&js, id, "* * * * * *", "").await;
+    }
+    let start =
+        |name| TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", "1s");
+    let mut first = start("first");
+    let store =
+        jetcron_testkit::wait_until("the snapshot store exists", Duration::from_secs(20), || {
+            let js = js.clone();
+            async move {
+                js.get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+                    .await
+                    .ok()
+            }
+        })
+        .await;
+    jetcron_testkit::wait_until(
+        "every shard's snapshot is written",
+        Duration::from_secs(20),
+        || {
+            let store = store.clone();
+            async move {
+                for shard in 0..jetcron_ticker::shards::SHARDS {
+                    store.info(format!("shard-{shard:02}")).await.ok()?;
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    first.terminate();
+    let kv = js
+        .get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .expect("bucket");
+    put_job(&js, "kept-added", "* * * * * *", "").await;
+    let deleted = &jobs[3];
+    kv.delete(deleted).await.expect("delete");
+    let deleted_at = Utc::now();
+    let edited = &jobs[5];
+    let edited_revision = kv
+        .put(
+            edited,
+            format!(
+                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.{edited}.edited"}}}}"#
+            )
+            .into(),
+        )
+        .await
+        .expect("edit");
+    let edited_at = Utc::now();
+    // Down for a few seconds: its fires are caught up (late threshold 60 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restarted_at = Utc::now();
+    let mut second = start("second");
+    let preloaded = "jobs loaded from the shards' snapshots";
+    let (loaded, changed) = jetcron_testkit::wait_until(
+        "the restart loads from the snapshots",
+        Duration::from_secs(20),
+        || {
+            let log = jetcron_testkit::without_colour_codes(&second.log_text());
+            async move {
+                Some((
+                    jetcron_testkit::last_logged_number(&log, preloaded, "jobs")?,
+                    jetcron_testkit::last_logged_number(&log, preloaded, "changed")?,
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(loaded, jobs.len(), "24 jobs, one added, one deleted");
+    assert_eq!(changed, 3, "the added, deleted and edited keys");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stopped_at = Utc::now();
+    second.terminate();
+    let events = stored_due_events(&js).await;
+    assert_exactly_once_and_contiguous(&events, 1);
+    for id in jobs
+        .iter()
+        .filter(|id| *id != deleted)
+        .chain([&"kept-added".to_string()])
+    {
+        let fires = events.get(id).unwrap_or_else(|| panic!("{id} fired"));
+        let last = fires.iter().map(|(t, _)| *t).max().expect("fires");
+        assert!(
+            last > stopped_at - chrono::Duration::seconds(3),
+            "{id} did not fire after the restart at {restarted_at} (last {last})"
+        );
+    }
+    let after_delete: Vec<_> = events[deleted]
+        .iter()
+        .filter(|(_, stored)| *stored > deleted_at)
+        .collect();
+    assert!(
+        after_delete.is_empty(),
+        "{deleted} stored after its delete: {after_delete:?}"
+    );
+    let revisions = due_revisions_after(&js, edited, edited_at).await;
+    assert!(!revisions.is_empty(), "{edited} fired after its edit");
+    assert!(
+        revisions.iter().all(|r| *r == edited_revision),
+        "{edited}: fires after its edit from revisions {revisions:?}, the edit is {edited_revision}"
+    );
+}

@@ -12,7 +12,7 @@ use compact_str::CompactString;
 use jetcron_core::job::ValidJob;
 use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::book::Book;
 use crate::definitions::Definitions;
@@ -265,6 +265,78 @@ pub(crate) fn on_loaded(
             held.to_plan.push(shard.shard, acquisition);
         }
     }
+}
+
+/// At a start, every shard's jobs from the shards' snapshots and the
+/// bucket's changes after them, when every shard has a usable one: the
+/// replica then takes shards at once instead of after the feed's read of
+/// the whole bucket. Jobs go into the book shard by shard as each snapshot
+/// is read (a million jobs are not held twice). Whether it did; if not, the
+/// book is left empty and the feed loads it as before.
+pub(crate) async fn preload(
+    held: &mut Held,
+    client: &async_nats::Client,
+    store: &SnapshotStore,
+    lines: &jetcron_core::schedule_lines::SharedLines,
+    revoker: &mut revoke::Revoker,
+    now: DateTime<Utc>,
+) -> bool {
+    let started = std::time::Instant::now();
+    let all: Vec<u32> = (0..shards::SHARDS).collect();
+    let Held { book, .. } = held;
+    // Paused since this replica last held it: the feed's entry saying so
+    // is stale once the shard counts as read up to the snapshot.
+    let hold = |book: &mut Book, revoker: &mut revoke::Revoker, job: HeldJob| {
+        if job.paused {
+            revoker.revoke(&job.id, "job paused before this fire", now);
+        }
+        book.hold(job);
+    };
+    let read = load::read_snapshots(store, lines, &all, |shard, jobs| {
+        book.reserve(jobs.len() * shards::SHARDS as usize, |s| s == shard);
+        for job in jobs {
+            hold(book, revoker, job);
+        }
+    })
+    .await;
+    let changed = match read {
+        Ok(snapshot_at) => load::changes_after(client, &snapshot_at, lines)
+            .await
+            .map_err(crate::snapshots::Unusable::Refused),
+        Err(unusable) => Err(unusable),
+    };
+    let (changes, read_to) = match changed {
+        Ok(changed) => changed,
+        Err(crate::snapshots::Unusable::Missing) => {
+            info!("a shard has no snapshot: the jobs are read from the whole bucket");
+            *book = Book::default();
+            return false;
+        }
+        Err(crate::snapshots::Unusable::Refused(e)) => {
+            warn!(error = %format!("{e:#}"), "shard snapshots not used at start: the jobs are read from the whole bucket");
+            *book = Book::default();
+            return false;
+        }
+    };
+    let changed = changes.len();
+    for (id, job) in changes {
+        match job {
+            Some(job) => hold(book, revoker, job),
+            None => {
+                book.remove(&id);
+            }
+        }
+    }
+    held.holdings.preloaded(read_to, std::time::Instant::now());
+    held.snapshots.applied(read_to);
+    info!(
+        jobs = held.book.len(),
+        changed,
+        read_to,
+        took_ms = started.elapsed().as_millis() as u64,
+        "jobs loaded from the shards' snapshots"
+    );
+    true
 }
 
 /// Drop the jobs of shards owned elsewhere once ownership has settled; the

@@ -138,6 +138,16 @@ impl Holdings {
         }
     }
 
+    /// Every shard's jobs were read from snapshots and the changes after
+    /// them, up to `read_to`: the feed's entries up to it are stale, and
+    /// the bucket counts as read once (ownership may take shards).
+    pub fn preloaded(&mut self, read_to: u64, now: Instant) {
+        for holding in &mut self.shards {
+            *holding = Holding::Kept { floor: read_to };
+        }
+        self.synced(now);
+    }
+
     /// Where the feed's `entry` goes.
     pub fn route(&mut self, entry: &Arc<JobEntry>) -> Route {
         match &mut self.shards[shard_of(&entry.key) as usize] {

@@ -287,6 +287,23 @@ pub async fn run(
     let (revoke_tx, revoke_rx) = tokio::sync::mpsc::channel(REVOCATION_QUEUE);
     let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx, clock.clone()));
     let mut revoker = revoke::Revoker::new(revoke_tx, !config.lookahead.is_zero());
+    // From the shards' snapshots when there are: shards are taken at once,
+    // not after the feed's read of the whole bucket (which waits for this
+    // ticker meanwhile, its queue full).
+    if let Some(store) = &loader.snapshots {
+        if held::preload(
+            &mut held,
+            &loader.client,
+            store,
+            &config.lines,
+            &mut revoker,
+            clock.now(),
+        )
+        .await
+        {
+            let _ = ready_tx.send(true);
+        }
+    }
     let mut last_planning = std::time::Instant::now();
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
 

@@ -147,22 +147,17 @@ async fn from_snapshots(
     shards: &[u32],
 ) -> Result<(Vec<HeldJob>, u64), Unusable> {
     let mut jobs = Vec::new();
-    // Each shard's snapshot revision: its changes up to it are in `jobs`.
-    let mut snapshot_at: HashMap<u32, u64> = HashMap::new();
-    for &shard in shards {
-        let snapshot = store.read(shard, lines).await?;
-        snapshot_at.insert(shard, snapshot.header.read_to);
-        jobs.extend(snapshot.jobs);
-    }
-    let oldest = snapshot_at.values().copied().min().unwrap_or(0);
-    let (changes, read_to) = changes_after(client, oldest, &snapshot_at, lines)
+    let snapshot_at = read_snapshots(store, lines, shards, |_, shard_jobs| {
+        jobs.extend(shard_jobs);
+    })
+    .await?;
+    let (mut changes, read_to) = changes_after(client, &snapshot_at, lines)
         .await
         .map_err(Unusable::Refused)?;
     if changes.is_empty() {
         return Ok((jobs, read_to));
     }
     // Replace or drop the jobs that changed, then add the new ones.
-    let mut changes = changes;
     jobs.retain_mut(|job| match changes.remove(&job.id) {
         None => true,
         Some(Some(newer)) => {
@@ -175,10 +170,39 @@ async fn from_snapshots(
     Ok((jobs, read_to))
 }
 
+/// Each shard's snapshot: its jobs handed to `keep` as each is read (not
+/// all at once), and each shard's snapshot revision. Any shard without a
+/// usable snapshot fails the whole read.
+pub(crate) async fn read_snapshots(
+    store: &SnapshotStore,
+    lines: &SharedLines,
+    shards: &[u32],
+    mut keep: impl FnMut(u32, Vec<HeldJob>),
+) -> Result<HashMap<u32, u64>, Unusable> {
+    let mut snapshot_at = HashMap::new();
+    for &shard in shards {
+        let snapshot = store.read(shard, lines).await?;
+        snapshot_at.insert(shard, snapshot.header.read_to);
+        keep(shard, snapshot.jobs);
+    }
+    Ok(snapshot_at)
+}
+
+/// The keys changed since their snapshots, as [`changes_after_revision`]
+/// finds them from the oldest snapshot on.
+pub(crate) async fn changes_after(
+    client: &async_nats::Client,
+    snapshot_at: &HashMap<u32, u64>,
+    lines: &SharedLines,
+) -> anyhow::Result<(HashMap<CompactString, Option<HeldJob>>, u64)> {
+    let oldest = snapshot_at.values().copied().min().unwrap_or(0);
+    changes_after_revision(client, oldest, snapshot_at, lines).await
+}
+
 /// Every key of the snapshots' shards changed after its shard's snapshot
 /// (read from revision `oldest + 1` on): its held form, or `None` when its
 /// latest value is a delete or not a valid job. And the revision read to.
-async fn changes_after(
+async fn changes_after_revision(
     client: &async_nats::Client,
     oldest: u64,
     snapshot_at: &HashMap<u32, u64>,
