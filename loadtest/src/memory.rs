@@ -46,6 +46,13 @@ pub struct MemoryArgs {
     /// Write the log of `jetcron all` here (its start-up timeline).
     #[arg(long)]
     keep_log: Option<std::path::PathBuf>,
+    /// Then stop `jetcron all` (SIGTERM) and start it again: a restart
+    /// reads the shards' snapshots written meanwhile, not the whole bucket.
+    #[arg(long)]
+    restart: bool,
+    /// Seconds `jetcron all` runs after its restart's first due event.
+    #[arg(long, default_value_t = 30)]
+    restart_rest: u64,
 }
 
 /// The daily line of job `i`: one of `distinct` seconds of the day.
@@ -104,7 +111,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         .await?;
     let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
     let started = Instant::now();
-    let process = JetcronProcess::start(
+    let mut process = JetcronProcess::start(
         &jetcron,
         &["all", "--http-addr", &http_addr],
         &[
@@ -148,6 +155,11 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         .filter(|a| a.scheduled >= rest_from && a.scheduled < rest_to)
         .map(|a| a.scheduled.timestamp_millis())
         .collect();
+    let restarted = if args.restart {
+        Some(restart(&mut process, &client, &canary_calls, args.restart_rest).await?)
+    } else {
+        None
+    };
     keep_log(&process, args.keep_log.as_deref())?;
     drop(process);
 
@@ -191,6 +203,34 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         "| highest VmRSS sampled each second | {:.0} MiB |",
         mib(max_sampled)
     );
+    if let Some(restarted) = &restarted {
+        println!(
+            "| `jetcron all` stopped (SIGTERM) and started again → first due event of the canary | {:.2} s |",
+            restarted.to_due.as_secs_f64()
+        );
+        println!(
+            "| the restart: jobs loaded from the shards' snapshots (log) | {} |",
+            restarted.preloaded
+        );
+        println!(
+            "| after the restart, resident at peak (VmHWM) / highest sampled / at rest ({} s) | {:.0} / {:.0} / {:.0} MiB, {:.0} / {:.0} / {:.0} bytes/job |",
+            restarted.rest,
+            mib(restarted.memory.peak),
+            mib(restarted.highest),
+            mib(restarted.memory.resident),
+            per_job(restarted.memory.peak),
+            per_job(restarted.highest),
+            per_job(restarted.memory.resident)
+        );
+        println!(
+            "| canary calls in the {} s after the restart's first due event | {} calls; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+            restarted.rest,
+            restarted.lags.len(),
+            ms(percentile(&restarted.lags, 50.0)),
+            ms(percentile(&restarted.lags, 99.0)),
+            ms(restarted.lags.last().copied().unwrap_or_default()),
+        );
+    }
     let late = lags.iter().filter(|lag| **lag > LATE_US).count();
     println!(
         "| canary calls in the rest period | {} instants called of {expected}, {} calls in all; lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {late} calls over {} ms late |",
@@ -202,6 +242,72 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         LATE_US / 1_000
     );
     Ok(())
+}
+
+/// What a restart of `jetcron all` measured.
+struct Restarted {
+    to_due: Duration,
+    /// The log line of the load from snapshots, or why there was none.
+    preloaded: String,
+    memory: Memory,
+    /// The highest `VmRSS` sampled each second.
+    highest: u64,
+    rest: u64,
+    /// Canary target-call lags (µs) after the restart's first due event, sorted.
+    lags: Vec<i64>,
+}
+
+/// Stop `process` with SIGTERM, start it again, and measure its start to
+/// the canary's first due event, its memory and the canary's calls.
+async fn restart(
+    process: &mut JetcronProcess,
+    client: &async_nats::Client,
+    canary_calls: &crate::Arrivals,
+    rest: u64,
+) -> anyhow::Result<Restarted> {
+    process.terminate();
+    let mut canary_due = client
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
+        .await?;
+    let logged_before = process.log().len();
+    let started = Instant::now();
+    process.restart();
+    let pid = process.pid().context("jetcron all has no pid")?;
+    tokio::time::timeout(Duration::from_secs(300), canary_due.next())
+        .await
+        .context("no due event of the canary within 300 s of the restart")?;
+    let to_due = started.elapsed();
+    let rest_from = chrono::Utc::now();
+    let mut highest = 0;
+    for _ in 0..rest {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        highest = highest.max(memory_of(pid)?.resident);
+    }
+    let memory = memory_of(pid)?;
+    let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let lags = lags_between(canary_calls, rest_from, rest_to);
+    let log = jetcron_testkit::without_colour_codes(&process.log().split_off(logged_before));
+    let preloaded = log
+        .lines()
+        .find(|line| line.contains("jobs loaded from the shards' snapshots"))
+        .or_else(|| log.lines().find(|line| line.contains("snapshot")))
+        .map_or_else(
+            || "none logged".to_string(),
+            |line| {
+                line.split_once(" INFO ")
+                    .map_or(line, |(_, l)| l)
+                    .trim()
+                    .to_string()
+            },
+        );
+    Ok(Restarted {
+        to_due,
+        preloaded,
+        memory,
+        highest,
+        rest,
+        lags,
+    })
 }
 
 /// Every current value of the bucket, read once through a KV watch (as the

@@ -204,7 +204,7 @@ async fn plan_shard(
         "shard scheduling"
     );
     held.book.put_planned(shard, plan);
-    held.snapshots.changed(shard);
+    held.snapshots.planned(shard);
     // Handed on after the unplanned ones from now on; its watermark is
     // recorded by the loop once the feed's changes that came while it was
     // planned are applied.
@@ -292,8 +292,13 @@ pub(crate) async fn preload(
         }
         book.hold(job);
     };
-    let read = load::read_snapshots(store, lines, &all, |shard, jobs| {
-        book.reserve(jobs.len() * shards::SHARDS as usize, |s| s == shard);
+    // Room for the bucket's keys as the feed will ask when it opens (the
+    // same share per table): a table grown to fit and asked for a little
+    // more later would be copied into one twice its size.
+    if let Some(keys) = bucket_keys(client).await {
+        book.reserve(keys, |_| true);
+    }
+    let read = load::read_snapshots(store, lines, &all, |_, jobs| {
         for job in jobs {
             hold(book, revoker, job);
         }
@@ -319,6 +324,12 @@ pub(crate) async fn preload(
         }
     };
     let changed = changes.len();
+    let mut unchanged = [true; shards::SHARDS as usize];
+    for id in changes.keys() {
+        unchanged[shard_of(id) as usize] = false;
+    }
+    held.snapshots
+        .loaded_as_written((0..shards::SHARDS).filter(|s| unchanged[*s as usize]));
     for (id, job) in changes {
         match job {
             Some(job) => hold(book, revoker, job),
@@ -337,6 +348,16 @@ pub(crate) async fn preload(
         "jobs loaded from the shards' snapshots"
     );
     true
+}
+
+/// How many keys the jobs bucket holds (deleted ones included), as the
+/// feed counts them when it opens.
+async fn bucket_keys(client: &async_nats::Client) -> Option<usize> {
+    let bucket = jetcron_io::topology::context(client.clone())
+        .get_key_value(jetcron_core::subjects::JOBS_BUCKET)
+        .await
+        .ok()?;
+    usize::try_from(bucket.stream.cached_info().state.subjects_count).ok()
 }
 
 /// Drop the jobs of shards owned elsewhere once ownership has settled; the

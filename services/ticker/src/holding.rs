@@ -331,6 +331,26 @@ mod tests {
     }
 
     #[test]
+    fn a_start_from_snapshots_holds_every_shard_and_skips_what_they_hold() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        holdings.preloaded(40, start + SETTLE / 10);
+        for shard in 0..SHARDS {
+            assert!(holdings.holds(shard));
+        }
+        // The feed's read of the whole bucket: what the snapshots hold is
+        // stale, what came after them applies.
+        assert_eq!(holdings.route(&entry(&key_in(2), 40)), Route::Stale);
+        assert_eq!(holdings.route(&entry(&key_in(2), 41)), Route::Apply);
+        // Counts as the bucket read once: shards owned elsewhere go once
+        // ownership settles.
+        let acquired_at = start + SETTLE;
+        holdings.acquired(2, acquisition(), acquired_at);
+        let dropped = holdings.to_drop(acquired_at + SETTLE, |s| s == 2);
+        assert_eq!(dropped.len(), SHARDS as usize - 1);
+    }
+
+    #[test]
     fn a_replica_that_loaded_long_waits_twice_its_load_before_it_drops() {
         let start = Instant::now();
         let mut holdings = Holdings::new(SETTLE, start);

@@ -122,7 +122,9 @@ pub fn encode<'a>(
         bucket_created,
         jobs: jobs.len() as u64,
     };
-    let mut out = postcard::to_extend(&header, Vec::with_capacity(jobs.len() * 48))
+    // About 56 bytes a daily job: room for a little more, so that the
+    // buffer is not copied into one twice its size near the end.
+    let mut out = postcard::to_extend(&header, Vec::with_capacity(jobs.len() * 64 + 64))
         .context("encode snapshot header")?;
     for job in jobs {
         let pool = job.pool.name();

@@ -88,11 +88,7 @@ impl SnapshotStore {
             .read_to_end(&mut bytes)
             .await
             .map_err(|e| Unusable::Refused(anyhow::Error::new(e).context("read")))?;
-        let lines = lines.clone();
-        let decoded = tokio::task::spawn_blocking(move || snapshot::decode(&bytes, &lines))
-            .await
-            .map_err(|e| Unusable::Refused(anyhow::anyhow!("decode task: {e}")))?
-            .map_err(Unusable::Refused)?;
+        let decoded = decode_here(&bytes, lines).map_err(Unusable::Refused)?;
         if decoded.header.bucket_created != self.bucket_created {
             return Err(Unusable::Refused(anyhow::anyhow!(
                 "written for an earlier jobs bucket of the same name"
@@ -102,12 +98,29 @@ impl SnapshotStore {
     }
 }
 
+/// Decode `bytes` on this thread, handing this worker's other tasks to
+/// the others meanwhile where the runtime has others (a shard of 625,000
+/// jobs takes a few hundred milliseconds). Not on a thread of the blocking
+/// pool: the jobs are allocated where they are then held and freed, and
+/// mimalloc gives a page back only through the thread that allocated it.
+fn decode_here(bytes: &[u8], lines: &SharedLines) -> anyhow::Result<ShardSnapshot> {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(|| snapshot::decode(bytes, lines))
+    } else {
+        snapshot::decode(bytes, lines)
+    }
+}
+
 /// What the loop keeps to write snapshots.
 pub struct SnapshotWriter {
     store: Option<SnapshotStore>,
     every: Duration,
     /// Shards changed since their last snapshot (or never written here).
     changed: [bool; SHARDS as usize],
+    /// Shards whose held jobs are those of their stored snapshot.
+    as_snapshot: [bool; SHARDS as usize],
     last_write: [Option<Instant>; SHARDS as usize],
     /// The highest revision of the feed's entries the loop has taken: every
     /// change up to it is in the held shards' jobs.
@@ -123,6 +136,7 @@ impl SnapshotWriter {
             store,
             every,
             changed: [false; SHARDS as usize],
+            as_snapshot: [false; SHARDS as usize],
             last_write: [None; SHARDS as usize],
             applied_to: 0,
             writing: None,
@@ -134,10 +148,27 @@ impl SnapshotWriter {
         self.applied_to = self.applied_to.max(revision);
     }
 
-    /// `shard`'s jobs or plan changed (an entry applied, a pass loaded, the
-    /// shard planned here).
+    /// `shard`'s jobs changed (an entry applied, a pass loaded).
     pub fn changed(&mut self, shard: u32) {
         self.changed[shard as usize] = true;
+        self.as_snapshot[shard as usize] = false;
+    }
+
+    /// `shard` is planned here: written at the next turn unless its jobs
+    /// are those of its snapshot (a start that loaded them from it), so
+    /// that a shard taken over always gets one.
+    pub fn planned(&mut self, shard: u32) {
+        if !self.as_snapshot[shard as usize] {
+            self.changed[shard as usize] = true;
+        }
+    }
+
+    /// At a start, the jobs of `shards` were loaded from their snapshots
+    /// with no change since: they are not written again until they change.
+    pub fn loaded_as_written(&mut self, shards: impl IntoIterator<Item = u32>) {
+        for shard in shards {
+            self.as_snapshot[shard as usize] = true;
+        }
     }
 
     /// Write one planned shard that changed and was not written for
