@@ -156,7 +156,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         .map(|a| a.scheduled.timestamp_millis())
         .collect();
     let restarted = if args.restart {
-        Some(restart(&mut process, &client, &canary_calls, args.restart_rest).await?)
+        Some(restart(&mut process, &js, &canary_calls, args.restart_rest).await?)
     } else {
         None
     };
@@ -261,10 +261,34 @@ struct Restarted {
 /// the canary's first due event, its memory and the canary's calls.
 async fn restart(
     process: &mut JetcronProcess,
-    client: &async_nats::Client,
+    js: &jetstream::Context,
     canary_calls: &crate::Arrivals,
     rest: u64,
 ) -> anyhow::Result<Restarted> {
+    // Every shard's snapshot is written (spread over --snapshot-every,
+    // 30 s, after the shards are planned) before the stop.
+    let waiting = Instant::now();
+    let written = loop {
+        anyhow::ensure!(
+            waiting.elapsed() < Duration::from_secs(120),
+            "not every shard's snapshot was written within 120 s"
+        );
+        if let Ok(store) = js.get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET).await {
+            let mut all = true;
+            for shard in 0..jetcron_ticker::shards::SHARDS {
+                all &= store.info(format!("shard-{shard:02}")).await.is_ok();
+            }
+            if all {
+                break waiting.elapsed();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "every shard's snapshot written {:.1} s after the rest",
+        written.as_secs_f64()
+    );
+    let client = js.client();
     process.terminate();
     let mut canary_due = client
         .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))

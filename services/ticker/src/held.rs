@@ -338,6 +338,10 @@ pub(crate) async fn preload(
             }
         }
     }
+    // The objects read and decoded are freed: give them back now, before
+    // the feed's read of the bucket builds the gateway's catalog, rather
+    // than after the allocator's purge delay.
+    jetcron_allocator::give_back_freed_memory();
     held.holdings.preloaded(read_to, std::time::Instant::now());
     held.snapshots.applied(read_to);
     info!(

@@ -108,13 +108,20 @@ pub struct ShardSnapshot {
     pub jobs: Vec<HeldJob>,
 }
 
-/// The object of `shard`'s `jobs`, current at bucket revision `read_to`.
+/// Bytes of an encoded object per piece ([`encode`]): the object store's
+/// chunk size.
+pub const PIECE: usize = 128 * 1024;
+
+/// The object of `shard`'s `jobs`, current at bucket revision `read_to`,
+/// in pieces of about [`PIECE`] bytes: a shard of 625,000 jobs is 35 MB,
+/// and one buffer of that size (grown by doubling, freed by the task that
+/// stores it) stayed in the process's resident memory.
 pub fn encode<'a>(
     shard: u32,
     read_to: u64,
     bucket_created: i64,
     jobs: impl ExactSizeIterator<Item = &'a HeldJob>,
-) -> anyhow::Result<Vec<u8>> {
+) -> anyhow::Result<Vec<bytes::Bytes>> {
     let header = Header {
         format: FORMAT,
         shard,
@@ -122,11 +129,14 @@ pub fn encode<'a>(
         bucket_created,
         jobs: jobs.len() as u64,
     };
-    // About 56 bytes a daily job: room for a little more, so that the
-    // buffer is not copied into one twice its size near the end.
-    let mut out = postcard::to_extend(&header, Vec::with_capacity(jobs.len() * 64 + 64))
-        .context("encode snapshot header")?;
+    // A record is about 56 bytes; an id or line may make one longer.
+    let piece = || Vec::with_capacity(PIECE + 1024);
+    let mut pieces = Vec::new();
+    let mut out = postcard::to_extend(&header, piece()).context("encode snapshot header")?;
     for job in jobs {
+        if out.len() >= PIECE {
+            pieces.push(bytes::Bytes::from(std::mem::replace(&mut out, piece())));
+        }
         let pool = job.pool.name();
         let timing = &job.timing;
         let schedule = match &timing.schedule {
@@ -152,7 +162,8 @@ pub fn encode<'a>(
         out = postcard::to_extend(&record, out)
             .with_context(|| format!("encode job {:?}", job.id))?;
     }
-    Ok(out)
+    pieces.push(bytes::Bytes::from(out));
+    Ok(pieces)
 }
 
 /// Only the header of `bytes`.
@@ -303,7 +314,9 @@ mod tests {
             .collect();
         let jobs = of_shard(shard, candidates);
         assert!(jobs.len() > 10, "a few of each kind land in the shard");
-        let bytes = encode(shard, 777, 42, jobs.iter()).expect("encode");
+        let bytes = encode(shard, 777, 42, jobs.iter())
+            .expect("encode")
+            .concat();
         let back = decode(&bytes, &SharedLines::default()).expect("decode");
         assert_eq!(
             back.header,
@@ -329,6 +342,30 @@ mod tests {
     }
 
     #[test]
+    fn a_large_shard_is_encoded_in_pieces_that_read_back_as_one() {
+        let jobs = of_shard(
+            1,
+            (0..80_000)
+                .map(|i| held(&format!("daily-{i}"), r#","schedule":"0 15 3 * * *""#, i))
+                .collect(),
+        );
+        let pieces = encode(1, 99, 7, jobs.iter()).expect("encode");
+        assert!(pieces.len() > 1, "{} jobs in one piece", jobs.len());
+        for piece in &pieces[..pieces.len() - 1] {
+            assert!(
+                (PIECE..PIECE + 1024).contains(&piece.len()),
+                "a piece of {} bytes",
+                piece.len()
+            );
+        }
+        let back = decode(&pieces.concat(), &SharedLines::default()).expect("decode");
+        assert_eq!(back.jobs.len(), jobs.len());
+        for (a, b) in jobs.iter().zip(&back.jobs) {
+            assert_eq!((&a.id, a.revision), (&b.id, b.revision));
+        }
+    }
+
+    #[test]
     fn a_damaged_object_is_refused_whole() {
         let jobs = of_shard(
             5,
@@ -336,7 +373,7 @@ mod tests {
                 .map(|i| held(&format!("j{i}"), r#","schedule":"* * * * *""#, i))
                 .collect(),
         );
-        let bytes = encode(5, 10, 1, jobs.iter()).expect("encode");
+        let bytes = encode(5, 10, 1, jobs.iter()).expect("encode").concat();
         let lines = SharedLines::default();
         let cut = decode(&bytes[..bytes.len() - 3], &lines).expect_err("truncated");
         assert!(format!("{cut:#}").contains("decode job"), "{cut:#}");
@@ -348,7 +385,7 @@ mod tests {
             "{extra:#}"
         );
         // Written as another shard: its jobs are not of that shard.
-        let wrong = encode(6, 10, 1, jobs.iter()).expect("encode");
+        let wrong = encode(6, 10, 1, jobs.iter()).expect("encode").concat();
         let other = decode(&wrong, &lines).expect_err("wrong shard");
         assert!(
             format!("{other:#}").contains("is not of shard 6"),
