@@ -8,7 +8,7 @@
 //! a planned shard writes the shard's jobs in their held form
 //! ([`HeldJob`]), together with the bucket revision `read_to` they are
 //! current at, into the object store `jetcron_ticker_snapshots`
-//! ([`crate::snapshots`]). The next owner reads that object (about 45 bytes
+//! ([`crate::snapshots`]). The next owner reads that object (about 56 bytes
 //! a job) and then only the bucket's changes after `read_to`.
 //!
 //! Why that equals a read of the bucket: the jobs bucket denies deletes,
