@@ -66,25 +66,35 @@ pub async fn load_shards(
     stop: CancellationToken,
 ) {
     let started = Instant::now();
-    if let Some(store) = &snapshots {
-        let read = tokio::select! {
-            _ = stop.cancelled() => return,
-            read = from_snapshots(&client, store, &lines, &shards) => read,
-        };
-        match read {
-            Ok((jobs, read_to)) => {
-                let _ = passes
-                    .send(ShardPass {
-                        pass,
-                        shards,
-                        jobs,
-                        read_to,
-                        took: started.elapsed(),
-                        from_snapshots: true,
-                    })
-                    .await;
-                return;
-            }
+    let read = tokio::select! {
+        _ = stop.cancelled() => return,
+        read = read_shards(&client, &lines, snapshots.as_ref(), &shards) => read,
+    };
+    let (jobs, read_to, from_snapshots) = read;
+    let _ = passes
+        .send(ShardPass {
+            pass,
+            shards,
+            jobs,
+            read_to,
+            took: started.elapsed(),
+            from_snapshots,
+        })
+        .await;
+}
+
+/// The jobs of `shards` and the revision read to, from their snapshots if
+/// they all have one (then `true`), else from the whole bucket, retried
+/// until it is read.
+async fn read_shards(
+    client: &async_nats::Client,
+    lines: &SharedLines,
+    snapshots: Option<&SnapshotStore>,
+    shards: &[u32],
+) -> (Vec<HeldJob>, u64, bool) {
+    if let Some(store) = snapshots {
+        match from_snapshots(client, store, lines, shards).await {
+            Ok((jobs, read_to)) => return (jobs, read_to, true),
             Err(Unusable::Missing) => {
                 info!(
                     ?shards,
@@ -100,39 +110,20 @@ pub async fn load_shards(
     loop {
         let mut jobs = Vec::new();
         let read = job_feed::read_current_of(
-            &client,
-            &lines,
+            client,
+            lines,
             |key| shards.contains(&shard_of(key)),
             |entry| {
                 let Some(job) = entry.valid() else { return };
                 jobs.push(HeldJob::of(job, entry.revision, entry.written_at));
             },
-        );
-        let read = tokio::select! {
-            _ = stop.cancelled() => return,
-            read = read => read,
-        };
+        )
+        .await;
         match read {
-            Ok(read_to) => {
-                let took = started.elapsed();
-                let _ = passes
-                    .send(ShardPass {
-                        pass,
-                        shards,
-                        jobs,
-                        read_to,
-                        took,
-                        from_snapshots: false,
-                    })
-                    .await;
-                return;
-            }
+            Ok(read_to) => return (jobs, read_to, false),
             Err(e) => {
                 warn!(?shards, error = %format!("{e:#}"), "cannot read the jobs of shards taken over, retrying");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(delay.next_delay()) => {}
-                }
+                tokio::time::sleep(delay.next_delay()).await;
             }
         }
     }
