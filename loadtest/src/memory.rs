@@ -276,7 +276,10 @@ async fn restart(
         if let Ok(store) = js.get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET).await {
             let mut all = true;
             for shard in 0..jetcron_ticker::shards::SHARDS {
-                all &= store.info(format!("shard-{shard:02}")).await.is_ok();
+                all &= store
+                    .info(jetcron_ticker::snapshots::object_name(shard))
+                    .await
+                    .is_ok();
             }
             if all {
                 break waiting.elapsed();

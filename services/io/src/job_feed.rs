@@ -355,7 +355,7 @@ async fn follow_once(
 
 /// The job bucket, and what its stream holds now: opening the store reads
 /// its stream's info, so the state it keeps is of this moment.
-async fn open_bucket(
+pub async fn open_bucket(
     client: &async_nats::Client,
 ) -> anyhow::Result<(kv::Store, async_nats::jetstream::stream::State)> {
     let bucket: kv::Store = topology::context(client.clone())

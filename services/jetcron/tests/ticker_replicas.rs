@@ -115,7 +115,9 @@ async fn setup(nats: &NatsServer, duplicate_window: Duration) -> jetstream::Cont
     js
 }
 
-async fn put_job(js: &jetstream::Context, id: &str, schedule: &str, extra: &str) {
+/// Store job `id` (its target `svc.<id>`, `extra` fields appended); its
+/// revision.
+async fn put_job(js: &jetstream::Context, id: &str, schedule: &str, extra: &str) -> u64 {
     let kv = js
         .get_key_value(subjects::JOBS_BUCKET)
         .await
@@ -123,7 +125,7 @@ async fn put_job(js: &jetstream::Context, id: &str, schedule: &str, extra: &str)
     let value = format!(
         r#"{{"schedule":"{schedule}","target":{{"type":"nats","subject":"svc.{id}"}}{extra}}}"#
     );
-    kv.put(id, value.into()).await.expect("put job");
+    kv.put(id, value.into()).await.expect("put job")
 }
 
 /// (scheduled time, store time) of every stored due event, by job.
@@ -131,26 +133,57 @@ type StoredFires = BTreeMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>>;
 
 /// Every stored due event: (job id → scheduled times in store order), and the store time of each.
 async fn stored_due_events(js: &jetstream::Context) -> StoredFires {
+    let mut by_job: StoredFires = BTreeMap::new();
+    for (event, stored) in due_events(js).await {
+        by_job
+            .entry(event.job_id)
+            .or_default()
+            .push((event.scheduled_at, stored));
+    }
+    by_job
+}
+
+/// Every stored due event with its store time, in store order.
+async fn due_events(js: &jetstream::Context) -> Vec<(DueEvent, DateTime<Utc>)> {
     let mut stream = js
         .get_stream(subjects::DUE_STREAM)
         .await
         .expect("due stream");
     let state = stream.info().await.expect("info").state.clone();
-    let mut by_job: StoredFires = BTreeMap::new();
+    let mut events = Vec::new();
     if state.messages == 0 {
-        return by_job;
+        return events;
     }
     for seq in state.first_sequence..=state.last_sequence {
         let Ok(message) = stream.get_raw_message(seq).await else {
             continue;
         };
         let event: DueEvent = serde_json::from_slice(&message.payload).expect("due event");
-        by_job
-            .entry(event.job_id)
-            .or_default()
-            .push((event.scheduled_at, message.time));
+        events.push((event, message.time));
     }
-    by_job
+    events
+}
+
+/// Wait until the snapshot store holds an object for every shard of
+/// `shards`.
+async fn wait_for_snapshots(js: &jetstream::Context, shards: Vec<u32>, what: &str) {
+    jetcron_testkit::wait_until(what, Duration::from_secs(20), || {
+        let (js, shards) = (js.clone(), shards.clone());
+        async move {
+            let store = js
+                .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+                .await
+                .ok()?;
+            for shard in shards {
+                store
+                    .info(jetcron_ticker::snapshots::object_name(shard))
+                    .await
+                    .ok()?;
+            }
+            Some(())
+        }
+    })
+    .await;
 }
 
 /// Assert no (job, scheduled time) was stored twice and, per job, times step
@@ -709,24 +742,7 @@ async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
         .collect();
     if take_over == TakeOver::Snapshots {
         // Each of r0's shards has its snapshot before r0 dies.
-        let store = js
-            .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
-            .await
-            .expect("snapshot store");
-        jetcron_testkit::wait_until(
-            "r0 wrote its shards' snapshots",
-            Duration::from_secs(20),
-            || {
-                let (store, shards) = (store.clone(), r0_shard_ids.clone());
-                async move {
-                    for shard in shards {
-                        store.info(format!("shard-{shard:02}")).await.ok()?;
-                    }
-                    Some(())
-                }
-            },
-        )
-        .await;
+        wait_for_snapshots(&js, r0_shard_ids.clone(), "r0 wrote its shards' snapshots").await;
     }
     let killed_at = Utc::now();
     // r1's log from here on tells what it did after the kill.
@@ -763,16 +779,7 @@ async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
         .find(|id| in_r0(id) && **id != deleted)
         .expect("another job of r0")
         .clone();
-    let edited_revision = js
-        .get_key_value(subjects::JOBS_BUCKET)
-        .await
-        .expect("bucket")
-        .put(
-            &edited,
-            format!(r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.{edited}.edited"}}}}"#).into(),
-        )
-        .await
-        .expect("edit");
+    let edited_revision = put_job(&js, &edited, "* * * * * *", r#","description":"edited""#).await;
     let edited_at = Utc::now();
 
     let loaded =
@@ -843,22 +850,12 @@ async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
 
 /// The definition revisions of `job`'s due events stored after `after`.
 async fn due_revisions_after(js: &jetstream::Context, job: &str, after: DateTime<Utc>) -> Vec<u64> {
-    let mut stream = js
-        .get_stream(subjects::DUE_STREAM)
+    due_events(js)
         .await
-        .expect("due stream");
-    let state = stream.info().await.expect("info").state.clone();
-    let mut revisions = Vec::new();
-    for seq in state.first_sequence..=state.last_sequence {
-        let Ok(message) = stream.get_raw_message(seq).await else {
-            continue;
-        };
-        let event: DueEvent = serde_json::from_slice(&message.payload).expect("due event");
-        if event.job_id == job && message.time > after {
-            revisions.push(event.job_revision);
-        }
-    }
-    revisions
+        .into_iter()
+        .filter(|(event, stored)| event.job_id == job && *stored > after)
+        .map(|(event, _)| event.job_revision)
+        .collect()
 }
 
 /// A ticker restarted after its shards' snapshots were written loads its
@@ -877,28 +874,10 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
     let start =
         |name| TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", "1s");
     let mut first = start("first");
-    let store =
-        jetcron_testkit::wait_until("the snapshot store exists", Duration::from_secs(20), || {
-            let js = js.clone();
-            async move {
-                js.get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
-                    .await
-                    .ok()
-            }
-        })
-        .await;
-    jetcron_testkit::wait_until(
+    wait_for_snapshots(
+        &js,
+        (0..jetcron_ticker::shards::SHARDS).collect(),
         "every shard's snapshot is written",
-        Duration::from_secs(20),
-        || {
-            let store = store.clone();
-            async move {
-                for shard in 0..jetcron_ticker::shards::SHARDS {
-                    store.info(format!("shard-{shard:02}")).await.ok()?;
-                }
-                Some(())
-            }
-        },
     )
     .await;
     first.terminate();
@@ -911,16 +890,7 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
     kv.delete(deleted).await.expect("delete");
     let deleted_at = Utc::now();
     let edited = &jobs[5];
-    let edited_revision = kv
-        .put(
-            edited,
-            format!(
-                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.{edited}.edited"}}}}"#
-            )
-            .into(),
-        )
-        .await
-        .expect("edit");
+    let edited_revision = put_job(&js, edited, "* * * * * *", r#","description":"edited""#).await;
     let edited_at = Utc::now();
     // Down for a few seconds: its fires are caught up (late threshold 60 s).
     tokio::time::sleep(Duration::from_secs(2)).await;

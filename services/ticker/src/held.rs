@@ -12,7 +12,7 @@ use compact_str::CompactString;
 use jetcron_core::job::ValidJob;
 use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::book::Book;
 use crate::definitions::Definitions;
@@ -271,19 +271,27 @@ pub(crate) fn on_loaded(
 /// bucket's changes after them, when every shard has a usable one: the
 /// replica then takes shards at once instead of after the feed's read of
 /// the whole bucket. Jobs go into the book shard by shard as each snapshot
-/// is read (a million jobs are not held twice). Whether it did; if not, the
-/// book is left empty and the feed loads it as before.
+/// is read (a million jobs are not held twice). `keys` is the bucket's
+/// key count as the feed will find it when it opens. Whether it did; if
+/// not, the book is left empty and the feed loads it as before.
 pub(crate) async fn preload(
     held: &mut Held,
-    client: &async_nats::Client,
-    store: &SnapshotStore,
-    lines: &jetcron_core::schedule_lines::SharedLines,
+    loader: &Loader,
+    keys: usize,
     revoker: &mut revoke::Revoker,
     now: DateTime<Utc>,
 ) -> bool {
+    let Some(store) = &loader.snapshots else {
+        return false;
+    };
     let started = std::time::Instant::now();
     let all: Vec<u32> = (0..shards::SHARDS).collect();
-    let Held { book, .. } = held;
+    let Held {
+        book,
+        holdings,
+        snapshots,
+        ..
+    } = held;
     // Paused since this replica last held it: the feed's entry saying so
     // is stale once the shard counts as read up to the snapshot.
     let hold = |book: &mut Book, revoker: &mut revoke::Revoker, job: HeldJob| {
@@ -292,45 +300,30 @@ pub(crate) async fn preload(
         }
         book.hold(job);
     };
-    // Room for the bucket's keys as the feed will ask when it opens (the
-    // same share per table): a table grown to fit and asked for a little
-    // more later would be copied into one twice its size.
-    if let Some(keys) = bucket_keys(client).await {
-        book.reserve(keys, |_| true);
-    }
-    let read = load::read_snapshots(store, lines, &all, |_, jobs| {
+    // Room for the bucket's keys as the feed asks when it opens (the same
+    // share per table): a table grown to fit and asked for a little more
+    // later would be copied into one twice its size.
+    book.reserve(keys, |_| true);
+    let read = load::snapshots_and_changes(&loader.client, store, &loader.lines, &all, |jobs| {
         for job in jobs {
             hold(book, revoker, job);
         }
     })
     .await;
-    let changed = match read {
-        Ok(snapshot_at) => load::changes_after(client, &snapshot_at, lines)
-            .await
-            .map_err(crate::snapshots::Unusable::Refused),
-        Err(unusable) => Err(unusable),
-    };
-    let (changes, read_to) = match changed {
-        Ok(changed) => changed,
-        Err(crate::snapshots::Unusable::Missing) => {
-            info!("a shard has no snapshot: the jobs are read from the whole bucket");
-            *book = Book::default();
-            return false;
-        }
-        Err(crate::snapshots::Unusable::Refused(e)) => {
-            warn!(error = %format!("{e:#}"), "shard snapshots not used at start: the jobs are read from the whole bucket");
+    let (changes, read_to) = match read {
+        Ok(read) => read,
+        Err(unusable) => {
+            unusable.log("at start");
             *book = Book::default();
             return false;
         }
     };
+    // Shards loaded as their snapshots hold them are not written again
+    // until they change.
+    snapshots.loaded_as_written(all);
     let changed = changes.len();
-    let mut unchanged = [true; shards::SHARDS as usize];
-    for id in changes.keys() {
-        unchanged[shard_of(id) as usize] = false;
-    }
-    held.snapshots
-        .loaded_as_written((0..shards::SHARDS).filter(|s| unchanged[*s as usize]));
     for (id, job) in changes {
+        snapshots.changed(shard_of(&id));
         match job {
             Some(job) => hold(book, revoker, job),
             None => {
@@ -342,26 +335,16 @@ pub(crate) async fn preload(
     // the feed's read of the bucket builds the gateway's catalog, rather
     // than after the allocator's purge delay.
     jetcron_allocator::give_back_freed_memory();
-    held.holdings.preloaded(read_to, std::time::Instant::now());
-    held.snapshots.applied(read_to);
+    holdings.preloaded(read_to, std::time::Instant::now());
+    snapshots.applied(read_to);
     info!(
-        jobs = held.book.len(),
+        jobs = book.len(),
         changed,
         read_to,
         took_ms = started.elapsed().as_millis() as u64,
         "jobs loaded from the shards' snapshots"
     );
     true
-}
-
-/// How many keys the jobs bucket holds (deleted ones included), as the
-/// feed counts them when it opens.
-async fn bucket_keys(client: &async_nats::Client) -> Option<usize> {
-    let bucket = jetcron_io::topology::context(client.clone())
-        .get_key_value(jetcron_core::subjects::JOBS_BUCKET)
-        .await
-        .ok()?;
-    usize::try_from(bucket.stream.cached_info().state.subjects_count).ok()
 }
 
 /// Drop the jobs of shards owned elsewhere once ownership has settled; the

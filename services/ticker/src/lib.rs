@@ -290,19 +290,9 @@ pub async fn run(
     // From the shards' snapshots when there are: shards are taken at once,
     // not after the feed's read of the whole bucket (which waits for this
     // ticker meanwhile, its queue full).
-    if let Some(store) = &loader.snapshots {
-        if held::preload(
-            &mut held,
-            &loader.client,
-            store,
-            &config.lines,
-            &mut revoker,
-            clock.now(),
-        )
-        .await
-        {
-            let _ = ready_tx.send(true);
-        }
+    let keys = usize::try_from(jobs.stream.cached_info().state.subjects_count).unwrap_or(0);
+    if held::preload(&mut held, &loader, keys, &mut revoker, clock.now()).await {
+        let _ = ready_tx.send(true);
     }
     let mut last_planning = std::time::Instant::now();
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");

@@ -22,13 +22,11 @@ use async_nats::jetstream::kv::Operation;
 use compact_str::CompactString;
 use futures::StreamExt as _;
 use jetcron_core::schedule_lines::SharedLines;
-use jetcron_core::subjects;
 use jetcron_io::job_feed::{self, JobEntry, Needs};
 use jetcron_io::retry::RetryDelay;
-use jetcron_io::topology;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::held_job::HeldJob;
 use crate::holding::PassId;
@@ -95,15 +93,7 @@ async fn read_shards(
     if let Some(store) = snapshots {
         match from_snapshots(client, store, lines, shards).await {
             Ok((jobs, read_to)) => return (jobs, read_to, true),
-            Err(Unusable::Missing) => {
-                info!(
-                    ?shards,
-                    "a shard taken over has no snapshot: reading the whole bucket"
-                );
-            }
-            Err(Unusable::Refused(e)) => {
-                warn!(?shards, error = %format!("{e:#}"), "shard snapshots not used: reading the whole bucket");
-            }
+            Err(unusable) => unusable.log("taking shards over"),
         }
     }
     let mut delay = RetryDelay::new(Duration::from_millis(500), Duration::from_secs(10));
@@ -138,13 +128,11 @@ async fn from_snapshots(
     shards: &[u32],
 ) -> Result<(Vec<HeldJob>, u64), Unusable> {
     let mut jobs = Vec::new();
-    let snapshot_at = read_snapshots(store, lines, shards, |_, shard_jobs| {
-        jobs.extend(shard_jobs);
-    })
-    .await?;
-    let (mut changes, read_to) = changes_after(client, &snapshot_at, lines)
-        .await
-        .map_err(Unusable::Refused)?;
+    let (mut changes, read_to) =
+        snapshots_and_changes(client, store, lines, shards, |shard_jobs| {
+            jobs.extend(shard_jobs);
+        })
+        .await?;
     if changes.is_empty() {
         return Ok((jobs, read_to));
     }
@@ -161,49 +149,41 @@ async fn from_snapshots(
     Ok((jobs, read_to))
 }
 
-/// Each shard's snapshot: its jobs handed to `keep` as each is read (not
-/// all at once), and each shard's snapshot revision. Any shard without a
-/// usable snapshot fails the whole read.
-pub(crate) async fn read_snapshots(
+/// Each key changed since its shard's snapshot: its held form, or `None`
+/// when its latest value is a delete or not a valid job.
+pub(crate) type Changes = HashMap<CompactString, Option<HeldJob>>;
+
+/// The jobs of `shards` from their snapshots, handed to `keep` a shard at
+/// a time as each is read (not all at once), then the keys changed after
+/// each shard's snapshot (read from the oldest one's revision on) and the
+/// revision read to. Any shard without a usable snapshot fails the whole
+/// read.
+pub(crate) async fn snapshots_and_changes(
+    client: &async_nats::Client,
     store: &SnapshotStore,
     lines: &SharedLines,
     shards: &[u32],
-    mut keep: impl FnMut(u32, Vec<HeldJob>),
-) -> Result<HashMap<u32, u64>, Unusable> {
+    mut keep: impl FnMut(Vec<HeldJob>),
+) -> Result<(Changes, u64), Unusable> {
     let mut snapshot_at = HashMap::new();
     for &shard in shards {
         let snapshot = store.read(shard, lines).await?;
         snapshot_at.insert(shard, snapshot.header.read_to);
-        keep(shard, snapshot.jobs);
+        keep(snapshot.jobs);
     }
-    Ok(snapshot_at)
-}
-
-/// The keys changed since their snapshots, as [`changes_after_revision`]
-/// finds them from the oldest snapshot on.
-pub(crate) async fn changes_after(
-    client: &async_nats::Client,
-    snapshot_at: &HashMap<u32, u64>,
-    lines: &SharedLines,
-) -> anyhow::Result<(HashMap<CompactString, Option<HeldJob>>, u64)> {
-    let oldest = snapshot_at.values().copied().min().unwrap_or(0);
-    changes_after_revision(client, oldest, snapshot_at, lines).await
-}
-
-/// Every key of the snapshots' shards changed after its shard's snapshot
-/// (read from revision `oldest + 1` on): its held form, or `None` when its
-/// latest value is a delete or not a valid job. And the revision read to.
-async fn changes_after_revision(
-    client: &async_nats::Client,
-    oldest: u64,
-    snapshot_at: &HashMap<u32, u64>,
-    lines: &SharedLines,
-) -> anyhow::Result<(HashMap<CompactString, Option<HeldJob>>, u64)> {
-    let bucket = topology::context(client.clone())
-        .get_key_value(subjects::JOBS_BUCKET)
+    changes_after(client, &snapshot_at, lines)
         .await
-        .context("open job bucket")?;
-    let last = bucket.stream.cached_info().state.last_sequence;
+        .map_err(Unusable::Refused)
+}
+
+async fn changes_after(
+    client: &async_nats::Client,
+    snapshot_at: &HashMap<u32, u64>,
+    lines: &SharedLines,
+) -> anyhow::Result<(Changes, u64)> {
+    let (bucket, held) = job_feed::open_bucket(client).await?;
+    let last = held.last_sequence;
+    let oldest = snapshot_at.values().copied().min().unwrap_or(0);
     let newest = snapshot_at.values().copied().max().unwrap_or(0);
     anyhow::ensure!(
         newest <= last,

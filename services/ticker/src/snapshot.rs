@@ -166,9 +166,12 @@ pub fn encode<'a>(
     Ok(pieces)
 }
 
-/// Only the header of `bytes`.
-pub fn header_of(bytes: &[u8]) -> anyhow::Result<Header> {
-    let (header, _) =
+/// The jobs of an object written by [`encode`], their lines parsed through
+/// `lines`. Any fault (another format, a truncated object, a job of another
+/// shard, a line or zone that no longer parses) refuses the whole object:
+/// the caller then reads the bucket.
+pub fn decode(bytes: &[u8], lines: &SharedLines) -> anyhow::Result<ShardSnapshot> {
+    let (header, mut rest) =
         postcard::take_from_bytes::<Header>(bytes).context("decode snapshot header")?;
     if header.format != FORMAT {
         bail!(
@@ -176,17 +179,6 @@ pub fn header_of(bytes: &[u8]) -> anyhow::Result<Header> {
             header.format
         );
     }
-    Ok(header)
-}
-
-/// The jobs of an object written by [`encode`], their lines parsed through
-/// `lines`. Any fault (a truncated object, a job of another shard, a line
-/// or zone that no longer parses) refuses the whole object: the caller then
-/// reads the bucket.
-pub fn decode(bytes: &[u8], lines: &SharedLines) -> anyhow::Result<ShardSnapshot> {
-    let header = header_of(bytes)?;
-    let (_, mut rest) =
-        postcard::take_from_bytes::<Header>(bytes).context("decode snapshot header")?;
     let mut jobs = Vec::with_capacity(usize::try_from(header.jobs).unwrap_or(0).min(1 << 24));
     for i in 0..header.jobs {
         let (record, after) = postcard::take_from_bytes::<JobRecord>(rest)
@@ -393,7 +385,7 @@ mod tests {
         );
         let mut future = bytes;
         future[0] = 9;
-        let format = header_of(&future).expect_err("another format");
+        let format = decode(&future, &lines).expect_err("another format");
         assert!(
             format!("{format:#}").contains("snapshot format 9"),
             "{format:#}"

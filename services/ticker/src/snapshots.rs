@@ -25,6 +25,11 @@ use crate::snapshot::{self, ShardSnapshot};
 /// Default of how often a changed shard is written again.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(30);
 
+/// The name of `shard`'s object in the store.
+pub fn object_name(shard: u32) -> String {
+    format!("shard-{shard:02}")
+}
+
 /// The store, and what its snapshots must match.
 #[derive(Clone)]
 pub struct SnapshotStore {
@@ -40,6 +45,20 @@ pub enum Unusable {
     Missing,
     /// One exists and is refused (why).
     Refused(anyhow::Error),
+}
+
+impl Unusable {
+    /// Say why the jobs are read from the whole bucket instead, `when`.
+    pub fn log(&self, when: &str) {
+        match self {
+            Unusable::Missing => {
+                info!(when, "a shard has no snapshot: reading the whole bucket");
+            }
+            Unusable::Refused(e) => {
+                warn!(when, error = %format!("{e:#}"), "shard snapshots not used: reading the whole bucket");
+            }
+        }
+    }
 }
 
 impl SnapshotStore {
@@ -59,10 +78,6 @@ impl SnapshotStore {
         })
     }
 
-    fn name(shard: u32) -> String {
-        format!("shard-{shard:02}")
-    }
-
     pub fn bucket_created(&self) -> i64 {
         self.bucket_created
     }
@@ -72,7 +87,7 @@ impl SnapshotStore {
         let pieces = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
         let mut reader = tokio_util::io::StreamReader::new(pieces);
         self.store
-            .put(Self::name(shard).as_str(), &mut reader)
+            .put(object_name(shard).as_str(), &mut reader)
             .await
             .with_context(|| format!("write the snapshot of shard {shard}"))?;
         Ok(())
@@ -80,7 +95,7 @@ impl SnapshotStore {
 
     /// `shard`'s snapshot, decoded with `lines`, if there is a usable one.
     pub async fn read(&self, shard: u32, lines: &SharedLines) -> Result<ShardSnapshot, Unusable> {
-        let mut object = match self.store.get(Self::name(shard)).await {
+        let mut object = match self.store.get(object_name(shard)).await {
             Ok(object) => object,
             Err(e) if e.kind() == GetErrorKind::NotFound => return Err(Unusable::Missing),
             Err(e) => return Err(Unusable::Refused(anyhow::Error::new(e).context("open"))),
@@ -189,29 +204,30 @@ impl SnapshotWriter {
     /// `every`, unless a write is still out. Call when the loop is idle.
     pub fn step(&mut self, book: &Book) {
         let Some(store) = &self.store else { return };
-        if let Some((shard, task)) = &self.writing {
-            if !task.is_finished() {
-                return;
-            }
-            let shard = *shard;
-            let Some((_, task)) = self.writing.take() else {
-                return;
-            };
+        if self
+            .writing
+            .as_ref()
+            .is_some_and(|(_, task)| !task.is_finished())
+        {
+            return;
+        }
+        if let Some((shard, task)) = self.writing.take() {
             // The object's buffers are freed: give them back now rather
             // than after the allocator's purge delay (5 s), which kept a
             // few writes' worth resident.
             jetcron_allocator::give_back_freed_memory();
-            match futures::FutureExt::now_or_never(task) {
-                Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(e))) => {
-                    warn!(shard, error = %format!("{e:#}"), "cannot write a shard snapshot, retrying later");
-                    self.changed[shard as usize] = true;
-                }
-                Some(Err(e)) => {
-                    warn!(shard, error = %e, "shard snapshot task failed");
-                    self.changed[shard as usize] = true;
-                }
-                None => self.changed[shard as usize] = true,
+            let failed = match futures::FutureExt::now_or_never(task) {
+                Some(Ok(Ok(()))) => None,
+                Some(Ok(Err(e))) => Some(format!("{e:#}")),
+                Some(Err(e)) => Some(format!("the task failed: {e}")),
+                None => Some("the task did not end".to_string()),
+            };
+            if let Some(error) = failed {
+                warn!(
+                    shard,
+                    error, "cannot write a shard snapshot, retrying later"
+                );
+                self.changed[shard as usize] = true;
             }
         }
         let now = Instant::now();
