@@ -945,3 +945,66 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
         "{edited}: fires after its edit from revisions {revisions:?}, the edit is {edited_revision}"
     );
 }
+
+/// Snapshots of a jobs bucket that was deleted and made again (its
+/// revisions start over) are refused: the restart reads the new bucket,
+/// and no job of the old one fires. The new bucket holds more values than
+/// the old one's snapshots had read, so only the bucket's creation time in
+/// the snapshots tells them apart.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_of_a_bucket_made_again_are_not_used() {
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    let old: Vec<String> = (0..8).map(|i| format!("old-{i}")).collect();
+    for id in &old {
+        put_job(&js, id, "* * * * * *", "").await;
+    }
+    let start =
+        |name| TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", "1s");
+    let mut first = start("first");
+    wait_for_snapshots(
+        &js,
+        (0..jetcron_ticker::shards::SHARDS).collect(),
+        "every shard's snapshot is written",
+    )
+    .await;
+    first.terminate();
+    js.delete_stream(format!("KV_{}", subjects::JOBS_BUCKET))
+        .await
+        .expect("delete the jobs bucket");
+    setup(&nats, Duration::from_secs(600)).await;
+    let new: Vec<String> = (0..24).map(|i| format!("new-{i}")).collect();
+    for id in &new {
+        put_job(&js, id, "* * * * * *", "").await;
+    }
+    let restarted_at = Utc::now();
+    let mut second = start("second");
+    jetcron_testkit::wait_until(
+        "the restart reads the bucket",
+        Duration::from_secs(20),
+        || {
+            let log = jetcron_testkit::without_colour_codes(&second.log_text());
+            async move { log.contains("job bucket loaded").then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    second.terminate();
+    let log = jetcron_testkit::without_colour_codes(&second.log_text());
+    assert!(
+        log.contains("written for an earlier jobs bucket of the same name"),
+        "the old bucket's snapshots are refused:\n{log}"
+    );
+    assert!(
+        !log.contains("jobs loaded from the shards' snapshots"),
+        "{log}"
+    );
+    let fired_after: BTreeSet<String> = due_events(&js)
+        .await
+        .into_iter()
+        .filter(|(_, stored)| *stored > restarted_at)
+        .map(|(event, _)| event.job_id)
+        .collect();
+    let expected: BTreeSet<String> = new.iter().cloned().collect();
+    assert_eq!(fired_after, expected, "only the new bucket's jobs fire");
+}
