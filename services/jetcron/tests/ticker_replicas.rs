@@ -858,6 +858,31 @@ async fn due_revisions_after(js: &jetstream::Context, job: &str, after: DateTime
         .collect()
 }
 
+/// A ticker with the test lease (TTL 1.5 s) writing snapshots every second.
+fn snapshotting_ticker(nats: &NatsServer, name: &str) -> TickerProcess {
+    TickerProcess::start_snapshotting(nats, name, "60s", "1500ms", "250ms", "1s")
+}
+
+/// Store `jobs` (due every second), run a ticker until every shard's
+/// snapshot is written, and stop it (SIGTERM).
+async fn run_until_every_shard_has_a_snapshot(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    jobs: &[String],
+) {
+    for id in jobs {
+        put_job(js, id, "* * * * * *", "").await;
+    }
+    let mut first = snapshotting_ticker(nats, "first");
+    wait_for_snapshots(
+        js,
+        (0..jetcron_ticker::shards::SHARDS).collect(),
+        "every shard's snapshot is written",
+    )
+    .await;
+    first.terminate();
+}
+
 /// A ticker restarted after its shards' snapshots were written loads its
 /// jobs from them and the bucket's changes since (a job added, one deleted
 /// and one edited while it was down), takes its shards without waiting for
@@ -868,19 +893,7 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
     let nats = NatsServer::start();
     let js = setup(&nats, Duration::from_secs(600)).await;
     let jobs: Vec<String> = (0..24).map(|i| format!("kept-{i}")).collect();
-    for id in &jobs {
-        put_job(&js, id, "* * * * * *", "").await;
-    }
-    let start =
-        |name| TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", "1s");
-    let mut first = start("first");
-    wait_for_snapshots(
-        &js,
-        (0..jetcron_ticker::shards::SHARDS).collect(),
-        "every shard's snapshot is written",
-    )
-    .await;
-    first.terminate();
+    run_until_every_shard_has_a_snapshot(&nats, &js, &jobs).await;
     let kv = js
         .get_key_value(subjects::JOBS_BUCKET)
         .await
@@ -895,7 +908,7 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
     // Down for a few seconds: its fires are caught up (late threshold 60 s).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restarted_at = Utc::now();
-    let mut second = start("second");
+    let mut second = snapshotting_ticker(&nats, "second");
     let preloaded = "jobs loaded from the shards' snapshots";
     let (loaded, changed) = jetcron_testkit::wait_until(
         "the restart loads from the snapshots",
@@ -956,19 +969,7 @@ async fn snapshots_of_a_bucket_made_again_are_not_used() {
     let nats = NatsServer::start();
     let js = setup(&nats, Duration::from_secs(600)).await;
     let old: Vec<String> = (0..8).map(|i| format!("old-{i}")).collect();
-    for id in &old {
-        put_job(&js, id, "* * * * * *", "").await;
-    }
-    let start =
-        |name| TickerProcess::start_snapshotting(&nats, name, "60s", "1500ms", "250ms", "1s");
-    let mut first = start("first");
-    wait_for_snapshots(
-        &js,
-        (0..jetcron_ticker::shards::SHARDS).collect(),
-        "every shard's snapshot is written",
-    )
-    .await;
-    first.terminate();
+    run_until_every_shard_has_a_snapshot(&nats, &js, &old).await;
     js.delete_stream(format!("KV_{}", subjects::JOBS_BUCKET))
         .await
         .expect("delete the jobs bucket");
@@ -978,7 +979,7 @@ async fn snapshots_of_a_bucket_made_again_are_not_used() {
         put_job(&js, id, "* * * * * *", "").await;
     }
     let restarted_at = Utc::now();
-    let mut second = start("second");
+    let mut second = snapshotting_ticker(&nats, "second");
     jetcron_testkit::wait_until(
         "the restart reads the bucket",
         Duration::from_secs(20),
