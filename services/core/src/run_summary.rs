@@ -162,7 +162,7 @@ impl Part<'_> {
                     shard: self.shard,
                     attempt,
                     executor_id: any.map(|e| e.executor_id.clone()).unwrap_or_default(),
-                    started_at: started.map(|e| e.at),
+                    started_at: attempt_start(started, ended),
                     finished_at: ended.map(|e| e.finished_at.unwrap_or(e.at)),
                     outcome,
                     error: ended.and_then(|e| e.error.clone()),
@@ -170,6 +170,15 @@ impl Part<'_> {
             })
             .collect()
     }
+}
+
+/// When an attempt started: its `started` event, or, when that event was
+/// never stored (the executor goes on when storing it fails, for example
+/// while a stream elects a leader), the start its outcome event carries.
+fn attempt_start(started: Option<&RunEvent>, ended: Option<&RunEvent>) -> Option<DateTime<Utc>> {
+    started
+        .map(|e| e.at)
+        .or_else(|| ended.and_then(|e| e.started_at))
 }
 
 /// The state of a sharded run from its parts: the first shard that ended
@@ -251,7 +260,11 @@ pub fn summarize(mut events: Vec<RunEvent>, keep_events: bool) -> Option<RunSumm
         }
     };
     let last = speaker.or_else(|| events.last())?.clone();
-    let started = || events.iter().filter(|e| e.kind == RunEventKind::Started);
+    let starts: Vec<DateTime<Utc>> = parts
+        .iter()
+        .flat_map(Part::attempts)
+        .filter_map(|a| a.started_at)
+        .collect();
     let outcome = events
         .iter()
         .filter(|e| e.kind != RunEventKind::Started && !e.kind.is_notification())
@@ -269,8 +282,8 @@ pub fn summarize(mut events: Vec<RunEvent>, keep_events: bool) -> Option<RunSumm
         status,
         trigger: last.trigger,
         scheduled_at: last.scheduled_at,
-        first_started_at: started().map(|e| e.at).min(),
-        started_at: started().map(|e| e.at).max(),
+        first_started_at: starts.iter().min().copied(),
+        started_at: starts.iter().max().copied(),
         finished_at: terminal
             .then(|| {
                 parts
@@ -415,6 +428,28 @@ mod tests {
         assert_eq!(s.first_started_at.map(|t| t.timestamp()), Some(101));
         assert_eq!(s.started_at.map(|t| t.timestamp()), Some(106));
         assert_eq!(s.events.expect("kept").len(), 4);
+    }
+
+    #[test]
+    fn an_attempt_whose_start_was_never_stored_starts_when_its_outcome_says() {
+        use RunEventKind::*;
+        let mut timed_out = event(1, TimedOut, 106);
+        timed_out.started_at = Utc.timestamp_opt(101, 0).single();
+        let s = summarize(
+            vec![timed_out, event(2, Started, 108), event(2, Succeeded, 109)],
+            true,
+        )
+        .expect("summary");
+        let starts: Vec<(u32, Option<i64>)> = s
+            .attempts
+            .as_ref()
+            .expect("kept")
+            .iter()
+            .map(|a| (a.attempt, a.started_at.map(|t| t.timestamp())))
+            .collect();
+        assert_eq!(starts, [(1, Some(101)), (2, Some(108))]);
+        assert_eq!(s.first_started_at.map(|t| t.timestamp()), Some(101));
+        assert_eq!(s.started_at.map(|t| t.timestamp()), Some(108));
     }
 
     #[test]
