@@ -186,6 +186,24 @@ async fn wait_for_snapshots(js: &jetstream::Context, shards: Vec<u32>, what: &st
     .await;
 }
 
+/// The object id (nuid) of each of `shards`' snapshots: a new one at each
+/// write.
+async fn snapshot_objects(js: &jetstream::Context, shards: &[u32]) -> BTreeMap<u32, String> {
+    let store = js
+        .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+        .await
+        .expect("snapshot store");
+    let mut objects = BTreeMap::new();
+    for &shard in shards {
+        let info = store
+            .info(jetcron_ticker::snapshots::object_name(shard))
+            .await
+            .expect("snapshot info");
+        objects.insert(shard, info.nuid);
+    }
+    objects
+}
+
 /// Assert no (job, scheduled time) was stored twice and, per job, times step
 /// by exactly `step` seconds with no gap: nothing lost, nothing doubled.
 fn assert_exactly_once_and_contiguous(events: &StoredFires, step: i64) {
@@ -740,9 +758,20 @@ async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
         .filter(|(_, o)| *o == "r0")
         .map(|(shard, _)| *shard)
         .collect();
+    let mut written_by_r0 = BTreeMap::new();
     if take_over == TakeOver::Snapshots {
-        // Each of r0's shards has its snapshot before r0 dies.
+        // Each of r0's shards has its snapshot before r0 dies, and r0 has
+        // no write left to make (none in two seconds, writes go every 1 s).
         wait_for_snapshots(&js, r0_shard_ids.clone(), "r0 wrote its shards' snapshots").await;
+        written_by_r0 = snapshot_objects(&js, &r0_shard_ids).await;
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = snapshot_objects(&js, &r0_shard_ids).await;
+            if now == written_by_r0 {
+                break;
+            }
+            written_by_r0 = now;
+        }
     }
     let killed_at = Utc::now();
     // r1's log from here on tells what it did after the kill.
@@ -816,6 +845,25 @@ async fn hold_own_shards_and_take_a_dead_ones_over(take_over: TakeOver) {
     // r0's jobs, the one added, less the one deleted.
     assert_eq!(loaded, held.0, "r1 loaded what r0 held, +1 -1");
     tokio::time::sleep(Duration::from_secs(3)).await;
+    if take_over == TakeOver::Snapshots {
+        // r1 writes again the shards that changed after r0's snapshots,
+        // and not those it took over as r0 wrote them.
+        let changed: BTreeSet<u32> = [&added, &deleted, &edited]
+            .into_iter()
+            .map(|id| jetcron_ticker::shards::shard_of(id))
+            .collect();
+        let now = snapshot_objects(&js, &r0_shard_ids).await;
+        for (shard, object) in &written_by_r0 {
+            assert_eq!(
+                now[shard] != *object,
+                changed.contains(shard),
+                "shard {shard} (changed after r0's snapshot: {}) written again by r1: {}\n{}",
+                changed.contains(shard),
+                now[shard] != *object,
+                jetcron_testkit::without_colour_codes(&r1.log_text())
+            );
+        }
+    }
     let stopped_at = Utc::now();
     let events = stored_due_events(&js).await;
     assert_exactly_once_and_contiguous(&events, 1);

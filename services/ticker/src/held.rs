@@ -228,6 +228,7 @@ pub(crate) fn on_loaded(
         read_to,
         took,
         from_snapshots,
+        as_snapshots,
     } = pass;
     let loaded = held
         .holdings
@@ -257,7 +258,11 @@ pub(crate) fn on_loaded(
         "shards loaded"
     );
     for shard in loaded {
-        held.snapshots.changed(shard.shard);
+        if as_snapshots.contains(&shard.shard) {
+            held.snapshots.loaded_as_written([shard.shard]);
+        } else {
+            held.snapshots.changed(shard.shard);
+        }
         for entry in shard.waiting {
             apply_entry(&entry, held, revoker, recovery.late_threshold, now);
         }

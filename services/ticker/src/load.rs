@@ -30,7 +30,7 @@ use tracing::warn;
 
 use crate::held_job::HeldJob;
 use crate::holding::PassId;
-use crate::shards::shard_of;
+use crate::shards::{shard_of, SHARDS};
 use crate::snapshots::{SnapshotStore, Unusable};
 
 /// A read of the changes after a snapshot that gets nothing for this long
@@ -51,6 +51,9 @@ pub struct ShardPass {
     /// Whether the jobs came from the shards' snapshots (and the changes
     /// after them) rather than from the whole bucket.
     pub from_snapshots: bool,
+    /// The shards whose jobs are exactly those of their stored snapshot (no
+    /// change after it): not written again until they change.
+    pub as_snapshots: Vec<u32>,
 }
 
 /// Read the jobs of `shards` for pass `pass` and hand them to `passes`.
@@ -68,7 +71,11 @@ pub async fn load_shards(
         _ = stop.cancelled() => return,
         read = read_shards(&client, &lines, snapshots.as_ref(), &shards) => read,
     };
-    let (jobs, read_to, from_snapshots) = read;
+    let Read {
+        jobs,
+        read_to,
+        as_snapshots,
+    } = read;
     let _ = passes
         .send(ShardPass {
             pass,
@@ -76,23 +83,32 @@ pub async fn load_shards(
             jobs,
             read_to,
             took: started.elapsed(),
-            from_snapshots,
+            from_snapshots: as_snapshots.is_some(),
+            as_snapshots: as_snapshots.unwrap_or_default(),
         })
         .await;
 }
 
+/// What a pass read.
+struct Read {
+    jobs: Vec<HeldJob>,
+    read_to: u64,
+    /// From the snapshots: the shards with no change after theirs. `None`
+    /// when read from the whole bucket.
+    as_snapshots: Option<Vec<u32>>,
+}
+
 /// The jobs of `shards` and the revision read to, from their snapshots if
-/// they all have one (then `true`), else from the whole bucket, retried
-/// until it is read.
+/// they all have one, else from the whole bucket, retried until it is read.
 async fn read_shards(
     client: &async_nats::Client,
     lines: &SharedLines,
     snapshots: Option<&SnapshotStore>,
     shards: &[u32],
-) -> (Vec<HeldJob>, u64, bool) {
+) -> Read {
     if let Some(store) = snapshots {
         match from_snapshots(client, store, lines, shards).await {
-            Ok((jobs, read_to)) => return (jobs, read_to, true),
+            Ok(read) => return read,
             Err(unusable) => unusable.log("taking shards over"),
         }
     }
@@ -110,7 +126,13 @@ async fn read_shards(
         )
         .await;
         match read {
-            Ok(read_to) => return (jobs, read_to, false),
+            Ok(read_to) => {
+                return Read {
+                    jobs,
+                    read_to,
+                    as_snapshots: None,
+                }
+            }
             Err(e) => {
                 warn!(?shards, error = %format!("{e:#}"), "cannot read the jobs of shards taken over, retrying");
                 tokio::time::sleep(delay.next_delay()).await;
@@ -126,27 +148,39 @@ async fn from_snapshots(
     store: &SnapshotStore,
     lines: &SharedLines,
     shards: &[u32],
-) -> Result<(Vec<HeldJob>, u64), Unusable> {
+) -> Result<Read, Unusable> {
     let mut jobs = Vec::new();
     let (mut changes, read_to) =
         snapshots_and_changes(client, store, lines, shards, |shard_jobs| {
             jobs.extend(shard_jobs);
         })
         .await?;
-    if changes.is_empty() {
-        return Ok((jobs, read_to));
+    let mut changed = [false; SHARDS as usize];
+    for id in changes.keys() {
+        changed[shard_of(id) as usize] = true;
     }
-    // Replace or drop the jobs that changed, then add the new ones.
-    jobs.retain_mut(|job| match changes.remove(&job.id) {
-        None => true,
-        Some(Some(newer)) => {
-            *job = newer;
-            true
-        }
-        Some(None) => false,
-    });
-    jobs.extend(changes.into_values().flatten());
-    Ok((jobs, read_to))
+    let as_snapshots = shards
+        .iter()
+        .copied()
+        .filter(|&shard| !changed[shard as usize])
+        .collect();
+    if !changes.is_empty() {
+        // Replace or drop the jobs that changed, then add the new ones.
+        jobs.retain_mut(|job| match changes.remove(&job.id) {
+            None => true,
+            Some(Some(newer)) => {
+                *job = newer;
+                true
+            }
+            Some(None) => false,
+        });
+        jobs.extend(changes.into_values().flatten());
+    }
+    Ok(Read {
+        jobs,
+        read_to,
+        as_snapshots: Some(as_snapshots),
+    })
 }
 
 /// Each key changed since its shard's snapshot: its held form, or `None`

@@ -192,11 +192,14 @@ impl SnapshotWriter {
         }
     }
 
-    /// At a start, the jobs of `shards` were loaded from their snapshots
-    /// with no change since: they are not written again until they change.
+    /// The jobs of `shards` were loaded from their snapshots with no change
+    /// since (a start, a pass): they are not written again until they
+    /// change, whatever this replica saw of them before (a replica that
+    /// held every shard once marked them all changed).
     pub fn loaded_as_written(&mut self, shards: impl IntoIterator<Item = u32>) {
         for shard in shards {
             self.as_snapshot[shard as usize] = true;
+            self.changed[shard as usize] = false;
         }
     }
 
