@@ -931,6 +931,72 @@ async fn run_until_every_shard_has_a_snapshot(
     first.terminate();
 }
 
+/// A ticker stopped (SIGTERM) before it got round to writing its shards'
+/// snapshots (one every 3.75 s with `--snapshot-every 60s`) writes every
+/// changed shard it holds before releasing them: the next start loads
+/// from them with no change to replay.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graceful_stop_writes_the_snapshots_of_the_changed_shards_first() {
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    let jobs: Vec<String> = (0..24).map(|i| format!("stopped-{i}")).collect();
+    for id in &jobs {
+        put_job(&js, id, "* * * * * *", "").await;
+    }
+    let every_shard: Vec<u32> = (0..jetcron_ticker::shards::SHARDS).collect();
+    let mut first =
+        TickerProcess::start_snapshotting(&nats, "first", "60s", "1500ms", "250ms", "60s");
+    jetcron_testkit::wait_until("every shard is planned", Duration::from_secs(20), || {
+        let log = jetcron_testkit::without_colour_codes(&first.log_text());
+        let shards = every_shard.len();
+        async move { (log.matches("shard scheduling").count() == shards).then_some(()) }
+    })
+    .await;
+    let store = js
+        .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+        .await
+        .expect("snapshot store");
+    let mut written_before_stop = 0;
+    for &shard in &every_shard {
+        let name = jetcron_ticker::snapshots::object_name(shard);
+        written_before_stop += usize::from(store.info(name.as_str()).await.is_ok());
+    }
+    first.terminate();
+    let log = jetcron_testkit::without_colour_codes(&first.log_text());
+    let at_stop = "shard snapshots written at the stop";
+    let written_at_stop = jetcron_testkit::last_logged_number(&log, at_stop, "written");
+    assert!(
+        written_before_stop < every_shard.len()
+            && written_at_stop.is_some_and(|n| n + written_before_stop >= every_shard.len()),
+        "{written_before_stop} shards written before the stop, {written_at_stop:?} at it:\n{log}"
+    );
+    let objects = snapshot_objects(&js, &every_shard).await;
+    assert_eq!(objects.len(), every_shard.len());
+
+    let mut second =
+        TickerProcess::start_snapshotting(&nats, "second", "60s", "1500ms", "250ms", "60s");
+    let preloaded = "jobs loaded from the shards' snapshots";
+    let (loaded, changed) = jetcron_testkit::wait_until(
+        "the restart loads from the snapshots written at the stop",
+        Duration::from_secs(20),
+        || {
+            let log = jetcron_testkit::without_colour_codes(&second.log_text());
+            async move {
+                Some((
+                    jetcron_testkit::last_logged_number(&log, preloaded, "jobs")?,
+                    jetcron_testkit::last_logged_number(&log, preloaded, "changed")?,
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!((loaded, changed), (jobs.len(), 0));
+    second.terminate();
+    // The restart held the shards as their snapshots hold them: nothing
+    // was written again at its stop.
+    assert_eq!(snapshot_objects(&js, &every_shard).await, objects);
+}
+
 /// A ticker restarted after its shards' snapshots were written loads its
 /// jobs from them and the bucket's changes since (a job added, one deleted
 /// and one edited while it was down), takes its shards without waiting for

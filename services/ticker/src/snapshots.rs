@@ -206,7 +206,9 @@ impl SnapshotWriter {
     /// Write one planned shard that changed and was not written for
     /// `every`, unless a write is still out. Call when the loop is idle.
     pub fn step(&mut self, book: &Book) {
-        let Some(store) = &self.store else { return };
+        let Some(store) = self.store.clone() else {
+            return;
+        };
         if self
             .writing
             .as_ref()
@@ -219,19 +221,11 @@ impl SnapshotWriter {
             // than after the allocator's purge delay (5 s), which kept a
             // few writes' worth resident.
             jetcron_allocator::give_back_freed_memory();
-            let failed = match futures::FutureExt::now_or_never(task) {
-                Some(Ok(Ok(()))) => None,
-                Some(Ok(Err(e))) => Some(format!("{e:#}")),
-                Some(Err(e)) => Some(format!("the task failed: {e}")),
-                None => Some("the task did not end".to_string()),
+            let ended = match futures::FutureExt::now_or_never(task) {
+                Some(joined) => put_of(joined),
+                None => Err(anyhow::anyhow!("the task did not end")),
             };
-            if let Some(error) = failed {
-                warn!(
-                    shard,
-                    error, "cannot write a shard snapshot, retrying later"
-                );
-                self.changed[shard as usize] = true;
-            }
+            self.written(shard, ended);
         }
         let now = Instant::now();
         if self
@@ -248,8 +242,87 @@ impl SnapshotWriter {
         }) else {
             return;
         };
+        let Some(pieces) = self.encode(shard, book, now, &store) else {
+            return;
+        };
+        self.writing = Some((
+            shard,
+            tokio::spawn(async move { store.write(shard, pieces).await }),
+        ));
+    }
+
+    /// At a graceful stop, before the shards are released: the write out
+    /// is awaited, then every planned shard that changed since its last
+    /// snapshot is written, whatever `every`, all within `within`. The next
+    /// owner (or this replica restarted) then reads each shard's snapshot
+    /// and no change after it, instead of up to `every` of changes, or the
+    /// whole bucket for a shard not written yet (a stop in the first
+    /// `every` after a start).
+    pub async fn write_changed_before_stop(&mut self, book: &Book, within: Duration) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + within;
+        if let Some((shard, task)) = self.writing.take() {
+            let ended = match tokio::time::timeout_at(deadline, task).await {
+                Ok(joined) => put_of(joined),
+                Err(_) => Err(anyhow::anyhow!("not written within {within:?} of the stop")),
+            };
+            self.written(shard, ended);
+        }
+        let shards: Vec<u32> = (0..SHARDS)
+            .filter(|&shard| self.changed[shard as usize] && book.is_planned(shard))
+            .collect();
+        let mut written = 0;
+        for &shard in &shards {
+            let Some(pieces) = self.encode(shard, book, Instant::now(), &store) else {
+                continue;
+            };
+            let ended = match tokio::time::timeout_at(deadline, store.write(shard, pieces)).await {
+                Ok(put) => put,
+                Err(_) => Err(anyhow::anyhow!("not written within {within:?} of the stop")),
+            };
+            let ok = ended.is_ok();
+            self.written(shard, ended);
+            if !ok {
+                break;
+            }
+            written += 1;
+        }
+        if !shards.is_empty() {
+            info!(
+                written,
+                changed = shards.len(),
+                "shard snapshots written at the stop"
+            );
+        }
+    }
+
+    /// A put of `shard` ended: a failed one is tried again.
+    fn written(&mut self, shard: u32, ended: anyhow::Result<()>) {
+        if let Err(e) = ended {
+            warn!(
+                shard,
+                error = %format!("{e:#}"),
+                "cannot write a shard snapshot, retrying later"
+            );
+            self.changed[shard as usize] = true;
+        }
+    }
+
+    /// `shard`'s jobs as a snapshot, the shard then counted as written at
+    /// `now`; `None` (and not tried again before `every`) if they cannot
+    /// be encoded.
+    fn encode(
+        &mut self,
+        shard: u32,
+        book: &Book,
+        now: Instant,
+        store: &SnapshotStore,
+    ) -> Option<Vec<bytes::Bytes>> {
         let started = Instant::now();
         let jobs: Vec<_> = book.shard(shard).collect();
+        let first = self.last_write[shard as usize].replace(now).is_none();
         let pieces = match snapshot::encode(
             shard,
             self.applied_to,
@@ -259,8 +332,7 @@ impl SnapshotWriter {
             Ok(pieces) => pieces,
             Err(e) => {
                 warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
-                self.last_write[shard as usize] = Some(now);
-                return;
+                return None;
             }
         };
         let bytes: usize = pieces.iter().map(bytes::Bytes::len).sum();
@@ -272,7 +344,7 @@ impl SnapshotWriter {
             encode_ms = started.elapsed().as_millis() as u64,
             "writing a shard snapshot"
         );
-        if self.last_write[shard as usize].is_none() {
+        if first {
             info!(
                 shard,
                 jobs = jobs.len(),
@@ -281,12 +353,14 @@ impl SnapshotWriter {
             );
         }
         self.changed[shard as usize] = false;
-        self.last_write[shard as usize] = Some(now);
         self.last_any_write = Some(now);
-        let store = store.clone();
-        self.writing = Some((
-            shard,
-            tokio::spawn(async move { store.write(shard, pieces).await }),
-        ));
+        Some(pieces)
     }
+}
+
+/// How the put of a write task ended.
+fn put_of(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    joined
+        .map_err(|e| anyhow::anyhow!("the task failed: {e}"))
+        .and_then(|put| put)
 }
