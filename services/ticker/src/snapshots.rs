@@ -228,18 +228,7 @@ impl SnapshotWriter {
             self.written(shard, ended);
         }
         let now = Instant::now();
-        if self
-            .last_any_write
-            .is_some_and(|at| now.duration_since(at) < self.gap())
-        {
-            return;
-        }
-        let Some(shard) = (0..SHARDS).find(|&shard| {
-            self.changed[shard as usize]
-                && book.is_planned(shard)
-                && self.last_write[shard as usize]
-                    .is_none_or(|at| now.duration_since(at) >= self.every)
-        }) else {
+        let Some(shard) = self.next_to_write(book, now) else {
             return;
         };
         let Some(pieces) = self.encode(shard, book, now, &store) else {
@@ -249,6 +238,24 @@ impl SnapshotWriter {
             shard,
             tokio::spawn(async move { store.write(shard, pieces).await }),
         ));
+    }
+
+    /// The shard to write at `now`, if any: the lowest planned one that
+    /// changed and was not written for `every`, once `every/16` has passed
+    /// since the last write of any shard.
+    fn next_to_write(&self, book: &Book, now: Instant) -> Option<u32> {
+        if self
+            .last_any_write
+            .is_some_and(|at| now.duration_since(at) < self.gap())
+        {
+            return None;
+        }
+        (0..SHARDS).find(|&shard| {
+            self.changed[shard as usize]
+                && book.is_planned(shard)
+                && self.last_write[shard as usize]
+                    .is_none_or(|at| now.duration_since(at) >= self.every)
+        })
     }
 
     /// At a graceful stop, before the shards are released: the write out
@@ -322,7 +329,7 @@ impl SnapshotWriter {
     ) -> Option<Vec<bytes::Bytes>> {
         let started = Instant::now();
         let jobs: Vec<_> = book.shard(shard).collect();
-        let first = self.last_write[shard as usize].replace(now).is_none();
+        let first = self.last_write[shard as usize].is_none();
         let pieces = match snapshot::encode(
             shard,
             self.applied_to,
@@ -332,6 +339,7 @@ impl SnapshotWriter {
             Ok(pieces) => pieces,
             Err(e) => {
                 warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
+                self.last_write[shard as usize] = Some(now);
                 return None;
             }
         };
@@ -352,9 +360,15 @@ impl SnapshotWriter {
                 "first snapshot of a shard planned here"
             );
         }
+        self.mark_written(shard, now);
+        Some(pieces)
+    }
+
+    /// `shard` counts as written at `now` (its put may still fail).
+    fn mark_written(&mut self, shard: u32, now: Instant) {
+        self.last_write[shard as usize] = Some(now);
         self.changed[shard as usize] = false;
         self.last_any_write = Some(now);
-        Some(pieces)
     }
 }
 
@@ -363,4 +377,74 @@ fn put_of(joined: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow:
     joined
         .map_err(|e| anyhow::anyhow!("the task failed: {e}"))
         .and_then(|put| put)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVERY: Duration = Duration::from_secs(16);
+
+    fn planned(shards: &[u32]) -> Book {
+        let mut book = Book::default();
+        for &shard in shards {
+            let table = book.take_to_plan(shard);
+            book.put_planned(shard, table);
+        }
+        book
+    }
+
+    #[test]
+    fn only_planned_changed_shards_are_written_one_per_gap_and_each_once_per_every() {
+        let mut writer = SnapshotWriter::new(None, EVERY);
+        let book = planned(&[2, 5, 9]);
+        let t0 = Instant::now();
+        assert_eq!(writer.next_to_write(&book, t0), None, "nothing changed");
+        for shard in [1, 5, 9] {
+            writer.changed(shard);
+        }
+        // Shard 1 changed but is not planned here.
+        assert_eq!(writer.next_to_write(&book, t0), Some(5));
+        writer.mark_written(5, t0);
+        // Within the gap (every/16 = 1 s), nothing else goes.
+        assert_eq!(
+            writer.next_to_write(&book, t0 + Duration::from_millis(999)),
+            None
+        );
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(writer.next_to_write(&book, t1), Some(9));
+        writer.mark_written(9, t1);
+        // Shard 5 changed again: not before `every` after its last write.
+        writer.changed(5);
+        assert_eq!(
+            writer.next_to_write(&book, t0 + Duration::from_secs(15)),
+            None
+        );
+        assert_eq!(writer.next_to_write(&book, t0 + EVERY), Some(5));
+    }
+
+    #[test]
+    fn a_shard_is_written_once_planned_unless_it_is_as_its_snapshot() {
+        let mut writer = SnapshotWriter::new(None, EVERY);
+        let book = planned(&[3, 4]);
+        let t0 = Instant::now();
+        // A replica that held every shard once marked them all changed;
+        // shard 3 is then loaded as its snapshot holds it, shard 4 is not.
+        writer.changed(3);
+        writer.changed(4);
+        writer.loaded_as_written([3]);
+        writer.planned(3);
+        writer.planned(4);
+        assert_eq!(writer.next_to_write(&book, t0), Some(4));
+        writer.mark_written(4, t0);
+        assert_eq!(writer.next_to_write(&book, t0 + EVERY), None);
+        // A change to shard 3 makes it due.
+        writer.changed(3);
+        assert_eq!(writer.next_to_write(&book, t0 + EVERY), Some(3));
+        // A shard planned here that was not loaded from its snapshot gets
+        // one even with no change seen.
+        let mut fresh = SnapshotWriter::new(None, EVERY);
+        fresh.planned(4);
+        assert_eq!(fresh.next_to_write(&book, t0), Some(4));
+    }
 }
