@@ -25,6 +25,10 @@ use crate::snapshot::{self, ShardSnapshot};
 /// Default of how often a changed shard is written again.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(30);
 
+/// Objects this large have their buffers given back to the system as soon
+/// as they are written (a shard of about 20,000 jobs).
+const GIVE_BACK_AFTER_BYTES: usize = 1 << 20;
+
 /// The name of `shard`'s object in the store.
 pub fn object_name(shard: u32) -> String {
     format!("shard-{shard:02}")
@@ -148,7 +152,8 @@ pub struct SnapshotWriter {
     /// The highest revision of the feed's entries the loop has taken: every
     /// change up to it is in the held shards' jobs.
     applied_to: u64,
-    writing: Option<(u32, JoinHandle<anyhow::Result<()>>)>,
+    /// The write out: its shard, its size, its put.
+    writing: Option<(u32, usize, JoinHandle<anyhow::Result<()>>)>,
 }
 
 impl SnapshotWriter {
@@ -206,21 +211,26 @@ impl SnapshotWriter {
     /// Write one planned shard that changed and was not written for
     /// `every`, unless a write is still out. Call when the loop is idle.
     pub fn step(&mut self, book: &Book) {
-        let Some(store) = self.store.clone() else {
+        // Called at every idle turn of the loop: nothing is cloned or
+        // allocated unless a shard is written.
+        if self.store.is_none() {
             return;
-        };
+        }
         if self
             .writing
             .as_ref()
-            .is_some_and(|(_, task)| !task.is_finished())
+            .is_some_and(|(_, _, task)| !task.is_finished())
         {
             return;
         }
-        if let Some((shard, task)) = self.writing.take() {
-            // The object's buffers are freed: give them back now rather
-            // than after the allocator's purge delay (5 s), which kept a
-            // few writes' worth resident.
-            jetcron_allocator::give_back_freed_memory();
+        if let Some((shard, bytes, task)) = self.writing.take() {
+            // A large object's buffers are freed: give them back now
+            // rather than after the allocator's purge delay (5 s), which
+            // kept a few writes' worth resident at a million jobs. Not for
+            // small ones: a give-back makes every worker collect.
+            if bytes >= GIVE_BACK_AFTER_BYTES {
+                jetcron_allocator::give_back_freed_memory();
+            }
             let ended = match futures::FutureExt::now_or_never(task) {
                 Some(joined) => put_of(joined),
                 None => Err(anyhow::anyhow!("the task did not end")),
@@ -231,11 +241,16 @@ impl SnapshotWriter {
         let Some(shard) = self.next_to_write(book, now) else {
             return;
         };
-        let Some(pieces) = self.encode(shard, book, now, &store) else {
+        let Some(store) = self.store.clone() else {
             return;
         };
+        let Some(pieces) = self.encode(shard, book, now, store.bucket_created()) else {
+            return;
+        };
+        let bytes = pieces.iter().map(bytes::Bytes::len).sum();
         self.writing = Some((
             shard,
+            bytes,
             tokio::spawn(async move { store.write(shard, pieces).await }),
         ));
     }
@@ -270,7 +285,7 @@ impl SnapshotWriter {
             return;
         };
         let deadline = tokio::time::Instant::now() + within;
-        if let Some((shard, task)) = self.writing.take() {
+        if let Some((shard, _, task)) = self.writing.take() {
             let ended = match tokio::time::timeout_at(deadline, task).await {
                 Ok(joined) => put_of(joined),
                 Err(_) => Err(anyhow::anyhow!("not written within {within:?} of the stop")),
@@ -282,7 +297,8 @@ impl SnapshotWriter {
             .collect();
         let mut written = 0;
         for &shard in &shards {
-            let Some(pieces) = self.encode(shard, book, Instant::now(), &store) else {
+            let Some(pieces) = self.encode(shard, book, Instant::now(), store.bucket_created())
+            else {
                 continue;
             };
             let ended = match tokio::time::timeout_at(deadline, store.write(shard, pieces)).await {
@@ -325,24 +341,20 @@ impl SnapshotWriter {
         shard: u32,
         book: &Book,
         now: Instant,
-        store: &SnapshotStore,
+        bucket_created: i64,
     ) -> Option<Vec<bytes::Bytes>> {
         let started = Instant::now();
         let jobs: Vec<_> = book.shard(shard).collect();
         let first = self.last_write[shard as usize].is_none();
-        let pieces = match snapshot::encode(
-            shard,
-            self.applied_to,
-            store.bucket_created(),
-            jobs.iter().copied(),
-        ) {
-            Ok(pieces) => pieces,
-            Err(e) => {
-                warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
-                self.last_write[shard as usize] = Some(now);
-                return None;
-            }
-        };
+        let pieces =
+            match snapshot::encode(shard, self.applied_to, bucket_created, jobs.iter().copied()) {
+                Ok(pieces) => pieces,
+                Err(e) => {
+                    warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
+                    self.last_write[shard as usize] = Some(now);
+                    return None;
+                }
+            };
         let bytes: usize = pieces.iter().map(bytes::Bytes::len).sum();
         debug!(
             shard,
