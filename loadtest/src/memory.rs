@@ -46,8 +46,9 @@ pub struct MemoryArgs {
     /// Write the log of `jetcron all` here (its start-up timeline).
     #[arg(long)]
     keep_log: Option<std::path::PathBuf>,
-    /// Then stop `jetcron all` (SIGTERM) and start it again: a restart
-    /// reads the shards' snapshots written meanwhile, not the whole bucket.
+    /// Then stop `jetcron all` (SIGTERM; it writes the snapshots of the
+    /// shards that changed since their last one) and start it again: a
+    /// restart reads the shards' snapshots, not the whole bucket.
     #[arg(long)]
     restart: bool,
     /// Seconds `jetcron all` runs after its restart's first due event.
@@ -205,6 +206,11 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
     );
     if let Some(restarted) = &restarted {
         println!(
+            "| `jetcron all` stopped (SIGTERM) at the end of the rest → exited | {:.2} s; {} |",
+            restarted.stop.as_secs_f64(),
+            restarted.written_at_stop
+        );
+        println!(
             "| `jetcron all` stopped (SIGTERM) and started again → first due event of the canary | {:.2} s |",
             restarted.to_due.as_secs_f64()
         );
@@ -246,6 +252,10 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
 
 /// What a restart of `jetcron all` measured.
 struct Restarted {
+    /// From SIGTERM to the process's exit.
+    stop: Duration,
+    /// The stop's log line of the snapshots it wrote.
+    written_at_stop: String,
     to_due: Duration,
     /// The log line of the load from snapshots, or why there was none.
     preloaded: String,
@@ -265,34 +275,16 @@ async fn restart(
     canary_calls: &crate::Arrivals,
     rest: u64,
 ) -> anyhow::Result<Restarted> {
-    // Every shard's snapshot is written (spread over --snapshot-every,
-    // 30 s, after the shards are planned) before the stop.
-    let waiting = Instant::now();
-    let written = loop {
-        anyhow::ensure!(
-            waiting.elapsed() < Duration::from_secs(120),
-            "not every shard's snapshot was written within 120 s"
-        );
-        if let Ok(store) = js.get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET).await {
-            let mut all = true;
-            for shard in 0..jetcron_ticker::shards::SHARDS {
-                all &= store
-                    .info(jetcron_ticker::snapshots::object_name(shard))
-                    .await
-                    .is_ok();
-            }
-            if all {
-                break waiting.elapsed();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    eprintln!(
-        "every shard's snapshot written {:.1} s after the rest",
-        written.as_secs_f64()
-    );
+    // Stopped at the end of the rest, whatever snapshots were written by
+    // then: a graceful stop writes the changed shards it holds first.
     let client = js.client();
+    let logged_at_stop = process.log().len();
+    let stopping = Instant::now();
     process.terminate();
+    let stop = stopping.elapsed();
+    let stop_log = jetcron_testkit::without_colour_codes(&process.log().split_off(logged_at_stop));
+    let written_at_stop = logged_line(&stop_log, &["shard snapshots written at the stop"])
+        .unwrap_or_else(|| "none logged (no shard had changed)".to_string());
     let mut canary_due = client
         .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
         .await?;
@@ -314,20 +306,14 @@ async fn restart(
     let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
     let lags = lags_between(canary_calls, rest_from, rest_to);
     let log = jetcron_testkit::without_colour_codes(&process.log().split_off(logged_before));
-    let preloaded = log
-        .lines()
-        .find(|line| line.contains("jobs loaded from the shards' snapshots"))
-        .or_else(|| log.lines().find(|line| line.contains("snapshot")))
-        .map_or_else(
-            || "none logged".to_string(),
-            |line| {
-                line.split_once(" INFO ")
-                    .map_or(line, |(_, l)| l)
-                    .trim()
-                    .to_string()
-            },
-        );
+    let preloaded = logged_line(
+        &log,
+        &["jobs loaded from the shards' snapshots", "snapshot"],
+    )
+    .unwrap_or_else(|| "none logged".to_string());
     Ok(Restarted {
+        stop,
+        written_at_stop,
         to_due,
         preloaded,
         memory,
@@ -335,6 +321,20 @@ async fn restart(
         rest,
         lags,
     })
+}
+
+/// The first line of `log` that holds the first of `wanted` found, without
+/// its time and level.
+fn logged_line(log: &str, wanted: &[&str]) -> Option<String> {
+    let line = wanted
+        .iter()
+        .find_map(|w| log.lines().find(|line| line.contains(w)))?;
+    Some(
+        line.split_once(" INFO ")
+            .map_or(line, |(_, l)| l)
+            .trim()
+            .to_string(),
+    )
 }
 
 /// Every current value of the bucket, read once through a KV watch (as the
