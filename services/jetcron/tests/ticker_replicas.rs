@@ -931,6 +931,26 @@ async fn run_until_every_shard_has_a_snapshot(
     first.terminate();
 }
 
+/// Wait until `ticker` logs its start from the shards' snapshots; the
+/// jobs it loaded and the keys changed since the snapshots.
+async fn loaded_from_snapshots(ticker: &TickerProcess) -> (usize, usize) {
+    let preloaded = "jobs loaded from the shards' snapshots";
+    jetcron_testkit::wait_until(
+        "the start loads from the snapshots",
+        Duration::from_secs(20),
+        || {
+            let log = jetcron_testkit::without_colour_codes(&ticker.log_text());
+            async move {
+                Some((
+                    jetcron_testkit::last_logged_number(&log, preloaded, "jobs")?,
+                    jetcron_testkit::last_logged_number(&log, preloaded, "changed")?,
+                ))
+            }
+        },
+    )
+    .await
+}
+
 /// A ticker stopped (SIGTERM) before it got round to writing its shards'
 /// snapshots (one every 3.75 s with `--snapshot-every 60s`) writes every
 /// changed shard it holds before releasing them: the next start loads
@@ -975,21 +995,7 @@ async fn a_graceful_stop_writes_the_snapshots_of_the_changed_shards_first() {
 
     let mut second =
         TickerProcess::start_snapshotting(&nats, "second", "60s", "1500ms", "250ms", "60s");
-    let preloaded = "jobs loaded from the shards' snapshots";
-    let (loaded, changed) = jetcron_testkit::wait_until(
-        "the restart loads from the snapshots written at the stop",
-        Duration::from_secs(20),
-        || {
-            let log = jetcron_testkit::without_colour_codes(&second.log_text());
-            async move {
-                Some((
-                    jetcron_testkit::last_logged_number(&log, preloaded, "jobs")?,
-                    jetcron_testkit::last_logged_number(&log, preloaded, "changed")?,
-                ))
-            }
-        },
-    )
-    .await;
+    let (loaded, changed) = loaded_from_snapshots(&second).await;
     assert_eq!((loaded, changed), (jobs.len(), 0));
     second.terminate();
     // The restart held the shards as their snapshots hold them: nothing
@@ -1023,21 +1029,7 @@ async fn a_restart_loads_the_jobs_from_the_snapshots_and_the_changes_since() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restarted_at = Utc::now();
     let mut second = snapshotting_ticker(&nats, "second");
-    let preloaded = "jobs loaded from the shards' snapshots";
-    let (loaded, changed) = jetcron_testkit::wait_until(
-        "the restart loads from the snapshots",
-        Duration::from_secs(20),
-        || {
-            let log = jetcron_testkit::without_colour_codes(&second.log_text());
-            async move {
-                Some((
-                    jetcron_testkit::last_logged_number(&log, preloaded, "jobs")?,
-                    jetcron_testkit::last_logged_number(&log, preloaded, "changed")?,
-                ))
-            }
-        },
-    )
-    .await;
+    let (loaded, changed) = loaded_from_snapshots(&second).await;
     assert_eq!(loaded, jobs.len(), "24 jobs, one added, one deleted");
     assert_eq!(changed, 3, "the added, deleted and edited keys");
     tokio::time::sleep(Duration::from_secs(4)).await;
