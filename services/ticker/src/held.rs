@@ -227,7 +227,6 @@ pub(crate) fn on_loaded(
         jobs: loaded_jobs,
         read_to,
         took,
-        from_snapshots,
         as_snapshots,
     } = pass;
     let loaded = held
@@ -253,12 +252,15 @@ pub(crate) fn on_loaded(
         ?shards,
         jobs,
         read_to,
-        from_snapshots,
+        from_snapshots = as_snapshots.is_some(),
         took_ms = took.as_millis() as u64,
         "shards loaded"
     );
     for shard in loaded {
-        if as_snapshots.contains(&shard.shard) {
+        if as_snapshots
+            .as_ref()
+            .is_some_and(|unchanged| unchanged.contains(&shard.shard))
+        {
             held.snapshots.loaded_as_written([shard.shard]);
         } else {
             held.snapshots.changed(shard.shard);

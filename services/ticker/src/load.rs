@@ -48,12 +48,11 @@ pub struct ShardPass {
     pub read_to: u64,
     /// From the pass's start to its end, retries included.
     pub took: Duration,
-    /// Whether the jobs came from the shards' snapshots (and the changes
-    /// after them) rather than from the whole bucket.
-    pub from_snapshots: bool,
-    /// The shards whose jobs are exactly those of their stored snapshot (no
-    /// change after it): not written again until they change.
-    pub as_snapshots: Vec<u32>,
+    /// `Some` when the jobs came from the shards' snapshots (and the
+    /// changes after them) rather than from the whole bucket: the shards
+    /// whose jobs are exactly those of their stored snapshot (no change
+    /// after it), not written again until they change.
+    pub as_snapshots: Option<Vec<u32>>,
 }
 
 /// Read the jobs of `shards` for pass `pass` and hand them to `passes`.
@@ -83,8 +82,7 @@ pub async fn load_shards(
             jobs,
             read_to,
             took: started.elapsed(),
-            from_snapshots: as_snapshots.is_some(),
-            as_snapshots: as_snapshots.unwrap_or_default(),
+            as_snapshots,
         })
         .await;
 }
@@ -93,8 +91,7 @@ pub async fn load_shards(
 struct Read {
     jobs: Vec<HeldJob>,
     read_to: u64,
-    /// From the snapshots: the shards with no change after theirs. `None`
-    /// when read from the whole bucket.
+    /// As [`ShardPass::as_snapshots`].
     as_snapshots: Option<Vec<u32>>,
 }
 

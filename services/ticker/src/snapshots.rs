@@ -321,13 +321,14 @@ impl SnapshotWriter {
         }
     }
 
-    /// A put of `shard` ended: a failed one is tried again.
+    /// A put of `shard` ended: a failed one leaves the shard changed (tried
+    /// again at a later turn; at a stop, its next owner replays more).
     fn written(&mut self, shard: u32, ended: anyhow::Result<()>) {
         if let Err(e) = ended {
             warn!(
                 shard,
                 error = %format!("{e:#}"),
-                "cannot write a shard snapshot, retrying later"
+                "cannot write a shard snapshot"
             );
             self.changed[shard as usize] = true;
         }
