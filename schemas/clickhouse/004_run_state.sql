@@ -35,7 +35,14 @@ ENGINE = AggregatingMergeTree()
 PARTITION BY toYYYYMM(toDateTime(intDiv(scheduled_ms, 1000)))
 ORDER BY (job_id, scheduled_ms, run_id);
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv TO jetcron.run_state AS
+-- An attempt starts at its `started` event, or, when that event was never
+-- stored (the executor goes on when storing it fails, say while the stream
+-- elects a leader), at the start its outcome event carries: the same rule as
+-- the gateway's run view. `run_state_mv` (before) took starts from `started`
+-- events only; this view replaces it, and an install that has it drops it
+-- below. For a moment both may fold the same insert: every aggregate here is
+-- one a repeated event cannot change.
+CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v2 TO jetcron.run_state AS
 SELECT
     job_id,
     scheduled_ms,
@@ -46,8 +53,8 @@ SELECT
     maxState(ifNull(shards, toUInt32(1))) AS s_shards,
     maxState(attempt) AS s_attempt,
     maxState(max_attempts) AS s_max_attempts,
-    minIfState(ifNull(started_ms, at_ms), kind = 'started') AS s_first_started,
-    maxIfState(ifNull(started_ms, at_ms), kind = 'started') AS s_started,
+    minIfState(ifNull(started_ms, at_ms), kind = 'started' OR (isNotNull(started_ms) AND kind IN ('retrying', 'succeeded', 'failed', 'timed_out', 'killed'))) AS s_first_started,
+    maxIfState(ifNull(started_ms, at_ms), kind = 'started' OR (isNotNull(started_ms) AND kind IN ('retrying', 'succeeded', 'failed', 'timed_out', 'killed'))) AS s_started,
     maxIfState(ifNull(finished_ms, at_ms), kind IN ('succeeded', 'failed', 'timed_out', 'killed', 'skipped')) AS s_finished,
     argMaxState(kind, at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4)) AS s_kind,
     argMaxIfState(executor_id, at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4), executor_id != '') AS s_executor,
@@ -59,6 +66,8 @@ SELECT
 FROM jetcron.run_events
 WHERE kind NOT IN ('notified', 'notify_failed')
 GROUP BY job_id, scheduled_ms, run_id;
+
+DROP TABLE IF EXISTS jetcron.run_state_mv;
 
 -- One row per run with its status, for the gateway and the dashboards. A
 -- sharded run failed (timed out, was killed) as soon as one shard did,

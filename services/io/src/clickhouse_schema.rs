@@ -82,7 +82,7 @@ impl std::str::FromStr for SchemaMode {
 
 /// The tables (with a MergeTree engine) and views the services need.
 const TABLES: [&str; 3] = ["run_events", "job_events", "run_state"];
-const VIEWS: [&str; 3] = ["run_state_mv", "runs", "job_state"];
+const VIEWS: [&str; 3] = ["run_state_mv_v2", "runs", "job_state"];
 
 impl ClickHouseOptions {
     pub fn new(url: impl Into<String>) -> Self {
@@ -478,14 +478,17 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 9);
+        assert_eq!(all.len(), 10);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
         assert!(all[2].contains("jetcron.job_events"));
-        assert!(all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv"));
+        assert!(
+            all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v2 ")
+        );
+        assert_eq!(all[5], "DROP TABLE IF EXISTS jetcron.run_state_mv");
         assert!(all.iter().all(|s| !s.contains("--")));
         assert_eq!(
-            column_addition(&all[7]),
+            column_addition(&all[8]),
             Some(ColumnAddition {
                 database: "jetcron".into(),
                 table: "run_events".into(),

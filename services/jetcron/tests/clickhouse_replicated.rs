@@ -321,7 +321,7 @@ async fn the_replicated_schema_made_single_node_is_the_single_node_schema() {
             "job_state",
             "run_events",
             "run_state",
-            "run_state_mv",
+            "run_state_mv_v2",
             "runs"
         ]
     );

@@ -653,3 +653,125 @@ async fn a_scan_over_more_jobs_than_one_batch_records_every_jobs_missed_fires() 
     .await;
     assert_eq!(with_missed, jobs, "only the jobs put");
 }
+
+/// The executor goes on when storing a run's `started` event fails (a
+/// stream electing a leader); the outcome event carries the attempt's
+/// start. The run list (`jetcron.runs`, folded by ClickHouse) then takes the
+/// start from there, as the run's own page does, on 18.16 and on a current
+/// ClickHouse alike; an install with the view from before is moved to the
+/// new one.
+#[tokio::test]
+async fn a_run_whose_started_event_was_lost_lists_the_start_its_outcome_carries() {
+    let stack = Stack::start(StackOptions::with_shell()).await;
+    stack
+        .put_job(r#"{"id":"lost-start","schedule":"@daily","target":{"type":"shell","command":"echo fine"}}"#)
+        .await;
+    let run = stack.trigger("lost-start").await;
+    stack
+        .wait_for_run_status(&run, "succeeded", Duration::from_secs(20))
+        .await;
+    let outcomes = stack
+        .runs_stream_payloads("jetcron.runs.lost-start.succeeded")
+        .await;
+    let mut outcome: Value = serde_json::from_slice(&outcomes[0]).expect("json");
+
+    // The same outcome for a run an hour earlier whose `started` event
+    // never reached the stream.
+    let at = |field: &str, event: &Value| {
+        chrono::DateTime::parse_from_rfc3339(event[field].as_str().expect(field))
+            .expect(field)
+            .with_timezone(&chrono::Utc)
+    };
+    let scheduled = at("scheduled_at", &outcome) - chrono::Duration::hours(1);
+    let started = at("started_at", &outcome);
+    let lost = jetcron_core::RunId::for_fire("lost-start", scheduled).to_string();
+    let event_id = outcome["event_id"]
+        .as_str()
+        .expect("event_id")
+        .replace(&run, &lost);
+    outcome["run_id"] = lost.clone().into();
+    outcome["event_id"] = event_id.into();
+    outcome["scheduled_at"] = jetcron_core::time_format::rfc3339_millis(scheduled).into();
+    stack
+        .js
+        .publish(
+            "jetcron.runs.lost-start.succeeded",
+            outcome.to_string().into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+
+    let listed = wait_until("both runs listed", Duration::from_secs(20), || async {
+        let (_, page) = stack.get("/v1/runs?job=lost-start").await;
+        let runs = page["runs"].as_array()?.clone();
+        (runs.len() == 2).then_some(runs)
+    })
+    .await;
+    let row = listed
+        .iter()
+        .find(|r| r["run_id"] == lost.as_str())
+        .expect("the run without a started event");
+    assert_eq!(row["status"], "succeeded", "{row}");
+    assert_eq!(at("started_at", row), started, "{row}");
+    assert_eq!(
+        row["fire_lag_ms"],
+        (started - scheduled).num_milliseconds(),
+        "{row}"
+    );
+    let page = stack
+        .wait_for_run_status(&lost, "succeeded", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        at("started_at", &page),
+        started,
+        "the run's own page: {page}"
+    );
+
+    // The same fold on a current ClickHouse, over the rows 18.16 holds.
+    let starts = format!(
+        "SELECT run_id, first_started_ms, started_ms FROM jetcron.runs \
+         WHERE job_id = 'lost-start' AND run_id = '{lost}'"
+    );
+    let rows = serde_json::json!({
+        "jetcron.run_events": stack
+            .clickhouse_sql("SELECT * FROM jetcron.run_events FORMAT JSONEachRow")
+            .await,
+    });
+    let (version, current) = jetcron_testkit::chdb::run_on_chdb(rows, &[&starts]).await;
+    let on_chdb = &current[0]["data"][0];
+    for column in ["first_started_ms", "started_ms"] {
+        let ms = on_chdb[column]
+            .as_i64()
+            .or_else(|| on_chdb[column].as_str().and_then(|s| s.parse().ok()));
+        assert_eq!(
+            ms,
+            Some(started.timestamp_millis()),
+            "{column} on chdb {version}: {}",
+            current[0]
+        );
+    }
+
+    // An install from before: its view is dropped by the migration, the
+    // new one folds.
+    let old_view = jetcron_io::clickhouse_schema::MIGRATIONS
+        .iter()
+        .flat_map(|(_, sql)| jetcron_io::clickhouse_schema::statements(sql))
+        .find(|s| s.starts_with("CREATE MATERIALIZED VIEW"))
+        .expect("the view")
+        .replace("run_state_mv_v2", "run_state_mv");
+    let views = "SELECT name FROM system.tables WHERE database = 'jetcron' \
+                 AND engine = 'MaterializedView' ORDER BY name FORMAT TSV";
+    stack.clickhouse_sql(&old_view).await;
+    assert_eq!(
+        stack.clickhouse_sql(views).await,
+        "run_state_mv\nrun_state_mv_v2\n"
+    );
+    let client =
+        jetcron_io::clickhouse_schema::ClickHouseOptions::new(stack.clickhouse.url()).client();
+    jetcron_io::clickhouse_schema::apply(&client)
+        .await
+        .expect("migrate");
+    assert_eq!(stack.clickhouse_sql(views).await, "run_state_mv_v2\n");
+}
