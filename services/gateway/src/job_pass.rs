@@ -124,18 +124,7 @@ struct RawDefinition {
 
 /// Whether a message of a KV stream is a value (not a delete or purge marker).
 fn is_put(message: &async_nats::Message) -> bool {
-    let Some(headers) = message.headers.as_ref() else {
-        return true;
-    };
-    if headers
-        .get(async_nats::header::NATS_MARKER_REASON)
-        .is_some()
-    {
-        return false;
-    }
-    headers
-        .get("KV-Operation")
-        .is_none_or(|op| op.as_str().parse::<kv::Operation>().ok() == Some(kv::Operation::Put))
+    jetcron_io::job_feed::kv_operation(message) == Some(kv::Operation::Put)
 }
 
 #[cfg(test)]

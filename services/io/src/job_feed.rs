@@ -24,15 +24,20 @@
 //! - **Two reads.** A watch first reads every key's current value, on a
 //!   consumer whose creation may take long: the server finds every key's
 //!   last value before it answers (at ten million keys, longer than the 2 s
-//!   other requests get; [`topology::WHOLE_STREAM_TIMEOUT`]). It then
-//!   follows every change after the last revision read, on a consumer that
-//!   starts at a sequence and is recreated on the usual timeout.
+//!   other requests get; [`topology::WHOLE_STREAM_TIMEOUT`]). That read is
+//!   a [`StreamPass`], which goes at the pace of the feed's readers with a
+//!   few thousand messages out, not a KV watch, which leaves what they have
+//!   not taken yet in the client's subscription buffer (tens of megabytes
+//!   at a million jobs). It then follows every change after the last
+//!   revision read, on a KV watch that starts at a sequence and is
+//!   recreated on the usual timeout.
 //! - **End.** The watch closes when the last reader is dropped.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::consumer;
 use async_nats::jetstream::kv::{self, Operation};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -44,10 +49,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{info, warn};
 
+use crate::stream_pass::{PassOf, StreamPass};
 use crate::topology;
 
-/// A read of current values that gets nothing for this long has stalled.
-const PASS_STALLED_AFTER: Duration = Duration::from_secs(30);
+/// Entries of a first read between two asks for freed memory back.
+const GIVE_BACK_EVERY: u64 = 1 << 14;
 
 /// Events a reader may have waiting before the feed waits for it.
 pub const QUEUE: usize = 4096;
@@ -112,21 +118,41 @@ impl JobEntry {
     /// Decode `entry` as `needs` asks, its schedule line parsed through
     /// `lines`.
     pub fn decode(entry: kv::Entry, needs: Needs, lines: &SharedLines) -> Self {
-        let written = match entry.operation {
+        Self::decode_value(
+            CurrentValue {
+                key: entry.key,
+                value: entry.value,
+                revision: entry.revision,
+                written_at: entry.created,
+                operation: entry.operation,
+            },
+            needs,
+            lines,
+        )
+    }
+
+    fn decode_value(value: CurrentValue, needs: Needs, lines: &SharedLines) -> Self {
+        let CurrentValue {
+            key,
+            value,
+            revision,
+            written_at,
+            operation,
+        } = value;
+        let written = match operation {
             Operation::Delete | Operation::Purge => Written::Removed,
             // A definition with parents names them under this key.
             Operation::Put
-                if needs == Needs::Chained
-                    && !entry.value.windows(7).any(|w| w == b"\"after\"") =>
+                if needs == Needs::Chained && !value.windows(7).any(|w| w == b"\"after\"") =>
             {
                 Written::NotChained
             }
-            Operation::Put => Written::read(&entry.key, entry.value, entry.created, lines),
+            Operation::Put => Written::read(&key, value, written_at, lines),
         };
         Self {
-            key: entry.key,
-            revision: entry.revision,
-            written_at: entry.created,
+            key,
+            revision,
+            written_at,
             written,
         }
     }
@@ -374,18 +400,99 @@ async fn next_entry(entries: &mut kv::Watch) -> anyhow::Result<kv::Entry> {
     }
 }
 
-/// A watch of every key's current value, then of what follows. This
-/// consumer starts at every key's last value, and the server answers its
-/// creation only once it has found them all: hence the long timeout.
-async fn watch_current(client: &async_nats::Client) -> anyhow::Result<kv::Watch> {
-    let bucket: kv::Store = topology::whole_stream_context(client.clone())
-        .get_key_value(subjects::JOBS_BUCKET)
+/// One read of every key's current value, at its reader's pace: a
+/// [`StreamPass`] from each key's last message. A KV watch leaves what its
+/// reader has not taken yet in the client's subscription buffer: at a
+/// start, tens of megabytes of a million definitions while the readers
+/// built their views (and it starts over when that buffer overflows). A
+/// pass has at most [`crate::stream_pass::IN_FLIGHT`] messages out.
+struct CurrentValues {
+    pass: StreamPass,
+    /// `$KV.<bucket>.`: what the subjects of values start with.
+    prefix: String,
+}
+
+/// A key's value (or delete marker) as a pass read it.
+struct CurrentValue {
+    key: String,
+    value: Bytes,
+    revision: u64,
+    written_at: DateTime<Utc>,
+    operation: Operation,
+}
+
+impl CurrentValues {
+    /// Open a read of `jetcron_jobs`' current values. The consumer starts
+    /// at every key's last value, and the server answers its creation only
+    /// once it has found them all: hence the long timeout.
+    async fn open(client: &async_nats::Client, description: &str) -> anyhow::Result<Self> {
+        let js = topology::whole_stream_context(client.clone());
+        let bucket: kv::Store = js
+            .get_key_value(subjects::JOBS_BUCKET)
+            .await
+            .context("open job bucket")?;
+        let pass = StreamPass::open(
+            &bucket.stream_name,
+            &js,
+            PassOf {
+                filter_subject: format!("{}>", bucket.prefix),
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                description: description.to_string(),
+            },
+        )
         .await
-        .context("open job bucket")?;
-    bucket
-        .watch_with_history(">")
-        .await
-        .context("read job bucket")
+        .context("read job bucket")?;
+        Ok(Self {
+            pass,
+            prefix: bucket.prefix,
+        })
+    }
+
+    /// The next value in stream order; `None` once nothing is pending.
+    async fn next(&mut self) -> anyhow::Result<Option<CurrentValue>> {
+        while let Some(read) = self.pass.next_message().await? {
+            let Some(key) = read.message.subject.strip_prefix(self.prefix.as_str()) else {
+                continue;
+            };
+            let Some(operation) = kv_operation(&read.message) else {
+                warn!(
+                    key,
+                    revision = read.stream_sequence,
+                    "job bucket entry with an unknown KV operation, skipped"
+                );
+                continue;
+            };
+            return Ok(Some(CurrentValue {
+                key: key.to_string(),
+                value: read.message.payload,
+                revision: read.stream_sequence,
+                written_at: read.stored_at,
+                operation,
+            }));
+        }
+        Ok(None)
+    }
+}
+
+/// What a message of a KV stream does to its key: a value (no header, or
+/// `KV-Operation: PUT`), a delete or a purge (the header, or a marker the
+/// server left); `None` for an operation no client writes.
+pub fn kv_operation(message: &async_nats::Message) -> Option<Operation> {
+    let Some(headers) = message.headers.as_ref() else {
+        return Some(Operation::Put);
+    };
+    if let Some(operation) = headers.get("KV-Operation") {
+        return operation.as_str().parse().ok();
+    }
+    match headers
+        .get(async_nats::header::NATS_MARKER_REASON)
+        .map(|reason| reason.as_str())
+    {
+        None => Some(Operation::Put),
+        Some("MaxAge" | "Purge") => Some(Operation::Purge),
+        Some("Remove") => Some(Operation::Delete),
+        Some(_) => None,
+    }
 }
 
 /// Hand `keep` every key's current value among the keys `wanted` accepts
@@ -405,24 +512,17 @@ pub async fn read_current_of(
     if held.messages == 0 {
         return Ok(read_to);
     }
-    let mut entries = watch_current(client).await?;
-    loop {
-        // Nothing for this long: the watch is stuck (the caller tries again).
-        let entry = tokio::time::timeout(PASS_STALLED_AFTER, next_entry(&mut entries))
-            .await
-            .context("job bucket read stalled")??;
-        let caught_up = entry.seen_current || entry.delta == 0;
-        read_to = read_to.max(entry.revision);
-        if wanted(&entry.key) && entry.operation == Operation::Put {
-            let entry = JobEntry::decode(entry, Needs::Every, lines);
+    let mut values = CurrentValues::open(client, "ticker: the jobs of shards taken over").await?;
+    while let Some(value) = values.next().await? {
+        read_to = read_to.max(value.revision);
+        if wanted(&value.key) && value.operation == Operation::Put {
+            let entry = JobEntry::decode_value(value, Needs::Every, lines);
             if entry.valid().is_some() {
                 keep(entry);
             }
         }
-        if caught_up {
-            return Ok(read_to);
-        }
     }
+    Ok(read_to)
 }
 
 /// Hand every key's current value to `queues`; the highest revision read
@@ -434,20 +534,22 @@ async fn read_current(
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<Option<u64>> {
-    let mut entries = watch_current(client).await?;
-    loop {
-        let entry = next_entry(&mut entries).await?;
-        let revision = entry.revision;
-        let caught_up = entry.seen_current || entry.delta == 0;
-        let entry = Arc::new(JobEntry::decode(entry, needs, lines));
+    let mut values = CurrentValues::open(client, "job feed: every job's current value").await?;
+    let (mut read, mut read_to) = (0u64, 0u64);
+    while let Some(value) = values.next().await? {
+        read_to = read_to.max(value.revision);
+        let entry = Arc::new(JobEntry::decode_value(value, needs, lines));
         if !send(queues, FeedEvent::Entry(entry)).await {
             return Ok(None);
         }
-        if caught_up {
-            // Delivered in stream order: nothing after `revision` was read.
-            return Ok(Some(revision));
+        read += 1;
+        if read % GIVE_BACK_EVERY == 0 {
+            jetcron_allocator::give_back_freed_memory();
         }
     }
+    // Delivered in stream order: nothing after `read_to` was read.
+    jetcron_allocator::give_back_freed_memory();
+    Ok(Some(read_to))
 }
 
 /// Hand `event` to every reader left, dropping those gone; whether any is
