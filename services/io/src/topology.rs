@@ -297,7 +297,35 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Wanted<'_>) -> Result<st
     Ok(stream)
 }
 
-fn is_not_found(error: &jetstream::context::GetStreamError) -> bool {
+/// Every stream jetcron makes: its KV buckets (`KV_<bucket>`), its object
+/// store (`OBJ_<bucket>`) and its streams. `jetcron migrate` moves each to
+/// another replica count, so one left out stays behind and the services
+/// that want the new count refuse it; a stream added above belongs here.
+pub fn stream_names() -> Vec<String> {
+    let buckets = [
+        subjects::JOBS_BUCKET,
+        subjects::TICKER_BUCKET,
+        subjects::RUNNING_BUCKET,
+        subjects::CHANNELS_BUCKET,
+        subjects::INCIDENTS_BUCKET,
+    ]
+    .map(|bucket| format!("KV_{bucket}"));
+    let streams = [
+        subjects::DUE_STREAM,
+        subjects::RUNS_STREAM,
+        subjects::NOTIFY_STREAM,
+        subjects::DEAD_LETTER_STREAM,
+    ]
+    .map(str::to_string);
+    buckets
+        .into_iter()
+        .chain([format!("OBJ_{}", subjects::TICKER_SNAPSHOTS_BUCKET)])
+        .chain(streams)
+        .collect()
+}
+
+/// Whether a stream lookup failed because there is no such stream.
+pub fn is_not_found(error: &jetstream::context::GetStreamError) -> bool {
     matches!(
         error.kind(),
         jetstream::context::GetStreamErrorKind::JetStream(ref e)
@@ -418,25 +446,44 @@ pub async fn ensure_ticker_snapshots(
 ) -> Result<jetstream::object_store::ObjectStore> {
     let bucket = subjects::TICKER_SNAPSHOTS_BUCKET;
     let what = format!("object store {bucket}");
-    match js.get_stream(format!("OBJ_{bucket}")).await {
-        Ok(_) => js
-            .get_object_store(bucket)
-            .await
-            .map_err(|e| TopologyError::unavailable(format!("open {what}"), e)),
-        Err(e) if is_not_found(&e) => js
-            .create_object_store(jetstream::object_store::Config {
-                bucket: bucket.to_string(),
-                description: Some(
-                    "jetcron ticker: each shard's jobs, for the replica that takes it over".into(),
-                ),
-                storage: stream::StorageType::File,
-                num_replicas: options.replicas.max(1),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| TopologyError::unavailable(format!("create {what}"), e)),
-        Err(e) => Err(TopologyError::unavailable(format!("look up {what}"), e)),
-    }
+    let stream_name = format!("OBJ_{bucket}");
+    let existing = match js.get_stream(&stream_name).await {
+        Ok(stream) => stream.cached_info().config.clone(),
+        Err(e) if is_not_found(&e) => {
+            return js
+                .create_object_store(jetstream::object_store::Config {
+                    bucket: bucket.to_string(),
+                    description: Some(
+                        "jetcron ticker: each shard's jobs, for the replica that takes it over"
+                            .into(),
+                    ),
+                    storage: stream::StorageType::File,
+                    num_replicas: options.replicas.max(1),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| TopologyError::unavailable(format!("create {what}"), e));
+        }
+        Err(e) => return Err(TopologyError::unavailable(format!("look up {what}"), e)),
+    };
+    // An object store's stream as the client makes it: chunks and metadata.
+    let wanted_config = stream::Config {
+        name: stream_name,
+        subjects: vec![format!("$O.{bucket}.C.>"), format!("$O.{bucket}.M.>")],
+        num_replicas: options.replicas.max(1),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let wanted = Wanted {
+        what: what.clone(),
+        subjects: wanted_config.subjects.clone(),
+        config: &wanted_config,
+    };
+    let tolerated = check(&existing, &wanted)?;
+    log_tolerated(&what, &tolerated);
+    js.get_object_store(bucket)
+        .await
+        .map_err(|e| TopologyError::unavailable(format!("open {what}"), e))
 }
 
 /// The due events stream: a work queue, each due event consumed once per pool.

@@ -16,25 +16,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use jetcron_core::subjects;
+use jetcron_io::topology::{self, is_not_found};
 
 use crate::cli::{CommonArgs, MigrateArgs};
 
 /// How long one asset may take to have its new replicas current.
 const CURRENT_WAIT: Duration = Duration::from_secs(120);
-
-/// jetcron's streams (KV buckets are streams `KV_<bucket>`).
-fn assets() -> Vec<String> {
-    vec![
-        format!("KV_{}", subjects::JOBS_BUCKET),
-        format!("KV_{}", subjects::TICKER_BUCKET),
-        format!("KV_{}", subjects::RUNNING_BUCKET),
-        subjects::DUE_STREAM.to_string(),
-        subjects::RUNS_STREAM.to_string(),
-        subjects::NOTIFY_STREAM.to_string(),
-        subjects::DEAD_LETTER_STREAM.to_string(),
-    ]
-}
 
 pub async fn run(common: &CommonArgs, args: MigrateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -60,7 +47,7 @@ pub async fn run(common: &CommonArgs, args: MigrateArgs) -> anyhow::Result<()> {
     let mut js = jetstream::new(client);
     js.set_timeout(Duration::from_secs(10));
     let mut changed = 0;
-    for name in assets() {
+    for name in topology::stream_names() {
         changed += u32::from(migrate_stream(&js, &name, args.replicas, args.dry_run).await?);
     }
     match (changed, args.dry_run) {
@@ -140,12 +127,4 @@ async fn wait_current(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-fn is_not_found(error: &jetstream::context::GetStreamError) -> bool {
-    matches!(
-        error.kind(),
-        jetstream::context::GetStreamErrorKind::JetStream(ref e)
-            if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
-    )
 }

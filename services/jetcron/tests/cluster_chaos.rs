@@ -431,11 +431,17 @@ impl Deployment {
         // backoff before its retry: measured apart, with the retry's cost.
         let mut target_lag = Vec::new();
         let mut reached_by_retry = Vec::new();
-        for calls in per_fire.values() {
+        for ((job, scheduled), calls) in &per_fire {
             let first = calls.iter().min_by_key(|c| c.at).expect("a call");
             let lag = (first.at - first.scheduled_at).num_milliseconds() as f64 / 1000.0;
             if first.attempt > 1 {
-                reached_by_retry.push(lag);
+                if reached_by_retry.len() < 10 {
+                    self.print_attempts(scenario, job, *scheduled).await;
+                }
+                reached_by_retry.push(RetriedFire {
+                    lag,
+                    attempt: first.attempt,
+                });
             } else {
                 target_lag.push(lag);
             }
@@ -459,10 +465,10 @@ impl Deployment {
             "target-call lag (target called - scheduled; first attempt)",
             target_lag,
         );
-        let (_, _, retry_max) = summary(
+        summary(
             scenario,
-            "target-call lag of fires first reached by a retry (attempt 1 lost with a node)",
-            reached_by_retry,
+            "target-call lag of fires first reached by a later attempt (the first lost with a node, or never started before its redelivery)",
+            reached_by_retry.iter().map(|r| r.lag).collect(),
         );
         let stalls: Vec<f64> = self
             .tickers
@@ -549,8 +555,33 @@ impl Deployment {
             target_p50,
             target_p99,
             target_max,
-            retry_max: if retry_max.is_nan() { 0.0 } else { retry_max },
+            reached_by_retry,
         }
+    }
+
+    /// Print what the run of a fire first reached by a retry records of
+    /// each attempt (outcome, start, end, error): where its time went.
+    async fn print_attempts(&self, scenario: &str, job: &str, at: DateTime<Utc>) {
+        let attempts = match self.run(RunId::for_fire(job, at).as_str()).await {
+            Ok(run) => run["attempts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| {
+                    format!(
+                        "#{} {} {}..{} {}",
+                        a["attempt"],
+                        a["outcome"].as_str().unwrap_or("-"),
+                        a["started_at"].as_str().unwrap_or("-"),
+                        a["finished_at"].as_str().unwrap_or("-"),
+                        a["error"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(why) => why,
+        };
+        println!("chaos {scenario}: reached by a retry: {job} {at}: {attempts}");
     }
 
     /// `Ok` when the run of `job`'s fire at `at` was skipped by `forbid`
@@ -704,10 +735,23 @@ struct Figures {
     target_p50: f64,
     target_p99: f64,
     target_max: f64,
-    /// Max target-call lag of fires whose first attempt never reached the
-    /// target (0 when there were none).
-    retry_max: f64,
+    /// Fires whose first attempt never reached the target (lost with a
+    /// node, or held by an executor and redelivered before it started).
+    reached_by_retry: Vec<RetriedFire>,
 }
+
+/// A fire whose target was first called by a later attempt.
+struct RetriedFire {
+    /// Target-call lag of that call, seconds.
+    lag: f64,
+    /// The attempt that first reached the target.
+    attempt: u32,
+}
+
+/// What each attempt that never reached the target may cost the fire
+/// (seconds): the job's timeout (5 s), then its backoff before the next
+/// (500 ms doubling; 1 s covers the second).
+const LOST_ATTEMPT_SECS: f64 = 6.0;
 
 /// Bounds of the target-call lag (seconds): p50, p99, max.
 ///
@@ -728,6 +772,10 @@ struct TargetLagBounds {
 /// The ticker's lookahead on a cluster (its default with 3 replicas), seconds.
 const LOOKAHEAD_SECS: f64 = 10.0;
 
+/// The leader-kill scenario: a kill every 10 s, the node back 3 s later.
+const KILL_EVERY: Duration = Duration::from_secs(10);
+const KILLED_NODE_BACK_AFTER: Duration = Duration::from_secs(3);
+
 const LEADER_KILLS: TargetLagBounds = TargetLagBounds {
     p50: 1.0,
     p99: 10.0,
@@ -741,7 +789,9 @@ const ONE_AT_A_TIME: TargetLagBounds = TargetLagBounds {
 };
 
 impl Figures {
-    fn check_target_lag(&self, bounds: TargetLagBounds) {
+    /// `election`: the longest a stream or bucket went without a leader
+    /// after a kill (a retry's redelivery may meet the next kill).
+    fn check_target_lag(&self, bounds: TargetLagBounds, election: f64) {
         assert!(
             self.target_p50 <= bounds.p50,
             "target-call lag p50 {:.3}s > {} s",
@@ -761,13 +811,21 @@ impl Figures {
             bounds.max,
             self.target_p99
         );
-        // A lost first attempt adds its timeout (5 s) and backoff (0.5 s).
-        let retry_bound = bounds.max + 10.0;
-        assert!(
-            self.retry_max <= retry_bound,
-            "target-call lag of a fire reached by a retry {:.3}s > {retry_bound} s",
-            self.retry_max
-        );
+        // Each attempt lost before the one that reached the target adds its
+        // timeout and backoff; attempts that span more than the 10 s between
+        // kills can meet the next kill, whose election the redelivery waits
+        // for (CI: attempts 1 and 2 of a fire lost after one kill, attempt 3
+        // delivered after the next one's election, 27.9 s).
+        for retried in &self.reached_by_retry {
+            let lost = f64::from(retried.attempt - 1);
+            let bound = bounds.max + lost * LOST_ATTEMPT_SECS + election;
+            assert!(
+                retried.lag <= bound,
+                "target-call lag of a fire first reached by attempt {} {:.3}s > {bound:.1} s",
+                retried.attempt,
+                retried.lag
+            );
+        }
     }
 }
 
@@ -836,7 +894,7 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
     let mut down: Option<(usize, Instant)> = None;
     while started.elapsed() < chaos_length() {
         if let Some((node, since)) = down {
-            if since.elapsed() >= Duration::from_secs(3) {
+            if since.elapsed() >= KILLED_NODE_BACK_AFTER {
                 deployment.cluster.restart(node);
                 down = None;
             }
@@ -854,7 +912,7 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
                 down = Some((leader, killed_at));
                 elections.push(measure_election(probe, killed_at));
             }
-            next_kill += Duration::from_secs(10);
+            next_kill += KILL_EVERY;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -887,6 +945,18 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
     if beyond > 0.0 {
         println!("chaos {scenario}: an election took {longest_election:.1} s, {beyond:.1} s beyond the lookahead; bounds moved by that");
     }
+    // An election longer than the time from a node's return to the next
+    // kill (7 s) can meet that kill before the returned node is current:
+    // the stream has one current replica, no quorum, until it catches up,
+    // and the fires of that moment wait for both (a run here: elections up
+    // to 10.5 s, three first attempts 17.3 s late). Only the max moves.
+    let between_kills = (KILL_EVERY - KILLED_NODE_BACK_AFTER).as_secs_f64();
+    let stacked = if longest_election > between_kills {
+        println!("chaos {scenario}: an election took {longest_election:.1} s, over the {between_kills} s from a node's return to the next kill; max bound moved by it");
+        longest_election
+    } else {
+        0.0
+    };
     assert!(
         figures.fire_p99 <= 5.0 + beyond,
         "fire lag p99 {:.3}s > 5 s (+ {beyond:.1} s of election beyond the lookahead)",
@@ -897,11 +967,14 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
         "fire lag max {:.3}s > 15 s (+ {beyond:.1} s of election beyond the lookahead)",
         figures.fire_max
     );
-    figures.check_target_lag(TargetLagBounds {
-        p99: LEADER_KILLS.p99 + beyond,
-        max: LEADER_KILLS.max + beyond,
-        ..LEADER_KILLS
-    });
+    figures.check_target_lag(
+        TargetLagBounds {
+            p99: LEADER_KILLS.p99 + beyond,
+            max: LEADER_KILLS.max + beyond + stacked,
+            ..LEADER_KILLS
+        },
+        longest_election,
+    );
     deployment.stop();
 }
 
@@ -1020,7 +1093,8 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    figures.check_target_lag(ONE_AT_A_TIME);
+    // Elections are not measured here; nats-server's take 4-9 s.
+    figures.check_target_lag(ONE_AT_A_TIME, LOOKAHEAD_SECS);
     // The first kill finds t0 with half the shards on a settled cluster.
     if let Some(first) = takeovers.first() {
         assert!(

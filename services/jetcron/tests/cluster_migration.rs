@@ -2,15 +2,19 @@
 //! `JETCRON_REPLICAS=1`) moved to R3 with `jetcron migrate --replicas 3`,
 //! online: the jobs with their history, the ticker's progress and the due
 //! events no executor took yet are all there afterwards, on three replicas,
-//! and a ticker started with `JETCRON_REPLICAS=3` accepts the topology
-//! (it refused it before the migration).
+//! every stream jetcron makes is R3, and a ticker, an executor and a
+//! projector started with `JETCRON_REPLICAS=3` accept the topology (the
+//! ticker refused it before the migration).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use futures::TryStreamExt as _;
 use jetcron_core::subjects;
-use jetcron_testkit::{wait_until, JetcronProcess, NatsCluster};
+use jetcron_io::topology;
+use jetcron_testkit::{wait_until, ClickHouseServer, JetcronProcess, NatsCluster};
 
 fn jetcron() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_jetcron"))
@@ -48,10 +52,24 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
     let cluster = NatsCluster::start(3).await;
     let urls = cluster.urls();
     let js = jetstream::new(cluster.client().await);
-    // R1, as a deployment started without JETCRON_REPLICAS: a ticker, no
-    // executor (so due events stay in JETCRON_DUE), jobs edited twice.
-    let r1: Vec<(&str, &str)> = vec![("JETCRON_NATS_URL", urls.as_str())];
+    let clickhouse = ClickHouseServer::start();
+    let clickhouse_url = clickhouse.url();
+    // R1, as a deployment started without JETCRON_REPLICAS: a ticker, a
+    // projector and an executor of another pool (so the default pool's due
+    // events stay in JETCRON_DUE), jobs edited twice. Between them they
+    // make every stream jetcron has.
+    let r1: Vec<(&str, &str)> = vec![
+        ("JETCRON_NATS_URL", urls.as_str()),
+        ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
+    ];
     let mut ticker = JetcronProcess::start(jetcron(), &["ticker"], &r1);
+    let others: Vec<JetcronProcess> = [
+        &["projector"][..],
+        &["executor", "--pool", "migration-other"][..],
+    ]
+    .iter()
+    .map(|args| JetcronProcess::start(jetcron(), args, &r1))
+    .collect();
     let jobs = wait_until("the jobs bucket", Duration::from_secs(60), || {
         let js = js.clone();
         async move { js.get_key_value(subjects::JOBS_BUCKET).await.ok() }
@@ -72,7 +90,23 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
         async move { (shape(&js, subjects::DUE_STREAM).await.1 >= 15).then_some(()) }
     })
     .await;
+    // Every stream jetcron made is one `jetcron migrate` knows (and none
+    // it knows is missing): a stream left out stays R1 and the services
+    // that want R3 refuse it.
+    let every_stream: BTreeSet<String> = topology::stream_names().into_iter().collect();
+    let made = wait_until("every stream made", Duration::from_secs(60), || {
+        let (js, every_stream) = (js.clone(), every_stream.clone());
+        async move {
+            let made: BTreeSet<String> = js.stream_names().try_collect().await.ok()?;
+            every_stream.is_subset(&made).then_some(made)
+        }
+    })
+    .await;
+    assert_eq!(made, every_stream, "streams made against the migrated list");
     ticker.terminate();
+    for mut process in others {
+        process.terminate();
+    }
 
     let streams = [
         format!("KV_{}", subjects::JOBS_BUCKET),
@@ -109,6 +143,7 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
     let r3: Vec<(&str, &str)> = vec![
         ("JETCRON_NATS_URL", urls.as_str()),
         ("JETCRON_REPLICAS", "3"),
+        ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
     ];
     let mut refused = JetcronProcess::start(jetcron(), &["ticker"], &r3);
     let status = refused
@@ -142,6 +177,9 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
             "{name} kept its messages and sequences"
         );
     }
+    for name in &every_stream {
+        assert_eq!(shape(&js, name).await.0, 3, "{name} is R3: {text}");
+    }
     let jobs = js.get_key_value(subjects::JOBS_BUCKET).await.expect("jobs");
     let history_after = jobs.history("m0").await.expect("history");
     use futures::StreamExt as _;
@@ -164,9 +202,18 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
         assert_eq!(now.as_ref(), Some(value), "shard {shard} progress kept");
     }
 
-    // Again: nothing to do. And an R3 ticker now starts and goes on firing.
+    // Again: nothing to do. And an R3 ticker now starts and goes on firing,
+    // beside an R3 executor and projector (the executor opens the alert
+    // buckets too, the ticker its snapshot store).
     let (ok, text) = migrate(&urls, &["--replicas", "3"]);
     assert!(ok && text.contains("nothing to change"), "{text}");
+    let mut others: Vec<JetcronProcess> = [
+        &["projector"][..],
+        &["executor", "--pool", "migration-other"][..],
+    ]
+    .iter()
+    .map(|args| JetcronProcess::start(jetcron(), args, &r3))
+    .collect();
     let mut ticker = JetcronProcess::start(jetcron(), &["ticker"], &r3);
     let due_before = shape(&js, subjects::DUE_STREAM).await.1;
     wait_until("the R3 ticker fires", Duration::from_secs(30), || {
@@ -175,12 +222,23 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
     })
     .await;
     assert!(ticker.is_running(), "{}", ticker.log());
-    assert!(
-        ticker.log().contains("ready: NATS topology verified"),
-        "{}",
-        ticker.log()
-    );
+    for process in std::iter::once(&mut ticker).chain(&mut others) {
+        wait_until("an R3 process ready", Duration::from_secs(30), || {
+            let ready = process.log().contains("ready: NATS topology verified");
+            async move { ready.then_some(()) }
+        })
+        .await;
+        assert!(process.is_running(), "{}", process.log());
+        assert!(
+            !process.log().contains("shard snapshots off"),
+            "{}",
+            process.log()
+        );
+    }
     ticker.terminate();
+    for process in &mut others {
+        process.terminate();
+    }
 
     // Copying from a standalone server is refused with where to read on.
     let (ok, text) = migrate(&urls, &["--replicas", "3", "--from", "nats://127.0.0.1:1"]);

@@ -1093,3 +1093,62 @@ async fn snapshots_of_a_bucket_made_again_are_not_used() {
     let expected: BTreeSet<String> = new.iter().cloned().collect();
     assert_eq!(fired_after, expected, "only the new bucket's jobs fire");
 }
+
+/// The snapshot store is checked like the streams: one with fewer replicas
+/// than the process wants, or a stream of its name that is no object
+/// store, is refused with what differs (the ticker then runs with its
+/// snapshots off and says so), and one that fits opens again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_store_that_does_not_fit_is_refused_naming_what_differs() {
+    let nats = NatsServer::start();
+    let js = jetstream::new(nats.client().await);
+    let r1 = TopologyOptions::default();
+    topology::ensure_ticker_snapshots(&js, &r1)
+        .await
+        .expect("made");
+    topology::ensure_ticker_snapshots(&js, &r1)
+        .await
+        .expect("opened again as it is");
+    let r3 = TopologyOptions {
+        replicas: 3,
+        ..TopologyOptions::default()
+    };
+    let text = refusal(
+        topology::ensure_ticker_snapshots(&js, &r3).await,
+        "R1 is not R3",
+    );
+    assert!(
+        text.starts_with(&format!(
+            "object store {} exists with settings jetcron cannot use: 1 replica(s), this process wants 3",
+            subjects::TICKER_SNAPSHOTS_BUCKET
+        )),
+        "{text}"
+    );
+    assert!(text.contains("jetcron migrate --replicas 3"), "{text}");
+
+    let stream = format!("OBJ_{}", subjects::TICKER_SNAPSHOTS_BUCKET);
+    js.delete_stream(&stream).await.expect("delete");
+    js.create_stream(jetstream::stream::Config {
+        name: stream.clone(),
+        subjects: vec!["not.snapshots.>".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("a stream of the store's name");
+    let text = refusal(
+        topology::ensure_ticker_snapshots(&js, &r1).await,
+        "not an object store",
+    );
+    assert!(
+        text.contains("no subject") && text.contains("$O.jetcron_ticker_snapshots.C.>"),
+        "{text}"
+    );
+}
+
+/// The error text of a refused topology step (the store has no `Debug`).
+fn refusal<T>(result: Result<T, topology::TopologyError>, why: &str) -> String {
+    match result {
+        Ok(_) => panic!("accepted: {why}"),
+        Err(e) => e.to_string(),
+    }
+}
