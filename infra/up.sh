@@ -41,6 +41,8 @@ fi
 log "building jetcron (release)"
 (cd "$REPO_DIR" && cargo build --release -q -p jetcron)
 bin="$REPO_DIR/target/release/jetcron"
+# Whether the process of pid file NAME started before the binary was built.
+older_build() { [[ "$bin" -nt "$RUN_DIR/$1.pid" ]]; }
 nats_url="nats://127.0.0.1:${JETCRON_NATS_PORT:-4222}"
 http_addr="${JETCRON_HTTP_ADDR:-127.0.0.1:8080}"
 export JETCRON_NATS_URL="$nats_url"
@@ -57,14 +59,19 @@ if [[ "$cluster" == 1 ]]; then
   # shellcheck source=infra/cluster.env
   source "$INFRA_DIR/cluster.env"
   set +a
+  # One at a time: what runs the current build is left alone (this is how
+  # a killed process is started again while the others go on), what runs
+  # an older one is restarted with the new build.
   for name in "${cluster_services[@]}"; do
     if is_running "$name"; then
-      log "$name already running; restarting it with the new build"
+      if ! older_build "$name"; then
+        log "$name already running (pid $(cat "$RUN_DIR/$name.pid"))"
+        continue
+      fi
+      log "$name runs an older build; restarting it with the new one"
       stop_pid "$name" 45
     fi
-  done
-  # Each command line holds its pid file's name (lib.sh's is_running checks).
-  for name in "${cluster_services[@]}"; do
+    # Each command line holds its pid file's name (lib.sh's is_running checks).
     case "$name" in
       gateway) args=(gateway) ;;
       projector) args=(projector) ;;
@@ -77,12 +84,16 @@ if [[ "$cluster" == 1 ]]; then
   # 503 until every service verified its streams and buckets on the cluster.
   wait_for "jetcron gateway" 120 curl -sf "http://$http_addr/readyz"
 else
-  if is_running jetcron; then
-    log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new build"
+  if is_running jetcron && older_build jetcron; then
+    log "jetcron runs an older build (pid $(cat "$RUN_DIR/jetcron.pid")); restarting it with the new one"
     stop_pid jetcron 45
   fi
-  log "starting jetcron all (log: $LOG_DIR/jetcron.log)"
-  start_bg jetcron "$LOG_DIR/jetcron.log" "$bin" all
+  if is_running jetcron; then
+    log "jetcron already running (pid $(cat "$RUN_DIR/jetcron.pid"))"
+  else
+    log "starting jetcron all (log: $LOG_DIR/jetcron.log)"
+    start_bg jetcron "$LOG_DIR/jetcron.log" "$bin" all
+  fi
   wait_for "jetcron gateway" 60 curl -sf "http://$http_addr/readyz"
 fi
 
