@@ -43,6 +43,21 @@ log "building jetcron (release)"
 bin="$REPO_DIR/target/release/jetcron"
 # Whether the process of pid file NAME started before the binary was built.
 older_build() { [[ "$bin" -nt "$RUN_DIR/$1.pid" ]]; }
+# started_lines NAME LOGFILE: how many times the log says service NAME started.
+started_lines() {
+  local marker
+  case "$1" in
+    gateway) marker="NATS API serving" ;;
+    projector) marker="projector started" ;;
+    executor-*) marker="executor started" ;;
+    *) marker="ticker started" ;;
+  esac
+  local count
+  count="$(grep -c -- "$marker" "$2" 2>/dev/null || true)"
+  echo "${count:-0}"
+}
+# started_again NAME LOGFILE BEFORE: whether it started since BEFORE was counted.
+started_again() { [[ "$(started_lines "$1" "$2")" -gt "$3" ]]; }
 nats_url="nats://127.0.0.1:${JETCRON_NATS_PORT:-4222}"
 http_addr="${JETCRON_HTTP_ADDR:-127.0.0.1:8080}"
 export JETCRON_NATS_URL="$nats_url"
@@ -61,8 +76,11 @@ if [[ "$cluster" == 1 ]]; then
   set +a
   # One at a time: what runs the current build is left alone (this is how
   # a killed process is started again while the others go on), what runs
-  # an older one is restarted with the new build.
+  # an older one is restarted with the new build, and the next one waits
+  # until it has started (a ticker has its jobs, an executor pulls), as a
+  # rolling upgrade does (docs/operations.md).
   for name in "${cluster_services[@]}"; do
+    restarting=0
     if is_running "$name"; then
       if ! older_build "$name"; then
         log "$name already running (pid $(cat "$RUN_DIR/$name.pid"))"
@@ -70,6 +88,7 @@ if [[ "$cluster" == 1 ]]; then
       fi
       log "$name runs an older build; restarting it with the new one"
       stop_pid "$name" 45
+      restarting=1
     fi
     # Each command line holds its pid file's name (lib.sh's is_running checks).
     case "$name" in
@@ -78,8 +97,13 @@ if [[ "$cluster" == 1 ]]; then
       executor-*) args=(executor --executor-id "$name") ;;
       ticker-*) args=(ticker --replica-id "$name") ;;
     esac
-    log "starting jetcron ${args[*]} (log: $LOG_DIR/$name.log)"
-    start_bg "$name" "$LOG_DIR/$name.log" "$bin" "${args[@]}"
+    logfile="$LOG_DIR/$name.log"
+    started_before="$(started_lines "$name" "$logfile")"
+    log "starting jetcron ${args[*]} (log: $logfile)"
+    start_bg "$name" "$logfile" "$bin" "${args[@]}"
+    if [[ "$restarting" == 1 ]]; then
+      wait_started "$name" 120 "$logfile" started_again "$name" "$logfile" "$started_before"
+    fi
   done
   # 503 until every service verified its streams and buckets on the cluster.
   wait_for "jetcron gateway" 120 curl -sf "http://$http_addr/readyz"

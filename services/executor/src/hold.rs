@@ -23,23 +23,43 @@ use crate::ExecutorContext;
 
 /// At a shutdown, a held due event whose instant is further off than this
 /// is handed back to come to another executor this long before it, to be
-/// held there in turn; one due sooner is run here, within the shutdown's
-/// grace. Handed back with all its time left, an event came back late: the
+/// held there in turn; one due sooner is run here when its instant comes
+/// within the shutdown's grace (it then ends like any attempt running at a
+/// stop: within the grace, or handed back when the grace is over), and is
+/// handed back at once otherwise.
+/// Handed back with all its time left, an event came back late: the
 /// server's redelivery of a delayed nak and the next executor's pull took
 /// 0.9-3.4 s past the instant on a 3-node cluster, up to 8.6 s on one
 /// server; one handed back at once still reached the other executor only
 /// with its next pull, up to 4.8 s later.
 const HAND_BACK_AHEAD: Duration = Duration::from_secs(5);
 
+/// What a shutdown does with a held due event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtShutdown {
+    /// Hand it back, to come again after this delay (`None`: at once).
+    HandBack(Option<Duration>),
+    /// Hold it on and run it here, within the grace.
+    RunHere,
+}
+
+/// With `left` before its instant and a shutdown `grace`. (Not the job's
+/// timeout: by default 60 s, more than the default grace, while most calls
+/// take milliseconds; a nak at once reached the other executor seconds
+/// late, or only after `--ack-wait` when the stopping executor's own pull
+/// request took it.)
+fn at_shutdown(left: Duration, grace: Duration) -> AtShutdown {
+    match left.checked_sub(HAND_BACK_AHEAD).filter(|d| !d.is_zero()) {
+        Some(delay) => AtShutdown::HandBack(Some(delay)),
+        // A second to call and store its outcome.
+        None if left + Duration::from_secs(1) <= grace => AtShutdown::RunHere,
+        None => AtShutdown::HandBack(None),
+    }
+}
+
 /// The time from now to `fire_at` (zero once it passed).
 fn time_left(ctx: &ExecutorContext, fire_at: DateTime<Utc>) -> Duration {
     (fire_at - ctx.clock.now()).to_std().unwrap_or_default()
-}
-
-/// At a shutdown with `left` before a held event's instant: the delay of
-/// its nak, or `None` to run it here.
-fn hand_back_delay(left: Duration) -> Option<Duration> {
-    left.checked_sub(HAND_BACK_AHEAD).filter(|d| !d.is_zero())
 }
 
 /// Events due this soon are not worth holding apart.
@@ -51,7 +71,7 @@ pub fn until(ctx: &ExecutorContext, message: &Message) -> Option<DateTime<Utc>> 
 }
 
 /// Hold `message` until `fire_at`, then wait for an in-flight slot; `None`
-/// when shutdown came first (the message is handed back).
+/// when it was handed back (a shutdown).
 pub async fn wait(
     ctx: &ExecutorContext,
     message: &Message,
@@ -66,21 +86,39 @@ pub async fn wait(
     if !ready {
         return None;
     }
-    // Held through a shutdown to be run here: it waits for its slot.
-    let run_here = shutdown.is_cancelled();
-    tokio::select! {
-        biased;
-        permit = permits.clone().acquire_owned() => permit.ok(),
-        _ = shutdown.cancelled(), if !run_here => {
-            let _ = message.ack_with(AckKind::Nak(None)).await;
-            None
+    let permit = permits.clone().acquire_owned();
+    tokio::pin!(permit);
+    if !shutdown.is_cancelled() {
+        return tokio::select! {
+            biased;
+            permit = &mut permit => permit.ok(),
+            _ = shutdown.cancelled() => {
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+                None
+            }
+        };
+    }
+    // Held through a shutdown to run here: kept alive while it waits for a
+    // slot, handed back if the grace ends first.
+    loop {
+        tokio::select! {
+            biased;
+            permit = &mut permit => return permit.ok(),
+            _ = ctx.interrupt.cancelled() => {
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+                return None;
+            }
+            _ = tokio::time::sleep(ctx.config.progress_interval) => {
+                let _ = message.ack_with(AckKind::Progress).await;
+            }
         }
     }
 }
 
 /// Sleep until `fire_at` in steps of the progress interval, keeping the
-/// message alive; `false` when a shutdown handed it back. At a shutdown an
-/// event due within [`HAND_BACK_AHEAD`] is held on, to be run here.
+/// message alive; `false` when it was handed back. At a shutdown an event
+/// due within [`HAND_BACK_AHEAD`] and the grace is held on, to be run
+/// here, unless the grace ends first.
 pub(crate) async fn hold_until(
     ctx: &ExecutorContext,
     message: &Message,
@@ -96,26 +134,34 @@ pub(crate) async fn hold_until(
             return true;
         }
         let step = left.min(ctx.config.progress_interval);
-        tokio::select! {
+        // At a shutdown, what is left now: `left` was taken when this step
+        // began, up to a progress interval ago. (Handed back with that,
+        // events came back that much late.)
+        let handing = tokio::select! {
             _ = tokio::time::sleep(step) => {
                 if step < left {
                     let _ = message.ack_with(AckKind::Progress).await;
                 }
+                continue;
             }
-            // What is left now: `left` was taken when this step began, up
-            // to a progress interval ago. (Handed back with that, events
-            // came back that much late.)
-            _ = shutdown.cancelled(), if !run_here => match hand_back_delay(time_left(ctx, fire_at)) {
-                Some(delay) => {
-                    debug!(delay_ms = delay.as_millis() as u64, "shutting down, handing a held due event back");
-                    let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
-                    return false;
-                }
-                None => {
-                    debug!("shutting down, a held due event is due soon enough to run here");
-                    run_here = true;
-                }
-            },
+            _ = shutdown.cancelled(), if !run_here => {
+                at_shutdown(time_left(ctx, fire_at), ctx.config.shutdown_grace)
+            }
+            _ = ctx.interrupt.cancelled(), if run_here => AtShutdown::HandBack(None),
+        };
+        match handing {
+            AtShutdown::HandBack(delay) => {
+                debug!(
+                    delay_ms = delay.map(|d| d.as_millis() as u64),
+                    "shutting down, handing a held due event back"
+                );
+                let _ = message.ack_with(AckKind::Nak(delay)).await;
+                return false;
+            }
+            AtShutdown::RunHere => {
+                debug!("shutting down, a held due event is due soon enough to run here");
+                run_here = true;
+            }
         }
     }
 }
@@ -125,15 +171,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_held_event_comes_back_ahead_of_its_instant() {
+    fn a_held_event_far_off_comes_back_ahead_and_one_due_soon_runs_here_within_the_grace() {
         let secs = Duration::from_secs;
-        assert_eq!(hand_back_delay(secs(10)), Some(secs(5)));
+        let grace = secs(30);
         assert_eq!(
-            hand_back_delay(secs(5)),
-            None,
-            "due within the margin: at once"
+            at_shutdown(secs(10), grace),
+            AtShutdown::HandBack(Some(secs(5)))
         );
-        assert_eq!(hand_back_delay(Duration::from_millis(300)), None);
-        assert_eq!(hand_back_delay(Duration::ZERO), None);
+        assert_eq!(at_shutdown(secs(5), grace), AtShutdown::RunHere);
+        assert_eq!(at_shutdown(Duration::ZERO, grace), AtShutdown::RunHere);
+        assert_eq!(
+            at_shutdown(secs(3), secs(2)),
+            AtShutdown::HandBack(None),
+            "a grace too short for it"
+        );
     }
 }

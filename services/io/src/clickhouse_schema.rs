@@ -10,6 +10,7 @@
 use anyhow::Context as _;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use jetcron_core::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
 use jetcron_core::job_events::{FireMissed, JobEvent, JobRejected};
@@ -82,7 +83,11 @@ impl std::str::FromStr for SchemaMode {
 
 /// The tables (with a MergeTree engine) and views the services need.
 const TABLES: [&str; 3] = ["run_events", "job_events", "run_state"];
-const VIEWS: [&str; 3] = ["run_state_mv_v2", "runs", "job_state"];
+const VIEWS: [&str; 3] = [RUN_STATE_VIEW, "runs", "job_state"];
+/// The materialized view that folds run events into `run_state`, and the
+/// one it replaced (docs/clickhouse-replication.md, upgrading).
+const RUN_STATE_VIEW: &str = "run_state_mv_v2";
+const OLD_RUN_STATE_VIEW: &str = "run_state_mv";
 
 impl ClickHouseOptions {
     pub fn new(url: impl Into<String>) -> Self {
@@ -263,9 +268,21 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
         }
     }
     for view in VIEWS {
-        if engine(view).is_none() {
-            problems.push(format!("jetcron.{view} is missing"));
+        if engine(view).is_some() {
+            continue;
         }
+        // An install from before 2026-11-28 until its replicated 004 file
+        // is applied again: the old view folds the runs, without the start
+        // an outcome carries when its `started` event was lost.
+        if view == RUN_STATE_VIEW && engine(OLD_RUN_STATE_VIEW).is_some() {
+            warn!(
+                "jetcron.{RUN_STATE_VIEW} is missing, jetcron.{OLD_RUN_STATE_VIEW} folds the runs \
+                 (a run whose started event was lost lists no start): apply \
+                 schemas/clickhouse/replicated/004_run_state.sql ON CLUSTER"
+            );
+            continue;
+        }
+        problems.push(format!("jetcron.{view} is missing"));
     }
     anyhow::ensure!(
         problems.is_empty(),

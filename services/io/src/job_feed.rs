@@ -410,6 +410,8 @@ struct CurrentValues {
     pass: StreamPass,
     /// `$KV.<bucket>.`: what the subjects of values start with.
     prefix: String,
+    /// The stream sequence of the last message read (0: none yet).
+    read_to: u64,
 }
 
 /// A key's value (or delete marker) as a pass read it.
@@ -445,12 +447,16 @@ impl CurrentValues {
         Ok(Self {
             pass,
             prefix: bucket.prefix,
+            read_to: 0,
         })
     }
 
     /// The next value in stream order; `None` once nothing is pending.
     async fn next(&mut self) -> anyhow::Result<Option<CurrentValue>> {
         while let Some(read) = self.pass.next_message().await? {
+            // Skipped messages count too: a watch from past the last value
+            // handed out would deliver them again.
+            self.read_to = self.read_to.max(read.stream_sequence);
             let Some(key) = read.message.subject.strip_prefix(self.prefix.as_str()) else {
                 continue;
             };
@@ -508,13 +514,12 @@ pub async fn read_current_of(
     mut keep: impl FnMut(JobEntry),
 ) -> anyhow::Result<u64> {
     let (_, held) = open_bucket(client).await?;
-    let mut read_to = held.last_sequence;
+    let read_to = held.last_sequence;
     if held.messages == 0 {
         return Ok(read_to);
     }
     let mut values = CurrentValues::open(client, "ticker: the jobs of shards taken over").await?;
     while let Some(value) = values.next().await? {
-        read_to = read_to.max(value.revision);
         if wanted(&value.key) && value.operation == Operation::Put {
             let entry = JobEntry::decode_value(value, Needs::Every, lines);
             if entry.valid().is_some() {
@@ -522,7 +527,7 @@ pub async fn read_current_of(
             }
         }
     }
-    Ok(read_to)
+    Ok(read_to.max(values.read_to))
 }
 
 /// Hand every key's current value to `queues`; the highest revision read
@@ -535,21 +540,20 @@ async fn read_current(
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
 ) -> anyhow::Result<Option<u64>> {
     let mut values = CurrentValues::open(client, "job feed: every job's current value").await?;
-    let (mut read, mut read_to) = (0u64, 0u64);
+    let mut read = 0u64;
     while let Some(value) = values.next().await? {
-        read_to = read_to.max(value.revision);
         let entry = Arc::new(JobEntry::decode_value(value, needs, lines));
         if !send(queues, FeedEvent::Entry(entry)).await {
             return Ok(None);
         }
         read += 1;
-        if read % GIVE_BACK_EVERY == 0 {
+        if read.is_multiple_of(GIVE_BACK_EVERY) {
             jetcron_allocator::give_back_freed_memory();
         }
     }
     // Delivered in stream order: nothing after `read_to` was read.
     jetcron_allocator::give_back_freed_memory();
-    Ok(Some(read_to))
+    Ok(Some(values.read_to))
 }
 
 /// Hand `event` to every reader left, dropping those gone; whether any is

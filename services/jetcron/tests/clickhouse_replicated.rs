@@ -201,9 +201,16 @@ async fn every_replicated_statement_parses_on_current_clickhouse() {
     let single: Vec<&str> = MIGRATIONS.iter().map(|(name, _)| *name).collect();
     assert_eq!(names, single, "one replicated file per single-node file");
     for ((name, sql), (_, single_sql)) in files.iter().zip(MIGRATIONS) {
+        // The single-node DDL drops the view `run_state_mv_v2` replaced; a
+        // replicated install drops it by hand once every service is
+        // upgraded (docs/clickhouse-replication.md).
+        let single_statements = statements(single_sql)
+            .into_iter()
+            .filter(|s| !s.starts_with("DROP TABLE IF EXISTS jetcron.run_state_mv"))
+            .count();
         assert_eq!(
             statements(sql).len(),
-            statements(single_sql).len(),
+            single_statements,
             "{name}: statements in the replicated and single-node files"
         );
     }

@@ -555,6 +555,7 @@ impl Deployment {
             target_p50,
             target_p99,
             target_max,
+            first_calls: per_fire.len(),
             reached_by_retry,
         }
     }
@@ -738,6 +739,8 @@ struct Figures {
     /// Fires whose first attempt never reached the target (lost with a
     /// node, or held by an executor and redelivered before it started).
     reached_by_retry: Vec<RetriedFire>,
+    /// Fires whose target was called (by any attempt).
+    first_calls: usize,
 }
 
 /// A fire whose target was first called by a later attempt.
@@ -749,9 +752,15 @@ struct RetriedFire {
 }
 
 /// What each attempt that never reached the target may cost the fire
-/// (seconds): the job's timeout (5 s), then its backoff before the next
-/// (500 ms doubling; 1 s covers the second).
-const LOST_ATTEMPT_SECS: f64 = 6.0;
+/// (seconds): the larger of the job's timeout and backoff (5 s + at most
+/// 1 s up to a third attempt) and the executors' `--ack-wait` (10 s), which
+/// a held fire redelivered before it started waits out.
+const LOST_ATTEMPT_SECS: f64 = 10.0;
+
+/// The latest attempt a fire may first be reached by, and the share of
+/// fires (percent) that may be reached by a later attempt at all.
+const LATEST_FIRST_CALL: u32 = 3;
+const REACHED_LATE_PERCENT: usize = 3;
 
 /// Bounds of the target-call lag (seconds): p50, p99, max.
 ///
@@ -789,9 +798,11 @@ const ONE_AT_A_TIME: TargetLagBounds = TargetLagBounds {
 };
 
 impl Figures {
-    /// `election`: the longest a stream or bucket went without a leader
-    /// after a kill (a retry's redelivery may meet the next kill).
-    fn check_target_lag(&self, bounds: TargetLagBounds, election: f64) {
+    /// `stacked`: what the max of first attempts may add for kills that
+    /// stacked up (see the leader-kill scenario); `election`: the longest a
+    /// stream went without a leader after a kill (a retry's redelivery may
+    /// meet the next kill).
+    fn check_target_lag(&self, bounds: TargetLagBounds, stacked: f64, election: f64) {
         assert!(
             self.target_p50 <= bounds.p50,
             "target-call lag p50 {:.3}s > {} s",
@@ -805,11 +816,17 @@ impl Figures {
             bounds.p99
         );
         assert!(
-            self.target_max <= bounds.max,
+            self.target_max <= bounds.max + stacked,
             "target-call lag max {:.3}s > {} s (p99 {:.3}s)",
             self.target_max,
-            bounds.max,
+            bounds.max + stacked,
             self.target_p99
+        );
+        let first_calls = self.first_calls;
+        assert!(
+            self.reached_by_retry.len() * 100 <= first_calls * REACHED_LATE_PERCENT,
+            "{} of {first_calls} fires first reached by a later attempt, over {REACHED_LATE_PERCENT} %",
+            self.reached_by_retry.len()
         );
         // Each attempt lost before the one that reached the target adds its
         // timeout and backoff; attempts that span more than the 10 s between
@@ -817,6 +834,12 @@ impl Figures {
         // for (CI: attempts 1 and 2 of a fire lost after one kill, attempt 3
         // delivered after the next one's election, 27.9 s).
         for retried in &self.reached_by_retry {
+            assert!(
+                retried.attempt <= LATEST_FIRST_CALL,
+                "a fire first reached by attempt {} (lag {:.3}s)",
+                retried.attempt,
+                retried.lag
+            );
             let lost = f64::from(retried.attempt - 1);
             let bound = bounds.max + lost * LOST_ATTEMPT_SECS + election;
             assert!(
@@ -970,9 +993,10 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
     figures.check_target_lag(
         TargetLagBounds {
             p99: LEADER_KILLS.p99 + beyond,
-            max: LEADER_KILLS.max + beyond + stacked,
+            max: LEADER_KILLS.max + beyond,
             ..LEADER_KILLS
         },
+        stacked,
         longest_election,
     );
     deployment.stop();
@@ -1093,8 +1117,9 @@ async fn nodes_tickers_executors_and_the_projector_killed_one_at_a_time() {
         "fire lag max {:.3}s > 15 s",
         figures.fire_max
     );
-    // Elections are not measured here; nats-server's take 4-9 s.
-    figures.check_target_lag(ONE_AT_A_TIME, LOOKAHEAD_SECS);
+    // Elections are not measured here; nats-server's take 4-9 s, so a
+    // retry's redelivery is allowed one of 10 s.
+    figures.check_target_lag(ONE_AT_A_TIME, 0.0, LOOKAHEAD_SECS);
     // The first kill finds t0 with half the shards on a settled cluster.
     if let Some(first) = takeovers.first() {
         assert!(
