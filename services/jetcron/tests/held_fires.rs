@@ -36,13 +36,7 @@ async fn serve(stack: &Stack, subject: &str) -> Calls {
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let at = Utc::now();
-            let scheduled = request
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("Jetcron-Scheduled-At"))
-                .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
-                .map(|t| t.with_timezone(&Utc))
-                .expect("Jetcron-Scheduled-At");
+            let scheduled = scheduled_at(&request);
             recorded.lock().expect("calls").push((scheduled, at));
             if let Some(reply) = request.reply {
                 let _ = client.publish(reply, "ok".into()).await;
@@ -50,6 +44,17 @@ async fn serve(stack: &Stack, subject: &str) -> Calls {
         }
     });
     calls
+}
+
+/// A call's `Jetcron-Scheduled-At`.
+fn scheduled_at(request: &async_nats::Message) -> DateTime<Utc> {
+    request
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Jetcron-Scheduled-At"))
+        .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .expect("Jetcron-Scheduled-At")
 }
 
 fn called_after(calls: &Calls, instant: DateTime<Utc>) -> Vec<DateTime<Utc>> {
@@ -268,13 +273,7 @@ async fn fires_held_by_a_stopped_executor_are_called_on_time_by_the_other() {
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let at = Utc::now();
-            let scheduled = request
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("Jetcron-Scheduled-At"))
-                .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
-                .map(|t| t.with_timezone(&Utc))
-                .expect("Jetcron-Scheduled-At");
+            let scheduled = scheduled_at(&request);
             recorded
                 .lock()
                 .expect("calls")
