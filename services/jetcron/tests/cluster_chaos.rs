@@ -757,10 +757,8 @@ struct RetriedFire {
 /// a held fire redelivered before it started waits out.
 const LOST_ATTEMPT_SECS: f64 = 10.0;
 
-/// The latest attempt a fire may first be reached by, and the share of
-/// fires (percent) that may be reached by a later attempt at all.
+/// The latest attempt a fire may first be reached by.
 const LATEST_FIRST_CALL: u32 = 3;
-const REACHED_LATE_PERCENT: usize = 3;
 
 /// Bounds of the target-call lag (seconds): p50, p99, max.
 ///
@@ -776,6 +774,9 @@ struct TargetLagBounds {
     p50: f64,
     p99: f64,
     max: f64,
+    /// The share of fires (percent) that may be first reached by a later
+    /// attempt.
+    reached_late_percent: usize,
 }
 
 /// The ticker's lookahead on a cluster (its default with 3 replicas), seconds.
@@ -785,20 +786,28 @@ const LOOKAHEAD_SECS: f64 = 10.0;
 const KILL_EVERY: Duration = Duration::from_secs(10);
 const KILLED_NODE_BACK_AFTER: Duration = Duration::from_secs(3);
 
+/// A later attempt first reached 0.1-5.4 % of the fires in runs here (held
+/// fires whose progress acks an election lost, requests lost with a node;
+/// the most with both scenarios at once on two cores, as the suite runs).
 const LEADER_KILLS: TargetLagBounds = TargetLagBounds {
     p50: 1.0,
     p99: 10.0,
     max: 15.0,
+    reached_late_percent: 10,
 };
 
+/// Each executor SIGKILL hands the fires it held (about half the jobs'
+/// for the 10 s lookahead) to the other as second attempts: 211 of 2,950
+/// fires (7.2 %) in a CI run with two executor kills, 8.1 % in another.
 const ONE_AT_A_TIME: TargetLagBounds = TargetLagBounds {
     p50: 1.0,
     p99: 30.0,
     max: 45.0,
+    reached_late_percent: 15,
 };
 
 impl Figures {
-    /// `stacked`: what the max of first attempts may add for kills that
+    /// `stacked`: what the p99 and max of first attempts may add for kills that
     /// stacked up (see the leader-kill scenario); `election`: the longest a
     /// stream went without a leader after a kill (a retry's redelivery may
     /// meet the next kill).
@@ -810,10 +819,10 @@ impl Figures {
             bounds.p50
         );
         assert!(
-            self.target_p99 <= bounds.p99,
+            self.target_p99 <= bounds.p99 + stacked,
             "target-call lag p99 {:.3}s > {} s",
             self.target_p99,
-            bounds.p99
+            bounds.p99 + stacked
         );
         assert!(
             self.target_max <= bounds.max + stacked,
@@ -824,9 +833,10 @@ impl Figures {
         );
         let first_calls = self.first_calls;
         assert!(
-            self.reached_by_retry.len() * 100 <= first_calls * REACHED_LATE_PERCENT,
-            "{} of {first_calls} fires first reached by a later attempt, over {REACHED_LATE_PERCENT} %",
-            self.reached_by_retry.len()
+            self.reached_by_retry.len() * 100 <= first_calls * bounds.reached_late_percent,
+            "{} of {first_calls} fires first reached by a later attempt, over {} %",
+            self.reached_by_retry.len(),
+            bounds.reached_late_percent
         );
         // Each attempt lost before the one that reached the target adds its
         // timeout and backoff; attempts that span more than the 10 s between
@@ -972,10 +982,12 @@ async fn the_due_stream_leader_killed_every_10_s_loses_and_doubles_no_fire() {
     // kill (7 s) can meet that kill before the returned node is current:
     // the stream has one current replica, no quorum, until it catches up,
     // and the fires of that moment wait for both (a run here: elections up
-    // to 10.5 s, three first attempts 17.3 s late). Only the max moves.
+    // to 10.5 s, three first attempts 17.3 s late). Whole seconds of fires
+    // wait then, so the p99 moves with the max (9.7-9.9 s against 10 in runs
+    // here with both scenarios at once).
     let between_kills = (KILL_EVERY - KILLED_NODE_BACK_AFTER).as_secs_f64();
     let stacked = if longest_election > between_kills {
-        println!("chaos {scenario}: an election took {longest_election:.1} s, over the {between_kills} s from a node's return to the next kill; max bound moved by it");
+        println!("chaos {scenario}: an election took {longest_election:.1} s, over the {between_kills} s from a node's return to the next kill; p99 and max bounds moved by it");
         longest_election
     } else {
         0.0
