@@ -127,9 +127,7 @@ pub(crate) async fn hold_until(
 ) -> bool {
     let mut run_here = false;
     loop {
-        let Ok(left) = (fire_at - ctx.clock.now()).to_std() else {
-            return true;
-        };
+        let left = time_left(ctx, fire_at);
         if left.is_zero() {
             return true;
         }
