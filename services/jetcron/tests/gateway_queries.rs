@@ -202,12 +202,22 @@ async fn a_jobs_runs_page_with_a_cursor_and_bad_parameters_get_400s() {
     expected.sort();
     assert_eq!(ids, expected, "every run exactly once");
 
-    // The job's page names its last run.
+    // The job's page names its last run. Its counts come from run_state,
+    // which the materialized view writes after the run_events part the list
+    // reads is already visible: under load they may trail by that write.
     let (status, job) = stack.get("/v1/jobs/paged").await;
     assert_eq!(status, 200, "{job}");
     assert_eq!(job["last_run"]["run_id"], seen[0].1.as_str(), "{job}");
     assert_eq!(job["last_run"]["status"], "succeeded");
-    assert_eq!(job["runs_24h"], 5, "{job}");
+    wait_until(
+        "the job page counts 5 runs",
+        Duration::from_secs(10),
+        || async {
+            let (_, job) = stack.get("/v1/jobs/paged").await;
+            (job["runs_24h"] == 5).then_some(())
+        },
+    )
+    .await;
 
     for (path, field) in [
         ("/v1/jobs/paged/runs?cursor=garbage", "cursor"),
