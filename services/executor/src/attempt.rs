@@ -66,6 +66,8 @@ pub enum Slot {
     At {
         fire_at: DateTime<Utc>,
         permits: std::sync::Arc<tokio::sync::Semaphore>,
+        /// The shutdown, as held fires see it: cancelled once this
+        /// executor pulls no more (so that none handed back comes to it).
         shutdown: tokio_util::sync::CancellationToken,
     },
 }

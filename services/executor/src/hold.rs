@@ -30,8 +30,10 @@ use crate::ExecutorContext;
 /// Handed back with all its time left, an event came back late: the
 /// server's redelivery of a delayed nak and the next executor's pull took
 /// 0.9-3.4 s past the instant on a 3-node cluster, up to 8.6 s on one
-/// server; one handed back at once still reached the other executor only
-/// with its next pull, up to 4.8 s later.
+/// server. (Handed back at once, some events came back only after
+/// `ack_wait`: the stopping executor's own pull request, still open at the
+/// server, took them. Holds now hand back only after the pull loops ended,
+/// which withdraws their requests; see `pull_loop`.)
 const HAND_BACK_AHEAD: Duration = Duration::from_secs(5);
 
 /// What a shutdown does with a held due event.
@@ -45,9 +47,7 @@ enum AtShutdown {
 
 /// With `left` before its instant and a shutdown `grace`. (Not the job's
 /// timeout: by default 60 s, more than the default grace, while most calls
-/// take milliseconds; a nak at once reached the other executor seconds
-/// late, or only after `--ack-wait` when the stopping executor's own pull
-/// request took it.)
+/// take milliseconds.)
 fn at_shutdown(left: Duration, grace: Duration) -> AtShutdown {
     match left.checked_sub(HAND_BACK_AHEAD).filter(|d| !d.is_zero()) {
         Some(delay) => AtShutdown::HandBack(Some(delay)),

@@ -357,6 +357,11 @@ pub async fn run(
     ));
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();
+    // Held fires are handed back at a shutdown only once every pull loop has
+    // ended: a loop's open pull request is withdrawn (unsubscribed) when it
+    // ends, and one still open at the server took the fires handed back at
+    // once, to be lost with this process until `ack_wait`.
+    let holding_stop = CancellationToken::new();
     // Each pool's batch reserves at most its share of the free slots, so an
     // idle pool's open pull request never holds the slots another pool needs.
     let share = (max_in_flight / consumers.len()).clamp(1, PULL_BATCH);
@@ -368,11 +373,15 @@ pub async fn run(
             share,
             permits.clone(),
             tasks.clone(),
-            shutdown.clone(),
+            PullStops {
+                pulling: shutdown.clone(),
+                holding: holding_stop.clone(),
+            },
         ));
     }
     pullers.close();
     pullers.wait().await;
+    holding_stop.cancel();
 
     tasks.close();
     info!(in_flight = tasks.len(), "executor stopping");
@@ -431,6 +440,13 @@ async fn pool_consumer(
     .await
 }
 
+/// When a pull loop stops, and when the fires it holds are handed back:
+/// only after every pull loop stopped (see [`run`]).
+struct PullStops {
+    pulling: CancellationToken,
+    holding: CancellationToken,
+}
+
 /// Pull due events of one pool and start an attempt for each, within the
 /// executor's in-flight limit, until `shutdown`.
 ///
@@ -438,7 +454,7 @@ async fn pool_consumer(
 /// most `max_batch`), so a pulled message never waits in a buffer (where its
 /// `ack_wait` would run out and JetStream would hand it to another executor).
 /// A due event stored ahead of its time ([`hold`]) gives its permit back at
-/// once and waits without one.
+/// once and waits without one, until `stops.holding` hands it back.
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pool: String,
@@ -446,8 +462,12 @@ async fn pull_loop(
     max_batch: usize,
     permits: Arc<Semaphore>,
     tasks: TaskTracker,
-    shutdown: CancellationToken,
+    stops: PullStops,
 ) {
+    let PullStops {
+        pulling: shutdown,
+        holding: holding_stop,
+    } = stops;
     let mut delay = RetryDelay::nats();
     let mut failures = LogLimiter::per_10s();
     while !shutdown.is_cancelled() {
@@ -505,7 +525,7 @@ async fn pull_loop(
                         Some(fire_at) => attempt::Slot::At {
                             fire_at,
                             permits: permits.clone(),
-                            shutdown: shutdown.clone(),
+                            shutdown: holding_stop.clone(),
                         },
                         None => attempt::Slot::Now(permit),
                     };
