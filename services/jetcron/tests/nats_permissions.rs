@@ -1030,3 +1030,88 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
         .await;
     assert!(made.is_err(), "a durable consumer exists");
 }
+
+/// A ticker and an executor started on a bucket of thousands of jobs read
+/// it first through a pass (`stream_pass`): past its window of 4,096
+/// unacknowledged messages and the 2 MiB of flow control, so each must ack
+/// and answer flow control on `KV_jetcron_jobs`. Both start, the one job due
+/// every second is called, and neither connection meets a permissions
+/// violation. (Without the ticker's `$JS.ACK.KV_jetcron_jobs.>` grant its
+/// pass stalls and nothing is called: checked. The executor's role also
+/// answers through `allow_responses`, so its grant counts only for a pass
+/// slower than that allows, 2 minutes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ticker_and_executor_roles_start_on_a_bucket_of_thousands_of_jobs() {
+    init_test_logging();
+    let nats = roles_server(ROLES_CONF, "");
+    let url = nats.url();
+    let admin = connect(&url, &as_role("admin")).await;
+    let bucket = topology::ensure_jobs_bucket(&admin.js(), &TopologyOptions::default())
+        .await
+        .expect("jobs bucket");
+    // About 600 bytes each: 6,000 of them are 3.6 MB.
+    const JOBS: usize = 6_000;
+    let padding = "x".repeat(500);
+    let puts: Vec<(String, String)> = (0..JOBS)
+        .map(|i| {
+            (
+                format!("yearly-{i:04}"),
+                format!(
+                    r#"{{"schedule":"0 0 0 1 1 *","description":"{padding}","target":{{"type":"nats","subject":"targets.yearly"}}}}"#
+                ),
+            )
+        })
+        .chain(std::iter::once((
+            "every-second".to_string(),
+            r#"{"schedule":"* * * * * *","target":{"type":"nats","subject":"targets.canary"}}"#
+                .to_string(),
+        )))
+        .collect();
+    futures::stream::iter(puts)
+        .map(|(key, body)| {
+            let bucket = bucket.clone();
+            async move { bucket.put(key, body.into()).await }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("jobs stored");
+    let mut calls = admin
+        .client
+        .subscribe("targets.canary")
+        .await
+        .expect("subscribe to the canary's calls");
+
+    let shutdown = CancellationToken::new();
+    let mut services = JoinSet::new();
+    services.spawn(jetcron_executor::run(
+        test_executor_config("executor-role", false),
+        connect(&url, &as_role("executor")).await.client,
+        Arc::new(SystemClock),
+        shutdown.clone(),
+    ));
+    services.spawn(jetcron_ticker::run(
+        jetcron_ticker::TickerConfig {
+            leases: fast_leases(),
+            ..Default::default()
+        },
+        connect(&url, &as_role("ticker")).await.client,
+        Arc::new(SystemClock),
+        shutdown.clone(),
+    ));
+    let call = tokio::time::timeout(Duration::from_secs(60), calls.next())
+        .await
+        .expect("the job due every second is called within 60 s")
+        .expect("a call");
+    if let Some(reply) = call.reply {
+        let _ = admin.client.publish(reply, "ok".into()).await;
+    }
+    let violations = violations_of(&nats, &["ticker", "executor"]);
+    assert!(violations.is_empty(), "{violations:#?}");
+    shutdown.cancel();
+    while let Some(ended) = services.join_next().await {
+        ended.expect("service panicked").expect("service failed");
+    }
+}
