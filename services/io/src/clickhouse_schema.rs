@@ -251,6 +251,32 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
         .fetch_all()
         .await
         .context("read jetcron's tables from system.tables")?;
+    let ReplicatedCheck { problems, old_view } = replicated_check(&found);
+    if old_view {
+        warn!(
+            "jetcron.{RUN_STATE_VIEW} is missing, jetcron.{OLD_RUN_STATE_VIEW} folds the runs \
+             (a run whose started event was lost lists no start): apply \
+             schemas/clickhouse/replicated/004_run_state.sql ON CLUSTER"
+        );
+    }
+    anyhow::ensure!(
+        problems.is_empty(),
+        "--clickhouse-schema replicated: {}; apply schemas/clickhouse/replicated/ ON CLUSTER \
+         (docs/clickhouse-replication.md)",
+        problems.join(", ")
+    );
+    Ok(())
+}
+
+/// What a replicated install's tables say: what is wrong, and whether the
+/// runs are folded by the old view.
+#[derive(Debug, PartialEq)]
+struct ReplicatedCheck {
+    problems: Vec<String>,
+    old_view: bool,
+}
+
+fn replicated_check(found: &[TableRow]) -> ReplicatedCheck {
     let engine = |name: &str| {
         found
             .iter()
@@ -258,6 +284,7 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
             .map(|t| t.engine.as_str())
     };
     let mut problems = Vec::new();
+    let mut old_view = false;
     for table in TABLES {
         match engine(table) {
             None => problems.push(format!("jetcron.{table} is missing")),
@@ -275,22 +302,12 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
         // is applied again: the old view folds the runs, without the start
         // an outcome carries when its `started` event was lost.
         if view == RUN_STATE_VIEW && engine(OLD_RUN_STATE_VIEW).is_some() {
-            warn!(
-                "jetcron.{RUN_STATE_VIEW} is missing, jetcron.{OLD_RUN_STATE_VIEW} folds the runs \
-                 (a run whose started event was lost lists no start): apply \
-                 schemas/clickhouse/replicated/004_run_state.sql ON CLUSTER"
-            );
+            old_view = true;
             continue;
         }
         problems.push(format!("jetcron.{view} is missing"));
     }
-    anyhow::ensure!(
-        problems.is_empty(),
-        "--clickhouse-schema replicated: {}; apply schemas/clickhouse/replicated/ ON CLUSTER \
-         (docs/clickhouse-replication.md)",
-        problems.join(", ")
-    );
-    Ok(())
+    ReplicatedCheck { problems, old_view }
 }
 
 /// One row of `jetcron.run_events`.
@@ -487,6 +504,60 @@ impl From<&JobEvent> for JobEventRow {
 
 #[cfg(test)]
 mod tests {
+    use super::{replicated_check, ReplicatedCheck, TableRow};
+
+    fn tables(rows: &[(&str, &str)]) -> Vec<TableRow> {
+        rows.iter()
+            .map(|(name, engine)| TableRow {
+                name: name.to_string(),
+                engine: engine.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_replicated_install_is_checked_table_by_table_and_the_old_view_is_let_through() {
+        let replicated = [
+            ("run_events", "ReplicatedMergeTree"),
+            ("job_events", "ReplicatedMergeTree"),
+            ("run_state", "ReplicatedAggregatingMergeTree"),
+            ("runs", "View"),
+            ("job_state", "View"),
+        ];
+        let with = |view: &str| {
+            let mut rows = replicated.to_vec();
+            rows.push((view, "MaterializedView"));
+            replicated_check(&tables(&rows))
+        };
+        assert_eq!(
+            with("run_state_mv_v2"),
+            ReplicatedCheck {
+                problems: vec![],
+                old_view: false
+            }
+        );
+        assert_eq!(
+            with("run_state_mv"),
+            ReplicatedCheck {
+                problems: vec![],
+                old_view: true
+            },
+            "an install from before the new view runs, with a warning"
+        );
+        assert_eq!(
+            replicated_check(&tables(&replicated)).problems,
+            vec!["jetcron.run_state_mv_v2 is missing"]
+        );
+        let mut single_node = replicated.to_vec();
+        single_node[0] = ("run_events", "MergeTree");
+        single_node.push(("run_state_mv_v2", "MaterializedView"));
+        assert_eq!(
+            replicated_check(&tables(&single_node)).problems,
+            vec!["jetcron.run_events has engine MergeTree, not a Replicated one"]
+        );
+        assert_eq!(replicated_check(&[]).problems.len(), 6, "all missing");
+    }
+
     use super::*;
 
     #[test]

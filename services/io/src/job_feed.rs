@@ -597,3 +597,64 @@ pub async fn keep(mut feed: FeedReceiver, view: &impl JobView, shutdown: &Cancel
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(headers: &[(&str, &str)]) -> async_nats::Message {
+        let headers = (!headers.is_empty()).then(|| {
+            let mut map = async_nats::HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(*name, *value);
+            }
+            map
+        });
+        async_nats::Message {
+            subject: "$KV.jetcron_jobs.a".into(),
+            reply: None,
+            payload: Bytes::new(),
+            headers,
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn a_kv_message_says_what_it_does_to_its_key() {
+        for (headers, wanted) in [
+            (vec![], Some(Operation::Put)),
+            (vec![("Nats-Msg-Id", "x")], Some(Operation::Put)),
+            (vec![("KV-Operation", "PUT")], Some(Operation::Put)),
+            (vec![("KV-Operation", "DEL")], Some(Operation::Delete)),
+            (vec![("KV-Operation", "PURGE")], Some(Operation::Purge)),
+            (vec![("KV-Operation", "SWAP")], None),
+            // Markers the server leaves (per-message TTLs, 2.11+).
+            (
+                vec![("Nats-Marker-Reason", "MaxAge")],
+                Some(Operation::Purge),
+            ),
+            (
+                vec![("Nats-Marker-Reason", "Purge")],
+                Some(Operation::Purge),
+            ),
+            (
+                vec![("Nats-Marker-Reason", "Remove")],
+                Some(Operation::Delete),
+            ),
+            (vec![("Nats-Marker-Reason", "Later")], None),
+            // The client's header wins over a marker's.
+            (
+                vec![("KV-Operation", "DEL"), ("Nats-Marker-Reason", "MaxAge")],
+                Some(Operation::Delete),
+            ),
+        ] {
+            assert_eq!(
+                kv_operation(&message(&headers)),
+                wanted,
+                "headers {headers:?}"
+            );
+        }
+    }
+}
