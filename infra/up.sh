@@ -43,16 +43,21 @@ log "building jetcron (release)"
 bin="$REPO_DIR/target/release/jetcron"
 # Whether the process of pid file NAME started before the binary was built.
 older_build() { [[ "$bin" -nt "$RUN_DIR/$1.pid" ]]; }
+# service NAME: sets `args`, the jetcron command line of service NAME (each
+# holds its pid file's name: lib.sh's is_running looks for it), and
+# `marker`, the log line that says it started.
+service() {
+  case "$1" in
+    gateway) args=(gateway) marker="NATS API serving" ;;
+    projector) args=(projector) marker="projector started" ;;
+    executor-*) args=(executor --executor-id "$1") marker="executor started" ;;
+    *) args=(ticker --replica-id "$1") marker="ticker started" ;;
+  esac
+}
 # started_lines NAME LOGFILE: how many times the log says service NAME started.
 started_lines() {
-  local marker
-  case "$1" in
-    gateway) marker="NATS API serving" ;;
-    projector) marker="projector started" ;;
-    executor-*) marker="executor started" ;;
-    *) marker="ticker started" ;;
-  esac
-  local count
+  local args marker count
+  service "$1"
   count="$(grep -c -- "$marker" "$2" 2>/dev/null || true)"
   echo "${count:-0}"
 }
@@ -90,13 +95,7 @@ if [[ "$cluster" == 1 ]]; then
       stop_pid "$name" 45
       restarting=1
     fi
-    # Each command line holds its pid file's name (lib.sh's is_running checks).
-    case "$name" in
-      gateway) args=(gateway) ;;
-      projector) args=(projector) ;;
-      executor-*) args=(executor --executor-id "$name") ;;
-      ticker-*) args=(ticker --replica-id "$name") ;;
-    esac
+    service "$name"
     logfile="$LOG_DIR/$name.log"
     started_before="$(started_lines "$name" "$logfile")"
     log "starting jetcron ${args[*]} (log: $logfile)"
