@@ -32,8 +32,8 @@ use crate::ExecutorContext;
 /// 0.9-3.4 s past the instant on a 3-node cluster, up to 8.6 s on one
 /// server. (Handed back at once, some events came back only after
 /// `ack_wait`: the stopping executor's own pull request, still open at the
-/// server, took them. Holds now hand back only after the pull loops ended,
-/// which withdraws their requests; see `pull_loop`.)
+/// server, took them. Holds now hand back only after the pull loops read
+/// their open requests to their ends; see `pull_loop`.)
 const HAND_BACK_AHEAD: Duration = Duration::from_secs(5);
 
 /// What a shutdown does with a held due event.

@@ -141,6 +141,10 @@ async fn an_executor_killed_mid_run_loses_one_attempt_and_another_finishes_it_wi
     } else {
         (1, "exec-a")
     };
+    eprintln!(
+        "attempt 1 seen started {} ms after its start",
+        (chrono::Utc::now() - started.at).num_milliseconds()
+    );
     executors[victim].kill_9();
     let run = stack
         .wait_for_run_status(&run_id, "succeeded", Duration::from_secs(30))
