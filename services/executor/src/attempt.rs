@@ -66,9 +66,9 @@ pub enum Slot {
     At {
         fire_at: DateTime<Utc>,
         permits: std::sync::Arc<tokio::sync::Semaphore>,
-        /// The shutdown, as held fires see it: cancelled once this
-        /// executor pulls no more (so that none handed back comes to it).
-        shutdown: tokio_util::sync::CancellationToken,
+        /// Cancelled at a shutdown once this executor pulls no more (so
+        /// that no fire it hands back comes to it again).
+        hand_back: tokio_util::sync::CancellationToken,
     },
 }
 
@@ -185,9 +185,9 @@ async fn run_attempt(
         Slot::At {
             fire_at,
             permits,
-            shutdown,
+            hand_back,
         } if job.shards > 1 && due.shard.is_none() => {
-            match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await {
+            match crate::hold::wait(ctx, &message, fire_at, &permits, &hand_back).await {
                 Some(permit) => Slot::Now(permit),
                 None => return,
             }
@@ -312,13 +312,13 @@ async fn run_attempt(
         Slot::At {
             fire_at,
             permits,
-            shutdown,
+            hand_back,
         },
         ConcurrencyPolicy::Allow,
         Target::Nats(target),
     ) = (&slot, job.concurrency, &job.spec.target)
     {
-        if !crate::hold::hold_until(ctx, &message, *fire_at - START_AHEAD, shutdown).await
+        if !crate::hold::hold_until(ctx, &message, *fire_at - START_AHEAD, hand_back).await
             || killed_before_start(ctx, &message, &due, &job, &publisher).await
         {
             return;
@@ -351,12 +351,14 @@ async fn run_attempt(
                     Slot::At {
                         fire_at,
                         permits,
-                        shutdown,
-                    } => match crate::hold::wait(ctx, &message, fire_at, &permits, &shutdown).await
-                    {
-                        Some(permit) => permit,
-                        None => return,
-                    },
+                        hand_back,
+                    } => {
+                        match crate::hold::wait(ctx, &message, fire_at, &permits, &hand_back).await
+                        {
+                            Some(permit) => permit,
+                            None => return,
+                        }
+                    }
                 };
                 if killed_before_start(ctx, &message, &due, &job, &publisher).await {
                     return;

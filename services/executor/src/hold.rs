@@ -77,42 +77,34 @@ pub async fn wait(
     message: &Message,
     fire_at: DateTime<Utc>,
     permits: &Arc<Semaphore>,
-    shutdown: &CancellationToken,
+    hand_back: &CancellationToken,
 ) -> Option<OwnedSemaphorePermit> {
     let held = metrics::gauge!("jetcron_executor_held");
     held.increment(1.0);
-    let ready = hold_until(ctx, message, fire_at, shutdown).await;
+    let ready = hold_until(ctx, message, fire_at, hand_back).await;
     held.decrement(1.0);
     if !ready {
         return None;
     }
+    // Held through a shutdown to run here: kept alive while it waits for a
+    // slot, handed back if the grace ends first. Otherwise handed back at a
+    // shutdown.
+    let run_here = hand_back.is_cancelled();
     let permit = permits.clone().acquire_owned();
     tokio::pin!(permit);
-    if !shutdown.is_cancelled() {
-        return tokio::select! {
-            biased;
-            permit = &mut permit => permit.ok(),
-            _ = shutdown.cancelled() => {
-                let _ = message.ack_with(AckKind::Nak(None)).await;
-                None
-            }
-        };
-    }
-    // Held through a shutdown to run here: kept alive while it waits for a
-    // slot, handed back if the grace ends first.
     loop {
         tokio::select! {
             biased;
             permit = &mut permit => return permit.ok(),
-            _ = ctx.interrupt.cancelled() => {
-                let _ = message.ack_with(AckKind::Nak(None)).await;
-                return None;
-            }
-            _ = tokio::time::sleep(ctx.config.progress_interval) => {
+            _ = hand_back.cancelled(), if !run_here => break,
+            _ = ctx.interrupt.cancelled(), if run_here => break,
+            _ = tokio::time::sleep(ctx.config.progress_interval), if run_here => {
                 let _ = message.ack_with(AckKind::Progress).await;
             }
         }
     }
+    let _ = message.ack_with(AckKind::Nak(None)).await;
+    None
 }
 
 /// Sleep until `fire_at` in steps of the progress interval, keeping the
@@ -123,7 +115,7 @@ pub(crate) async fn hold_until(
     ctx: &ExecutorContext,
     message: &Message,
     fire_at: DateTime<Utc>,
-    shutdown: &CancellationToken,
+    hand_back: &CancellationToken,
 ) -> bool {
     let mut run_here = false;
     loop {
@@ -142,7 +134,7 @@ pub(crate) async fn hold_until(
                 }
                 continue;
             }
-            _ = shutdown.cancelled(), if !run_here => {
+            _ = hand_back.cancelled(), if !run_here => {
                 at_shutdown(time_left(ctx, fire_at), ctx.config.shutdown_grace)
             }
             _ = ctx.interrupt.cancelled(), if run_here => AtShutdown::HandBack(None),

@@ -358,10 +358,10 @@ pub async fn run(
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();
     // Held fires are handed back at a shutdown only once every pull loop has
-    // ended: a loop's open pull request is withdrawn (unsubscribed) when it
-    // ends, and one still open at the server took the fires handed back at
-    // once, to be lost with this process until `ack_wait`.
-    let holding_stop = CancellationToken::new();
+    // ended, having read its open pull request to its end: a request still
+    // open at the server took fires handed back, to be lost with this
+    // process until `ack_wait`.
+    let hand_back = CancellationToken::new();
     // Each pool's batch reserves at most its share of the free slots, so an
     // idle pool's open pull request never holds the slots another pool needs.
     let share = (max_in_flight / consumers.len()).clamp(1, PULL_BATCH);
@@ -375,13 +375,13 @@ pub async fn run(
             tasks.clone(),
             PullStops {
                 pulling: shutdown.clone(),
-                holding: holding_stop.clone(),
+                hand_back: hand_back.clone(),
             },
         ));
     }
     pullers.close();
     pullers.wait().await;
-    holding_stop.cancel();
+    hand_back.cancel();
 
     tasks.close();
     info!(in_flight = tasks.len(), "executor stopping");
@@ -452,7 +452,7 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// only after every pull loop stopped (see [`run`]).
 struct PullStops {
     pulling: CancellationToken,
-    holding: CancellationToken,
+    hand_back: CancellationToken,
 }
 
 /// Pull due events of one pool and start an attempt for each, within the
@@ -462,7 +462,7 @@ struct PullStops {
 /// most `max_batch`), so a pulled message never waits in a buffer (where its
 /// `ack_wait` would run out and JetStream would hand it to another executor).
 /// A due event stored ahead of its time ([`hold`]) gives its permit back at
-/// once and waits without one, until `stops.holding` hands it back.
+/// once and waits without one, until `stops.hand_back` hands it back.
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pool: String,
@@ -474,7 +474,7 @@ async fn pull_loop(
 ) {
     let PullStops {
         pulling: shutdown,
-        holding: holding_stop,
+        hand_back,
     } = stops;
     let mut delay = RetryDelay::nats();
     let mut failures = LogLimiter::per_10s();
@@ -542,7 +542,7 @@ async fn pull_loop(
                         Some(fire_at) => attempt::Slot::At {
                             fire_at,
                             permits: permits.clone(),
-                            shutdown: holding_stop.clone(),
+                            hand_back: hand_back.clone(),
                         },
                         None => attempt::Slot::Now(permit),
                     };

@@ -504,60 +504,6 @@ impl From<&JobEvent> for JobEventRow {
 
 #[cfg(test)]
 mod tests {
-    use super::{replicated_check, ReplicatedCheck, TableRow};
-
-    fn tables(rows: &[(&str, &str)]) -> Vec<TableRow> {
-        rows.iter()
-            .map(|(name, engine)| TableRow {
-                name: name.to_string(),
-                engine: engine.to_string(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_replicated_install_is_checked_table_by_table_and_the_old_view_is_let_through() {
-        let replicated = [
-            ("run_events", "ReplicatedMergeTree"),
-            ("job_events", "ReplicatedMergeTree"),
-            ("run_state", "ReplicatedAggregatingMergeTree"),
-            ("runs", "View"),
-            ("job_state", "View"),
-        ];
-        let with = |view: &str| {
-            let mut rows = replicated.to_vec();
-            rows.push((view, "MaterializedView"));
-            replicated_check(&tables(&rows))
-        };
-        assert_eq!(
-            with("run_state_mv_v2"),
-            ReplicatedCheck {
-                problems: vec![],
-                old_view: false
-            }
-        );
-        assert_eq!(
-            with("run_state_mv"),
-            ReplicatedCheck {
-                problems: vec![],
-                old_view: true
-            },
-            "an install from before the new view runs, with a warning"
-        );
-        assert_eq!(
-            replicated_check(&tables(&replicated)).problems,
-            vec!["jetcron.run_state_mv_v2 is missing"]
-        );
-        let mut single_node = replicated.to_vec();
-        single_node[0] = ("run_events", "MergeTree");
-        single_node.push(("run_state_mv_v2", "MaterializedView"));
-        assert_eq!(
-            replicated_check(&tables(&single_node)).problems,
-            vec!["jetcron.run_events has engine MergeTree, not a Replicated one"]
-        );
-        assert_eq!(replicated_check(&[]).problems.len(), 6, "all missing");
-    }
-
     use super::*;
 
     #[test]
@@ -609,5 +555,57 @@ mod tests {
             row.message
         );
         assert_eq!(JobEventRow::from(&JobEvent::FireMissed(first)), row);
+    }
+
+    fn tables(rows: &[(&str, &str)]) -> Vec<TableRow> {
+        rows.iter()
+            .map(|(name, engine)| TableRow {
+                name: name.to_string(),
+                engine: engine.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_replicated_install_is_checked_table_by_table_and_the_old_view_is_let_through() {
+        let replicated = [
+            ("run_events", "ReplicatedMergeTree"),
+            ("job_events", "ReplicatedMergeTree"),
+            ("run_state", "ReplicatedAggregatingMergeTree"),
+            ("runs", "View"),
+            ("job_state", "View"),
+        ];
+        let with = |view: &str| {
+            let mut rows = replicated.to_vec();
+            rows.push((view, "MaterializedView"));
+            replicated_check(&tables(&rows))
+        };
+        assert_eq!(
+            with("run_state_mv_v2"),
+            ReplicatedCheck {
+                problems: vec![],
+                old_view: false
+            }
+        );
+        assert_eq!(
+            with("run_state_mv"),
+            ReplicatedCheck {
+                problems: vec![],
+                old_view: true
+            },
+            "an install from before the new view runs, with a warning"
+        );
+        assert_eq!(
+            replicated_check(&tables(&replicated)).problems,
+            vec!["jetcron.run_state_mv_v2 is missing"]
+        );
+        let mut single_node = replicated.to_vec();
+        single_node[0] = ("run_events", "MergeTree");
+        single_node.push(("run_state_mv_v2", "MaterializedView"));
+        assert_eq!(
+            replicated_check(&tables(&single_node)).problems,
+            vec!["jetcron.run_events has engine MergeTree, not a Replicated one"]
+        );
+        assert_eq!(replicated_check(&[]).problems.len(), 6, "all missing");
     }
 }

@@ -555,7 +555,7 @@ impl Deployment {
             target_p50,
             target_p99,
             target_max,
-            first_calls: per_fire.len(),
+            called_fires: per_fire.len(),
             reached_by_retry,
         }
     }
@@ -740,7 +740,7 @@ struct Figures {
     /// node, or held by an executor and redelivered before it started).
     reached_by_retry: Vec<RetriedFire>,
     /// Fires whose target was called (by any attempt).
-    first_calls: usize,
+    called_fires: usize,
 }
 
 /// A fire whose target was first called by a later attempt.
@@ -831,10 +831,10 @@ impl Figures {
             bounds.max + stacked,
             self.target_p99
         );
-        let first_calls = self.first_calls;
+        let called_fires = self.called_fires;
         assert!(
-            self.reached_by_retry.len() * 100 <= first_calls * bounds.reached_late_percent,
-            "{} of {first_calls} fires first reached by a later attempt, over {} %",
+            self.reached_by_retry.len() * 100 <= called_fires * bounds.reached_late_percent,
+            "{} of {called_fires} fires first reached by a later attempt, over {} %",
             self.reached_by_retry.len(),
             bounds.reached_late_percent
         );
