@@ -260,22 +260,41 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
         );
     }
     // The claim remembers every skip (noted by the skipping executor while
-    // the holder ran), and the last run marked it ended on top of the notes.
+    // the holder ran), and the last run marks it ended on top of the notes.
+    // The last run may still be in its `sleep 2.5` when the job is deleted
+    // and, on a loaded machine, still storing its outcome 4 s later: wait
+    // for the release rather than read the claim once.
     let running = stack
         .js
         .get_key_value(jetcron_core::subjects::RUNNING_BUCKET)
         .await
         .expect("running bucket");
-    let claim: serde_json::Value = running
-        .get(jetcron_core::subjects::claim_key("nightly-etl", None))
-        .await
-        .expect("read claim")
-        .map(|bytes| serde_json::from_slice(&bytes).expect("claim json"))
-        .expect("a claim");
-    assert_eq!(
-        claim["ended"], true,
-        "the last run released its claim: {claim}"
-    );
+    let claim_key = jetcron_core::subjects::claim_key("nightly-etl", None);
+    let read_claim = || async {
+        running
+            .get(claim_key.clone())
+            .await
+            .expect("read claim")
+            .map(|bytes| serde_json::from_slice::<Value>(&bytes).expect("claim json"))
+            .expect("a claim")
+    };
+    let released = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let claim = read_claim().await;
+            if claim["ended"] == true {
+                return claim;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let claim = match released {
+        Ok(claim) => claim,
+        Err(_) => panic!(
+            "the last run released its claim within 20 s: {}",
+            read_claim().await
+        ),
+    };
     let remembered: BTreeSet<&str> = claim["recent"]
         .as_array()
         .map(|visits| visits.iter().filter_map(|v| v["run_id"].as_str()).collect())
