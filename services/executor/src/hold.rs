@@ -5,7 +5,8 @@
 //! stream at the scheduled instant delays nothing. The executor that pulls
 //! it keeps it without an in-flight slot, sends progress acks so JetStream
 //! does not hand it to another executor, and starts the attempt at its
-//! instant with a slot like any other. On shutdown it runs the events due
+//! instant with a slot like any other (still sending them while every slot
+//! is busy). On shutdown it runs the events due
 //! within a few seconds ([`HAND_BACK_AHEAD`]) and hands the others back to
 //! come to another executor that long before their instants.
 
@@ -86,9 +87,11 @@ pub async fn wait(
     if !ready {
         return None;
     }
-    // Held through a shutdown to run here: kept alive while it waits for a
-    // slot, handed back if the grace ends first. Otherwise handed back at a
-    // shutdown.
+    // Kept alive while it waits for a slot: every slot may stay busy past
+    // `ack_wait`, and a message left without word meanwhile was delivered
+    // again and called twice, once by each delivery (a 10 s run in the
+    // only slot did it). Held through a shutdown to run here, it is handed
+    // back if the grace ends first; otherwise at the shutdown.
     let run_here = hand_back.is_cancelled();
     let permit = permits.clone().acquire_owned();
     tokio::pin!(permit);
@@ -98,7 +101,7 @@ pub async fn wait(
             permit = &mut permit => return permit.ok(),
             _ = hand_back.cancelled(), if !run_here => break,
             _ = ctx.interrupt.cancelled(), if run_here => break,
-            _ = tokio::time::sleep(ctx.config.progress_interval), if run_here => {
+            _ = tokio::time::sleep(ctx.config.progress_interval) => {
                 let _ = message.ack_with(AckKind::Progress).await;
             }
         }

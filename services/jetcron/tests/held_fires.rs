@@ -373,3 +373,69 @@ async fn held_fires_of_a_stopped_executor_are_called_once_within(grace: &str, la
     ticker.terminate();
     executors[1].terminate();
 }
+
+/// A held fire whose instant comes while every slot is busy waits for one
+/// past `ack_wait`: it keeps its message alive meanwhile, so JetStream does
+/// not deliver it a second time to be called twice. One executor of one
+/// slot, `ack_wait` 5 s; a shell run of 10 s takes the slot while the
+/// every-second job's next fires are held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_fire_waiting_past_ack_wait_for_a_slot_is_called_once() {
+    let mut stack = Stack::start(StackOptions {
+        lookahead: Duration::from_secs(3),
+        executor: false,
+        enable_shell: true,
+        ..StackOptions::default()
+    })
+    .await;
+    let mut config = jetcron_testkit::test_executor_config("one-slot", true);
+    config.max_in_flight = 1;
+    stack.spawn_executor(config).await;
+    let calls = serve(&stack, "svc.waits").await;
+    stack
+        .put_job(r#"{"id":"waits","schedule":"* * * * * *","target":{"type":"nats","subject":"svc.waits"}}"#)
+        .await;
+    stack
+        .put_job(r#"{"id":"blocker","schedule":"@yearly","target":{"type":"shell","command":"sleep 10"}}"#)
+        .await;
+    wait_until("fires held and called", Duration::from_secs(30), || async {
+        (calls.lock().expect("calls").len() >= 4).then_some(())
+    })
+    .await;
+    let blocked_at = Utc::now();
+    let blocker = stack.trigger("blocker").await;
+    stack
+        .wait_for_run_status(&blocker, "succeeded", Duration::from_secs(30))
+        .await;
+    // The fires that waited, then a few on time again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let window_end = Utc::now() - chrono::Duration::seconds(2);
+    let seen = calls.lock().expect("calls").clone();
+    let mut per_fire: std::collections::BTreeMap<DateTime<Utc>, Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for (scheduled, at) in &seen {
+        if *scheduled > blocked_at && *scheduled <= window_end {
+            per_fire
+                .entry(*scheduled)
+                .or_default()
+                .push((*at - *scheduled).num_milliseconds());
+        }
+    }
+    let waited = per_fire
+        .values()
+        .filter(|lags| lags.iter().any(|lag| *lag > 5_000))
+        .count();
+    assert!(
+        waited > 0,
+        "some fire waited for the slot past ack_wait: {per_fire:?}"
+    );
+    let twice: Vec<_> = per_fire.iter().filter(|(_, lags)| lags.len() > 1).collect();
+    assert!(twice.is_empty(), "fires called twice: {twice:?}");
+    let seconds = (window_end.timestamp() - blocked_at.timestamp()) as usize;
+    assert_eq!(
+        per_fire.len(),
+        seconds,
+        "every fire after the blocker's start called: {per_fire:?}"
+    );
+    stack.stop().await;
+}
