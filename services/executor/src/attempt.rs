@@ -1076,26 +1076,6 @@ impl RunEnd {
     }
 }
 
-/// Await `work` while telling JetStream every `progress_interval` that
-/// `message` is still worked on: a long search (a backfilled fire of a
-/// busy job reads much of its history) must not let the message go to
-/// another executor meanwhile.
-async fn kept_alive<T>(
-    ctx: &ExecutorContext,
-    message: &Message,
-    work: impl std::future::Future<Output = T>,
-) -> T {
-    tokio::pin!(work);
-    let mut ticks = tokio::time::interval(ctx.config.progress_interval);
-    ticks.tick().await; // the first tick is now
-    loop {
-        tokio::select! {
-            done = &mut work => return done,
-            _ = ticks.tick() => ack(message, AckKind::Progress).await,
-        }
-    }
-}
-
 /// Where the events of `due`'s run can start (see [`Since::fire`]).
 fn fire_since(message: &Message, due: &DueEvent) -> Since {
     Since::fire(due.scheduled_at, message.info().ok().map(|i| i.published))
@@ -1111,7 +1091,9 @@ async fn ended_already(
     since: Since,
 ) -> RunEnd {
     let ended = ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since);
-    match Box::pin(kept_alive(ctx, message, ended)).await {
+    // A long search (a backfilled fire of a busy job reads much of its
+    // history) must not let the message go to another executor meanwhile.
+    match Box::pin(crate::kept_alive::kept_alive(ctx, message, ended)).await {
         Ok(None) => RunEnd::NotYet,
         Ok(Some(kind)) => {
             info!(

@@ -6,9 +6,9 @@
 //! it keeps it without an in-flight slot, sends progress acks so JetStream
 //! does not hand it to another executor, and starts the attempt at its
 //! instant with a slot like any other (still sending them while every slot
-//! is busy). On shutdown it runs the events due
-//! within a few seconds ([`HAND_BACK_AHEAD`]) and hands the others back to
-//! come to another executor that long before their instants.
+//! is busy). On shutdown it runs the events due within a few seconds
+//! ([`HAND_BACK_AHEAD`]) and hands the others back to come to another
+//! executor that long before their instants.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,22 +92,26 @@ pub async fn wait(
     // again and called twice, once by each delivery (a 10 s run in the
     // only slot did it). Held through a shutdown to run here, it is handed
     // back if the grace ends first; otherwise at the shutdown.
-    let run_here = hand_back.is_cancelled();
-    let permit = permits.clone().acquire_owned();
-    tokio::pin!(permit);
-    loop {
+    let stop = if hand_back.is_cancelled() {
+        ctx.interrupt.cancelled()
+    } else {
+        hand_back.cancelled()
+    };
+    let slot = crate::kept_alive::kept_alive(ctx, message, async {
         tokio::select! {
             biased;
-            permit = &mut permit => return permit.ok(),
-            _ = hand_back.cancelled(), if !run_here => break,
-            _ = ctx.interrupt.cancelled(), if run_here => break,
-            _ = tokio::time::sleep(ctx.config.progress_interval) => {
-                let _ = message.ack_with(AckKind::Progress).await;
-            }
+            permit = permits.clone().acquire_owned() => Some(permit.ok()),
+            _ = stop => None,
+        }
+    })
+    .await;
+    match slot {
+        Some(permit) => permit,
+        None => {
+            let _ = message.ack_with(AckKind::Nak(None)).await;
+            None
         }
     }
-    let _ = message.ack_with(AckKind::Nak(None)).await;
-    None
 }
 
 /// Sleep until `fire_at` in steps of the progress interval, keeping the

@@ -36,6 +36,7 @@ mod helper_pull;
 pub mod hold;
 pub mod instant_calls;
 mod instant_replies;
+mod kept_alive;
 pub mod kill_markers;
 pub mod mail;
 pub mod notify;

@@ -57,6 +57,25 @@ fn scheduled_at(request: &async_nats::Message) -> DateTime<Utc> {
         .expect("Jetcron-Scheduled-At")
 }
 
+/// Each fire (by `key`) scheduled in `(after, until]`, with the lag in ms
+/// of each of its calls: `calls` yields (key, scheduled time, arrival).
+fn lags_per_fire<K: Ord>(
+    calls: impl IntoIterator<Item = (K, DateTime<Utc>, DateTime<Utc>)>,
+    after: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> std::collections::BTreeMap<K, Vec<i64>> {
+    let mut per_fire = std::collections::BTreeMap::<K, Vec<i64>>::new();
+    for (key, scheduled, at) in calls {
+        if scheduled > after && scheduled <= until {
+            per_fire
+                .entry(key)
+                .or_default()
+                .push((at - scheduled).num_milliseconds());
+        }
+    }
+    per_fire
+}
+
 fn called_after(calls: &Calls, instant: DateTime<Utc>) -> Vec<DateTime<Utc>> {
     calls
         .lock()
@@ -342,16 +361,12 @@ async fn held_fires_of_a_stopped_executor_are_called_once_within(grace: &str, la
     let window_end =
         Utc::now() - chrono::Duration::seconds(2) - chrono::Duration::milliseconds(late_ms);
     let seen = calls.lock().expect("calls").clone();
-    let mut per_fire: std::collections::BTreeMap<(String, DateTime<Utc>), Vec<i64>> =
-        std::collections::BTreeMap::new();
-    for (subject, scheduled, at) in &seen {
-        if *scheduled > stopped_at && *scheduled <= window_end {
-            per_fire
-                .entry((subject.clone(), *scheduled))
-                .or_default()
-                .push((*at - *scheduled).num_milliseconds());
-        }
-    }
+    let per_fire = lags_per_fire(
+        seen.iter()
+            .map(|(subject, scheduled, at)| ((subject.clone(), *scheduled), *scheduled, *at)),
+        stopped_at,
+        window_end,
+    );
     let seconds = (window_end.timestamp() - stopped_at.timestamp()) as usize;
     assert_eq!(
         per_fire.len(),
@@ -390,6 +405,8 @@ async fn a_held_fire_waiting_past_ack_wait_for_a_slot_is_called_once() {
     .await;
     let mut config = jetcron_testkit::test_executor_config("one-slot", true);
     config.max_in_flight = 1;
+    config.ack_wait = Duration::from_secs(5);
+    let ack_wait = config.ack_wait;
     stack.spawn_executor(config).await;
     let calls = serve(&stack, "svc.waits").await;
     stack
@@ -411,19 +428,16 @@ async fn a_held_fire_waiting_past_ack_wait_for_a_slot_is_called_once() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let window_end = Utc::now() - chrono::Duration::seconds(2);
     let seen = calls.lock().expect("calls").clone();
-    let mut per_fire: std::collections::BTreeMap<DateTime<Utc>, Vec<i64>> =
-        std::collections::BTreeMap::new();
-    for (scheduled, at) in &seen {
-        if *scheduled > blocked_at && *scheduled <= window_end {
-            per_fire
-                .entry(*scheduled)
-                .or_default()
-                .push((*at - *scheduled).num_milliseconds());
-        }
-    }
+    let per_fire = lags_per_fire(
+        seen.iter()
+            .map(|(scheduled, at)| (*scheduled, *scheduled, *at)),
+        blocked_at,
+        window_end,
+    );
+    let ack_wait_ms = ack_wait.as_millis() as i64;
     let waited = per_fire
         .values()
-        .filter(|lags| lags.iter().any(|lag| *lag > 5_000))
+        .filter(|lags| lags.iter().any(|lag| *lag > ack_wait_ms))
         .count();
     assert!(
         waited > 0,

@@ -270,31 +270,20 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
         .await
         .expect("running bucket");
     let claim_key = jetcron_core::subjects::claim_key("nightly-etl", None);
-    let read_claim = || async {
-        running
-            .get(claim_key.clone())
-            .await
-            .expect("read claim")
-            .map(|bytes| serde_json::from_slice::<Value>(&bytes).expect("claim json"))
-            .expect("a claim")
-    };
-    let released = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let claim = read_claim().await;
-            if claim["ended"] == true {
-                return claim;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
+    let claim = wait_until(
+        "the last run to release its claim",
+        Duration::from_secs(20),
+        || async {
+            let claim: Value = running
+                .get(claim_key.clone())
+                .await
+                .expect("read claim")
+                .map(|bytes| serde_json::from_slice(&bytes).expect("claim json"))
+                .expect("a claim");
+            (claim["ended"] == true).then_some(claim)
+        },
+    )
     .await;
-    let claim = match released {
-        Ok(claim) => claim,
-        Err(_) => panic!(
-            "the last run released its claim within 20 s: {}",
-            read_claim().await
-        ),
-    };
     let remembered: BTreeSet<&str> = claim["recent"]
         .as_array()
         .map(|visits| visits.iter().filter_map(|v| v["run_id"].as_str()).collect())
