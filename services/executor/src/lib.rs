@@ -494,12 +494,19 @@ async fn pull_loop(
                 Err(_) => break,
             }
         }
-        let batch = consumer
-            .batch()
-            .max_messages(reserved.len())
-            .expires(PULL_EXPIRES)
-            .messages()
-            .await;
+        // Raced against the stop: sending the request waits for room in
+        // the client's command queue, which stays full while the connection
+        // is away, and a stop must not wait for NATS to come back. Given up
+        // there, the request was not sent (the queue's send is cancel-safe),
+        // so no due event goes to a subscription nobody reads.
+        let batch = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            batch = consumer
+                .batch()
+                .max_messages(reserved.len())
+                .expires(PULL_EXPIRES)
+                .messages() => batch,
+        };
         let mut messages = match batch {
             Ok(messages) => messages,
             Err(e) => {

@@ -1152,3 +1152,74 @@ fn refusal<T>(result: Result<T, topology::TopologyError>, why: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// Whether every shard has a snapshot, as a replica looks at it before it
+/// lets go of shards owned elsewhere after the lease's quiet alone: not
+/// while one shard has none, not after one is deleted, and not for objects
+/// written before the jobs bucket was made again.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() {
+    use jetcron_ticker::shards::SHARDS;
+    use jetcron_ticker::snapshots::{object_name, SnapshotStore};
+    let nats = NatsServer::start();
+    let js = setup(&nats, Duration::from_secs(600)).await;
+    let options = TopologyOptions::default();
+    async fn open(js: &jetstream::Context, options: &TopologyOptions) -> SnapshotStore {
+        let jobs = js
+            .get_key_value(subjects::JOBS_BUCKET)
+            .await
+            .expect("bucket");
+        let store = topology::ensure_ticker_snapshots(js, options)
+            .await
+            .expect("snapshot store");
+        SnapshotStore::new(store, jobs.stream.cached_info()).expect("snapshots on")
+    }
+    let snapshots = open(&js, &options).await;
+    assert!(!snapshots.every_shard_written().await.expect("look"));
+    for shard in 0..SHARDS - 1 {
+        snapshots
+            .write(shard, vec![bytes::Bytes::from_static(b"held jobs")])
+            .await
+            .expect("write");
+    }
+    assert!(
+        !snapshots.every_shard_written().await.expect("look"),
+        "shard {} has none",
+        SHARDS - 1
+    );
+    snapshots
+        .write(SHARDS - 1, vec![bytes::Bytes::from_static(b"held jobs")])
+        .await
+        .expect("write");
+    assert!(snapshots.every_shard_written().await.expect("look"));
+
+    let store = js
+        .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
+        .await
+        .expect("store");
+    store.delete(object_name(3)).await.expect("delete");
+    assert!(
+        !snapshots.every_shard_written().await.expect("look"),
+        "shard 3's was deleted"
+    );
+    snapshots
+        .write(3, vec![bytes::Bytes::from_static(b"held jobs")])
+        .await
+        .expect("write");
+    assert!(snapshots.every_shard_written().await.expect("look"));
+
+    // The jobs bucket made again: the objects are older than it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    js.delete_key_value(subjects::JOBS_BUCKET)
+        .await
+        .expect("delete the bucket");
+    topology::ensure_jobs_bucket(&js, &options)
+        .await
+        .expect("bucket again");
+    let again = open(&js, &options).await;
+    assert_ne!(again.bucket_created(), snapshots.bucket_created());
+    assert!(
+        !again.every_shard_written().await.expect("look"),
+        "every object was written for the earlier bucket"
+    );
+}

@@ -8,7 +8,9 @@
 //!   of a cold start then hand shards to each other until each has its
 //!   share, and a shard handed over that is still held is planned at once.
 //! - **Once ownership has not changed for `quiet_for`** (two lease TTLs), the
-//!   jobs of shards owned elsewhere are dropped.
+//!   jobs of shards owned elsewhere are dropped. Until every shard has a
+//!   snapshot in the store, the quiet must also last twice this replica's
+//!   own read of the bucket (see [`Holdings::synced`]).
 //! - **A shard acquired later whose jobs are not held** is loaded by a pass
 //!   over the bucket that decodes only the keys of the shards it loads
 //!   ([`jetcron_io::job_feed::read_current_of`]). The feed's entries of
@@ -92,6 +94,11 @@ pub struct Holdings {
     shards: Vec<Holding>,
     passes: PassId,
     quiet_for: Duration,
+    /// Twice the first read of the bucket: the quiet waited for while a
+    /// shard taken later may cost a pass over the whole bucket.
+    quiet_while_unsnapshotted: Duration,
+    /// Every shard has a snapshot: a shard taken later costs a read of it.
+    every_shard_snapshotted: bool,
     /// The last ownership change, or when the bucket was loaded.
     changed_at: Instant,
     started_at: Instant,
@@ -108,6 +115,8 @@ impl Holdings {
             shards: (0..SHARDS).map(|_| Holding::Kept { floor: 0 }).collect(),
             passes: 0,
             quiet_for,
+            quiet_while_unsnapshotted: quiet_for,
+            every_shard_snapshotted: false,
             changed_at: now,
             started_at: now,
             synced: false,
@@ -122,20 +131,29 @@ impl Holdings {
     /// The bucket has been read once.
     ///
     /// Replicas started together load for about as long, and take shards
-    /// only once loaded: a replica waits at least twice its own load
-    /// before it drops anything, so that those still loading have joined
-    /// and the rebalancing is over. (Ten million jobs on three replicas
-    /// of one 2-core machine load for about two minutes; dropping after
-    /// 10 s of quiet made every shard the late ones took cost a pass over
-    /// the whole bucket, and the passes swamped the server.)
+    /// only once loaded: until every shard has a snapshot, a replica waits
+    /// at least twice its own load before it drops anything, so that those
+    /// still loading have joined and the rebalancing is over. (Ten million
+    /// jobs on three replicas of one 2-core machine load for two to four
+    /// minutes; dropping after 10 s of quiet made every shard the late
+    /// ones took cost a pass over the whole bucket, and the passes swamped
+    /// the server.)
     pub fn synced(&mut self, now: Instant) {
         if !self.synced {
             self.synced = true;
             self.changed_at = now;
-            self.quiet_for = self
+            self.quiet_while_unsnapshotted = self
                 .quiet_for
                 .max(now.saturating_duration_since(self.started_at) * 2);
         }
+    }
+
+    /// Every shard has a snapshot written for this bucket: a shard dropped
+    /// here and taken again later is loaded from it (0.4-0.5 s a shard at
+    /// ten million jobs, not a pass over the bucket), so the jobs of shards
+    /// owned elsewhere go after `quiet_for` alone.
+    pub fn every_shard_snapshotted(&mut self) {
+        self.every_shard_snapshotted = true;
     }
 
     /// Every shard's jobs were read from snapshots and the changes after
@@ -257,7 +275,12 @@ impl Holdings {
     /// The shards held but not `owned` once ownership stood still for
     /// `quiet_for`: they are dropped, and their jobs go.
     pub fn to_drop(&mut self, now: Instant, owned: impl Fn(u32) -> bool) -> Vec<u32> {
-        if !self.synced || now.duration_since(self.changed_at) < self.quiet_for {
+        let quiet_for = if self.every_shard_snapshotted {
+            self.quiet_for
+        } else {
+            self.quiet_while_unsnapshotted
+        };
+        if !self.synced || now.duration_since(self.changed_at) < quiet_for {
             return Vec::new();
         }
         let mut dropped = Vec::new();
@@ -362,6 +385,30 @@ mod tests {
         assert_eq!(
             holdings.to_drop(start + load * 3, |_| false).len(),
             SHARDS as usize
+        );
+    }
+
+    #[test]
+    fn once_every_shard_has_a_snapshot_the_quiet_is_two_ttls_again() {
+        let start = Instant::now();
+        let mut holdings = Holdings::new(SETTLE, start);
+        let load = Duration::from_secs(120);
+        holdings.synced(start + load);
+        let quiet_since = start + load + SETTLE * 2;
+        holdings.acquired(4, acquisition(), quiet_since);
+        assert!(holdings
+            .to_drop(quiet_since + SETTLE, |s| s == 4)
+            .is_empty());
+        holdings.every_shard_snapshotted();
+        assert!(
+            holdings
+                .to_drop(quiet_since + SETTLE / 2, |s| s == 4)
+                .is_empty(),
+            "the quiet itself still stands"
+        );
+        assert_eq!(
+            holdings.to_drop(quiet_since + SETTLE, |s| s == 4),
+            (0..SHARDS).filter(|s| *s != 4).collect::<Vec<_>>()
         );
     }
 

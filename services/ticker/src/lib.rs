@@ -35,6 +35,7 @@ pub mod revoke;
 pub mod shards;
 pub mod share;
 pub mod snapshot;
+mod snapshot_coverage;
 pub mod snapshots;
 pub mod tidy;
 pub mod verify;
@@ -278,6 +279,8 @@ pub async fn run(
         leases: leases.clone(),
         snapshots: snapshots::SnapshotWriter::new(snapshot_store.clone(), config.snapshot_every),
     };
+    let snapshot_coverage =
+        snapshot_coverage::follow(snapshot_store.clone(), watch_stop.child_token());
     let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
     let loader = Loader {
         client: js.client(),
@@ -314,6 +317,9 @@ pub async fn run(
         }
         while let Ok(pass) = passes.try_recv() {
             held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
+        }
+        if *snapshot_coverage.borrow() {
+            held.holdings.every_shard_snapshotted();
         }
         held::drop_shards_owned_elsewhere(&mut held);
         held.tidying.step(&mut held.book, tidy::STEP_BUDGET);

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use async_nats::jetstream::object_store::{GetErrorKind, ObjectStore};
+use async_nats::jetstream::object_store::{GetErrorKind, InfoErrorKind, ObjectStore};
 use async_nats::jetstream::stream;
 use jetcron_core::schedule_lines::SharedLines;
 use tokio::io::AsyncReadExt as _;
@@ -99,6 +99,27 @@ impl SnapshotStore {
             .await
             .with_context(|| format!("write the snapshot of shard {shard}"))?;
         Ok(())
+    }
+
+    /// Whether every shard has an object written since the jobs bucket was
+    /// made (by any replica). Whether each one reads back is found at its
+    /// read, which reads the bucket instead when it does not.
+    pub async fn every_shard_written(&self) -> anyhow::Result<bool> {
+        for shard in 0..SHARDS {
+            let info = match self.store.info(object_name(shard)).await {
+                Ok(info) => info,
+                Err(e) if e.kind() == InfoErrorKind::NotFound => return Ok(false),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("look up the snapshot of shard {shard}"))
+                }
+            };
+            let written_at = info.modified.and_then(|at| at.timestamp_nanos_opt());
+            if info.deleted || written_at.is_none_or(|at| at < self.bucket_created) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// `shard`'s snapshot, decoded with `lines`, if there is a usable one.
