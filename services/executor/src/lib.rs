@@ -209,6 +209,17 @@ pub async fn run(
         job::validate_token("pool", pool)
             .map_err(|e| anyhow::anyhow!("pool {pool:?}: {}", e.message))?;
     }
+    // Each pool's loop reserves a slot for its open pull request (so that
+    // a pulled event never waits for one): with fewer slots than pools, an
+    // idle pool's request held the only slot for its whole expiry, and a
+    // busy pool ran one event every few seconds.
+    anyhow::ensure!(
+        config.max_in_flight >= pools.len(),
+        "--max-in-flight {} is fewer than the {} pools served ({}): each pool's waiting pull reserves a slot, so give at least one slot per pool",
+        config.max_in_flight,
+        pools.len(),
+        pools.join(", ")
+    );
     let wanted = &config.topology;
     let tjs = topology::context(client.clone());
     let mut converging = topology::Converging::start(

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike as _, Utc};
 use futures::StreamExt as _;
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 
@@ -452,4 +452,192 @@ async fn a_held_fire_waiting_past_ack_wait_for_a_slot_is_called_once() {
         "every fire after the blocker's start called: {per_fire:?}"
     );
     stack.stop().await;
+}
+
+/// Fires held by an executor whose only slot is busy, waiting for it at
+/// their instant, when that executor is stopped: they are handed back at
+/// the stop (not kept until the grace ends, nor lost until `ack_wait`),
+/// and the other executor calls each of them once. Executor `busy`, with
+/// one slot, holds every fire of six every-second jobs and of a one-shot
+/// shell job (`sleep 30`) that takes the slot; the other executor starts
+/// a second later (`busy` pulls nothing while its slot is taken); then
+/// `busy` is stopped with a grace of 4 s, which the shell run outlasts (it
+/// is interrupted and handed back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fires_waiting_for_a_slot_at_a_stop_are_handed_back_and_called_once() {
+    let nats = jetcron_testkit::NatsServer::start();
+    let url = nats.url();
+    let env: Vec<(&str, &str)> = vec![("JETCRON_NATS_URL", url.as_str())];
+    let jetcron = std::path::Path::new(env!("CARGO_BIN_EXE_jetcron"));
+    let mut ticker =
+        jetcron_testkit::JetcronProcess::start(jetcron, &["ticker", "--lookahead", "5s"], &env);
+    let mut busy = jetcron_testkit::JetcronProcess::start(
+        jetcron,
+        &[
+            "executor",
+            "--executor-id",
+            "busy",
+            "--max-in-flight",
+            "1",
+            "--enable-shell",
+            "--shutdown-grace",
+            "4s",
+        ],
+        &env,
+    );
+    let client = nats.client().await;
+    let calls: SubjectCalls = Arc::default();
+    let mut requests = client.subscribe("svc.slot.*").await.expect("subscribe");
+    let (replier, recorded) = (client.clone(), calls.clone());
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let at = Utc::now();
+            let scheduled = scheduled_at(&request);
+            recorded
+                .lock()
+                .expect("calls")
+                .push((request.subject.to_string(), scheduled, at));
+            if let Some(reply) = request.reply {
+                let _ = replier.publish(reply, "ok".into()).await;
+            }
+        }
+    });
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = wait_until("the jobs bucket", Duration::from_secs(60), || {
+        let js = js.clone();
+        async move { js.get_key_value("jetcron_jobs").await.ok() }
+    })
+    .await;
+    let jobs = 6;
+    for i in 0..jobs {
+        let body = format!(
+            r#"{{"id":"slot-{i}","schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.slot.{i}"}}}}"#
+        );
+        bucket
+            .put(format!("slot-{i}"), body.into())
+            .await
+            .expect("put job");
+    }
+    wait_until("calls from held fires", Duration::from_secs(60), || async {
+        (calls.lock().expect("calls").len() >= jobs * 6).then_some(())
+    })
+    .await;
+    // The shell run takes `busy`'s slot at a whole second 8 s from now.
+    let blocked_at =
+        Utc::now().with_nanosecond(0).expect("a whole second") + chrono::Duration::seconds(8);
+    let blocker = format!(
+        r#"{{"id":"slot-blocker","schedule":"@at {}","target":{{"type":"shell","command":"sleep 30"}}}}"#,
+        blocked_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    bucket
+        .put("slot-blocker", blocker.into())
+        .await
+        .expect("put the blocker");
+    let until = |at: DateTime<Utc>| (at - Utc::now()).to_std().unwrap_or_default();
+    // `busy` alone holds every fire until the shell run starts (its
+    // instant's other fires may go first); the other executor comes once
+    // `busy` pulls no more.
+    tokio::time::sleep(until(blocked_at + chrono::Duration::seconds(1))).await;
+    let mut other = jetcron_testkit::JetcronProcess::start(
+        jetcron,
+        &[
+            "executor",
+            "--executor-id",
+            "other",
+            "--shutdown-grace",
+            "30s",
+        ],
+        &env,
+    );
+    tokio::time::sleep(until(blocked_at + chrono::Duration::seconds(4))).await;
+    let stopped_at = Utc::now();
+    let status = busy.terminate().expect("stopped");
+    let stop_took = Utc::now() - stopped_at;
+    let busy_log = jetcron_testkit::without_colour_codes(&busy.log());
+    assert!(status.success(), "{busy_log}");
+    assert!(
+        busy_log.contains("grace period over, handing unfinished attempts back"),
+        "the shell run outlasted the grace and was handed back: {busy_log}"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let window_end = Utc::now() - chrono::Duration::seconds(2);
+    let seen = calls.lock().expect("calls").clone();
+    let per_fire = lags_per_fire(
+        seen.iter()
+            .map(|(subject, scheduled, at)| ((subject.clone(), *scheduled), *scheduled, *at)),
+        blocked_at,
+        window_end,
+    );
+    let seconds = (window_end.timestamp() - blocked_at.timestamp()) as usize;
+    let twice: Vec<_> = per_fire.iter().filter(|(_, lags)| lags.len() > 1).collect();
+    assert!(twice.is_empty(), "fires called twice: {twice:?}");
+    assert_eq!(
+        per_fire.len(),
+        jobs * seconds,
+        "every fire after the shell run's start called: {per_fire:?}"
+    );
+    // Fires `busy` held past their instant, waiting for its slot, came
+    // from the other executor once handed back at the stop: late by about
+    // the time from their instant to the stop, not by the grace (4 s) or
+    // `ack_wait`.
+    let waited: Vec<_> = per_fire
+        .iter()
+        .filter(|((_, scheduled), _)| *scheduled < stopped_at - chrono::Duration::seconds(1))
+        .filter(|(_, lags)| lags[0] > 1_000)
+        .collect();
+    assert!(
+        !waited.is_empty(),
+        "some fire waited for busy's slot: {per_fire:?}\n{busy_log}"
+    );
+    let handed_back_by = stopped_at + chrono::Duration::seconds(2);
+    let handed_back_late: Vec<_> = per_fire
+        .iter()
+        .filter(|((_, scheduled), lags)| {
+            *scheduled < stopped_at
+                && *scheduled + chrono::Duration::milliseconds(lags[0]) > handed_back_by
+        })
+        .collect();
+    let latest = waited.iter().map(|(_, lags)| lags[0]).max();
+    eprintln!(
+        "{} fires waited for busy's slot, the latest called {latest:?} ms after its instant; the stop took {} ms",
+        waited.len(),
+        stop_took.num_milliseconds()
+    );
+    assert!(
+        handed_back_late.is_empty(),
+        "fires waiting at the stop were called over 2 s after it began (it took {} ms): {handed_back_late:?}\n{busy_log}",
+        stop_took.num_milliseconds()
+    );
+    let after_stop: Vec<_> = per_fire
+        .iter()
+        .filter(|((_, scheduled), _)| {
+            *scheduled > stopped_at + stop_took + chrono::Duration::seconds(1)
+        })
+        .filter(|(_, lags)| lags[0] > 1_000)
+        .collect();
+    assert!(
+        after_stop.is_empty(),
+        "fires after the stop called over 1 s late: {after_stop:?}"
+    );
+    ticker.terminate();
+    other.terminate();
+
+    // With fewer slots than pools, a pool's waiting pull would hold the
+    // only slot: refused at the start.
+    let mut refused = jetcron_testkit::JetcronProcess::start(
+        jetcron,
+        &["executor", "--pool", "default,slow", "--max-in-flight", "1"],
+        &env,
+    );
+    let status = refused
+        .wait_for_exit(Duration::from_secs(30))
+        .expect("refused at the start");
+    assert!(!status.success());
+    assert!(
+        refused
+            .log()
+            .contains("--max-in-flight 1 is fewer than the 2 pools served (default, slow)"),
+        "{}",
+        refused.log()
+    );
 }
