@@ -113,6 +113,30 @@ impl Book {
         true
     }
 
+    /// Hold the jobs of `table` (one of `shard`, none planned), a shard
+    /// loaded by a pass: the table goes in whole when the shard holds no job
+    /// (as a shard loaded holds none: its feed entries waited), else its
+    /// jobs are held one by one. Returns how many jobs it had.
+    pub fn put_loaded(&mut self, shard: u32, table: FirePlan) -> usize {
+        let loaded = table.len();
+        let Some(held) = self.tables.get_mut(shard as usize) else {
+            return 0;
+        };
+        debug_assert!(!self.planned[shard as usize], "shard {shard} is planned");
+        debug_assert!(
+            table.jobs().all(|job| shard_of(&job.id) == shard),
+            "a job of another shard in the table of shard {shard}"
+        );
+        if held.is_empty() {
+            *held = table;
+        } else {
+            for job in table.jobs() {
+                held.hold(job.clone());
+            }
+        }
+        loaded
+    }
+
     /// Let go of every job of `shard` (and its plan); returns the table.
     pub fn drop_shard(&mut self, shard: u32) -> FirePlan {
         let Some(table) = self.tables.get_mut(shard as usize) else {
@@ -226,6 +250,38 @@ mod tests {
         assert_eq!(book.len(), 199);
         let in_shards: usize = (0..SHARDS).map(|s| book.shard(s).count()).sum();
         assert_eq!(in_shards, 199);
+    }
+
+    #[test]
+    fn a_loaded_table_goes_in_whole_or_is_held_job_by_job_beside_what_is_there() {
+        let at = Utc::now();
+        let ids: Vec<String> = (0..400).map(|i| format!("job-{i}")).collect();
+        let shard = shard_of(&ids[0]);
+        let of_shard: Vec<&String> = ids.iter().filter(|id| shard_of(id) == shard).collect();
+        let table = |ids: &[&String], revision: u64| {
+            let mut table = FirePlan::default();
+            for id in ids {
+                table.hold(HeldJob::of(&job(id, "@daily"), revision, at));
+            }
+            table
+        };
+        let mut book = Book::default();
+        assert_eq!(book.put_loaded(shard, table(&of_shard, 1)), of_shard.len());
+        assert_eq!(book.shard_len(shard), of_shard.len());
+
+        // A shard that holds a job already keeps it beside the loaded ones,
+        // and the loaded one replaces it where both have an id.
+        let mut book = Book::default();
+        book.insert(&job(of_shard[0], "@hourly"), 9, at);
+        assert_eq!(
+            book.put_loaded(shard, table(&of_shard[1..], 2)),
+            of_shard.len() - 1
+        );
+        assert_eq!(book.shard_len(shard), of_shard.len());
+        assert_eq!(book.get(of_shard[0]).expect("kept").revision, 9);
+        book.put_loaded(shard, table(&of_shard[..1], 3));
+        assert_eq!(book.get(of_shard[0]).expect("replaced").revision, 3);
+        assert_eq!(book.shard_len(shard), of_shard.len());
     }
 
     /// An id longer than a job keeps in itself.

@@ -224,7 +224,8 @@ pub(crate) fn on_loaded(
     let ShardPass {
         pass,
         shards,
-        jobs: loaded_jobs,
+        tables,
+        paused,
         read_to,
         took,
         as_snapshots,
@@ -237,15 +238,16 @@ pub(crate) fn on_loaded(
         of_pass[shard.shard as usize] = true;
     }
     let mut jobs = 0;
-    for job in loaded_jobs {
-        if of_pass[shard_of(&job.id) as usize] {
-            // Paused since this replica last held it: the feed's entry
-            // saying so may come later, and is stale then.
-            if job.paused {
-                revoker.revoke(&job.id, "job paused before this fire", now);
-            }
-            held.book.hold(job);
-            jobs += 1;
+    for (shard, table) in tables {
+        if of_pass[shard as usize] {
+            jobs += held.book.put_loaded(shard, table);
+        }
+    }
+    // Paused since this replica last held it: the feed's entry saying so
+    // may come later, and is stale then.
+    for id in paused {
+        if of_pass[shard_of(&id) as usize] {
+            revoker.revoke(&id, "job paused before this fire", now);
         }
     }
     info!(

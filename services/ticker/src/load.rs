@@ -13,6 +13,12 @@
 //! It retries until it has read what it needs (the shards stay unplanned
 //! meanwhile, their watermark where the last owner left it) or the ticker
 //! stops.
+//!
+//! The pass hands over each shard's table whole ([`FirePlan`], its jobs
+//! held, no fire planned), built here rather than on the ticker's loop:
+//! putting 2.5 million jobs into the book one by one held the loop for
+//! about 1.9 s at a takeover of ten million, longer than the lookahead,
+//! and the survivor's own fires waited meanwhile.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,6 +36,7 @@ use tracing::warn;
 
 use crate::held_job::HeldJob;
 use crate::holding::PassId;
+use crate::plan::FirePlan;
 use crate::shards::{shard_of, SHARDS};
 use crate::snapshots::{SnapshotStore, Unusable};
 
@@ -42,8 +49,10 @@ const CATCH_UP_STALLED_AFTER: Duration = Duration::from_secs(30);
 pub struct ShardPass {
     pub pass: PassId,
     pub shards: Vec<u32>,
-    /// The valid jobs of `shards`.
-    pub jobs: Vec<HeldJob>,
+    /// The table of each of `shards`: its valid jobs, held, not planned.
+    pub tables: Vec<(u32, FirePlan)>,
+    /// The ids of the paused jobs among them.
+    pub paused: Vec<CompactString>,
     /// Every change up to this revision is in `jobs`.
     pub read_to: u64,
     /// From the pass's start to its end, retries included.
@@ -71,15 +80,26 @@ pub async fn load_shards(
         read = read_shards(&client, &lines, snapshots.as_ref(), &shards) => read,
     };
     let Read {
-        jobs,
+        mut tables,
         read_to,
         as_snapshots,
     } = read;
+    let paused = tables
+        .iter()
+        .flat_map(|(_, table)| table.jobs())
+        .filter(|job| job.paused)
+        .map(|job| job.id.clone())
+        .collect();
+    let tables = shards
+        .iter()
+        .map(|&shard| (shard, tables.take(shard)))
+        .collect();
     let _ = passes
         .send(ShardPass {
             pass,
             shards,
-            jobs,
+            tables,
+            paused,
             read_to,
             took: started.elapsed(),
             as_snapshots,
@@ -89,7 +109,7 @@ pub async fn load_shards(
 
 /// What a pass read.
 struct Read {
-    jobs: Vec<HeldJob>,
+    tables: Tables,
     read_to: u64,
     /// As [`ShardPass::as_snapshots`].
     as_snapshots: Option<Vec<u32>>,
@@ -111,21 +131,21 @@ async fn read_shards(
     }
     let mut delay = RetryDelay::new(Duration::from_millis(500), Duration::from_secs(10));
     loop {
-        let mut jobs = Vec::new();
+        let mut tables = Tables::default();
         let read = job_feed::read_current_of(
             client,
             lines,
             |key| shards.contains(&shard_of(key)),
             |entry| {
                 let Some(job) = entry.valid() else { return };
-                jobs.push(HeldJob::of(job, entry.revision, entry.written_at));
+                tables.hold(HeldJob::of(job, entry.revision, entry.written_at));
             },
         )
         .await;
         match read {
             Ok(read_to) => {
                 return Read {
-                    jobs,
+                    tables,
                     read_to,
                     as_snapshots: None,
                 }
@@ -146,12 +166,11 @@ async fn from_snapshots(
     lines: &SharedLines,
     shards: &[u32],
 ) -> Result<Read, Unusable> {
-    let mut jobs = Vec::new();
-    let (mut changes, read_to) =
-        snapshots_and_changes(client, store, lines, shards, |shard_jobs| {
-            jobs.extend(shard_jobs);
-        })
-        .await?;
+    let mut tables = Tables::default();
+    let (changes, read_to) = snapshots_and_changes(client, store, lines, shards, |shard_jobs| {
+        tables.hold_all(shard_jobs);
+    })
+    .await?;
     let mut changed = [false; SHARDS as usize];
     for id in changes.keys() {
         changed[shard_of(id) as usize] = true;
@@ -161,20 +180,15 @@ async fn from_snapshots(
         .copied()
         .filter(|&shard| !changed[shard as usize])
         .collect();
-    if !changes.is_empty() {
-        // Replace or drop the jobs that changed, then add the new ones.
-        jobs.retain_mut(|job| match changes.remove(&job.id) {
-            None => true,
-            Some(Some(newer)) => {
-                *job = newer;
-                true
-            }
-            Some(None) => false,
-        });
-        jobs.extend(changes.into_values().flatten());
+    // Replace, add or drop the jobs that changed.
+    for (id, change) in changes {
+        match change {
+            Some(newer) => tables.hold(newer),
+            None => tables.remove(&id),
+        }
     }
     Ok(Read {
-        jobs,
+        tables,
         read_to,
         as_snapshots: Some(as_snapshots),
     })
@@ -256,5 +270,46 @@ async fn changes_after(
         if caught_up {
             return Ok((changes, read_to));
         }
+    }
+}
+
+/// The tables a pass builds, one per shard it meets.
+#[derive(Default)]
+struct Tables(HashMap<u32, FirePlan>);
+
+impl Tables {
+    /// Hold `job` in its shard's table, replacing what was held for its id.
+    fn hold(&mut self, job: HeldJob) {
+        self.0.entry(shard_of(&job.id)).or_default().hold(job);
+    }
+
+    /// Hold every job of `jobs` (one shard's, as a snapshot has them),
+    /// with room made for them first.
+    fn hold_all(&mut self, jobs: Vec<HeldJob>) {
+        if let Some(first) = jobs.first() {
+            self.0
+                .entry(shard_of(&first.id))
+                .or_default()
+                .reserve(jobs.len());
+        }
+        for job in jobs {
+            self.hold(job);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &FirePlan)> {
+        self.0.iter()
+    }
+
+    /// Forget `job_id`.
+    fn remove(&mut self, job_id: &str) {
+        if let Some(table) = self.0.get_mut(&shard_of(job_id)) {
+            table.remove(job_id);
+        }
+    }
+
+    /// The table of `shard` (empty if no job of it was met).
+    fn take(&mut self, shard: u32) -> FirePlan {
+        self.0.remove(&shard).unwrap_or_default()
     }
 }
