@@ -38,7 +38,7 @@ use crate::held_job::HeldJob;
 use crate::holding::PassId;
 use crate::plan::FirePlan;
 use crate::shards::{shard_of, SHARDS};
-use crate::snapshots::{SnapshotStore, Unusable};
+use crate::snapshots::{cpu_bound_here, SnapshotStore, Unusable};
 
 /// A read of the changes after a snapshot that gets nothing for this long
 /// has stalled (the pass then reads the whole bucket).
@@ -53,7 +53,7 @@ pub struct ShardPass {
     pub tables: Vec<(u32, FirePlan)>,
     /// The ids of the paused jobs among them.
     pub paused: Vec<CompactString>,
-    /// Every change up to this revision is in `jobs`.
+    /// Every change up to this revision is in `tables`.
     pub read_to: u64,
     /// From the pass's start to its end, retries included.
     pub took: Duration,
@@ -168,7 +168,7 @@ async fn from_snapshots(
 ) -> Result<Read, Unusable> {
     let mut tables = Tables::default();
     let (changes, read_to) = snapshots_and_changes(client, store, lines, shards, |shard_jobs| {
-        tables.hold_all(shard_jobs);
+        cpu_bound_here(|| tables.hold_all(shard_jobs));
     })
     .await?;
     let mut changed = [false; SHARDS as usize];

@@ -146,18 +146,24 @@ impl SnapshotStore {
     }
 }
 
-/// Decode `bytes` on this thread, handing this worker's other tasks to
-/// the others meanwhile where the runtime has others (a shard of 625,000
-/// jobs takes a few hundred milliseconds). Not on a thread of the blocking
-/// pool: the jobs are allocated where they are then held and freed, and
-/// mimalloc gives a page back only through the thread that allocated it.
+/// Decode `bytes` on this thread ([`cpu_bound_here`]).
 fn decode_here(bytes: &[u8], lines: &SharedLines) -> anyhow::Result<ShardSnapshot> {
+    cpu_bound_here(|| snapshot::decode(bytes, lines))
+}
+
+/// Run `work` (a shard's worth of jobs: a few hundred milliseconds at
+/// 625,000 jobs) on this thread, handing this worker's other tasks to the
+/// others meanwhile where the runtime has others. Not on a thread of the
+/// blocking pool: the jobs are allocated where they are then held and
+/// freed, and mimalloc gives a page back only through the thread that
+/// allocated it.
+pub(crate) fn cpu_bound_here<T>(work: impl FnOnce() -> T) -> T {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi_thread {
-        tokio::task::block_in_place(|| snapshot::decode(bytes, lines))
+        tokio::task::block_in_place(work)
     } else {
-        snapshot::decode(bytes, lines)
+        work()
     }
 }
 
