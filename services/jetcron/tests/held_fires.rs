@@ -46,6 +46,60 @@ async fn serve(stack: &Stack, subject: &str) -> Calls {
     calls
 }
 
+/// Answer every call on the subjects of `filter`, recording (subject,
+/// scheduled time, arrival) of each.
+async fn serve_subjects(client: &async_nats::Client, filter: &str) -> SubjectCalls {
+    let calls: SubjectCalls = Arc::default();
+    let mut requests = client
+        .subscribe(filter.to_string())
+        .await
+        .expect("subscribe");
+    let (replier, recorded) = (client.clone(), calls.clone());
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let at = Utc::now();
+            let scheduled = scheduled_at(&request);
+            recorded
+                .lock()
+                .expect("calls")
+                .push((request.subject.to_string(), scheduled, at));
+            if let Some(reply) = request.reply {
+                let _ = replier.publish(reply, "ok".into()).await;
+            }
+        }
+    });
+    calls
+}
+
+/// The jobs bucket, once a ticker has made it. No gateway runs in these
+/// tests: jobs go into the bucket as `nats kv put` puts them.
+async fn jobs_bucket(client: &async_nats::Client) -> async_nats::jetstream::kv::Store {
+    let js = async_nats::jetstream::new(client.clone());
+    wait_until("the jobs bucket", Duration::from_secs(60), || {
+        let js = js.clone();
+        async move { js.get_key_value("jetcron_jobs").await.ok() }
+    })
+    .await
+}
+
+/// `count` jobs `<prefix>-<i>` firing every second, calling
+/// `svc.<prefix>.<i>`.
+async fn put_every_second_jobs(
+    bucket: &async_nats::jetstream::kv::Store,
+    prefix: &str,
+    count: usize,
+) {
+    for i in 0..count {
+        let body = format!(
+            r#"{{"id":"{prefix}-{i}","schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.{prefix}.{i}"}}}}"#
+        );
+        bucket
+            .put(format!("{prefix}-{i}"), body.into())
+            .await
+            .expect("put job");
+    }
+}
+
 /// A call's `Jetcron-Scheduled-At`.
 fn scheduled_at(request: &async_nats::Message) -> DateTime<Utc> {
     request
@@ -312,41 +366,11 @@ async fn held_fires_of_a_stopped_executor_are_called_once_within(grace: &str, la
         })
         .collect();
     let client = nats.client().await;
-    let calls: SubjectCalls = Arc::default();
-    let mut requests = client.subscribe("svc.handed.*").await.expect("subscribe");
-    let (replier, recorded) = (client.clone(), calls.clone());
-    tokio::spawn(async move {
-        while let Some(request) = requests.next().await {
-            let at = Utc::now();
-            let scheduled = scheduled_at(&request);
-            recorded
-                .lock()
-                .expect("calls")
-                .push((request.subject.to_string(), scheduled, at));
-            if let Some(reply) = request.reply {
-                let _ = replier.publish(reply, "ok".into()).await;
-            }
-        }
-    });
+    let calls = serve_subjects(&client, "svc.handed.*").await;
     // Several jobs, so that each executor holds some of every second.
     let jobs = 6;
-    for i in 0..jobs {
-        let body = format!(
-            r#"{{"id":"handed-{i}","schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.handed.{i}"}}}}"#
-        );
-        // No gateway runs here: jobs go into the bucket as `nats kv put`
-        // puts them.
-        let js = async_nats::jetstream::new(client.clone());
-        let bucket = wait_until("the jobs bucket", Duration::from_secs(60), || {
-            let js = js.clone();
-            async move { js.get_key_value("jetcron_jobs").await.ok() }
-        })
-        .await;
-        bucket
-            .put(format!("handed-{i}"), body.into())
-            .await
-            .expect("put job");
-    }
+    let bucket = jobs_bucket(&client).await;
+    put_every_second_jobs(&bucket, "handed", jobs).await;
     // Calls on time, fires held ahead by both executors.
     wait_until("calls from held fires", Duration::from_secs(60), || async {
         (calls.lock().expect("calls").len() >= jobs * 12).then_some(())
@@ -486,38 +510,10 @@ async fn fires_waiting_for_a_slot_at_a_stop_are_handed_back_and_called_once() {
         &env,
     );
     let client = nats.client().await;
-    let calls: SubjectCalls = Arc::default();
-    let mut requests = client.subscribe("svc.slot.*").await.expect("subscribe");
-    let (replier, recorded) = (client.clone(), calls.clone());
-    tokio::spawn(async move {
-        while let Some(request) = requests.next().await {
-            let at = Utc::now();
-            let scheduled = scheduled_at(&request);
-            recorded
-                .lock()
-                .expect("calls")
-                .push((request.subject.to_string(), scheduled, at));
-            if let Some(reply) = request.reply {
-                let _ = replier.publish(reply, "ok".into()).await;
-            }
-        }
-    });
-    let js = async_nats::jetstream::new(client.clone());
-    let bucket = wait_until("the jobs bucket", Duration::from_secs(60), || {
-        let js = js.clone();
-        async move { js.get_key_value("jetcron_jobs").await.ok() }
-    })
-    .await;
+    let calls = serve_subjects(&client, "svc.slot.*").await;
+    let bucket = jobs_bucket(&client).await;
     let jobs = 6;
-    for i in 0..jobs {
-        let body = format!(
-            r#"{{"id":"slot-{i}","schedule":"* * * * * *","target":{{"type":"nats","subject":"svc.slot.{i}"}}}}"#
-        );
-        bucket
-            .put(format!("slot-{i}"), body.into())
-            .await
-            .expect("put job");
-    }
+    put_every_second_jobs(&bucket, "slot", jobs).await;
     wait_until("calls from held fires", Duration::from_secs(60), || async {
         (calls.lock().expect("calls").len() >= jobs * 6).then_some(())
     })
