@@ -295,7 +295,8 @@ pub async fn run(
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()
         .context("build HTTP client")?;
-    let max_in_flight = config.max_in_flight.max(1);
+    // At least one: refused above when fewer than the pools.
+    let max_in_flight = config.max_in_flight;
     let grace = config.shutdown_grace;
     let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
     let calls = config

@@ -130,6 +130,22 @@ fn lags_per_fire<K: Ord>(
     per_fire
 }
 
+/// [`lags_per_fire`] of several targets' calls, each fire by (subject,
+/// scheduled time).
+fn subject_lags_per_fire(
+    calls: &SubjectCalls,
+    after: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> std::collections::BTreeMap<(String, DateTime<Utc>), Vec<i64>> {
+    let seen = calls.lock().expect("calls").clone();
+    lags_per_fire(
+        seen.into_iter()
+            .map(|(subject, scheduled, at)| ((subject, scheduled), scheduled, at)),
+        after,
+        until,
+    )
+}
+
 fn called_after(calls: &Calls, instant: DateTime<Utc>) -> Vec<DateTime<Utc>> {
     calls
         .lock()
@@ -384,13 +400,7 @@ async fn held_fires_of_a_stopped_executor_are_called_once_within(grace: &str, la
     tokio::time::sleep(Duration::from_secs(14) + Duration::from_millis(late_ms as u64)).await;
     let window_end =
         Utc::now() - chrono::Duration::seconds(2) - chrono::Duration::milliseconds(late_ms);
-    let seen = calls.lock().expect("calls").clone();
-    let per_fire = lags_per_fire(
-        seen.iter()
-            .map(|(subject, scheduled, at)| ((subject.clone(), *scheduled), *scheduled, *at)),
-        stopped_at,
-        window_end,
-    );
+    let per_fire = subject_lags_per_fire(&calls, stopped_at, window_end);
     let seconds = (window_end.timestamp() - stopped_at.timestamp()) as usize;
     assert_eq!(
         per_fire.len(),
@@ -560,13 +570,7 @@ async fn fires_waiting_for_a_slot_at_a_stop_are_handed_back_and_called_once() {
     );
     tokio::time::sleep(Duration::from_secs(10)).await;
     let window_end = Utc::now() - chrono::Duration::seconds(2);
-    let seen = calls.lock().expect("calls").clone();
-    let per_fire = lags_per_fire(
-        seen.iter()
-            .map(|(subject, scheduled, at)| ((subject.clone(), *scheduled), *scheduled, *at)),
-        blocked_at,
-        window_end,
-    );
+    let per_fire = subject_lags_per_fire(&calls, blocked_at, window_end);
     let seconds = (window_end.timestamp() - blocked_at.timestamp()) as usize;
     let twice: Vec<_> = per_fire.iter().filter(|(_, lags)| lags.len() > 1).collect();
     assert!(twice.is_empty(), "fires called twice: {twice:?}");
