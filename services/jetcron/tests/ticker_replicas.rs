@@ -1155,10 +1155,12 @@ fn refusal<T>(result: Result<T, topology::TopologyError>, why: &str) -> String {
 
 /// Whether every shard has a snapshot, as a replica looks at it before it
 /// lets go of shards owned elsewhere after the lease's quiet alone: not
-/// while one shard has none, not after one is deleted, and not for objects
-/// written before the jobs bucket was made again.
+/// while one shard has none, not after one is deleted, not while one is of
+/// another format or says nothing of what it was written for, and not for
+/// objects written for the jobs bucket before it was made again.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() {
+    use async_nats::jetstream::object_store::ObjectMetadata;
     use jetcron_ticker::shards::SHARDS;
     use jetcron_ticker::snapshots::{object_name, SnapshotStore};
     let nats = NatsServer::start();
@@ -1208,7 +1210,43 @@ async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() 
         .expect("write");
     assert!(snapshots.every_shard_written().await.expect("look"));
 
-    // The jobs bucket made again: the objects are older than it.
+    // An object of another format (a build before or after this one), or
+    // one that says nothing of what it was written for, does not count.
+    let bucket_created = snapshots.bucket_created().to_string();
+    for (format, why) in [
+        (Some("999"), "shard 5's object is of another format"),
+        (
+            None,
+            "shard 5's object does not say what it was written for",
+        ),
+    ] {
+        let mut described = ObjectMetadata {
+            name: object_name(5),
+            ..Default::default()
+        };
+        if let Some(format) = format {
+            described.metadata = [
+                ("format".to_owned(), format.to_owned()),
+                ("bucket_created".to_owned(), bucket_created.clone()),
+            ]
+            .into();
+        }
+        store
+            .put(described, &mut &b"held jobs"[..])
+            .await
+            .expect("put");
+        assert!(
+            !snapshots.every_shard_written().await.expect("look"),
+            "{why}"
+        );
+    }
+    snapshots
+        .write(5, vec![bytes::Bytes::from_static(b"held jobs")])
+        .await
+        .expect("write");
+    assert!(snapshots.every_shard_written().await.expect("look"));
+
+    // The jobs bucket made again: the objects were written for the one before.
     tokio::time::sleep(Duration::from_millis(20)).await;
     js.delete_key_value(subjects::JOBS_BUCKET)
         .await

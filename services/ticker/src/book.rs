@@ -88,8 +88,7 @@ impl Book {
     /// (at a million jobs, 62,456 to 62,529 a shard), and a table one job
     /// over its room would be copied into one twice as large.
     pub fn reserve(&mut self, jobs: usize, held: impl Fn(u32) -> bool) {
-        let even = jobs.div_ceil(SHARDS as usize);
-        let each = even + even / 64 + 16;
+        let each = with_slack(jobs.div_ceil(SHARDS as usize));
         for (shard, table) in (0..SHARDS).zip(self.tables.iter_mut()) {
             if held(shard) {
                 table.reserve(each.saturating_sub(table.len()));
@@ -130,8 +129,8 @@ impl Book {
         if held.is_empty() {
             *held = table;
         } else {
-            for job in table.jobs() {
-                held.hold(job.clone());
+            for planned in table.into_jobs().into_iter().flatten() {
+                held.hold(planned.job);
             }
         }
         loaded
@@ -213,6 +212,12 @@ impl Book {
             self.planned[shard as usize] = true;
         }
     }
+}
+
+/// Room for `jobs` and some more: a table sized exactly doubles at the
+/// first job added after it is filled, and stays doubled.
+pub(crate) fn with_slack(jobs: usize) -> usize {
+    jobs + jobs / 64 + 16
 }
 
 #[cfg(test)]

@@ -290,7 +290,7 @@ impl Tables {
             self.0
                 .entry(shard_of(&first.id))
                 .or_default()
-                .reserve(jobs.len());
+                .reserve(crate::book::with_slack(jobs.len()));
         }
         for job in jobs {
             self.hold(job);

@@ -40,7 +40,7 @@ use crate::pool_name::PoolName;
 use crate::shards::shard_of;
 
 /// Bumped when the layout changes: an object of another format is not read.
-const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 1;
 
 /// What an object starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

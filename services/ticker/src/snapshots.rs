@@ -11,7 +11,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use async_nats::jetstream::object_store::{GetErrorKind, InfoErrorKind, ObjectStore};
+use async_nats::jetstream::object_store::{
+    GetErrorKind, InfoErrorKind, ObjectInfo, ObjectMetadata, ObjectStore,
+};
 use async_nats::jetstream::stream;
 use jetcron_core::schedule_lines::SharedLines;
 use tokio::io::AsyncReadExt as _;
@@ -37,6 +39,12 @@ const PRESIZE_AT_MOST: usize = 1 << 30;
 pub fn object_name(shard: u32) -> String {
     format!("shard-{shard:02}")
 }
+
+/// The object's metadata key naming its snapshot format.
+const FORMAT_KEY: &str = "format";
+/// The object's metadata key naming the creation time of the jobs bucket it
+/// was written for (Unix nanoseconds, as in its header).
+const BUCKET_CREATED_KEY: &str = "bucket_created";
 
 /// The store, and what its snapshots must match.
 #[derive(Clone)]
@@ -94,16 +102,32 @@ impl SnapshotStore {
     pub async fn write(&self, shard: u32, pieces: Vec<bytes::Bytes>) -> anyhow::Result<()> {
         let pieces = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
         let mut reader = tokio_util::io::StreamReader::new(pieces);
+        let described = ObjectMetadata {
+            name: object_name(shard),
+            metadata: [
+                (FORMAT_KEY.to_owned(), snapshot::FORMAT.to_string()),
+                (
+                    BUCKET_CREATED_KEY.to_owned(),
+                    self.bucket_created.to_string(),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        };
         self.store
-            .put(object_name(shard).as_str(), &mut reader)
+            .put(described, &mut reader)
             .await
             .with_context(|| format!("write the snapshot of shard {shard}"))?;
         Ok(())
     }
 
-    /// Whether every shard has an object written since the jobs bucket was
-    /// made (by any replica). Whether each one reads back is found at its
-    /// read, which reads the bucket instead when it does not.
+    /// Whether every shard has an object written for this jobs bucket in
+    /// this build's format (by any replica), as its metadata says: the
+    /// writer's own copy of the bucket's creation time and of the format,
+    /// compared exactly, so no clock is compared with another's and an
+    /// object an upgrade will refuse does not count. Whether each one reads
+    /// back is found at its read, which reads the bucket instead when it
+    /// does not.
     pub async fn every_shard_written(&self) -> anyhow::Result<bool> {
         for shard in 0..SHARDS {
             let info = match self.store.info(object_name(shard)).await {
@@ -114,12 +138,20 @@ impl SnapshotStore {
                         .with_context(|| format!("look up the snapshot of shard {shard}"))
                 }
             };
-            let written_at = info.modified.and_then(|at| at.timestamp_nanos_opt());
-            if info.deleted || written_at.is_none_or(|at| at < self.bucket_created) {
+            if !self.written_for_this_bucket(&info) {
                 return Ok(false);
             }
         }
         Ok(true)
+    }
+
+    /// Whether `info` describes a live object whose metadata names this
+    /// build's format and this jobs bucket.
+    fn written_for_this_bucket(&self, info: &ObjectInfo) -> bool {
+        let says = |key: &str, value: String| info.metadata.get(key) == Some(&value);
+        !info.deleted
+            && says(FORMAT_KEY, snapshot::FORMAT.to_string())
+            && says(BUCKET_CREATED_KEY, self.bucket_created.to_string())
     }
 
     /// `shard`'s snapshot, decoded with `lines`, if there is a usable one.
