@@ -25,6 +25,10 @@
 //! schedules (`Nats-Schedule`, the same line, as many schedules as jobs) on
 //! the same server, one after the other, and prints both lags side by side.
 //!
+//! `wire-floor` does a run's wire operations from the leanest client, then
+//! `run` on the same server: what nats-server's share of a run costs
+//! before any of jetcron's own work ([`wire_floor`]).
+//!
 //! `memory` holds a million daily jobs and measures resident memory per job
 //! and the cold start ([`memory`]); `replicas` what each of R ticker
 //! replicas holds, and a dead one's shards loaded again ([`replicas`]).
@@ -49,6 +53,7 @@ mod memory;
 mod replicas;
 mod server_schedules;
 mod smoke;
+mod wire_floor;
 
 #[derive(Parser)]
 #[command(about = "jetcron end-to-end benchmark: jetcron all, nats-server, clickhouse-server")]
@@ -72,6 +77,9 @@ enum Scenario {
     /// R `jetcron ticker` replicas: memory of each once it holds only its
     /// own shards, and a SIGKILLed one's shards loaded by the others.
     Replicas(replicas::ReplicasArgs),
+    /// A run's wire operations done by the leanest client, then `run` on
+    /// the same server: nats-server's CPU per run under each.
+    WireFloor(wire_floor::WireFloorArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -161,6 +169,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Smoke(args) => smoke::check(&args).await,
         Scenario::Memory(args) => memory::measure(&args).await,
         Scenario::Replicas(args) => replicas::measure(&args).await,
+        Scenario::WireFloor(args) => wire_floor::measure(&args).await,
     }
 }
 
@@ -565,6 +574,8 @@ pub struct RunFigures {
     pub runs_per_second: f64,
     /// CPU of jetcron, nats-server and clickhouse-server per run.
     pub cpu_per_run_us: f64,
+    /// nats-server's part of it.
+    pub nats_cpu_per_run_us: f64,
     /// Target-call lags of the window's fires, µs, sorted.
     pub lags: Vec<i64>,
 }
@@ -722,9 +733,13 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         &lags,
     );
     let mut total = 0.0;
+    let mut nats_used = 0.0;
     for ((name, _), (before, after)) in pids.iter().zip(cpu_before.iter().zip(&cpu_after)) {
         let used = after - before;
         total += used;
+        if *name == "nats-server" {
+            nats_used = used;
+        }
         println!(
             "| CPU {name} | {:.1} s ({:.0} % of a core), {:.0} µs per run |",
             used,
@@ -764,6 +779,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     Ok(RunFigures {
         runs_per_second: received as f64 / seconds as f64,
         cpu_per_run_us: total * 1e6 / received.max(1) as f64,
+        nats_cpu_per_run_us: nats_used * 1e6 / received.max(1) as f64,
         lags,
     })
 }
