@@ -287,7 +287,11 @@ pub async fn run(
     else {
         return Ok(());
     };
-    let Some(chain_ends) = converging.ensure(|| chains::chains_consumer(&runs)).await? else {
+    // Made by the first executor that sees a chained job (chains module docs).
+    let Some(chain_ends) = converging
+        .ensure(|| chains::existing_chains_consumer(&runs))
+        .await?
+    else {
         return Ok(());
     };
     converging.ready();
@@ -366,7 +370,13 @@ pub async fn run(
     });
     helpers.spawn(log_exit(
         "chain starter",
-        chains::start_children(ctx.clone(), chain_index, chain_ends, shutdown.clone()),
+        chains::start_children(
+            ctx.clone(),
+            chain_index,
+            chain_ends,
+            runs.clone(),
+            shutdown.clone(),
+        ),
     ));
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     let pullers = TaskTracker::new();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use futures::StreamExt as _;
 use jetcron_testkit::{test_executor_config, wait_until, Stack, StackOptions};
 use serde_json::Value;
@@ -289,6 +290,77 @@ async fn a_sharded_parent_starts_its_child_once_when_every_shard_ended() {
     assert_eq!(mended[0].headers["Jetcron-Parent-Run-Id"], failed_run);
     assert_eq!(mended[0].headers["Jetcron-Parent-Status"], "failed");
     exactly(&calls, "merge", 1).await;
+    stack.stop().await;
+}
+
+/// Whether the executors' consumer of run endings exists.
+async fn chains_consumer_exists(stack: &Stack) -> bool {
+    let runs = stack
+        .js
+        .get_stream(jetcron_core::subjects::RUNS_STREAM)
+        .await
+        .expect("runs stream");
+    match runs
+        .consumer_info(jetcron_core::subjects::CHAINS_CONSUMER)
+        .await
+    {
+        Ok(_) => true,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => false,
+        Err(e) => panic!("consumer info: {e}"),
+    }
+}
+
+/// While no job names a parent, run endings are not delivered to the
+/// executors at all (no consumer reads them); the first chained job makes
+/// the consumer, and a parent run triggered right after its child was
+/// written (no wait for the executors to see it) starts the child once.
+#[tokio::test]
+async fn run_endings_are_read_only_once_a_job_names_a_parent() {
+    let stack = Stack::start(StackOptions::default()).await;
+    let calls = serve(&stack, Arc::default()).await;
+    stack
+        .put_job(&job("solo", r#","schedule":"0 0 0 1 1 * 2090""#))
+        .await;
+    stack.trigger("solo").await;
+    exactly(&calls, "solo", 1).await;
+    assert!(
+        !chains_consumer_exists(&stack).await,
+        "no job names a parent, yet run endings are delivered"
+    );
+
+    stack
+        .put_job(&job("first", r#","schedule":"0 0 0 1 1 * 2090""#))
+        .await;
+    stack
+        .put_job(&job("then", r#","after":[{"job":"first"}]"#))
+        .await;
+    let parent_run = stack.trigger("first").await;
+    let started = exactly(&calls, "then", 1).await;
+    assert_eq!(started[0].headers["Jetcron-Parent-Run-Id"], parent_run);
+    assert!(chains_consumer_exists(&stack).await);
+    // Made from a second before the child was written: solo's ending (over
+    // 2 s earlier) is not among what it delivered; first's and then's are.
+    let runs = stack
+        .js
+        .get_stream(jetcron_core::subjects::RUNS_STREAM)
+        .await
+        .expect("runs stream");
+    let info = runs
+        .consumer_info(jetcron_core::subjects::CHAINS_CONSUMER)
+        .await
+        .expect("consumer info");
+    assert!(
+        matches!(
+            info.config.deliver_policy,
+            async_nats::jetstream::consumer::DeliverPolicy::ByStartTime { .. }
+        ),
+        "{:?}",
+        info.config.deliver_policy
+    );
+    assert_eq!(
+        info.delivered.consumer_sequence, 2,
+        "run endings delivered: first's and then's only"
+    );
     stack.stop().await;
 }
 

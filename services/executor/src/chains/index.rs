@@ -11,11 +11,13 @@
 //! a direct `nats kv put`: the API refuses it) has its links ignored, with
 //! a warning, so a loop of jobs never starts itself forever.
 
+use chrono::{DateTime, Utc};
 use jetcron_core::chain;
 use jetcron_core::job::{ChainLink, JobSpec};
 use jetcron_io::job_feed::{self, FeedReceiver, JobEntry, JobView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::RwLock;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -26,6 +28,8 @@ pub struct ChainedJob {
     pub pool: String,
     /// KV revision of the definition.
     pub revision: u64,
+    /// When that revision was stored (server time).
+    pub written_at: DateTime<Utc>,
 }
 
 impl ChainedJob {
@@ -90,12 +94,38 @@ impl State {
 }
 
 /// Every chained job, by parent.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ChainIndex {
     state: RwLock<State>,
+    /// How many chained jobs are held, for [`ChainIndex::wait_for_a_chain`].
+    chained: watch::Sender<usize>,
+}
+
+impl Default for ChainIndex {
+    fn default() -> Self {
+        Self {
+            state: RwLock::default(),
+            chained: watch::Sender::new(0),
+        }
+    }
 }
 
 impl ChainIndex {
+    /// Wait until some job names a parent; `false` at `shutdown` first.
+    pub async fn wait_for_a_chain(&self, shutdown: &CancellationToken) -> bool {
+        let mut chained = self.chained.subscribe();
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            held = chained.wait_for(|held| *held > 0) => held.is_ok(),
+        }
+    }
+
+    /// When the most recently written chained job held was stored.
+    pub fn newest_chain_written_at(&self) -> Option<DateTime<Utc>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state.jobs.values().map(|job| job.written_at).max()
+    }
+
     /// Whether any job follows `parent`.
     pub fn has_children(&self, parent: &str) -> bool {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -133,6 +163,13 @@ impl ChainIndex {
             Some(job) => state.insert(job),
             None => state.remove(key),
         }
+        let held = state.jobs.len();
+        drop(state);
+        self.chained.send_if_modified(|chained| {
+            let changed = *chained != held;
+            *chained = held;
+            changed
+        });
     }
 }
 
@@ -145,6 +182,7 @@ impl JobView for ChainIndex {
                 pool: job.pool.clone(),
                 spec: job.spec.clone(),
                 revision: entry.revision,
+                written_at: entry.written_at,
             });
         self.put(&entry.key, job);
     }

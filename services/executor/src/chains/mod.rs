@@ -9,6 +9,16 @@
 //! from (child, parent run) ([`chain::chained_run_id`]). Only once every
 //! child's event is stored is the run event acknowledged.
 //!
+//! The consumer is made only once some job names a parent (before that
+//! every run's end would be delivered to the executors and acked for
+//! nothing: a message out and one in per run, about an eighth of what a
+//! run costs nats-server). The executor that first sees a chained job makes
+//! it, starting at the run events stored from one second before that job's
+//! definition was: a parent run that ends after its child was written is
+//! not missed for the moment the consumer took to be made. Once made it
+//! stays, and every executor reads it, chains or not (an executor started
+//! later finds it at its start), so no run ends pile up in it unread.
+//!
 //! Exactly once per parent run: a run event handed out again (an executor
 //! died, an ack was lost) publishes the same due events again with the same
 //! `Nats-Msg-Id`, and `JETCRON_DUE` keeps one within its duplicate window
@@ -26,13 +36,17 @@ pub mod index;
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::pull, message::AckKind, Message};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::jetstream::{
+    self, consumer::pull, consumer::DeliverPolicy, message::AckKind, Message,
+};
 use chrono::{DateTime, Utc};
 use jetcron_core::chain;
 use jetcron_core::events::{DueEvent, ParentRun, RunEvent, RunEventKind, Trigger};
 use jetcron_core::run_summary;
 use jetcron_core::subjects;
 use jetcron_io::due;
+use jetcron_io::retry::RetryDelay;
 use jetcron_io::topology;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -41,11 +55,38 @@ use crate::ended::{self, Since};
 use crate::ExecutorContext;
 use index::{ChainIndex, ChainedJob};
 
+/// A chained job written this long before the consumer is made is the one
+/// it was made for; one written earlier (the consumer was deleted by hand
+/// while chains existed) does not set where it starts.
+const FRESH_CHAIN: Duration = Duration::from_secs(60);
+/// How much earlier than the chained job's write the consumer starts: run
+/// events and definitions are stored by different stream leaders, whose
+/// clocks may differ a little.
+const START_EARLIER: Duration = Duration::from_secs(1);
+
 /// The durable consumer `chains` on `JETCRON_RUNS`, shared by every
-/// executor. Made new, it starts at the stream's end: runs that ended before
-/// chains existed start nothing.
+/// executor, if one made it already (see the module docs).
+pub async fn existing_chains_consumer(
+    stream: &jetstream::stream::Stream,
+) -> topology::Result<Option<jetstream::consumer::PullConsumer>> {
+    match stream.consumer_info(subjects::CHAINS_CONSUMER).await {
+        Ok(_) => chains_consumer(stream, DeliverPolicy::New).await.map(Some),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+        Err(e) => Err(topology::TopologyError::unavailable(
+            format!(
+                "consumer {} on stream {}",
+                subjects::CHAINS_CONSUMER,
+                subjects::RUNS_STREAM
+            ),
+            e,
+        )),
+    }
+}
+
+/// The consumer `chains`: bound if it exists, else made starting at `start`.
 pub async fn chains_consumer(
     stream: &jetstream::stream::Stream,
+    start: DeliverPolicy,
 ) -> topology::Result<jetstream::consumer::PullConsumer> {
     topology::ensure_consumer(
         stream,
@@ -53,7 +94,7 @@ pub async fn chains_consumer(
             durable_name: Some(subjects::CHAINS_CONSUMER.to_string()),
             description: Some("jetcron executors starting chained jobs when a run ends".into()),
             filter_subjects: subjects::chain_filter_subjects(),
-            deliver_policy: jetstream::consumer::DeliverPolicy::New,
+            deliver_policy: start,
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
             ack_wait: Duration::from_secs(30),
             max_deliver: -1,
@@ -63,12 +104,58 @@ pub async fn chains_consumer(
     .await
 }
 
+/// Where the consumer made for the first chained job starts: one second
+/// before the newest chained job was written, or at the stream's end when
+/// none was written within [`FRESH_CHAIN`] of `now`.
+fn start_for_chains(newest_chain: Option<DateTime<Utc>>, now: DateTime<Utc>) -> DeliverPolicy {
+    let fresh = chrono::Duration::from_std(FRESH_CHAIN).unwrap_or_default();
+    let earlier = chrono::Duration::from_std(START_EARLIER).unwrap_or_default();
+    match newest_chain {
+        Some(at) if now - at <= fresh => DeliverPolicy::ByStartTime {
+            start_time: at - earlier,
+        },
+        _ => DeliverPolicy::New,
+    }
+}
+
+/// Wait for a chained job, then make the consumer `chains` (bind it if
+/// another executor made it meanwhile); `None` at `shutdown` first.
+async fn made_for_the_first_chain(
+    index: &ChainIndex,
+    runs: &jetstream::stream::Stream,
+    shutdown: &CancellationToken,
+) -> Option<jetstream::consumer::PullConsumer> {
+    if !index.wait_for_a_chain(shutdown).await {
+        return None;
+    }
+    let mut delay = RetryDelay::nats();
+    loop {
+        let start = start_for_chains(index.newest_chain_written_at(), Utc::now());
+        match chains_consumer(runs, start).await {
+            Ok(consumer) => {
+                info!(
+                    ?start,
+                    "a job names a parent: run endings are read from the consumer chains"
+                );
+                return Some(consumer);
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot make the consumer chains, retrying");
+                if delay.sleep(shutdown).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// Start chained runs until `shutdown`, once `index` has caught up with the
 /// bucket (before that, a child could be missed).
 pub async fn start_children(
     ctx: std::sync::Arc<ExecutorContext>,
     index: std::sync::Arc<ChainIndex>,
-    consumer: jetstream::consumer::PullConsumer,
+    consumer: Option<jetstream::consumer::PullConsumer>,
+    runs: jetstream::stream::Stream,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     while !index.is_synced() {
@@ -77,6 +164,13 @@ pub async fn start_children(
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
     }
+    let consumer = match consumer {
+        Some(consumer) => consumer,
+        None => match made_for_the_first_chain(&index, &runs, &shutdown).await {
+            Some(consumer) => consumer,
+            None => return Ok(()),
+        },
+    };
     crate::helper_pull::each_message(&consumer, "run endings", 64, &shutdown, |message| {
         handle(&ctx, &index, message)
     })
@@ -227,5 +321,35 @@ async fn hand_back(message: &Message) {
 async fn settle(message: &Message, kind: AckKind) {
     if let Err(e) = message.ack_with(kind).await {
         warn!(error = %e, "cannot settle a run's end on the chains consumer; it comes again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("instant")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn the_consumer_made_for_a_chain_starts_a_second_before_it_was_written() {
+        let now = at("2026-11-29T12:00:00Z");
+        let start = start_for_chains(Some(at("2026-11-29T11:59:59.500Z")), now);
+        let DeliverPolicy::ByStartTime { start_time } = start else {
+            panic!("{start:?}");
+        };
+        assert_eq!(start_time, at("2026-11-29T11:59:58.500Z"));
+    }
+
+    #[test]
+    fn without_a_chain_written_within_a_minute_it_starts_at_the_end() {
+        let now = at("2026-11-29T12:00:00Z");
+        for newest in [None, Some(at("2026-11-29T11:58:59Z"))] {
+            let start = start_for_chains(newest, now);
+            assert!(matches!(start, DeliverPolicy::New), "{newest:?}: {start:?}");
+        }
     }
 }
