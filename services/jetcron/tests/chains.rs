@@ -327,6 +327,8 @@ async fn run_endings_are_read_only_once_a_job_names_a_parent() {
         !chains_consumer_exists(&stack).await,
         "no job names a parent, yet run endings are delivered"
     );
+    // Well past the 2 s the consumer reaches back before the first chain.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     stack
         .put_job(&job("first", r#","schedule":"0 0 0 1 1 * 2090""#))
@@ -338,8 +340,8 @@ async fn run_endings_are_read_only_once_a_job_names_a_parent() {
     let started = exactly(&calls, "then", 1).await;
     assert_eq!(started[0].headers["Jetcron-Parent-Run-Id"], parent_run);
     assert!(chains_consumer_exists(&stack).await);
-    // Made from a second before the child was written: solo's ending (over
-    // 2 s earlier) is not among what it delivered; first's and then's are.
+    // Made from 2 s before the child was written: solo's ending (5 s
+    // earlier) is not among what it delivered; first's and then's are.
     let runs = stack
         .js
         .get_stream(jetcron_core::subjects::RUNS_STREAM)

@@ -120,10 +120,10 @@ impl ChainIndex {
         }
     }
 
-    /// When the most recently written chained job held was stored.
-    pub fn newest_chain_written_at(&self) -> Option<DateTime<Utc>> {
+    /// When the chained job held longest was stored.
+    pub fn oldest_chain_written_at(&self) -> Option<DateTime<Utc>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.jobs.values().map(|job| job.written_at).max()
+        state.jobs.values().map(|job| job.written_at).min()
     }
 
     /// Whether any job follows `parent`.

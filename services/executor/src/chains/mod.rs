@@ -12,12 +12,14 @@
 //! The consumer is made only once some job names a parent (before that
 //! every run's end would be delivered to the executors and acked for
 //! nothing: a message out and one in per run, about an eighth of what a
-//! run costs nats-server). The executor that first sees a chained job makes
-//! it, starting at the run events stored from one second before that job's
-//! definition was: a parent run that ends after its child was written is
-//! not missed for the moment the consumer took to be made. Once made it
-//! stays, and every executor reads it, chains or not (an executor started
-//! later finds it at its start), so no run ends pile up in it unread.
+//! run costs nats-server). The executor that first holds a chained job
+//! makes it, starting at the run events stored from two seconds before the
+//! oldest chained job it holds was written (at most ten minutes back, the
+//! due stream's duplicate window): a parent run that ends after its child
+//! was written is not missed for the moment the consumer took to be made,
+//! nor for a retry of its making. Once made it stays, and an executor that
+//! holds no chained job looks for it every 5 s and reads it once it is
+//! there, so run endings do not pile up unread while executors run.
 //!
 //! Exactly once per parent run: a run event handed out again (an executor
 //! died, an ack was lost) publishes the same due events again with the same
@@ -36,7 +38,7 @@ pub mod index;
 
 use std::time::Duration;
 
-use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::jetstream::context::{ConsumerInfoError, ConsumerInfoErrorKind};
 use async_nats::jetstream::{
     self, consumer::pull, consumer::DeliverPolicy, message::AckKind, Message,
 };
@@ -49,36 +51,48 @@ use jetcron_io::due;
 use jetcron_io::retry::RetryDelay;
 use jetcron_io::topology;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::ended::{self, Since};
 use crate::ExecutorContext;
 use index::{ChainIndex, ChainedJob};
 
-/// A chained job written this long before the consumer is made is the one
-/// it was made for; one written earlier (the consumer was deleted by hand
-/// while chains existed) does not set where it starts.
-const FRESH_CHAIN: Duration = Duration::from_secs(60);
-/// How much earlier than the chained job's write the consumer starts: run
+/// How far back the consumer made for the first chained job may start: the
+/// due stream's duplicate window (by default), within which a parent's end
+/// handled twice starts its child once.
+const REACH_BACK_AT_MOST: Duration = Duration::from_secs(600);
+/// How much earlier than the oldest chained job's write it starts: run
 /// events and definitions are stored by different stream leaders, whose
 /// clocks may differ a little.
-const START_EARLIER: Duration = Duration::from_secs(1);
+const START_EARLIER: Duration = Duration::from_secs(2);
+/// While it holds no chained job, how often an executor looks whether
+/// another one made the consumer (it then reads it too, so that run endings
+/// never pile up unread while executors run).
+const LOOK_FOR_THE_CONSUMER_EVERY: Duration = Duration::from_secs(5);
 
 /// The durable consumer `chains` on `JETCRON_RUNS`, shared by every
 /// executor, if one made it already (see the module docs).
 pub async fn existing_chains_consumer(
     stream: &jetstream::stream::Stream,
 ) -> topology::Result<Option<jetstream::consumer::PullConsumer>> {
-    match stream.consumer_info(subjects::CHAINS_CONSUMER).await {
-        Ok(_) => chains_consumer(stream, DeliverPolicy::New).await.map(Some),
-        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+    match stream
+        .get_consumer::<pull::Config>(subjects::CHAINS_CONSUMER)
+        .await
+    {
+        Ok(consumer) => Ok(Some(consumer)),
+        Err(e)
+            if e.downcast_ref::<ConsumerInfoError>()
+                .is_some_and(|e| e.kind() == ConsumerInfoErrorKind::NotFound) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(topology::TopologyError::unavailable(
             format!(
                 "consumer {} on stream {}",
                 subjects::CHAINS_CONSUMER,
                 subjects::RUNS_STREAM
             ),
-            e,
+            anyhow::anyhow!(e),
         )),
     }
 }
@@ -104,43 +118,63 @@ pub async fn chains_consumer(
     .await
 }
 
-/// Where the consumer made for the first chained job starts: one second
-/// before the newest chained job was written, or at the stream's end when
-/// none was written within [`FRESH_CHAIN`] of `now`.
-fn start_for_chains(newest_chain: Option<DateTime<Utc>>, now: DateTime<Utc>) -> DeliverPolicy {
-    let fresh = chrono::Duration::from_std(FRESH_CHAIN).unwrap_or_default();
-    let earlier = chrono::Duration::from_std(START_EARLIER).unwrap_or_default();
-    match newest_chain {
-        Some(at) if now - at <= fresh => DeliverPolicy::ByStartTime {
-            start_time: at - earlier,
-        },
-        _ => DeliverPolicy::New,
+/// Where the consumer made for the first chained job starts, worked out
+/// once when this executor first holds one: [`START_EARLIER`] before the
+/// oldest chained job it holds was written, but not more than
+/// [`REACH_BACK_AT_MOST`] before `now`, nor after it.
+fn start_for_chains(oldest_chain: Option<DateTime<Utc>>, now: DateTime<Utc>) -> DeliverPolicy {
+    let span = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
+    let from = oldest_chain.map_or(now, |at| at - span(START_EARLIER));
+    DeliverPolicy::ByStartTime {
+        start_time: from.clamp(now - span(REACH_BACK_AT_MOST), now),
     }
 }
 
-/// Wait for a chained job, then make the consumer `chains` (bind it if
-/// another executor made it meanwhile); `None` at `shutdown` first.
-async fn made_for_the_first_chain(
+/// The consumer `chains` once there is a reason to read it: bound as soon
+/// as another executor made it, or made by this one when it first holds a
+/// chained job. `None` at `shutdown` first.
+async fn found_or_made(
     index: &ChainIndex,
     runs: &jetstream::stream::Stream,
     shutdown: &CancellationToken,
 ) -> Option<jetstream::consumer::PullConsumer> {
-    if !index.wait_for_a_chain(shutdown).await {
-        return None;
+    loop {
+        tokio::select! {
+            chained = index.wait_for_a_chain(shutdown) => {
+                if !chained {
+                    return None;
+                }
+                break;
+            }
+            _ = tokio::time::sleep(LOOK_FOR_THE_CONSUMER_EVERY) => {
+                match existing_chains_consumer(runs).await {
+                    Ok(Some(consumer)) => {
+                        info!("another executor made the consumer chains: reading run endings from it");
+                        return Some(consumer);
+                    }
+                    Ok(None) => {}
+                    Err(e) => debug!(error = %format!("{e:#}"), "cannot look for the consumer chains"),
+                }
+            }
+        }
     }
+    // Worked out once: retried later, a start from the clock then would
+    // skip the endings stored meanwhile.
+    let start = start_for_chains(index.oldest_chain_written_at(), Utc::now());
     let mut delay = RetryDelay::nats();
     loop {
-        let start = start_for_chains(index.newest_chain_written_at(), Utc::now());
+        // Two executors making it at once with different starts: the
+        // server refuses the second, which binds it at its next try.
         match chains_consumer(runs, start).await {
             Ok(consumer) => {
                 info!(
                     ?start,
-                    "a job names a parent: run endings are read from the consumer chains"
+                    "a job names a parent: reading run endings from the consumer chains"
                 );
                 return Some(consumer);
             }
             Err(e) => {
-                warn!(error = %format!("{e:#}"), "cannot make the consumer chains, retrying");
+                warn!(error = %format!("{e:#}"), "cannot make or bind the consumer chains, retrying");
                 if delay.sleep(shutdown).await {
                     return None;
                 }
@@ -166,7 +200,7 @@ pub async fn start_children(
     }
     let consumer = match consumer {
         Some(consumer) => consumer,
-        None => match made_for_the_first_chain(&index, &runs, &shutdown).await {
+        None => match found_or_made(&index, &runs, &shutdown).await {
             Some(consumer) => consumer,
             None => return Ok(()),
         },
@@ -334,22 +368,28 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    #[test]
-    fn the_consumer_made_for_a_chain_starts_a_second_before_it_was_written() {
-        let now = at("2026-11-29T12:00:00Z");
-        let start = start_for_chains(Some(at("2026-11-29T11:59:59.500Z")), now);
-        let DeliverPolicy::ByStartTime { start_time } = start else {
-            panic!("{start:?}");
-        };
-        assert_eq!(start_time, at("2026-11-29T11:59:58.500Z"));
+    fn start_of(policy: DeliverPolicy) -> DateTime<Utc> {
+        match policy {
+            DeliverPolicy::ByStartTime { start_time } => start_time,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn without_a_chain_written_within_a_minute_it_starts_at_the_end() {
+    fn the_consumer_made_for_a_chain_starts_two_seconds_before_it_was_written() {
         let now = at("2026-11-29T12:00:00Z");
-        for newest in [None, Some(at("2026-11-29T11:58:59Z"))] {
-            let start = start_for_chains(newest, now);
-            assert!(matches!(start, DeliverPolicy::New), "{newest:?}: {start:?}");
-        }
+        let start = start_for_chains(Some(at("2026-11-29T11:59:59.500Z")), now);
+        assert_eq!(start_of(start), at("2026-11-29T11:59:57.500Z"));
+    }
+
+    #[test]
+    fn it_reaches_back_at_most_ten_minutes_and_never_past_now() {
+        let now = at("2026-11-29T12:00:00Z");
+        let long_ago = start_for_chains(Some(at("2026-11-28T12:00:00Z")), now);
+        assert_eq!(start_of(long_ago), at("2026-11-29T11:50:00Z"));
+        // Written "later" than now by this executor's clock (behind the server's).
+        let ahead = start_for_chains(Some(at("2026-11-29T12:00:05Z")), now);
+        assert_eq!(start_of(ahead), now);
+        assert_eq!(start_of(start_for_chains(None, now)), now);
     }
 }
