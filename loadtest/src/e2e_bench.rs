@@ -365,6 +365,27 @@ fn lags_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> 
     lags
 }
 
+/// Calls the target received in `[from, to)`, whenever they were scheduled.
+fn received_between(arrivals: &Arrivals, from: DateTime<Utc>, to: DateTime<Utc>) -> u64 {
+    arrivals
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|a| a.at >= from && a.at < to)
+        .count() as u64
+}
+
+/// Due events stored and not yet consumed.
+async fn due_backlog(js: &jetstream::Context) -> anyhow::Result<u64> {
+    Ok(js
+        .get_stream(subjects::DUE_STREAM)
+        .await?
+        .info()
+        .await?
+        .state
+        .messages)
+}
+
 /// Per second of `[from, to)`: the lag (µs) of its first and of its last
 /// arrival, each sorted. A burst spread out shows as last ≫ first; a burst
 /// sent late as both late. `print_each` prints a table row per second.
@@ -642,12 +663,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     let called = lags.len() as u64;
     // Throughput: calls the target received while the window lasted,
     // whenever they were scheduled.
-    let received = arrivals
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|a| a.at >= from && a.at < to)
-        .count() as u64;
+    let received = received_between(&arrivals, from, to);
 
     // Queryable: every measured run in ClickHouse.
     let ch = jetcron_io::clickhouse_schema::ClickHouseOptions::new(clickhouse.url()).client();
@@ -682,13 +698,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         .fetch_one::<Vec<f64>>()
         .await
         .unwrap_or_default();
-    let backlog = js
-        .get_stream(subjects::DUE_STREAM)
-        .await?
-        .info()
-        .await?
-        .state
-        .messages;
+    let backlog = due_backlog(&js).await?;
 
     println!("| measure | value |");
     println!("|---|---|");

@@ -41,7 +41,10 @@ use jetcron_loadtest::percentile;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::{cpu_seconds, lags_between, ms, next_second, serve, sleep_until, RunArgs, Servers};
+use crate::{
+    cpu_seconds, due_backlog, lags_between, ms, next_second, received_between, serve, sleep_until,
+    RunArgs, Servers,
+};
 
 #[derive(clap::Args, Clone)]
 pub struct WireFloorArgs {
@@ -167,25 +170,14 @@ async fn floor(servers: &Servers, args: &WireFloorArgs) -> anyhow::Result<FloorF
     }
 
     let lags = lags_between(&arrivals, from, to);
-    let received = arrivals
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|a| a.at >= from && a.at < to)
-        .count() as u64;
+    let received = received_between(&arrivals, from, to);
     let per_run = |x: f64| x / received.max(1) as f64;
     let figures = FloorFigures {
         runs_per_second: received as f64 / seconds as f64,
         nats_cpu_per_run_us: per_run((nats_after - nats_before) * 1e6),
         client_cpu_per_run_us: per_run((client_after - client_before) * 1e6),
     };
-    let backlog = js
-        .get_stream(subjects::DUE_STREAM)
-        .await?
-        .info()
-        .await?
-        .state
-        .messages;
+    let backlog = due_backlog(&js).await?;
     let delta = counts_after.since(&counts_before);
     println!("| measure | value |");
     println!("|---|---|");
@@ -329,18 +321,20 @@ async fn run_one(
         .get(async_nats::header::NATS_MESSAGE_ID)
         .map(|id| id.as_str().to_string())
         .context("a due event without its run id")?;
-    let record = |kind: &str| {
-        PublishMessage::build()
+    let store = |kind: &'static str| {
+        let publish = PublishMessage::build()
             .payload(event.clone())
-            .message_id(format!("{run}:1:{kind}"))
+            .message_id(format!("{run}:1:{kind}"));
+        let subject = subjects::run_event_subject(&job, kind);
+        async move {
+            js.send_publish(subject, publish)
+                .await?
+                .await
+                .with_context(|| format!("store {kind}"))?;
+            anyhow::Ok(())
+        }
     };
-    js.send_publish(
-        subjects::run_event_subject(&job, "started"),
-        record("started"),
-    )
-    .await?
-    .await
-    .context("started")?;
+    store("started").await?;
     let mut call = HeaderMap::new();
     if let Some(at) = headers.get("Jetcron-Scheduled-At") {
         call.insert("Jetcron-Scheduled-At", at.as_str());
@@ -349,13 +343,7 @@ async fn run_one(
         .request_with_headers(TARGET_SUBJECT, call, Bytes::from_static(b"{}"))
         .await
         .context("the call")?;
-    js.send_publish(
-        subjects::run_event_subject(&job, "succeeded"),
-        record("succeeded"),
-    )
-    .await?
-    .await
-    .context("succeeded")?;
+    store("succeeded").await?;
     due.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
     Ok(())
 }
