@@ -284,14 +284,7 @@ async fn work(
         .await
         .context("pull due events")?;
     let event = Bytes::from(vec![b'r'; RUN_EVENT_BYTES]);
-    loop {
-        let message = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            message = messages.next() => match message {
-                Some(message) => message.context("a due event")?,
-                None => return Ok(()),
-            },
-        };
+    while let Some(message) = next_or_stop(&mut messages, &stop, "a due event").await? {
         let slot = slots.clone().acquire_owned().await?;
         let (js, client, event) = (js.clone(), client.clone(), event.clone());
         tokio::spawn(async move {
@@ -301,6 +294,7 @@ async fn work(
             }
         });
     }
+    Ok(())
 }
 
 /// One run's wire operations, in jetcron's order.
@@ -359,17 +353,23 @@ async fn project(
         .messages()
         .await
         .context("pull run events")?;
-    loop {
-        let message = tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            message = messages.next() => match message {
-                Some(message) => message.context("a run event")?,
-                None => return Ok(()),
-            },
-        };
+    while let Some(message) = next_or_stop(&mut messages, &stop, "a run event").await? {
         message
             .ack()
             .await
             .map_err(|e| anyhow::anyhow!("ack: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The next message pulled, or `None` at `stop` or at the pull's end.
+async fn next_or_stop(
+    messages: &mut pull::Stream,
+    stop: &CancellationToken,
+    what: &'static str,
+) -> anyhow::Result<Option<jetstream::Message>> {
+    tokio::select! {
+        _ = stop.cancelled() => Ok(None),
+        message = messages.next() => message.transpose().context(what),
     }
 }

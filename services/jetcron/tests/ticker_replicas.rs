@@ -1177,38 +1177,28 @@ async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() 
         SnapshotStore::new(store, jobs.stream.cached_info()).expect("snapshots on")
     }
     let snapshots = open(&js, &options).await;
-    assert!(!snapshots.every_shard_written().await.expect("look"));
+    let write = |shard: u32| snapshots.write(shard, vec![bytes::Bytes::from_static(b"held jobs")]);
+    let covered = || snapshots.every_shard_written();
+    assert!(!covered().await.expect("look"));
     for shard in 0..SHARDS - 1 {
-        snapshots
-            .write(shard, vec![bytes::Bytes::from_static(b"held jobs")])
-            .await
-            .expect("write");
+        write(shard).await.expect("write");
     }
     assert!(
-        !snapshots.every_shard_written().await.expect("look"),
+        !covered().await.expect("look"),
         "shard {} has none",
         SHARDS - 1
     );
-    snapshots
-        .write(SHARDS - 1, vec![bytes::Bytes::from_static(b"held jobs")])
-        .await
-        .expect("write");
-    assert!(snapshots.every_shard_written().await.expect("look"));
+    write(SHARDS - 1).await.expect("write");
+    assert!(covered().await.expect("look"));
 
     let store = js
         .get_object_store(subjects::TICKER_SNAPSHOTS_BUCKET)
         .await
         .expect("store");
     store.delete(object_name(3)).await.expect("delete");
-    assert!(
-        !snapshots.every_shard_written().await.expect("look"),
-        "shard 3's was deleted"
-    );
-    snapshots
-        .write(3, vec![bytes::Bytes::from_static(b"held jobs")])
-        .await
-        .expect("write");
-    assert!(snapshots.every_shard_written().await.expect("look"));
+    assert!(!covered().await.expect("look"), "shard 3's was deleted");
+    write(3).await.expect("write");
+    assert!(covered().await.expect("look"));
 
     // An object of another format (a build before or after this one), or
     // one that says nothing of what it was written for, does not count.
@@ -1235,16 +1225,10 @@ async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() 
             .put(described, &mut &b"held jobs"[..])
             .await
             .expect("put");
-        assert!(
-            !snapshots.every_shard_written().await.expect("look"),
-            "{why}"
-        );
+        assert!(!covered().await.expect("look"), "{why}");
     }
-    snapshots
-        .write(5, vec![bytes::Bytes::from_static(b"held jobs")])
-        .await
-        .expect("write");
-    assert!(snapshots.every_shard_written().await.expect("look"));
+    write(5).await.expect("write");
+    assert!(covered().await.expect("look"));
 
     // The jobs bucket made again: the objects were written for the one before.
     tokio::time::sleep(Duration::from_millis(20)).await;

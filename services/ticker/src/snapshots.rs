@@ -8,6 +8,7 @@
 //! 625,000 jobs holds the loop for tens of milliseconds, and the object's
 //! put runs in a task of its own. A failed put is retried at the next turn.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -104,14 +105,7 @@ impl SnapshotStore {
         let mut reader = tokio_util::io::StreamReader::new(pieces);
         let described = ObjectMetadata {
             name: object_name(shard),
-            metadata: [
-                (FORMAT_KEY.to_owned(), snapshot::FORMAT.to_string()),
-                (
-                    BUCKET_CREATED_KEY.to_owned(),
-                    self.bucket_created.to_string(),
-                ),
-            ]
-            .into(),
+            metadata: self.metadata(),
             ..Default::default()
         };
         self.store
@@ -145,13 +139,26 @@ impl SnapshotStore {
         Ok(true)
     }
 
-    /// Whether `info` describes a live object whose metadata names this
-    /// build's format and this jobs bucket.
+    /// What an object written here says of itself: this build's format and
+    /// this jobs bucket.
+    fn metadata(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (FORMAT_KEY.to_owned(), snapshot::FORMAT.to_string()),
+            (
+                BUCKET_CREATED_KEY.to_owned(),
+                self.bucket_created.to_string(),
+            ),
+        ])
+    }
+
+    /// Whether `info` describes a live object whose metadata says what an
+    /// object written here would ([`Self::metadata`]).
     fn written_for_this_bucket(&self, info: &ObjectInfo) -> bool {
-        let says = |key: &str, value: String| info.metadata.get(key) == Some(&value);
         !info.deleted
-            && says(FORMAT_KEY, snapshot::FORMAT.to_string())
-            && says(BUCKET_CREATED_KEY, self.bucket_created.to_string())
+            && self
+                .metadata()
+                .iter()
+                .all(|(key, value)| info.metadata.get(key) == Some(value))
     }
 
     /// `shard`'s snapshot, decoded with `lines`, if there is a usable one.

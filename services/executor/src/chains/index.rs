@@ -159,17 +159,17 @@ impl ChainIndex {
 
     fn put(&self, key: &str, job: Option<ChainedJob>) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let before = state.jobs.len();
         match job {
             Some(job) => state.insert(job),
             None => state.remove(key),
         }
         let held = state.jobs.len();
         drop(state);
-        self.chained.send_if_modified(|chained| {
-            let changed = *chained != held;
-            *chained = held;
-            changed
-        });
+        // Most entries are of jobs without parents: nothing to tell.
+        if held != before {
+            self.chained.send_replace(held);
+        }
     }
 }
 
