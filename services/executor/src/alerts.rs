@@ -539,7 +539,7 @@ async fn record_failure(
         crate::run_events::max_event_payload(&ctx.nats),
         &event,
         Duration::from_secs(30),
-        Some(message),
+        Some(crate::run_events::KeepAlive::Message(message)),
     )
     .await
     .map(|_| ())

@@ -19,17 +19,17 @@
 //! `ended_already`, `ran_elsewhere`, `refuse_for_good`), so its callers
 //! await it plainly; steps of other modules are boxed where awaited.
 
-use async_nats::jetstream::{message::AckKind, Message};
+use async_nats::jetstream::message::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, NatsTarget, Target, ValidJob};
-use jetcron_io::retry::RetryDelay;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info, warn, Instrument as _};
 
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::ended::{self, Since};
 use crate::ending::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
+use crate::lease::Delivery;
 use crate::run_events::RunEventPublisher;
 use crate::running::Registration;
 use crate::targets::{self, Outcome, RunContext};
@@ -38,7 +38,7 @@ use crate::{fanout, notify, ExecutorContext};
 
 /// Which delivery of which stored due event a message is.
 #[derive(Debug, Clone, Copy)]
-struct Delivery {
+struct DeliveryNumbers {
     /// JetStream's delivery count: the attempt number of events.
     number: u32,
     /// Stream sequence of the due event (names its retry ledger).
@@ -48,7 +48,7 @@ struct Delivery {
 /// One delivery whose job is known: what the steps after validation share.
 struct Attempt<'a> {
     ctx: &'a ExecutorContext,
-    message: &'a Message,
+    message: &'a Delivery,
     due: &'a DueEvent,
     job: &'a ValidJob,
     publisher: &'a RunEventPublisher<'a>,
@@ -78,9 +78,9 @@ pub enum Slot {
 /// called, so it is given back when the target returns, and the storing of
 /// the outcome and the settling of the message (which wait out leader
 /// elections) do not keep other fires from their targets.
-pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
-    let delivery = match message.info() {
-        Ok(info) => Delivery {
+pub async fn handle(ctx: &ExecutorContext, message: Delivery, slot: Slot) {
+    let numbers = match message.message().info() {
+        Ok(info) => DeliveryNumbers {
             number: u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
             due_sequence: info.stream_sequence,
         },
@@ -89,21 +89,21 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
             return;
         }
     };
-    let due: DueEvent = match serde_json::from_slice(&message.payload) {
+    let due: DueEvent = match serde_json::from_slice(&message.message().payload) {
         Ok(due) => due,
         Err(e) => {
-            warn!(subject = %message.subject, error = %e, "undecodable due event, terminating it");
-            ack(&message, AckKind::Term).await;
+            warn!(subject = %message.message().subject, error = %e, "undecodable due event, terminating it");
+            message.settle(AckKind::Term).await;
             return;
         }
     };
-    if let Err(why) = check_due_event(&due, &message.subject) {
-        warn!(subject = %message.subject, why, "malformed due event, terminating it");
-        ack(&message, AckKind::Term).await;
+    if let Err(why) = check_due_event(&due, &message.message().subject) {
+        warn!(subject = %message.message().subject, why, "malformed due event, terminating it");
+        message.settle(AckKind::Term).await;
         return;
     }
-    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = delivery.number);
-    run_attempt(ctx, message, due, delivery, slot)
+    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = numbers.number);
+    run_attempt(ctx, message, due, numbers, slot)
         .instrument(span)
         .await;
 }
@@ -114,7 +114,7 @@ pub async fn handle(ctx: &ExecutorContext, message: Message, slot: Slot) {
 async fn refuse_for_good(
     ctx: &ExecutorContext,
     publisher: &RunEventPublisher<'_>,
-    message: &Message,
+    message: &Delivery,
     event: RunEvent,
     notify: Option<(&job::NotifyPolicy, &str)>,
 ) {
@@ -159,12 +159,12 @@ fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), String> {
 
 async fn run_attempt(
     ctx: &ExecutorContext,
-    message: Message,
+    message: Delivery,
     due: DueEvent,
-    delivery: Delivery,
+    numbers: DeliveryNumbers,
     slot: Slot,
 ) {
-    let attempt = delivery.number;
+    let attempt = numbers.number;
     let publisher = RunEventPublisher::new(ctx, &due, attempt);
     let job = match job::validate_with(due.job.clone(), &mut |line| ctx.config.lines.parse(line)) {
         Ok(job) => job,
@@ -198,7 +198,7 @@ async fn run_attempt(
         match Box::pin(fanout::split(ctx, &due, job.shards)).await {
             Ok(()) => {
                 info!(shards = job.shards, "fire split into shards");
-                ack(&message, AckKind::Ack).await;
+                message.settle(AckKind::Ack).await;
             }
             Err(e) => {
                 warn!(error = %format!("{e:#}"), "cannot split fire into shards, handing it back");
@@ -220,7 +220,7 @@ async fn run_attempt(
             return;
         }
     }
-    let ledger = Ledger::new(&ctx.running, &due, delivery.due_sequence);
+    let ledger = Ledger::new(&ctx.running, &due, numbers.due_sequence);
     let budget = match ledger.read(attempt).await {
         Ok(Recorded {
             ended: Some(event), ..
@@ -323,7 +323,7 @@ async fn run_attempt(
         {
             return;
         }
-        if let Some((permit, call)) = book_call(ctx, target, &run, *fire_at, permits) {
+        if let Some((permit, call)) = book_call(ctx, &message, target, &run, *fire_at, permits) {
             registration.activate();
             let started = publisher.started(*fire_at, max_attempts);
             let mut store = store_start(started.clone());
@@ -473,6 +473,7 @@ struct BookedCall<'a> {
 /// then waits for one at the instant and calls itself).
 fn book_call<'a>(
     ctx: &ExecutorContext,
+    message: &Delivery,
     target: &'a NatsTarget,
     run: &RunContext,
     fire_at: DateTime<Utc>,
@@ -487,6 +488,7 @@ fn book_call<'a>(
         target.subject.clone().into(),
         headers,
         payload,
+        message.lease().clone(),
     )?;
     Some((
         permit,
@@ -523,6 +525,7 @@ async fn booked_outcome(
         Some(Dispatched::Unchecked(error)) => {
             Err(format!("cannot check for a kill request ({error})"))
         }
+        Some(Dispatched::Withheld(why)) => Err(why),
         None => Err("the executor stopped before the fire's instant".into()),
     }
 }
@@ -609,7 +612,7 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
             Ok(Overlap::RanAlready) => {
                 info!("run already ended (its claim says so), settling a late delivery without running it");
                 metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
-                ack(message, AckKind::Ack).await;
+                message.settle(AckKind::Ack).await;
                 return None;
             }
             Ok(Overlap::Declined(holder)) => {
@@ -669,7 +672,7 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
 /// `true` says the delivery is done with.
 async fn killed_before_start(
     ctx: &ExecutorContext,
-    message: &Message,
+    message: &Delivery,
     due: &DueEvent,
     job: &ValidJob,
     publisher: &RunEventPublisher<'_>,
@@ -690,7 +693,7 @@ async fn killed_before_start(
                 job.max_attempts,
             );
             refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
-            if job.concurrency != ConcurrencyPolicy::Allow {
+            if job.concurrency != ConcurrencyPolicy::Allow && message.is_ours() {
                 // A run killed while it waited for a retry still held the claim.
                 let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
                 Box::pin(claims::release_if_held_by(
@@ -723,7 +726,7 @@ enum Elsewhere {
     Maybe,
 }
 
-async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent) -> Elsewhere {
+async fn ran_elsewhere(ctx: &ExecutorContext, message: &Delivery, due: &DueEvent) -> Elsewhere {
     match ended_already(ctx, message, due, fire_since(message, due)).await {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
@@ -739,17 +742,22 @@ async fn ran_elsewhere(ctx: &ExecutorContext, message: &Message, due: &DueEvent)
 }
 
 /// Run the target until it ends, times out, is killed or the executor shuts
-/// down, telling JetStream (and the claim) every `progress_interval` that the
-/// attempt is alive, so a long run is not redelivered after `ack_wait`.
+/// down, keeping the delivery (and the claim) alive every
+/// `progress_interval`, so a long run is not redelivered after `ack_wait`.
+/// A delivery whose lease ran out before the call is not called: the fire
+/// may be another delivery's by now.
 async fn supervise(
     ctx: &ExecutorContext,
-    message: &Message,
+    message: &Delivery,
     job: &ValidJob,
     run: &RunContext,
     registration: &Registration,
-    mut claim: Option<&mut ClaimHandle>,
+    claim: Option<&mut ClaimHandle>,
     booked: Option<BookedCall<'_>>,
 ) -> Ending {
+    if booked.is_none() && !message.is_ours() {
+        return Ending::NotCalled("the delivery's lease ran out before the call".into());
+    }
     let work = match booked {
         // The timeout counts from the instant the call is sent.
         Some(call) => futures::future::Either::Left(tokio::time::timeout(
@@ -765,35 +773,68 @@ async fn supervise(
         })),
     };
     tokio::pin!(work);
+    // Beside the work, not in turn with it: a keep-alive waiting for its
+    // confirmation through an election must not hold the ending back.
+    let keeping = keep_running(ctx, message, claim);
+    tokio::pin!(keeping);
+    tokio::select! {
+        biased;
+        _ = registration.killed.cancelled() => Ending::Killed(registration.reason()),
+        _ = ctx.interrupt.cancelled() => Ending::Interrupted,
+        result = &mut work => match result {
+            Ok(Ok(outcome)) => Ending::Done(outcome),
+            Ok(Err(why)) => Ending::NotCalled(why),
+            Err(_) => Ending::TimedOut,
+        },
+        ending = &mut keeping => ending,
+    }
+}
+
+/// Keep the delivery alive ([`Delivery::keep_alive_every`]) and extend the
+/// overlap claim every `progress_interval`; ends only when another run took
+/// the claim over.
+async fn keep_running(
+    ctx: &ExecutorContext,
+    message: &Delivery,
+    claim: Option<&mut ClaimHandle>,
+) -> Ending {
+    let keeping = message.keep_alive_every(ctx.config.progress_interval);
+    let Some(claim) = claim else {
+        match keeping.await {}
+    };
+    tokio::pin!(keeping);
     let mut ticks = tokio::time::interval(ctx.config.progress_interval);
     ticks.tick().await;
     loop {
         tokio::select! {
-            biased;
-            _ = registration.killed.cancelled() => return Ending::Killed(registration.reason()),
-            _ = ctx.interrupt.cancelled() => return Ending::Interrupted,
-            result = &mut work => return match result {
-                Ok(Ok(outcome)) => Ending::Done(outcome),
-                Ok(Err(why)) => Ending::NotCalled(why),
-                Err(_) => Ending::TimedOut,
-            },
-            _ = ticks.tick() => {
-                ack(message, AckKind::Progress).await;
-                if let Some(claim) = claim.as_deref_mut() {
-                    let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
-                    if !Box::pin(claim.extend(until)).await {
-                        // Another run holds the job now (a `replace` fire that
-                        // did not reach us with its kill): stop, never overlap.
-                        if let Some(holder) = Box::pin(claim.taken_over_by()).await {
-                            return Ending::Killed(format!(
-                                "replaced by run {holder} (concurrency: replace)"
-                            ));
-                        }
-                    }
-                }
-            }
+            never = &mut keeping => match never {},
+            _ = ticks.tick() => {}
+        }
+        if !message.is_ours() {
+            continue;
+        }
+        let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
+        // The claim's store may wait out its own election: the delivery is
+        // kept alive meanwhile.
+        let taken_over = tokio::select! {
+            never = &mut keeping => match never {},
+            taken_over = claim_taken_over(claim, until) => taken_over,
+        };
+        if let Some(holder) = taken_over {
+            // Another run holds the job now (a `replace` fire that did not
+            // reach us with its kill): stop, never overlap.
+            return Ending::Killed(format!("replaced by run {holder} (concurrency: replace)"));
         }
     }
+}
+
+/// Extend `claim` to `until`; the run that holds the job instead, when
+/// another took it over.
+async fn claim_taken_over(claim: &mut ClaimHandle, until: DateTime<Utc>) -> Option<String> {
+    if Box::pin(claim.extend(until)).await {
+        return None;
+    }
+    Box::pin(claim.taken_over_by()).await
 }
 
 /// Record how the attempt ended and settle its message: [`ending::decide`]
@@ -831,6 +872,11 @@ async fn settle(
         Ending::Done(outcome) => outcome,
         _ => Outcome::failed(decision.error.clone().unwrap_or_default()),
     };
+    // A delivery whose lease ran out records nothing: its fire may be
+    // another delivery's by now ([`crate::lease`]).
+    if !message.is_ours() {
+        return;
+    }
     log_decision(&decision, &outcome);
     match decision.ledger_before {
         // Written before the nak: the next delivery must know this try
@@ -870,6 +916,9 @@ async fn settle(
         .filter(|(n, _)| decision.notify || (succeeded && !n.channels.is_empty()));
     let called = decision.called_and_over.map(|failed| (ledger, failed));
     finish(ctx, publisher, message, event, settle, notify, called).await;
+    if !message.is_ours() {
+        return;
+    }
     match (decision.claim, claim) {
         (ClaimStep::Release, Some(claim)) => Box::pin(claim.release()).await,
         // Hold the claim through the wait: the run is not over.
@@ -918,12 +967,15 @@ async fn release(claim: Option<ClaimHandle>) {
 async fn finish(
     ctx: &ExecutorContext,
     publisher: &RunEventPublisher<'_>,
-    message: &Message,
+    message: &Delivery,
     event: RunEvent,
     settle: AckKind,
     notify: Option<(&job::NotifyPolicy, &str)>,
     called: Option<(&Ledger<'_>, u32)>,
 ) {
+    if !message.is_ours() {
+        return;
+    }
     let store = publisher.publish(&event, store_budget(ctx), message);
     let stored = match called {
         // The target was called: if the event is slow to be stored, write the
@@ -942,12 +994,13 @@ async fn finish(
                 if ctx
                     .runs_pulse
                     .outcome_is_slow(waited, tokio::time::Instant::now())
+                    && message.is_ours()
                 {
                     in_ledger = record_end(ledger, failed, &event).await;
                     break store.await;
                 }
             };
-            if stored.is_err() && !in_ledger {
+            if stored.is_err() && !in_ledger && message.is_ours() {
                 record_end(ledger, failed, &event).await;
             }
             stored
@@ -959,6 +1012,9 @@ async fn finish(
         hand_back(message).await;
         return;
     }
+    if !message.is_ours() {
+        return;
+    }
     if let Some((notify, schedule)) = notify {
         if let Err(e) = Box::pin(notify::enqueue(&ctx.js, notify, schedule, &event)).await {
             warn!(error = %format!("{e:#}"), "cannot queue the failure notification, handing the run back");
@@ -966,7 +1022,7 @@ async fn finish(
             return;
         }
     }
-    ack(message, settle).await;
+    message.settle(settle).await;
 }
 
 /// Write the run's end into its ledger; whether it was written.
@@ -987,53 +1043,13 @@ fn notify_of(spec: &job::JobSpec) -> Option<(&job::NotifyPolicy, &str)> {
 
 /// Hand the due event back because NATS failed us (not the target): it
 /// comes again after [`tries::handback_delay`], growing with each delivery.
-async fn hand_back(message: &Message) {
+async fn hand_back(message: &Delivery) {
     let delivery = message
+        .message()
         .info()
         .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
         .unwrap_or(1);
-    Box::pin(ack(
-        message,
-        AckKind::Nak(Some(tries::handback_delay(delivery))),
-    ))
-    .await;
-}
-
-/// Settle `message`. A nak or term waits for the server's confirmation and
-/// is retried while it does not come (the consumer's leader is being
-/// elected): a lost nak would bring the retry back after `ack_wait`
-/// instead of its backoff. An ack and a progress ack are sent once,
-/// unconfirmed: every ack follows a stored outcome (or a run found ended),
-/// so a delivery that comes again because its ack was lost finds the run
-/// ended (its ledger, its claim, `JETCRON_RUNS`, or its `started` already
-/// stored when the delivery count repeats) and is settled without a call.
-/// Confirming each ack cost a reply per run at nats-server and a request
-/// with its inbox, timer and wake in the executor (docs/architecture.md).
-async fn ack(message: &Message, kind: AckKind) {
-    if matches!(kind, AckKind::Progress | AckKind::Ack) {
-        let sent = message.ack_with(kind).await;
-        if let (Err(e), AckKind::Ack) = (sent, kind) {
-            warn!(error = %e, "cannot send the ack; the message will be handed out again");
-        }
-        return;
-    }
-    let started = std::time::Instant::now();
-    let mut delay = RetryDelay::new(
-        std::time::Duration::from_millis(100),
-        std::time::Duration::from_secs(2),
-    );
-    loop {
-        let error = match message.double_ack_with(kind).await {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        let wait = delay.next_delay();
-        if started.elapsed() + wait > ACK_BUDGET {
-            warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
-            return;
-        }
-        tokio::time::sleep(wait).await;
-    }
+    Box::pin(message.settle(AckKind::Nak(Some(tries::handback_delay(delivery))))).await;
 }
 
 /// How long before its instant a held fire of a job that allows overlap
@@ -1048,9 +1064,6 @@ const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
 /// How long the call of the target waits for the `started` event to be
 /// stored (it is stored meanwhile, before the outcome, when this is not enough).
 const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// How long a settle is retried: longer than a leader election (4–9 s).
-const ACK_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How long a run event may take to be stored before the attempt gives up
 /// and hands its run back: its message's ack wait (kept alive meanwhile).
@@ -1077,8 +1090,11 @@ impl RunEnd {
 }
 
 /// Where the events of `due`'s run can start (see [`Since::fire`]).
-fn fire_since(message: &Message, due: &DueEvent) -> Since {
-    Since::fire(due.scheduled_at, message.info().ok().map(|i| i.published))
+fn fire_since(message: &Delivery, due: &DueEvent) -> Since {
+    Since::fire(
+        due.scheduled_at,
+        message.message().info().ok().map(|i| i.published),
+    )
 }
 
 /// Whether the run of `due` already ended (a late redelivery): then the
@@ -1086,7 +1102,7 @@ fn fire_since(message: &Message, due: &DueEvent) -> Since {
 /// the message back.
 async fn ended_already(
     ctx: &ExecutorContext,
-    message: &Message,
+    message: &Delivery,
     due: &DueEvent,
     since: Since,
 ) -> RunEnd {
@@ -1101,7 +1117,7 @@ async fn ended_already(
                 "run already ended, settling a late delivery without running it"
             );
             metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
-            Box::pin(ack(message, AckKind::Ack)).await;
+            Box::pin(message.settle(AckKind::Ack)).await;
             RunEnd::Ended
         }
         Err(e) => {

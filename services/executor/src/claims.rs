@@ -351,7 +351,7 @@ const REPLACE_WAIT_POLL: Duration = Duration::from_millis(100);
 /// with in-progress acks, so JetStream does not hand it to another executor.
 pub async fn claim_for_run(
     ctx: &crate::ExecutorContext,
-    message: &async_nats::jetstream::Message,
+    message: &crate::lease::Delivery,
     job: &jetcron_core::job::ValidJob,
     due: &jetcron_core::events::DueEvent,
     attempt: u32,
@@ -382,6 +382,12 @@ pub async fn claim_for_run(
         scheduled_at: due.scheduled_at,
     };
     loop {
+        // A delivery whose lease ran out takes no claim: its fire may be
+        // another delivery's by now.
+        anyhow::ensure!(
+            message.is_ours(),
+            "the delivery's lease ran out while it waited for the claim"
+        );
         let acquired = match acquire(
             &ctx.running,
             &key,
@@ -404,9 +410,7 @@ pub async fn claim_for_run(
                 if started.elapsed() + wait > ctx.config.ack_wait {
                     return Err(e);
                 }
-                let _ = message
-                    .ack_with(async_nats::jetstream::AckKind::Progress)
-                    .await;
+                message.keep_alive().await;
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -421,9 +425,7 @@ pub async fn claim_for_run(
                 // Wait for the other delivery to finish (it releases the
                 // claim) or die (the claim expires within its TTL).
                 if last_progress.elapsed() >= ctx.config.progress_interval {
-                    let _ = message
-                        .ack_with(async_nats::jetstream::AckKind::Progress)
-                        .await;
+                    message.keep_alive().await;
                     last_progress = tokio::time::Instant::now();
                 }
                 tracing::debug!(executor = %holder.executor_id, attempt = holder.attempt, "another delivery of this run holds its claim, waiting");
@@ -478,9 +480,7 @@ pub async fn claim_for_run(
                 // loaded machine must not let JetStream hand the fire to
                 // another executor meanwhile.
                 if last_progress.elapsed() >= ctx.config.progress_interval {
-                    let _ = message
-                        .ack_with(async_nats::jetstream::AckKind::Progress)
-                        .await;
+                    message.keep_alive().await;
                     last_progress = tokio::time::Instant::now();
                 }
                 tokio::time::sleep(FORBID_POLL).await;
@@ -528,9 +528,7 @@ pub async fn claim_for_run(
             continue;
         }
         if last_progress.elapsed() >= ctx.config.progress_interval {
-            let _ = message
-                .ack_with(async_nats::jetstream::AckKind::Progress)
-                .await;
+            message.keep_alive().await;
             last_progress = tokio::time::Instant::now();
         }
         tokio::time::sleep(REPLACE_WAIT_POLL).await;

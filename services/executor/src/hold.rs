@@ -3,23 +3,29 @@
 //! With the ticker's `--lookahead` a fire is in `JETCRON_DUE` seconds before
 //! it is due (header `Jetcron-Fire-At`), so that a leader election of the
 //! stream at the scheduled instant delays nothing. The executor that pulls
-//! it keeps it without an in-flight slot, sends progress acks so JetStream
-//! does not hand it to another executor, and starts the attempt at its
-//! instant with a slot like any other (still sending them while every slot
-//! is busy). On shutdown it runs the events due within a few seconds
-//! ([`HAND_BACK_AHEAD`]) and hands the others back to come to another
-//! executor that long before their instants.
+//! it keeps it without an in-flight slot and starts the attempt at its
+//! instant with a slot like any other. It keeps the delivery alive only when
+//! its lease ([`crate::lease`]) would not otherwise reach past the instant,
+//! and then as late as it can: each keep-alive also pushes back the moment
+//! JetStream hands the fire to another executor if this one dies, so the
+//! executors' ack wait (the lookahead and a few seconds) bounds how late a
+//! dead executor's fires start. While every slot is busy at the instant it
+//! keeps the delivery alive every progress interval. On shutdown it runs the
+//! events due within a few seconds ([`HAND_BACK_AHEAD`]) and hands the
+//! others back to come to another executor that long before their instants.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_io::due;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::lease::{Delivery, Lease};
 use crate::ExecutorContext;
 
 /// At a shutdown, a held due event whose instant is further off than this
@@ -67,7 +73,10 @@ fn time_left(ctx: &ExecutorContext, fire_at: DateTime<Utc>) -> Duration {
 const SLACK: chrono::Duration = chrono::Duration::milliseconds(5);
 
 /// When `message` may start, if that is still to come.
-pub fn until(ctx: &ExecutorContext, message: &Message) -> Option<DateTime<Utc>> {
+pub fn until(
+    ctx: &ExecutorContext,
+    message: &async_nats::jetstream::Message,
+) -> Option<DateTime<Utc>> {
     due::fire_at(message.headers.as_ref()).filter(|at| *at > ctx.clock.now() + SLACK)
 }
 
@@ -75,7 +84,7 @@ pub fn until(ctx: &ExecutorContext, message: &Message) -> Option<DateTime<Utc>> 
 /// when it was handed back (a shutdown).
 pub async fn wait(
     ctx: &ExecutorContext,
-    message: &Message,
+    message: &Delivery,
     fire_at: DateTime<Utc>,
     permits: &Arc<Semaphore>,
     hand_back: &CancellationToken,
@@ -106,21 +115,49 @@ pub async fn wait(
     })
     .await;
     match slot {
+        // A lease lost while it waited: nothing more is done with it here.
+        Some(permit) if !message.is_ours() => {
+            drop(permit);
+            None
+        }
         Some(permit) => permit,
         None => {
-            let _ = message.ack_with(AckKind::Nak(None)).await;
+            message.settle(AckKind::Nak(None)).await;
             None
         }
     }
 }
 
-/// Sleep until `fire_at` in steps of the progress interval, keeping the
-/// message alive; `false` when it was handed back. At a shutdown an event
-/// due within [`HAND_BACK_AHEAD`] and the grace is held on, to be run
-/// here, unless the grace ends first.
+/// How long past its instant a held fire's lease must reach without a
+/// keep-alive: the call and the outcome of a quick target (a longer run
+/// keeps it alive itself).
+const LEASE_PAST_INSTANT: Duration = Duration::from_secs(1);
+
+/// When a held delivery must be kept alive for its lease to reach past its
+/// `instant` (`None`: it reaches already). As early as that keep-alive
+/// reaches (so that if this executor dies, the fire comes to another one
+/// soon after its instant, not an ack wait after a keep-alive sent just
+/// before it), and before the lease runs out meanwhile.
+fn keep_alive_at(lease: &Lease, instant: Instant) -> Option<Instant> {
+    let needed_until = instant + LEASE_PAST_INSTANT;
+    if lease.holds_at(needed_until) {
+        return None;
+    }
+    let reaching_from = (needed_until + lease.margin())
+        .checked_sub(lease.ack_wait())
+        .unwrap_or(instant);
+    Some(reaching_from.max(Instant::now()).min(lease.renew_by()))
+}
+
+/// Sleep until `fire_at` (in steps of at most the progress interval, so a
+/// wall clock that jumps is followed), keeping the delivery alive when its
+/// lease would not reach past the instant; `false` when it was handed back,
+/// or its lease ran out. At a shutdown an event due within
+/// [`HAND_BACK_AHEAD`] and the grace is held on, to be run here, unless the
+/// grace ends first.
 pub(crate) async fn hold_until(
     ctx: &ExecutorContext,
-    message: &Message,
+    message: &Delivery,
     fire_at: DateTime<Utc>,
     hand_back: &CancellationToken,
 ) -> bool {
@@ -128,16 +165,22 @@ pub(crate) async fn hold_until(
     loop {
         let left = time_left(ctx, fire_at);
         if left.is_zero() {
-            return true;
+            return message.is_ours();
         }
-        let step = left.min(ctx.config.progress_interval);
+        let instant = Instant::now() + left;
+        let keep_by = keep_alive_at(message.lease(), instant);
+        let wake = keep_by.map_or(instant, |by| by.min(instant));
+        let step = wake
+            .saturating_duration_since(Instant::now())
+            .min(ctx.config.progress_interval);
         // At a shutdown, what is left now: `left` was taken when this step
         // began, up to a progress interval ago. (Handed back with that,
         // events came back that much late.)
         let handing = tokio::select! {
             _ = tokio::time::sleep(step) => {
-                if step < left {
-                    let _ = message.ack_with(AckKind::Progress).await;
+                let keep_now = keep_by.is_some_and(|by| Instant::now() >= by);
+                if keep_now && !message.keep_until(instant + LEASE_PAST_INSTANT).await {
+                    return false;
                 }
                 continue;
             }
@@ -152,7 +195,7 @@ pub(crate) async fn hold_until(
                     delay_ms = delay.map(|d| d.as_millis() as u64),
                     "shutting down, handing a held due event back"
                 );
-                let _ = message.ack_with(AckKind::Nak(delay)).await;
+                message.settle(AckKind::Nak(delay)).await;
                 return false;
             }
             AtShutdown::RunHere => {
@@ -166,6 +209,29 @@ pub(crate) async fn hold_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_fire_is_kept_alive_only_when_its_lease_would_not_reach_past_its_instant() {
+        let secs = Duration::from_secs;
+        let now = Instant::now();
+        // Pulled 10 s ahead with a 15 s ack wait: 5 s left at the instant.
+        let fresh = Lease::new(now, secs(15));
+        assert_eq!(keep_alive_at(&fresh, now + secs(10)), None);
+        // Its pull request waited 5 s at the server first: kept alive at
+        // once, so the lease then ends 5 s after the instant.
+        let late = Lease::new(now - secs(5), secs(15));
+        assert_eq!(keep_alive_at(&late, now + secs(10)), Some(now));
+        // Held a minute: kept alive as its lease runs out, until the
+        // keep-alive that reaches past the instant can be sent (12 s before it).
+        let long = Lease::new(now, secs(15));
+        assert_eq!(keep_alive_at(&long, now + secs(60)), Some(now + secs(12)));
+        let reaching = Lease::new(now + secs(47), secs(15));
+        assert_eq!(
+            keep_alive_at(&reaching, now + secs(60)),
+            Some(now + secs(48)),
+            "the last keep-alive, 12 s before the instant"
+        );
+    }
 
     #[test]
     fn a_held_event_far_off_comes_back_ahead_and_one_due_soon_runs_here_within_the_grace() {

@@ -56,6 +56,7 @@ use tracing::{debug, warn};
 
 pub use crate::instant_replies::Dispatched;
 use crate::instant_replies::{number_of, Out, BURST_WAIT};
+use crate::lease::Lease;
 use crate::ExecutorContext;
 
 const WAITING: u8 = 0;
@@ -71,6 +72,8 @@ pub struct Booked {
     message: OutboundMessage,
     state: Arc<AtomicU8>,
     answer: oneshot::Sender<Dispatched>,
+    /// The lease of the delivery that booked it: not sent once it is gone.
+    lease: Arc<Lease>,
 }
 
 /// An attempt's booked call; dropping it withdraws the call if it was not
@@ -146,6 +149,7 @@ impl InstantCalls {
         subject: Subject,
         headers: HeaderMap,
         payload: Bytes,
+        lease: Arc<Lease>,
     ) -> Option<Booking> {
         let number = self.numbers.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(AtomicU8::new(WAITING));
@@ -161,6 +165,7 @@ impl InstantCalls {
             },
             state: Arc::clone(&state),
             answer,
+            lease,
         };
         self.bookings.send((at, booked)).ok()?;
         Some(Booking {
@@ -216,6 +221,14 @@ pub async fn dispatch(
                         .compare_exchange(WAITING, SENT, Ordering::AcqRel, Ordering::Acquire)
                         .is_err()
                     {
+                        continue;
+                    }
+                    // The last look before the call: a delivery that
+                    // stalled past its lease may be another's by now.
+                    if !call.lease.holds() {
+                        let _ = call.answer.send(Dispatched::Withheld(
+                            "the delivery's lease ran out before its instant's call".into(),
+                        ));
                         continue;
                     }
                     match ctx.kill_markers.known(&call.run_id) {
@@ -354,11 +367,15 @@ async fn call_after_reading_kill(ctx: Arc<ExecutorContext>, call: Booked) {
         run_id,
         message,
         mut answer,
+        lease,
         ..
     } = call;
     let call = async {
         match ctx.kill_markers.requested(&ctx.running, &run_id).await {
             Ok(Some(marker)) => Dispatched::Killed(marker),
+            Ok(None) if !lease.holds() => Dispatched::Withheld(
+                "the delivery's lease ran out before its instant's call".into(),
+            ),
             Ok(None) => {
                 let mut request = Request::new().payload(message.payload).timeout(None);
                 if let Some(headers) = message.headers {

@@ -27,6 +27,9 @@ pub enum Dispatched {
     Killed(KillMarker),
     /// Not sent: the kill request could not be looked up.
     Unchecked(String),
+    /// Not sent, for the reason given: the delivery's lease ran out
+    /// ([`crate::lease`]).
+    Withheld(String),
 }
 
 /// A call sent and not answered yet.

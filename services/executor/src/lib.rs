@@ -38,6 +38,7 @@ pub mod instant_calls;
 mod instant_replies;
 mod kept_alive;
 pub mod kill_markers;
+pub mod lease;
 pub mod mail;
 pub mod notify;
 pub mod run_events;
@@ -124,6 +125,10 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 2048;
 /// still to come are not free for held fires to book their calls with.
 const PULL_BATCH: usize = 256;
 
+/// Default consumer ack wait on one node: the lookahead there (1.5 s) and
+/// 5 s (`jetcron executor` takes 15 s on a cluster, `--ack-wait`).
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_millis(6_500);
+
 /// Default cap on kept output: 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
 
@@ -134,8 +139,8 @@ impl Default for ExecutorConfig {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             shell: ShellOptions::default(),
-            ack_wait: Duration::from_secs(30),
-            progress_interval: Duration::from_secs(10),
+            ack_wait: DEFAULT_ACK_WAIT,
+            progress_interval: DEFAULT_ACK_WAIT / 3,
             shutdown_grace: Duration::from_secs(30),
             pools: vec![subjects::DEFAULT_POOL.to_string()],
             notify_backoff: Duration::from_secs(1),
@@ -440,27 +445,37 @@ async fn log_exit(name: &'static str, task: impl std::future::Future<Output = an
     }
 }
 
-/// The durable consumer of one pool.
+/// The durable consumer of one pool, with this executor's ack wait (an
+/// older consumer's is changed to it: the default went from 30 s to the
+/// lookahead and 5 s).
 async fn pool_consumer(
     stream: &jetstream::stream::Stream,
     pool: &str,
     config: &ExecutorConfig,
 ) -> topology::Result<jetstream::consumer::PullConsumer> {
     let name = subjects::executor_consumer(pool);
-    topology::ensure_consumer(
-        stream,
-        pull::Config {
-            durable_name: Some(name),
-            description: Some(format!("jetcron executors of pool {pool}")),
-            filter_subject: subjects::due_pool_filter(pool),
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: config.ack_wait,
-            max_deliver: -1,
-            max_ack_pending: 10_000,
-            ..Default::default()
-        },
-    )
-    .await
+    let wanted = pull::Config {
+        durable_name: Some(name),
+        description: Some(format!("jetcron executors of pool {pool}")),
+        filter_subject: subjects::due_pool_filter(pool),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: config.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: 10_000,
+        ..Default::default()
+    };
+    let mut consumer = topology::ensure_consumer(stream, wanted.clone()).await?;
+    let had = consumer.cached_info().config.ack_wait;
+    if had != config.ack_wait {
+        consumer = topology::update_consumer(stream, wanted).await?;
+        info!(
+            pool,
+            from_ms = had.as_millis() as u64,
+            to_ms = config.ack_wait.as_millis() as u64,
+            "changed the pool consumer's ack wait to this executor's --ack-wait"
+        );
+    }
+    Ok(consumer)
 }
 
 /// How long a pull request waits at the server for due events. A loop
@@ -470,6 +485,14 @@ async fn pool_consumer(
 /// another test, an orphaned shell finishing its command, for a reason not
 /// found; it passed 10 of 10 with 5 s.)
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+/// How long a pull request waits with leases counted at `ack_wait`: at most
+/// a third of it. A delivery's lease counts from when its request was sent
+/// ([`lease`]), so a message that came at the end of a request waiting
+/// longer (5 s, with a 3 s ack wait) was born with its lease run out.
+fn pull_expires(ack_wait: Duration) -> Duration {
+    PULL_EXPIRES.min(ack_wait / 3)
+}
 
 /// When a pull loop stops, and when the fires it holds are handed back:
 /// only after every pull loop stopped (see [`run`]).
@@ -489,7 +512,7 @@ struct PullStops {
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pool: String,
-    consumer: jetstream::consumer::Consumer<pull::Config>,
+    mut consumer: jetstream::consumer::Consumer<pull::Config>,
     max_batch: usize,
     permits: Arc<Semaphore>,
     tasks: TaskTracker,
@@ -501,6 +524,7 @@ async fn pull_loop(
     } = stops;
     let mut delay = RetryDelay::nats();
     let mut failures = LogLimiter::per_10s();
+    let ack_wait = lease_ack_wait(&mut consumer, &ctx.config, &pool);
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -521,12 +545,15 @@ async fn pull_loop(
         // is away, and a stop must not wait for NATS to come back. Given up
         // there, the request was not sent (the queue's send is cancel-safe),
         // so no due event goes to a subscription nobody reads.
+        // The server hands nothing out for this request before it is sent:
+        // the leases of what it brings count from here.
+        let requested_at = tokio::time::Instant::now();
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
             batch = consumer
                 .batch()
                 .max_messages(reserved.len())
-                .expires(PULL_EXPIRES)
+                .expires(pull_expires(ack_wait))
                 .messages() => batch,
         };
         let mut messages = match batch {
@@ -561,14 +588,16 @@ async fn pull_loop(
                 Some(Ok(message)) => {
                     delay.reset();
                     failures.reset();
+                    let message =
+                        lease::Delivery::pulled(message, requested_at, ack_wait, ctx.nats.clone());
                     let Some(permit) = reserved.pop() else {
                         // More than asked for: hand it straight back.
-                        let _ = message.ack_with(jetstream::AckKind::Nak(None)).await;
+                        message.settle(jetstream::AckKind::Nak(None)).await;
                         continue;
                     };
                     let ctx = ctx.clone();
                     // Stored ahead: held without a slot, prepared meanwhile.
-                    let slot = match hold::until(&ctx, &message) {
+                    let slot = match hold::until(&ctx, message.message()) {
                         Some(fire_at) => attempt::Slot::At {
                             fire_at,
                             permits: permits.clone(),
@@ -599,10 +628,30 @@ async fn pull_loop(
     }
 }
 
+/// The ack wait the leases of `consumer`'s deliveries count with: the
+/// consumer's own (it may have been made by an executor with another
+/// `--ack-wait`), or this executor's when that is shorter.
+fn lease_ack_wait(
+    consumer: &mut jetstream::consumer::Consumer<pull::Config>,
+    config: &ExecutorConfig,
+    pool: &str,
+) -> Duration {
+    let consumers = consumer.cached_info().config.ack_wait;
+    if consumers != config.ack_wait {
+        warn!(
+            pool,
+            consumer_ack_wait_ms = consumers.as_millis() as u64,
+            ack_wait_ms = config.ack_wait.as_millis() as u64,
+            "the pool's consumer has another ack wait than this executor's --ack-wait; give every executor of a pool the same"
+        );
+    }
+    consumers.min(config.ack_wait)
+}
+
 /// One attempt, counted in `jetcron_executor_in_flight`. Its in-flight
 /// `permit` is given back as soon as its target returns (see
 /// [`attempt::handle`]).
-async fn run_attempt(ctx: &ExecutorContext, message: jetstream::Message, slot: attempt::Slot) {
+async fn run_attempt(ctx: &ExecutorContext, message: lease::Delivery, slot: attempt::Slot) {
     let in_flight = metrics::gauge!("jetcron_executor_in_flight");
     in_flight.increment(1.0);
     attempt::handle(ctx, message, slot).await;

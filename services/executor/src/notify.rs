@@ -195,7 +195,7 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
         max_event_payload(&ctx.nats),
         &event,
         RECORD_BUDGET,
-        Some(&message),
+        Some(crate::run_events::KeepAlive::Message(&message)),
     )
     .await
     {

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{AckKind, Message};
+
+use crate::lease::Delivery;
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{AttemptOutcome, DueEvent, RunEvent, RunEventKind};
@@ -177,15 +179,21 @@ impl<'a> RunEventPublisher<'a> {
     }
 
     /// Store `event` in `JETCRON_RUNS`, retrying for up to `budget` (and
-    /// keeping `message` alive with progress acks meanwhile).
+    /// keeping `message` alive meanwhile) while the delivery is ours.
     pub async fn publish(
         &self,
         event: &RunEvent,
         budget: Duration,
-        message: &Message,
+        message: &Delivery,
     ) -> anyhow::Result<Stored> {
-        let stored =
-            publish_run_event(&self.js, self.max_payload, event, budget, Some(message)).await;
+        let stored = publish_run_event(
+            &self.js,
+            self.max_payload,
+            event,
+            budget,
+            Some(KeepAlive::Delivery(message)),
+        )
+        .await;
         if matches!(&stored, Ok(s) if !s.duplicate) {
             self.pulse.stored();
         }
@@ -235,17 +243,52 @@ pub fn max_event_payload(client: &async_nats::Client) -> usize {
         .max(16 * 1024)
 }
 
+/// What a run event's store keeps alive while it retries: the message the
+/// event is about must not be handed out again meanwhile.
+#[derive(Clone, Copy)]
+pub enum KeepAlive<'a> {
+    /// A due event's delivery: kept alive when its lease would run out
+    /// during the wait, and nothing is stored once it is gone
+    /// ([`crate::lease`]).
+    Delivery(&'a Delivery),
+    /// Another message (a notification): a progress ack before each wait.
+    Message(&'a Message),
+}
+
+impl KeepAlive<'_> {
+    /// Whether the store may go on.
+    fn may_store(self) -> bool {
+        match self {
+            KeepAlive::Delivery(delivery) => delivery.is_ours(),
+            KeepAlive::Message(_) => true,
+        }
+    }
+
+    /// Keep the message alive through a wait of `wait`.
+    async fn through(self, wait: Duration) {
+        match self {
+            KeepAlive::Delivery(delivery) => {
+                delivery
+                    .keep_until(tokio::time::Instant::now() + wait)
+                    .await;
+            }
+            KeepAlive::Message(message) => {
+                let _ = message.ack_with(AckKind::Progress).await;
+            }
+        }
+    }
+}
+
 /// Store `event` in `JETCRON_RUNS` (`Nats-Msg-Id` = its event id), retrying
-/// with jittered waits (100 ms doubling to 2 s) for up to `budget`, sending
-/// a progress ack for `keep_alive` before each wait (the message the event
-/// is about must not be handed out again meanwhile); output is cut to fit
-/// `max_payload`.
+/// with jittered waits (100 ms doubling to 2 s) for up to `budget`, keeping
+/// `keep_alive` alive through each wait; output is cut to fit `max_payload`.
+/// A delivery whose lease ran out stores nothing more.
 pub async fn publish_run_event(
     js: &async_nats::jetstream::Context,
     max_payload: usize,
     event: &RunEvent,
     budget: Duration,
-    keep_alive: Option<&Message>,
+    keep_alive: Option<KeepAlive<'_>>,
 ) -> anyhow::Result<Stored> {
     let payload: bytes::Bytes = fit_to_payload(event, max_payload)?.into();
     let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
@@ -253,6 +296,11 @@ pub async fn publish_run_event(
     let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut tries = 0u32;
     loop {
+        anyhow::ensure!(
+            keep_alive.is_none_or(KeepAlive::may_store),
+            "run event {} not stored: the delivery's lease ran out",
+            event.event_id
+        );
         tries += 1;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.event_id.as_str());
@@ -283,8 +331,8 @@ pub async fn publish_run_event(
                 started.elapsed().as_millis()
             )));
         }
-        if let Some(message) = keep_alive {
-            let _ = message.ack_with(AckKind::Progress).await;
+        if let Some(keep_alive) = keep_alive {
+            keep_alive.through(wait).await;
         }
         tokio::time::sleep(wait).await;
     }

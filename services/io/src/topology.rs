@@ -683,6 +683,23 @@ pub async fn ensure_consumer(
         })
 }
 
+/// Change the settings of an existing durable pull consumer.
+pub async fn update_consumer(
+    stream: &stream::Stream,
+    config: jetstream::consumer::pull::Config,
+) -> Result<jetstream::consumer::PullConsumer> {
+    let name = config.durable_name.clone().unwrap_or_default();
+    stream.update_consumer(config).await.map_err(|e| {
+        TopologyError::unavailable(
+            format!(
+                "update consumer {name} on stream {}",
+                stream.cached_info().config.name
+            ),
+            e,
+        )
+    })
+}
+
 impl<'a> Wanted<'a> {
     /// A stream that must capture every subject of its configuration.
     fn stream(config: &'a stream::Config) -> Self {

@@ -209,6 +209,13 @@ pub fn default_lookahead(replicas: usize) -> Duration {
     }
 }
 
+/// The executors' ack wait when none is given: the default lookahead (how
+/// long a fire is held before its instant) and 5 s, so a fire held by an
+/// executor that dies comes to another at most about 5 s after its instant.
+pub fn default_ack_wait(replicas: usize) -> Duration {
+    default_lookahead(replicas) + Duration::from_secs(5)
+}
+
 /// Longest `--lookahead`: fires decided a minute ahead are already a long
 /// time for an edit to wait.
 pub const MAX_LOOKAHEAD: Duration = Duration::from_secs(60);
@@ -242,12 +249,16 @@ pub struct ExecutorArgs {
     )]
     pub pools: Vec<String>,
     /// How long a silent executor keeps a due event before JetStream hands it
-    /// to another (applies when the pool's consumer is created).
-    #[arg(long, env = "JETCRON_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub ack_wait: Duration,
-    /// How often a running attempt tells JetStream (and its overlap claim) it is alive.
-    #[arg(long, env = "JETCRON_PROGRESS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub progress_interval: Duration,
+    /// to another: what bounds how late the fires a dead or stalled executor
+    /// held start elsewhere. Set on the pool's consumer when an executor
+    /// starts; give every executor of a pool the same. Default: the
+    /// lookahead and 5 s (6.5s with --replicas 1, 15s on a cluster).
+    #[arg(long, env = "JETCRON_ACK_WAIT", value_parser = humantime::parse_duration)]
+    pub ack_wait: Option<Duration>,
+    /// How often a running attempt tells JetStream (and its overlap claim)
+    /// it is alive. Default: a third of the ack wait.
+    #[arg(long, env = "JETCRON_PROGRESS_INTERVAL", value_parser = humantime::parse_duration)]
+    pub progress_interval: Option<Duration>,
     /// Base URL of the console for the run links in alerts
     /// (`<url>/ui/runs/<run id>`); `jetcron all` defaults to its own gateway.
     #[arg(long, env = "JETCRON_CONSOLE_URL")]

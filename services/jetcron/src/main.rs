@@ -332,6 +332,9 @@ async fn spawn_executor(
     let calls_client = connect_on_own_thread(common, "executor-calls", shutdown)
         .await?
         .client;
+    let ack_wait = args
+        .ack_wait
+        .unwrap_or_else(|| cli::default_ack_wait(common.replicas));
     let mut config = jetcron_executor::ExecutorConfig {
         calls_client: Some(calls_client),
         lines: process.lines.clone(),
@@ -344,8 +347,8 @@ async fn spawn_executor(
         },
         shutdown_grace: args.shutdown_grace,
         pools: args.pools,
-        ack_wait: args.ack_wait,
-        progress_interval: args.progress_interval,
+        ack_wait,
+        progress_interval: args.progress_interval.unwrap_or(ack_wait / 3),
         topology: topology(common),
         readiness: process.readiness.clone(),
         console_url: args.console_url,

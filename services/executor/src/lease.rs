@@ -1,0 +1,314 @@
+//! A pulled due event's lease: how long it is this executor's to act on.
+//!
+//! JetStream hands a message to another delivery once the consumer's
+//! `ack_wait` has passed since it was delivered or last kept alive, and
+//! nats-server takes an ack, a nak or a progress ack of a message from
+//! whoever sends it, without asking which delivery it answers
+//! (`server/consumer.go`: `progressUpdate`, `processAckMsg`, `processNak`
+//! look the message up by its stream sequence only). An executor that
+//! stalled past that time (SIGSTOP, a paused VM, a swap storm, a debugger)
+//! and woke still holding the message called its target a second time,
+//! recorded a stale `started` or `retrying` after the other delivery's
+//! `succeeded`, and could release the other delivery's overlap claim or
+//! settle its message (issue 39: 228 and 269 fires called twice after a
+//! 40 s pause).
+//!
+//! So every act on a delivery asks its lease first ([`Delivery::is_ours`]).
+//! The lease is counted on this process's monotonic clock, which goes on
+//! counting while the process is stopped, from a moment before which the
+//! server cannot have handed the message to anyone: when the pull request
+//! that brought it was sent, or when a progress ack was sent whose
+//! confirmation came back while the lease still held (the server then had
+//! not handed the message out again, so that ack restarted its wait, at the
+//! moment it was sent or later). A margin covers the time from the check to
+//! the act, and the second by which a consumer's stored state rounds its
+//! timestamps down, which a new consumer leader starts from.
+//!
+//! What a lease cannot cover: a stall that falls between the last check and
+//! the act itself (a few instructions), and a host whose monotonic clock
+//! stops while it is paused (the lease then looks younger than it is).
+//! Targets that must never see an older attempt after a newer one compare
+//! `Jetcron-Attempt`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use jetcron_io::retry::RetryDelay;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// The most a lease's margin is (see [`Lease::margin`]).
+const MAX_MARGIN: Duration = Duration::from_secs(2);
+
+/// The most time a confirmed progress ack is given to come back.
+const MAX_RENEWAL_TIME: Duration = Duration::from_secs(1);
+
+/// How long a nak or term is retried: longer than a leader election (4-9 s),
+/// unless the lease ends first.
+const SETTLE_BUDGET: Duration = Duration::from_secs(20);
+
+/// Until when a delivery is this executor's.
+#[derive(Debug)]
+pub struct Lease {
+    ack_wait: Duration,
+    expires: Mutex<Instant>,
+}
+
+impl Lease {
+    /// A lease on a message the server handed out no earlier than `since`,
+    /// under a consumer whose ack wait is `ack_wait`.
+    pub fn new(since: Instant, ack_wait: Duration) -> Self {
+        Self {
+            ack_wait,
+            expires: Mutex::new(since + ack_wait),
+        }
+    }
+
+    fn expires(&self) -> Instant {
+        *self.expires.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long the server leaves the message to this delivery from now.
+    pub fn left(&self) -> Duration {
+        self.expires().saturating_duration_since(Instant::now())
+    }
+
+    /// What is kept back from the end of the lease: a quarter of the ack
+    /// wait, at most 2 s.
+    pub fn margin(&self) -> Duration {
+        (self.ack_wait / 4).min(MAX_MARGIN)
+    }
+
+    /// How long a renewal is given to be confirmed: a quarter of the ack
+    /// wait, at most 1 s.
+    fn renewal_time(&self) -> Duration {
+        (self.ack_wait / 4).min(MAX_RENEWAL_TIME)
+    }
+
+    /// Whether the message is still this delivery's, with the margin to act.
+    pub fn holds(&self) -> bool {
+        self.left() > self.margin()
+    }
+
+    /// Whether it will still hold at `at` without a renewal.
+    pub fn holds_at(&self, at: Instant) -> bool {
+        self.expires().saturating_duration_since(at) > self.margin()
+    }
+
+    /// The latest moment a renewal can be sent and still be confirmed in
+    /// time to count.
+    pub fn renew_by(&self) -> Instant {
+        self.expires()
+            .checked_sub(self.margin() + self.renewal_time())
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// The server restarted its wait at `sent` or later.
+    fn restarted_at(&self, sent: Instant) {
+        let mut expires = self.expires.lock().unwrap_or_else(|e| e.into_inner());
+        *expires = (*expires).max(sent + self.ack_wait);
+    }
+
+    /// The consumer's ack wait this lease counts with.
+    pub fn ack_wait(&self) -> Duration {
+        self.ack_wait
+    }
+}
+
+/// A pulled due event and its lease: every ack, nak, term and progress ack
+/// of an attempt goes through it, and is not sent once the lease is gone.
+pub struct Delivery {
+    message: Message,
+    lease: Arc<Lease>,
+    /// Where confirmed progress acks are sent (the client's shared inbox,
+    /// not a subscription per ack).
+    client: async_nats::Client,
+    /// The loss was logged (once per delivery).
+    lost: AtomicBool,
+}
+
+impl Delivery {
+    /// `message`, brought by a pull request sent at `requested_at` on a
+    /// consumer whose ack wait is `ack_wait`.
+    pub fn pulled(
+        message: Message,
+        requested_at: Instant,
+        ack_wait: Duration,
+        client: async_nats::Client,
+    ) -> Self {
+        Self {
+            message,
+            lease: Arc::new(Lease::new(requested_at, ack_wait)),
+            client,
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Whether this executor may still act on the delivery. The first
+    /// time it may not, says so: the message may be another delivery's by
+    /// now, and nothing more is done with it here.
+    pub fn is_ours(&self) -> bool {
+        if self.lease.holds() {
+            return true;
+        }
+        if !self.lost.swap(true, Ordering::Relaxed) {
+            metrics::counter!("jetcron_executor_leases_lost_total").increment(1);
+            warn!(
+                ack_wait_ms = self.lease.ack_wait.as_millis() as u64,
+                "this delivery's lease ran out (the executor stalled, or NATS did not confirm it was kept alive): \
+                 JetStream may have handed the fire to another executor, so nothing more is done with it here"
+            );
+        }
+        false
+    }
+
+    /// Tell JetStream the delivery is still worked on, and wait for the
+    /// server to confirm it; `true` while the delivery is ours. A
+    /// confirmation that comes after the lease ended does not renew it: the
+    /// message may have been handed out again before the server took it.
+    pub async fn keep_alive(&self) -> bool {
+        if !self.is_ours() {
+            return false;
+        }
+        let Some(reply) = self.message.reply.clone() else {
+            return self.is_ours();
+        };
+        let sent = Instant::now();
+        let wait = self.lease.left().saturating_sub(self.lease.margin());
+        let confirmed =
+            tokio::time::timeout(wait, self.client.request(reply, AckKind::Progress.into())).await;
+        match confirmed {
+            Ok(Ok(_)) if self.lease.holds() => self.lease.restarted_at(sent),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => info!(error = %e, "progress ack not confirmed"),
+            Err(_) => info!(
+                waited_ms = wait.as_millis() as u64,
+                "progress ack not confirmed in time"
+            ),
+        }
+        self.is_ours()
+    }
+
+    /// Keep the delivery alive, if its lease would otherwise not reach
+    /// `until` with its margin; `true` while it is ours.
+    pub async fn keep_until(&self, until: Instant) -> bool {
+        if self.lease.holds_at(until) {
+            return self.is_ours();
+        }
+        self.keep_alive().await
+    }
+
+    /// Keep the delivery alive every `every`, and sooner when its lease
+    /// would otherwise run out: while an attempt runs or waits. Never ends.
+    pub async fn keep_alive_every(&self, every: Duration) -> std::convert::Infallible {
+        let mut next = Instant::now() + every;
+        loop {
+            tokio::time::sleep_until(next.min(self.lease.renew_by())).await;
+            if !self.keep_alive().await {
+                // Nothing keeps a lost lease: wait for the attempt to end.
+                std::future::pending::<()>().await;
+            }
+            next = Instant::now() + every;
+        }
+    }
+
+    /// Settle the message, unless the lease is gone. An ack is sent once,
+    /// unconfirmed: every ack follows a stored outcome (or a run found
+    /// ended), so a delivery that comes again because its ack was lost finds
+    /// the run ended and is settled without a call (docs/architecture.md,
+    /// "What one run costs"). A nak or term waits for the server's
+    /// confirmation and is retried while it does not come (the consumer's
+    /// leader is being elected) and the lease holds: a lost nak would bring
+    /// the retry back after `ack_wait` instead of its backoff.
+    pub async fn settle(&self, kind: AckKind) {
+        if !self.is_ours() {
+            return;
+        }
+        if matches!(kind, AckKind::Ack | AckKind::Progress) {
+            if let Err(e) = self.message.ack_with(kind).await {
+                if matches!(kind, AckKind::Ack) {
+                    warn!(error = %e, "cannot send the ack; the message will be handed out again");
+                }
+            }
+            return;
+        }
+        let started = Instant::now();
+        let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
+        loop {
+            let error = match self.message.double_ack_with(kind).await {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            let wait = delay.next_delay();
+            if started.elapsed() + wait > SETTLE_BUDGET
+                || !self.lease.holds_at(Instant::now() + wait)
+            {
+                warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
+                return;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_holds_until_its_margin_before_the_ack_wait_ends() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(10));
+        assert_eq!(lease.margin(), Duration::from_secs(2));
+        assert!(lease.holds());
+        tokio::time::advance(Duration::from_millis(7_900)).await;
+        assert!(lease.holds(), "2.1 s left");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(!lease.holds(), "1.9 s left is within the margin");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_ack_wait_keeps_a_quarter_back() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(3));
+        assert_eq!(lease.margin(), Duration::from_millis(750));
+        assert_eq!(lease.renewal_time(), Duration::from_millis(750));
+        assert_eq!(
+            lease.renew_by(),
+            Instant::now() + Duration::from_millis(1_500)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_counts_from_when_it_was_sent_and_never_shortens() {
+        let start = Instant::now();
+        let lease = Lease::new(start, Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        lease.restarted_at(start + Duration::from_secs(5));
+        assert_eq!(lease.left(), Duration::from_secs(9));
+        lease.restarted_at(start + Duration::from_secs(1));
+        assert_eq!(
+            lease.left(),
+            Duration::from_secs(9),
+            "an older renewal changes nothing"
+        );
+        assert!(lease.holds_at(start + Duration::from_millis(12_900)));
+        assert!(!lease.holds_at(start + Duration::from_millis(13_100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_past_the_ack_wait_loses_the_lease() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(15));
+        tokio::time::advance(Duration::from_secs(40)).await;
+        assert!(!lease.holds());
+        assert_eq!(lease.left(), Duration::ZERO);
+    }
+}
