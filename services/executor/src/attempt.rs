@@ -758,6 +758,9 @@ async fn supervise(
     if booked.is_none() && !message.is_ours() {
         return Ending::NotCalled("the delivery's lease ran out before the call".into());
     }
+    if booked.is_none() && !ctx.config.clock_check.trusted() {
+        return Ending::NotCalled("this host's clock is not trusted (--max-clock-offset)".into());
+    }
     let work = match booked {
         // The timeout counts from the instant the call is sent.
         Some(call) => futures::future::Either::Left(tokio::time::timeout(

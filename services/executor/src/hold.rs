@@ -165,6 +165,12 @@ pub(crate) async fn hold_until(
     loop {
         let left = time_left(ctx, fire_at);
         if left.is_zero() {
+            if !ctx.config.clock_check.trusted() {
+                // Its instant by a clock that is off: handed back, for an
+                // executor whose clock agrees with the servers'.
+                message.settle(AckKind::Nak(None)).await;
+                return false;
+            }
             return message.is_ours();
         }
         let instant = Instant::now() + left;

@@ -225,10 +225,8 @@ pub async fn dispatch(
                     }
                     // The last look before the call: a delivery that
                     // stalled past its lease may be another's by now.
-                    if !call.lease.holds() {
-                        let _ = call.answer.send(Dispatched::Withheld(
-                            "the delivery's lease ran out before its instant's call".into(),
-                        ));
+                    if let Some(why) = withheld(&ctx, &call.lease) {
+                        let _ = call.answer.send(Dispatched::Withheld(why));
                         continue;
                     }
                     match ctx.kill_markers.known(&call.run_id) {
@@ -373,9 +371,9 @@ async fn call_after_reading_kill(ctx: Arc<ExecutorContext>, call: Booked) {
     let call = async {
         match ctx.kill_markers.requested(&ctx.running, &run_id).await {
             Ok(Some(marker)) => Dispatched::Killed(marker),
-            Ok(None) if !lease.holds() => Dispatched::Withheld(
-                "the delivery's lease ran out before its instant's call".into(),
-            ),
+            Ok(None) if withheld(&ctx, &lease).is_some() => {
+                Dispatched::Withheld(withheld(&ctx, &lease).unwrap_or_default())
+            }
             Ok(None) => {
                 let mut request = Request::new().payload(message.payload).timeout(None);
                 if let Some(headers) = message.headers {
@@ -392,6 +390,19 @@ async fn call_after_reading_kill(ctx: Arc<ExecutorContext>, call: Booked) {
         }
         _ = answer.closed() => {}
     }
+}
+
+/// Why a booked call must not go out now, if it must not: its delivery's
+/// lease ran out (the executor stalled), or this host's clock is not
+/// trusted (its instant may not have come).
+fn withheld(ctx: &ExecutorContext, lease: &Lease) -> Option<String> {
+    if !lease.holds() {
+        return Some("the delivery's lease ran out before its instant's call".into());
+    }
+    if !ctx.config.clock_check.trusted() {
+        return Some("this host's clock is not trusted (--max-clock-offset)".into());
+    }
+    None
 }
 
 /// How long before an instant the dispatcher stops sleeping on tokio's

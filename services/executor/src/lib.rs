@@ -113,6 +113,10 @@ pub struct ExecutorConfig {
     /// The process's one read of the jobs bucket, for the chain index (by
     /// default its own, which decodes only chained jobs).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
+    /// This host's clock against the NATS servers': while it is not
+    /// trusted the executor pulls nothing and calls no held fire (off by
+    /// default, for tests that drive time by hand).
+    pub clock_check: jetcron_io::clock_check::ClockCheck,
 }
 
 /// Default of the most attempts running at once: a burst of 1,000 held
@@ -152,6 +156,7 @@ impl Default for ExecutorConfig {
             calls_client: None,
             lines: Default::default(),
             jobs_feed: jetcron_io::job_feed::JobFeed::chains_only(),
+            clock_check: jetcron_io::clock_check::ClockCheck::off(),
         }
     }
 }
@@ -354,6 +359,18 @@ pub async fn run(
         async move { ctx.kill_markers.follow(&ctx.running, &stop).await }
     });
     helpers.spawn({
+        let (check, js, stop) = (
+            ctx.config.clock_check.clone(),
+            ctx.js.clone(),
+            helpers_stop.clone(),
+        );
+        async move {
+            check
+                .follow(js, subjects::DUE_STREAM.to_string(), stop)
+                .await
+        }
+    });
+    helpers.spawn({
         let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
         async move { ctx.completions.route(completion_subscription, stop).await }
     });
@@ -478,6 +495,9 @@ async fn pool_consumer(
     Ok(consumer)
 }
 
+/// How often a pull loop looks again at a clock that is not trusted.
+const CLOCK_RECHECK: Duration = Duration::from_millis(500);
+
 /// How long a pull request waits at the server for due events. A loop
 /// that stops reads its open request to its end, so this bounds what a
 /// stop waits for; an idle executor asks again this often. (1 s made
@@ -526,6 +546,14 @@ async fn pull_loop(
     let mut failures = LogLimiter::per_10s();
     let ack_wait = lease_ack_wait(&mut consumer, &ctx.config, &pool);
     while !shutdown.is_cancelled() {
+        if !ctx.config.clock_check.trusted() {
+            // Nothing is pulled on a clock that is off: another executor
+            // holds the fires meanwhile.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(CLOCK_RECHECK) => continue,
+            }
+        }
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
             permit = permits.clone().acquire_owned() => match permit {

@@ -16,8 +16,12 @@
 //! - [`clickhouse_schema`]: the rows jetcron writes to ClickHouse and the
 //!   DDL of `schemas/clickhouse/`, applied at start.
 //! - [`nats_connect`]: server lists, credentials and TLS as connect options.
+//! - [`nats_failover`]: leaves a NATS server that hangs or is cut off from
+//!   its cluster (fast pings, a JetStream question each second).
 //! - [`retry`]: how every loop waits between tries (jittered, growing) and
 //!   how often it says so.
+//! - [`clock_check`]: whether this host's wall clock agrees with the NATS
+//!   servers' (a skewed host takes no shard and calls no fire).
 //! - [`readiness`]: which services of a process have verified their
 //!   topology, for `/readyz`.
 //! - [`telemetry`] sets up `tracing`, [`prometheus`] the metrics registry.
@@ -27,11 +31,13 @@
 
 pub mod bucket_follow;
 pub mod clickhouse_schema;
+pub mod clock_check;
 pub mod control;
 pub mod due;
 pub mod job_events;
 pub mod job_feed;
 pub mod nats_connect;
+pub mod nats_failover;
 pub mod notify;
 pub mod prometheus;
 pub mod readiness;

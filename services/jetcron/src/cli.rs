@@ -124,6 +124,17 @@ pub struct CommonArgs {
     /// Replicas of the streams and bucket jetcron creates (3 on a NATS cluster).
     #[arg(long, env = "JETCRON_REPLICAS", default_value_t = 1, global = true)]
     pub replicas: usize,
+    /// How often each NATS connection pings its server when nothing else
+    /// comes from it; three unanswered and the connection moves to another
+    /// server (a hung server is left within about three of these).
+    #[arg(long, env = "JETCRON_NATS_PING_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    pub nats_ping_interval: Duration,
+    /// Most this host's clock may be off from the NATS servers' (read from
+    /// JetStream's answers every 2 s). Off by more, a ticker takes no shard
+    /// and an executor calls no fire until it is back, and `/readyz` says
+    /// so: no fire is called early or stored early because of a skewed host.
+    #[arg(long, env = "JETCRON_MAX_CLOCK_OFFSET", default_value = "500ms", value_parser = humantime::parse_duration, global = true)]
+    pub max_clock_offset: Duration,
     /// Log format: text or json.
     #[arg(
         long,

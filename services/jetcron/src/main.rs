@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use jetcron_core::clock::SystemClock;
 use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::clock_check::ClockCheck;
 use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::telemetry;
@@ -96,9 +97,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Executor(_) => jetcron_io::job_feed::JobFeed::chains_only(),
         _ => jetcron_io::job_feed::JobFeed::new(1),
     };
+    // Only the ticker and the executor act on the wall clock's instants.
+    let clock_check = if matches!(
+        command,
+        Command::All(_) | Command::Ticker(_) | Command::Executor(_)
+    ) {
+        ClockCheck::new(
+            common.max_clock_offset,
+            Arc::new(SystemClock),
+            readiness.clone(),
+        )
+    } else {
+        ClockCheck::off()
+    };
     let process = Process {
         common: &common,
         readiness: &readiness,
+        clock_check: &clock_check,
         lines: &lines,
         jobs_feed: &jobs_feed,
         shutdown: &shutdown,
@@ -165,14 +180,25 @@ async fn connect(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<async_nats::Client> {
     let auth = common.nats_auth();
-    let options = auth
-        .connect_options()
-        .context("NATS connection options")?
-        .name(format!("jetcron-{name}"));
+    // Fast pings and a JetStream question each second: a connection leaves
+    // a server that hangs or is cut off from its cluster within seconds.
+    let failover = jetcron_io::nats_failover::Failover::default();
+    let options = failover.apply(
+        auth.connect_options()
+            .context("NATS connection options")?
+            .name(format!("jetcron-{name}")),
+        common.nats_ping_interval,
+    );
     let mut delay = Duration::from_millis(200);
     loop {
         match options.clone().connect(common.nats_url.servers()).await {
-            Ok(client) => return Ok(client),
+            Ok(client) => {
+                tokio::spawn({
+                    let (client, stop) = (client.clone(), shutdown.clone());
+                    async move { failover.watch(client, stop).await }
+                });
+                return Ok(client);
+            }
             Err(e) if refused(&e) => {
                 return Err(e).with_context(|| {
                     format!(
@@ -256,6 +282,8 @@ fn refused(error: &async_nats::ConnectError) -> bool {
 struct Process<'a> {
     common: &'a CommonArgs,
     readiness: &'a Readiness,
+    /// This host's clock against the NATS servers', for the ticker and the executor.
+    clock_check: &'a ClockCheck,
     /// Parsed schedule lines, one set for every service of the process.
     lines: &'a jetcron_core::schedule_lines::SharedLines,
     /// The one read of the jobs bucket its services share.
@@ -304,6 +332,7 @@ async fn spawn_ticker(
         jobs_feed: process.jobs_feed.clone(),
         lease_thread: Some(lease_thread),
         snapshot_every: args.snapshot_every,
+        clock_check: process.clock_check.clone(),
         ..Default::default()
     };
     if let Some(id) = args.replica_id {
@@ -353,6 +382,7 @@ async fn spawn_executor(
         readiness: process.readiness.clone(),
         console_url: args.console_url,
         smtp_ca_file: args.smtp_ca_file,
+        clock_check: process.clock_check.clone(),
         ..Default::default()
     };
     anyhow::ensure!(

@@ -47,6 +47,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
+use jetcron_io::clock_check::ClockCheck;
 use jetcron_io::job_feed::JobFeed;
 use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
@@ -102,6 +103,10 @@ pub struct TickerConfig {
     /// instead of the whole bucket ([`snapshot`]). Zero: none written or
     /// read.
     pub snapshot_every: Duration,
+    /// This host's clock against the NATS servers': while it is not
+    /// trusted the replica holds no shard (off by default, for tests that
+    /// drive time by hand).
+    pub clock_check: ClockCheck,
 }
 
 impl Default for TickerConfig {
@@ -119,6 +124,7 @@ impl Default for TickerConfig {
             readiness: Readiness::default(),
             lease_thread: None,
             snapshot_every: snapshots::DEFAULT_EVERY,
+            clock_check: ClockCheck::off(),
         }
     }
 }
@@ -234,8 +240,20 @@ pub async fn run(
         watch_stop.clone(),
     ));
 
-    let leases = Leases::default();
+    let leases = Leases::with_clock_check(config.clock_check.clone());
     let ownership_stop = CancellationToken::new();
+    tokio::spawn({
+        let (check, js, stop) = (
+            config.clock_check.clone(),
+            js.clone(),
+            ownership_stop.clone(),
+        );
+        async move {
+            check
+                .follow(js, jetcron_core::subjects::DUE_STREAM.to_string(), stop)
+                .await
+        }
+    });
     let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
     let (own_tx, mut ownership_changes) = tokio::sync::mpsc::channel(64);
     let ownership = Ownership::new(

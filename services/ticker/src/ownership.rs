@@ -38,6 +38,7 @@ use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
 use jetcron_core::clock::Clock;
+use jetcron_io::clock_check::ClockCheck;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -80,6 +81,9 @@ struct LeaseTable {
 #[derive(Debug, Clone, Default)]
 pub struct Leases {
     table: Arc<Mutex<LeaseTable>>,
+    /// This host's clock against the servers': no lease is valid while it
+    /// is not trusted.
+    clock_check: ClockCheck,
 }
 
 impl Leases {
@@ -87,12 +91,27 @@ impl Leases {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether this replica may publish fires of `shard` now.
+    /// Leases checked against `clock_check` as well.
+    pub fn with_clock_check(clock_check: ClockCheck) -> Self {
+        Self {
+            clock_check,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this replica may publish fires of `shard` now: its lease is
+    /// current and this host's clock is trusted.
     pub fn is_valid(&self, shard: u32) -> bool {
         self.lock()
             .valid_until
             .get(&shard)
             .is_some_and(|until| *until > Instant::now())
+            && self.clock_check.trusted()
+    }
+
+    /// Whether this host's clock may be acted on now.
+    fn clock_trusted(&self) -> bool {
+        self.clock_check.trusted()
     }
 
     /// Record that every fire of `shard` scheduled up to `done` is stored,
@@ -217,6 +236,8 @@ pub struct Ownership {
     failures: jetcron_io::retry::LogLimiter,
     /// Live replicas as last counted (a round whose listing is slow uses it).
     live_replicas: u32,
+    /// Shards and heartbeat were handed over for an untrusted clock.
+    clock_sat_out: bool,
 }
 
 impl Ownership {
@@ -244,6 +265,7 @@ impl Ownership {
             orphans_taken_at: None,
             failures: jetcron_io::retry::LogLimiter::per_10s(),
             live_replicas: 1,
+            clock_sat_out: false,
         }
     }
 
@@ -297,6 +319,11 @@ impl Ownership {
 
     async fn round(&mut self, ready: bool) -> anyhow::Result<()> {
         let now = Instant::now();
+        if !self.leases.clock_trusted() {
+            self.sit_out_for_the_clock().await;
+            return Ok(());
+        }
+        self.clock_sat_out = false;
         if let Some(until) = self.sitting_out_until {
             if now < until {
                 return Ok(());
@@ -452,6 +479,33 @@ impl Ownership {
         let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
         self.leases.set_publish_failing_since(None);
         self.sitting_out_until = Some(Instant::now() + self.options.ttl);
+    }
+
+    /// This host's clock is not trusted ([`ClockCheck`]): hand every shard
+    /// and the heartbeat over (once), and take none until it is.
+    async fn sit_out_for_the_clock(&mut self) {
+        if self.clock_sat_out {
+            return;
+        }
+        if !self.owned.is_empty() {
+            warn!(
+                shards = self.owned.len(),
+                "this host's clock cannot be trusted, handing shards to other replicas until it can"
+            );
+        }
+        let shards: Vec<u32> = self.owned.keys().copied().collect();
+        for shard in shards {
+            self.release(shard).await;
+            let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
+        }
+        if self
+            .bucket
+            .delete(replica_key(&self.replica_id))
+            .await
+            .is_ok()
+        {
+            self.clock_sat_out = true;
+        }
     }
 
     fn record_bytes(&self, owner: &str, done: DateTime<Utc>) -> bytes::Bytes {
