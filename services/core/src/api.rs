@@ -33,6 +33,9 @@ pub enum ErrorCode {
     Unauthorized,
     /// A dependency (NATS, ClickHouse) is not reachable.
     Unavailable,
+    /// The run history (ClickHouse) did not answer in time or failed; job
+    /// definitions and writes are not affected.
+    HistoryUnavailable,
     /// A bug or an unexpected failure.
     Internal,
 }
@@ -48,6 +51,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::HistoryUnavailable => "history_unavailable",
             ErrorCode::Internal => "internal",
         }
     }
@@ -60,7 +64,7 @@ impl ErrorCode {
             ErrorCode::Conflict | ErrorCode::LimitExceeded => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unauthorized => 401,
-            ErrorCode::Unavailable => 503,
+            ErrorCode::Unavailable | ErrorCode::HistoryUnavailable => 503,
             ErrorCode::Internal => 500,
         }
     }
@@ -153,6 +157,12 @@ impl ApiError {
     /// message is `source` with its causes, and `source` is kept.
     pub fn unavailable(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
         Self::new(ErrorCode::Unavailable, String::new()).caused_by(source)
+    }
+
+    /// The run history (ClickHouse) gave no answer: the message is `source`
+    /// with its causes, and `source` is kept.
+    pub fn history_unavailable(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        Self::new(ErrorCode::HistoryUnavailable, String::new()).caused_by(source)
     }
 
     /// This error with `source` kept as its cause and its text (with its own

@@ -7,7 +7,8 @@
 //!   `jetcron.api.schedules.preview` shows a line's next fires
 //!   ([`schedule_requests`]). Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
-//!   bucket (the source of truth), runs from ClickHouse ([`run_history`]),
+//!   bucket (the source of truth), runs from ClickHouse ([`run_history`],
+//!   every read bounded in time by [`clickhouse_reads`]),
 //!   pool queues from `JETCRON_DUE` ([`pools`]), each read one typed
 //!   operation of [`read_requests`]; it also takes job writes
 //!   (the same operations as NATS), kills, schedule previews and the
@@ -20,10 +21,14 @@
 //!   ClickHouse and Grafana have them.
 //!
 //! The gateway starts even while ClickHouse is away (`/readyz` says so), and
-//! applies the ClickHouse DDL once it can. Every "now" comes from the
+//! applies the ClickHouse DDL once it can. A slow or hung ClickHouse holds
+//! nothing but history: history reads answer `503 history_unavailable` within
+//! `--clickhouse-timeout`, and answers built around a definition go out
+//! without their history part ([`clickhouse_reads`]). Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
 
 pub mod channel_requests;
+pub mod clickhouse_reads;
 pub mod console;
 pub mod http;
 pub mod job_catalog;
@@ -182,7 +187,10 @@ pub async fn run(
         ),
         catalog,
         channels: channel_requests::ChannelStore::new(channels),
-        runs: run_history::RunHistory::new(clickhouse.clone()),
+        runs: run_history::RunHistory::new(clickhouse_reads::ClickHouseReads::new(
+            clickhouse.clone(),
+            config.limits.clickhouse_timeout,
+        )),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
         // The scan refreshes the gauge; scrapes in between use its counts.

@@ -21,6 +21,9 @@ pub struct Limits {
     /// How often missed fires are recorded as `fire.missed` events
     /// ([`crate::missed_fire_scan`]); zero turns it off; tests shorten it.
     pub missed_scan_interval: Duration,
+    /// Longest wait for ClickHouse of a history read
+    /// ([`crate::clickhouse_reads`]); `--clickhouse-timeout`.
+    pub clickhouse_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -30,6 +33,7 @@ impl Default for Limits {
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
             missed_grace: crate::stats::MISSED_GRACE,
             missed_scan_interval: crate::missed_fire_scan::DEFAULT_SCAN_INTERVAL,
+            clickhouse_timeout: crate::clickhouse_reads::DEFAULT_TIMEOUT,
         }
     }
 }

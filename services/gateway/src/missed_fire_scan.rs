@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt as _, TryStreamExt as _};
 use jetcron_core::job_events::FireMissed;
@@ -212,14 +211,15 @@ async fn recorded(
         return Ok(HashSet::new());
     };
     let ids: Vec<&str> = jobs.iter().map(|(id, _)| *id).collect();
-    let rows = stats::recorded_missed_query(
-        state.runs.client(),
+    let reads = state.runs.reads();
+    let query = stats::recorded_missed_query(
+        reads.client(),
         &ids,
         from.timestamp_millis(),
         to.timestamp_millis(),
-    )
-    .fetch_all::<String>()
-    .await
-    .context("query recorded missed fires")?;
+    );
+    let rows: Vec<String> = reads
+        .fetch_all(query, "query recorded missed fires")
+        .await?;
     Ok(rows.into_iter().collect())
 }

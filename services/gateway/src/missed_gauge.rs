@@ -131,7 +131,7 @@ impl MissedInWindow {
         if expected.is_empty() {
             return Ok(None);
         }
-        missed_of(state.runs.client(), expected).await.map(Some)
+        Ok(Some(missed_of(state.runs.reads(), expected).await?))
     }
 }
 

@@ -12,6 +12,11 @@
 //! - `jetcron.api.schedules.preview`: `{"schedule","timezone"?,"count"?,"from"?}`
 //!   → `{"ok":true,"fires":[...],"description",...}` ([`schedule_requests`]).
 //!
+//! Requests are answered one at a time, in order, except those that read
+//! ClickHouse (`backfill`, which looks up the runs a range has already):
+//! ClickHouse may take up to `--clickhouse-timeout` to answer or not, and no
+//! other request waits for it, so those are answered beside the loop.
+//!
 //! Failures answer `{"ok":false,"error":{...}}` with `Nats-Service-Error` /
 //! `Nats-Service-Error-Code` set. A request without a reply subject
 //! (`nats pub`) is applied all the same; a refused put is logged and recorded
@@ -96,6 +101,7 @@ pub async fn serve(
     }
     let mut requests = futures::stream::select_all(endpoints);
     info!("NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*");
+    let mut beside_the_loop = tokio::task::JoinSet::new();
     loop {
         let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -104,29 +110,47 @@ pub async fn serve(
                 None => break,
             },
         };
-        let reply = handle(&state, endpoint, &request.message.payload).await;
-        let result = match &reply {
-            Ok(_) => "ok",
-            Err(e) => e.code.as_str(),
-        };
-        metrics::counter!("jetcron_api_requests_total", "endpoint" => endpoint.name(), "result" => result)
-            .increment(1);
-        if let Err(error) = &reply {
-            let answered = request.message.reply.is_some();
-            warn!(?endpoint, error = %error, reply = answered, "API request refused");
-            if !answered && matches!(endpoint, Endpoint::Put) {
-                record_rejection(&state, &request.message.payload, error).await;
-            }
+        while beside_the_loop.try_join_next().is_some() {}
+        if endpoint.reads_clickhouse() {
+            let state = state.clone();
+            beside_the_loop.spawn(async move { answer(&state, endpoint, request).await });
+        } else {
+            answer(&state, endpoint, request).await;
         }
-        respond(&request, reply).await;
     }
+    // Those answer within --clickhouse-timeout.
+    while beside_the_loop.join_next().await.is_some() {}
     if let Err(e) = service.stop().await {
         warn!(error = %e, "cannot stop NATS service cleanly");
     }
     Ok(())
 }
 
+/// Run one request and send its reply, counted and logged.
+async fn answer(state: &GatewayState, endpoint: Endpoint, request: Request) {
+    let reply = handle(state, endpoint, &request.message.payload).await;
+    let result = match &reply {
+        Ok(_) => "ok",
+        Err(e) => e.code.as_str(),
+    };
+    metrics::counter!("jetcron_api_requests_total", "endpoint" => endpoint.name(), "result" => result)
+        .increment(1);
+    if let Err(error) = &reply {
+        let answered = request.message.reply.is_some();
+        warn!(?endpoint, error = %error, reply = answered, "API request refused");
+        if !answered && matches!(endpoint, Endpoint::Put) {
+            record_rejection(state, &request.message.payload, error).await;
+        }
+    }
+    respond(&request, reply).await;
+}
+
 impl Endpoint {
+    /// Whether answering may wait for ClickHouse.
+    fn reads_clickhouse(self) -> bool {
+        matches!(self, Endpoint::Backfill)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Endpoint::Put => "jobs.put",

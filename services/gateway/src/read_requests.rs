@@ -8,6 +8,13 @@
 //! Requests carry parameters as the caller wrote them (instants as RFC 3339
 //! text, statuses comma-separated) so that one place turns text into values
 //! and names what is wrong.
+//!
+//! A history read that ClickHouse does not answer in time is a `503
+//! history_unavailable` ([`crate::clickhouse_reads`]); the history parts of
+//! answers built around a definition ([`job_detail`], [`job_history`]) only
+//! glance at ClickHouse and go out without them, saying why. The console
+//! asks the other reads to glance too where a page shows their history
+//! beside something else (`patience`).
 
 use chrono::{DateTime, Duration, Utc};
 use jetcron_core::api::ApiError;
@@ -17,6 +24,7 @@ use jetcron_core::schedule_preview::{self, Preview};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
+use crate::clickhouse_reads::Patience;
 use crate::job_catalog::{ChainPeer, ChainView};
 use crate::job_store::{Revision, StoredJob};
 use crate::rejections::Rejection;
@@ -47,8 +55,9 @@ pub struct GetJobDetail {
 /// The answer of [`job_detail`]: the definition, its next fires (a paused
 /// job's are the ones a resume would run, and say so) with the preview's
 /// wall times and DST notes, the last run and the last day's figures. The
-/// run figures are a convenience: a ClickHouse outage leaves them empty
-/// rather than hiding the definition.
+/// run figures are a convenience: a slow or absent ClickHouse leaves them
+/// empty rather than holding or hiding the definition, and
+/// `history_unavailable` says why.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobDetail {
     pub ok: bool,
@@ -59,6 +68,10 @@ pub struct JobDetail {
     pub last_run: Option<RunSummary>,
     pub success_rate_24h: Option<f64>,
     pub runs_24h: u64,
+    /// Set when the run figures (`last_run`, `success_rate_24h`,
+    /// `runs_24h`) are left out: why ClickHouse gave none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_unavailable: Option<String>,
     /// The jobs this one runs after (`after`), each with its state: a
     /// `paused` or `missing` parent starts nothing.
     pub parents: Vec<ChainPeer>,
@@ -103,21 +116,17 @@ pub async fn job_detail(
         }
         None => (Vec::new(), None, false),
     };
-    let last_run = state
-        .runs
-        .runs_of_job(&id, 1, None)
-        .await
-        .ok()
-        .and_then(|(mut runs, _)| runs.pop());
-    let last_24h = stats::run_stats(
-        state.runs.client(),
-        now - Duration::hours(24),
-        now,
-        Some(&id),
-    )
-    .await
-    .ok()
-    .and_then(|mut by_job| by_job.remove(&id));
+    let history = state.runs.with(Patience::Glance);
+    let (last_run, last_24h) = tokio::join!(
+        history.runs_of_job(&id, 1, None),
+        stats::run_stats(history.reads(), now - Duration::hours(24), now, Some(&id)),
+    );
+    let history_unavailable = match (&last_run, &last_24h) {
+        (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
+        _ => None,
+    };
+    let last_run = last_run.ok().and_then(|(mut runs, _)| runs.pop());
+    let last_24h = last_24h.ok().and_then(|mut by_job| by_job.remove(&id));
     let ChainView { parents, children } = state.catalog.chain_of(&id);
     Ok(JobDetail {
         ok: true,
@@ -128,6 +137,7 @@ pub async fn job_detail(
         last_run,
         success_rate_24h: last_24h.as_ref().and_then(|s| s.success_rate),
         runs_24h: last_24h.as_ref().map_or(0, |s| s.runs),
+        history_unavailable,
         parents,
         children,
     })
@@ -153,10 +163,11 @@ pub async fn job_history(state: &GatewayState, id: String) -> Result<JobHistory,
         .history(&id)
         .await
         .map_err(ApiError::unavailable)?;
+    let glance = state.runs.with(Patience::Glance);
     let (rejections, rejections_unavailable) =
-        match state.runs.rejections(Some(&id), HISTORY_REJECTIONS).await {
+        match glance.rejections(Some(&id), HISTORY_REJECTIONS).await {
             Ok(r) => (r, None),
-            Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+            Err(e) => (Vec::new(), Some(e.to_string())),
         };
     if revisions.is_empty() && rejections.is_empty() && rejections_unavailable.is_none() {
         return Err(ApiError::not_found(
@@ -179,6 +190,9 @@ pub async fn job_history(state: &GatewayState, id: String) -> Result<JobHistory,
 pub struct ListRejections {
     pub job: Option<String>,
     pub limit: Option<u32>,
+    /// How long to wait for ClickHouse (not a parameter).
+    #[serde(skip)]
+    pub patience: Patience,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -202,9 +216,9 @@ pub async fn rejections(
     }
     let rejections = state
         .runs
+        .with(request.patience)
         .rejections(request.job.as_deref(), limit)
-        .await
-        .map_err(ApiError::unavailable)?;
+        .await?;
     Ok(RejectionsReply {
         ok: true,
         rejections,
@@ -220,6 +234,9 @@ pub struct ListJobRuns {
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// How long to wait for ClickHouse (not a parameter).
+    #[serde(skip)]
+    pub patience: Patience,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -243,9 +260,9 @@ pub async fn job_runs(
         .transpose()?;
     let (runs, next_cursor) = state
         .runs
+        .with(request.patience)
         .runs_of_job(&request.id, limit, before.as_ref())
-        .await
-        .map_err(ApiError::unavailable)?;
+        .await?;
     Ok(JobRunsReply {
         ok: true,
         job_id: request.id,
@@ -270,8 +287,7 @@ pub async fn run(state: &GatewayState, run_id: &str) -> Result<RunReply, ApiErro
     let run = state
         .runs
         .run(&run_id)
-        .await
-        .map_err(ApiError::unavailable)?
+        .await?
         .ok_or_else(|| ApiError::not_found("run_id", format!("no run {run_id:?}")))?;
     Ok(RunReply { ok: true, run })
 }
@@ -350,9 +366,7 @@ pub async fn runs(state: &GatewayState, request: ListRuns) -> Result<RunsReply, 
             .transpose()?,
         limit: checked_limit(request.limit)?,
     };
-    let (runs, next_cursor) = run_list::list(state.runs.client(), &filter)
-        .await
-        .map_err(ApiError::unavailable)?;
+    let (runs, next_cursor) = run_list::list(state.runs.reads(), &filter).await?;
     Ok(RunsReply {
         ok: true,
         from: rfc3339_millis(from),
@@ -370,6 +384,9 @@ pub struct GetStats {
     /// RFC 3339 range (default: the last 24 hours).
     pub from: Option<String>,
     pub to: Option<String>,
+    /// How long to wait for ClickHouse (not a parameter).
+    #[serde(skip)]
+    pub patience: Patience,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -393,13 +410,13 @@ pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply
         MAX_STATS_RANGE,
     )?;
     let job = job_param(request.job)?;
-    let mut counts = stats::run_stats(state.runs.client(), from, to, job.as_deref())
-        .await
-        .map_err(ApiError::unavailable)?;
-    let failures = stats::notify_failures(state.runs.client(), from, to, job.as_deref())
-        .await
-        .map_err(ApiError::unavailable)?;
-    stats::with_notify_failures(&mut counts, failures);
+    let reads = state.runs.reads().with(request.patience);
+    let (counts, failures) = tokio::join!(
+        stats::run_stats(&reads, from, to, job.as_deref()),
+        stats::notify_failures(&reads, from, to, job.as_deref()),
+    );
+    let mut counts = counts?;
+    stats::with_notify_failures(&mut counts, failures?);
     let mut jobs: Vec<CurrentJob> = match &job {
         Some(id) => state
             .jobs
@@ -448,9 +465,7 @@ pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply
         .flatten()
         .unwrap_or(now);
     let grace = state.limits.missed_grace;
-    let missed = stats::missed_fires(state.runs.client(), &jobs, from, to, until, grace)
-        .await
-        .map_err(ApiError::unavailable)?;
+    let missed = stats::missed_fires(&reads, &jobs, from, to, until, grace).await?;
     Ok(StatsReply {
         ok: true,
         from: rfc3339_millis(from),

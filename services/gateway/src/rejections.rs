@@ -6,12 +6,13 @@
 //! table holds other job events too (`fire.missed`), so every query names
 //! the kind.
 
-use anyhow::Context as _;
 use jetcron_core::job::FieldError;
 use jetcron_core::job_events::JOB_REJECTED_KIND;
 use jetcron_core::time_format::rfc3339_millis;
 use jetcron_io::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
 use serde::Serialize;
+
+use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
 
 /// One rejection as the API shows it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -43,14 +44,12 @@ impl From<JobEventRow> for Rejection {
 
 /// The newest `limit` rejections, of one job id when given.
 pub async fn newest(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     job_id: Option<&str>,
     limit: u32,
-) -> anyhow::Result<Vec<Rejection>> {
-    let rows = newest_query(client, job_id, limit)
-        .fetch_all::<JobEventRow>()
-        .await
-        .context("query job.rejected events")?;
+) -> Result<Vec<Rejection>, HistoryUnavailable> {
+    let query = newest_query(reads.client(), job_id, limit);
+    let rows: Vec<JobEventRow> = reads.fetch_all(query, "query job.rejected events").await?;
     Ok(rows.into_iter().map(Rejection::from).collect())
 }
 

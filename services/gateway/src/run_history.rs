@@ -2,28 +2,37 @@
 //!
 //! Every value is bound (the client escapes it), never pasted into SQL. Rows
 //! are folded into runs by [`jetcron_core::run_summary`], which dedups events,
-//! so a replayed projection does not change an answer.
+//! so a replayed projection does not change an answer. Every read is bounded
+//! in time by [`ClickHouseReads`].
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
 use jetcron_core::run_summary::{summarize, RunSummary};
 use jetcron_io::clickhouse_schema::{RunEventRow, RUN_EVENT_COLUMNS};
+
+use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable, Patience};
 
 /// Read access to run history.
 #[derive(Clone)]
 pub struct RunHistory {
-    client: clickhouse::Client,
+    reads: ClickHouseReads,
 }
 
 impl RunHistory {
-    pub fn new(client: clickhouse::Client) -> Self {
-        Self { client }
+    pub fn new(reads: ClickHouseReads) -> Self {
+        Self { reads }
     }
 
-    /// The ClickHouse client, for the other read modules.
-    pub fn client(&self) -> &clickhouse::Client {
-        &self.client
+    /// The bounded ClickHouse reads, for the other read modules.
+    pub fn reads(&self) -> &ClickHouseReads {
+        &self.reads
+    }
+
+    /// This history read with `patience`.
+    pub fn with(&self, patience: Patience) -> Self {
+        Self {
+            reads: self.reads.with(patience),
+        }
     }
 
     /// The newest `job.rejected` events ([`crate::rejections`]).
@@ -31,18 +40,14 @@ impl RunHistory {
         &self,
         job_id: Option<&str>,
         limit: u32,
-    ) -> anyhow::Result<Vec<crate::rejections::Rejection>> {
-        crate::rejections::newest(&self.client, job_id, limit).await
+    ) -> Result<Vec<crate::rejections::Rejection>, HistoryUnavailable> {
+        crate::rejections::newest(&self.reads, job_id, limit).await
     }
 
-    /// Whether ClickHouse answers.
-    pub async fn ping(&self) -> anyhow::Result<()> {
-        self.client
-            .query("SELECT 1")
-            .fetch_one::<u8>()
-            .await
-            .context("ClickHouse SELECT 1")?;
-        Ok(())
+    /// Whether ClickHouse answers `SELECT 1` (a glance: `/readyz` answers
+    /// at once).
+    pub async fn ping(&self) -> Result<(), HistoryUnavailable> {
+        self.reads.with(Patience::Glance).ping().await
     }
 
     /// The newest `limit` runs of a job, newest scheduled time first.
@@ -51,12 +56,13 @@ impl RunHistory {
         job_id: &str,
         limit: u32,
         before: Option<&(i64, String)>,
-    ) -> anyhow::Result<(Vec<RunSummary>, Option<String>)> {
+    ) -> Result<(Vec<RunSummary>, Option<String>), HistoryUnavailable> {
         // One run more than asked tells whether a next page exists.
-        let rows = runs_of_job_query(&self.client, job_id, limit.saturating_add(1), before)
-            .fetch_all::<RunEventRow>()
-            .await
-            .with_context(|| format!("query runs of job {job_id}"))?;
+        let query = runs_of_job_query(self.reads.client(), job_id, limit.saturating_add(1), before);
+        let rows: Vec<RunEventRow> = self
+            .reads
+            .fetch_all(query, format!("query runs of job {job_id}"))
+            .await?;
         let mut by_run: BTreeMap<String, Vec<_>> = BTreeMap::new();
         for row in rows {
             let run_id = row.run_id.clone();
@@ -85,23 +91,25 @@ impl RunHistory {
         &self,
         job_id: &str,
         run_ids: &[String],
-    ) -> anyhow::Result<std::collections::HashSet<String>> {
+    ) -> Result<std::collections::HashSet<String>, HistoryUnavailable> {
         if run_ids.is_empty() {
             return Ok(Default::default());
         }
-        let found = existing_runs_query(&self.client, job_id, run_ids)
-            .fetch_all::<String>()
-            .await
-            .with_context(|| format!("look up existing runs of {job_id}"))?;
+        let query = existing_runs_query(self.reads.client(), job_id, run_ids);
+        let found: Vec<String> = self
+            .reads
+            .fetch_all(query, format!("look up existing runs of {job_id}"))
+            .await?;
         Ok(found.into_iter().collect())
     }
 
     /// One run with its ordered events.
-    pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunSummary>> {
-        let rows = run_query(&self.client, run_id)
-            .fetch_all::<RunEventRow>()
-            .await
-            .with_context(|| format!("query run {run_id}"))?;
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunSummary>, HistoryUnavailable> {
+        let query = run_query(self.reads.client(), run_id);
+        let rows: Vec<RunEventRow> = self
+            .reads
+            .fetch_all(query, format!("query run {run_id}"))
+            .await?;
         let events = rows
             .into_iter()
             .filter_map(RunEventRow::into_event)

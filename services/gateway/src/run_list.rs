@@ -7,11 +7,12 @@
 //! run id), the sort key, so a page never repeats or skips a run when newer
 //! runs arrive meanwhile.
 
-use anyhow::Context as _;
 use chrono::DateTime;
 use jetcron_core::api::ApiError;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
+
+use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
 
 /// Columns of [`RunRow`], in order (the client does not check them: ClickHouse 18.16).
 pub const RUN_ROW_COLUMNS: &str = "job_id, scheduled_ms, run_id, trigger, pool, target_type, \
@@ -140,14 +141,12 @@ pub fn decode_cursor(cursor: &str) -> Result<(i64, String), ApiError> {
 
 /// One page of runs and the cursor of the next (none on the last page).
 pub async fn list(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     filter: &RunFilter,
-) -> anyhow::Result<(Vec<ListedRun>, Option<String>)> {
+) -> Result<(Vec<ListedRun>, Option<String>), HistoryUnavailable> {
     // One more than asked tells whether a next page exists.
-    let rows = list_query(client, filter)
-        .fetch_all::<RunRow>()
-        .await
-        .context("query runs")?;
+    let query = list_query(reads.client(), filter);
+    let rows: Vec<RunRow> = reads.fetch_all(query, "query runs").await?;
     let more = rows.len() > filter.limit as usize;
     let runs: Vec<ListedRun> = rows
         .into_iter()

@@ -17,12 +17,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use anyhow::Context as _;
 use chrono::{DateTime, Duration, Utc};
 use jetcron_core::events::RunId;
 use jetcron_core::job::ValidJob;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
+
+use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
 
 /// A fire is missed only once it is this much older than its (jittered) time
 /// (the default of [`crate::limits::Limits::missed_grace`]).
@@ -141,15 +142,13 @@ impl JobStats {
 
 /// Failed notifications per job, of runs scheduled in `[from, to]`.
 pub async fn notify_failures(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     job_id: Option<&str>,
-) -> anyhow::Result<BTreeMap<String, u64>> {
-    let rows = notify_failures_query(client, from, to, job_id)
-        .fetch_all::<(String, u64)>()
-        .await
-        .context("query failed notifications")?;
+) -> Result<BTreeMap<String, u64>, HistoryUnavailable> {
+    let query = notify_failures_query(reads.client(), from, to, job_id);
+    let rows: Vec<(String, u64)> = reads.fetch_all(query, "query failed notifications").await?;
     Ok(rows.into_iter().collect())
 }
 
@@ -211,15 +210,13 @@ pub fn with_notify_failures(
 
 /// Counts and percentiles per job with runs scheduled in `[from, to]`.
 pub async fn run_stats(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     job_id: Option<&str>,
-) -> anyhow::Result<BTreeMap<String, JobStats>> {
-    let rows = run_stats_query(client, from, to, job_id)
-        .fetch_all::<JobStatsRow>()
-        .await
-        .context("query run statistics")?;
+) -> Result<BTreeMap<String, JobStats>, HistoryUnavailable> {
+    let query = run_stats_query(reads.client(), from, to, job_id);
+    let rows: Vec<JobStatsRow> = reads.fetch_all(query, "query run statistics").await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.job_id.clone(), JobStats::from_row(r)))
@@ -364,38 +361,38 @@ pub fn expected_of(
 
 /// Scheduled fires in `[from, to]` of `jobs` that have no run event.
 pub async fn missed_fires(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     jobs: &[CurrentJob],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     now: DateTime<Utc>,
     grace: Duration,
-) -> anyhow::Result<BTreeMap<String, Missed>> {
-    missed_of(client, expected_of(jobs, from, to, now, grace)).await
+) -> Result<BTreeMap<String, Missed>, HistoryUnavailable> {
+    missed_of(reads, expected_of(jobs, from, to, now, grace)).await
 }
 
 /// Which of the `expected` fires have no run event (one ClickHouse query).
 pub async fn missed_of(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     expected: Vec<Expected>,
-) -> anyhow::Result<BTreeMap<String, Missed>> {
+) -> Result<BTreeMap<String, Missed>, HistoryUnavailable> {
     let earliest = expected.iter().filter_map(|e| e.times.first()).min();
     let latest = expected.iter().filter_map(|e| e.times.last()).max();
     let (Some(earliest), Some(latest)) = (earliest, latest) else {
         return Ok(BTreeMap::new());
     };
     let ids: Vec<&str> = expected.iter().map(|e| e.id.as_str()).collect();
-    let present: HashSet<String> = present_runs_query(
-        client,
+    let query = present_runs_query(
+        reads.client(),
         &ids,
         earliest.timestamp_millis(),
         latest.timestamp_millis(),
-    )
-    .fetch_all::<String>()
-    .await
-    .context("query runs of expected fires")?
-    .into_iter()
-    .collect();
+    );
+    let present: HashSet<String> = reads
+        .fetch_all::<String>(query, "query runs of expected fires")
+        .await?
+        .into_iter()
+        .collect();
     let mut missed = BTreeMap::new();
     for Expected {
         id,

@@ -149,6 +149,15 @@ pub struct CommonArgs {
     pub metrics_addr: Option<SocketAddr>,
 }
 
+/// A duration longer than zero (`3s`, `500ms`).
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("must be longer than 0s".into()),
+        Ok(duration) => Ok(duration),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn parse_server_list(text: &str) -> Result<ServerList, String> {
     ServerList::parse(text).map_err(|e| e.to_string())
 }
@@ -330,6 +339,13 @@ pub struct GatewayArgs {
     /// `0s` turns it off. Several gateways may all scan: each fire is stored once.
     #[arg(long, env = "JETCRON_MISSED_SCAN_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub missed_scan_interval: Duration,
+    /// Longest wait for ClickHouse of a history read (`/v1/runs`,
+    /// `/v1/stats`, a run): past it the read answers 503
+    /// `history_unavailable`. Answers built around a job definition (a job,
+    /// the console's job pages) wait at most 1 s for their history part and
+    /// go out without it; nothing else waits for ClickHouse.
+    #[arg(long, env = "JETCRON_CLICKHOUSE_TIMEOUT", default_value = "3s", value_parser = parse_positive_duration)]
+    pub clickhouse_timeout: Duration,
     /// Base URL of a Grafana with jetcron's dashboards (provisioned from
     /// infra/grafana); the console's overview links to them.
     #[arg(long, env = "JETCRON_GRAFANA_URL")]

@@ -450,6 +450,7 @@ async fn spawn_gateway(
             max_jobs: args.max_jobs,
             http_body_limit: args.http_body_limit,
             missed_scan_interval: args.missed_scan_interval,
+            clickhouse_timeout: args.clickhouse_timeout,
             ..Default::default()
         },
         readiness: process.readiness.clone(),

@@ -9,6 +9,7 @@ mod api;
 mod bad_input;
 mod chains;
 mod channels;
+mod clickhouse_hang;
 mod clickhouse_replicated;
 mod cluster_chaos;
 mod cluster_migration;

@@ -2,19 +2,28 @@
 //!
 //! The config is generated here, minimal and valid for Debian's 18.16 as well
 //! as current releases (`<yandex>` root, which current servers still accept).
+//!
+//! [`ClickHouseServer::pause`] stops the process (SIGSTOP) the way a hung
+//! server looks from outside: its port still takes connections (the kernel
+//! completes the handshakes) and nothing answers.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tempfile::TempDir;
 
-/// A running clickhouse-server; killed and its data removed on drop.
+/// A running clickhouse-server; resumed if paused, killed and its data
+/// removed on drop.
 pub struct ClickHouseServer {
     child: Option<Child>,
     http_port: u16,
     dir: TempDir,
+    paused: AtomicBool,
 }
 
 fn binary() -> PathBuf {
@@ -78,6 +87,7 @@ impl ClickHouseServer {
             child: None,
             http_port: super::free_port(),
             dir,
+            paused: AtomicBool::new(false),
         };
         // A port found free can be taken by another test's process before
         // this one binds it: try again on other ports then.
@@ -149,13 +159,38 @@ impl ClickHouseServer {
         format!("http://127.0.0.1:{}", self.http_port)
     }
 
-    /// Kill the process (SIGKILL), keeping its data.
     /// The server's process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Stop the process (SIGSTOP): it keeps its port and answers nothing
+    /// until [`Self::resume`].
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Let a paused process go on (SIGCONT).
+    pub fn resume(&self) {
+        if self.paused.swap(false, Ordering::SeqCst) {
+            self.signal(Signal::SIGCONT);
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = self.pid().expect("clickhouse-server is running");
+        kill(Pid::from_raw(pid as i32), signal)
+            .unwrap_or_else(|e| panic!("{signal} clickhouse-server {pid}: {e}"));
+    }
+
+    /// Kill the process (SIGKILL), keeping its data.
     pub fn kill(&mut self) {
+        // A stopped process dies of SIGKILL too; resumed first, it is a
+        // plain process again for whatever looks at it meanwhile.
+        if self.child.is_some() {
+            self.resume();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

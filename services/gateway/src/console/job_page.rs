@@ -3,8 +3,9 @@
 //! history, and its actions. `GET /ui/jobs/{id}/diff?from=&to=` shows what
 //! changed between two revisions.
 //!
-//! Everything comes from the typed reads ([`crate::read_requests`]); the run
-//! parts are a convenience and say so when ClickHouse is away.
+//! Everything comes from the typed reads ([`crate::read_requests`]), read at
+//! once; the run parts are a convenience that only glances at ClickHouse
+//! ([`Patience::Glance`]) and says so when ClickHouse is slow or away.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::clickhouse_reads::Patience;
 use crate::read_requests::{self, GetJobDetail, GetStats, ListJobRuns};
 use crate::GatewayState;
 
@@ -98,6 +100,8 @@ pub struct JobPage {
     pub if_resumed: bool,
     pub runs: Vec<RunLine>,
     pub runs_error: String,
+    /// Why the last day's figures are left out (empty when they show).
+    pub figures_error: String,
     pub more_runs_link: String,
     pub success_rate: String,
     pub runs_24h: u64,
@@ -165,34 +169,42 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
-    let detail = read_requests::job_detail(
-        &state,
-        GetJobDetail {
-            id: id.clone(),
-            next: Some(5),
-        },
-    )
-    .await?;
-    let history = read_requests::job_history(&state, id.clone()).await?;
-    let runs = read_requests::job_runs(
-        &state,
-        ListJobRuns {
-            id: id.clone(),
-            limit: Some(RECENT_RUNS),
-            cursor: query.cursor.clone(),
-        },
-    )
-    .await;
-    let stats = read_requests::stats(
-        &state,
-        GetStats {
-            job: Some(id.clone()),
-            ..GetStats::default()
-        },
-    )
-    .await
-    .ok()
-    .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
+    let (detail, history, runs, stats) = tokio::join!(
+        read_requests::job_detail(
+            &state,
+            GetJobDetail {
+                id: id.clone(),
+                next: Some(5),
+            },
+        ),
+        read_requests::job_history(&state, id.clone()),
+        read_requests::job_runs(
+            &state,
+            ListJobRuns {
+                id: id.clone(),
+                limit: Some(RECENT_RUNS),
+                cursor: query.cursor.clone(),
+                patience: Patience::Glance,
+            },
+        ),
+        read_requests::stats(
+            &state,
+            GetStats {
+                job: Some(id.clone()),
+                patience: Patience::Glance,
+                ..GetStats::default()
+            },
+        ),
+    );
+    let (detail, history) = (detail?, history?);
+    let figures_error = match (&detail.history_unavailable, &stats) {
+        (Some(why), _) => format!("Run figures are unavailable: {why}"),
+        (None, Err(e)) => format!("Run figures are unavailable: {}", e.message),
+        (None, Ok(_)) => String::new(),
+    };
+    let stats = stats
+        .ok()
+        .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
     let (definition, redacted) = shown_definition(&viewer, detail.job.job.as_ref());
     let spec = detail.job.job.as_ref();
     let text = |name: &str| {
@@ -309,6 +321,7 @@ pub async fn show(
         children: detail.children.iter().map(ChainLine::of).collect(),
         runs,
         runs_error,
+        figures_error,
         more_runs_link,
         success_rate: detail
             .success_rate_24h

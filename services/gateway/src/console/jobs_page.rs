@@ -3,7 +3,8 @@
 //!
 //! Rows come from the [`crate::job_catalog`] in memory; only the page's rows
 //! are read further: their entries from the bucket (next fire) and their run
-//! figures from ClickHouse ([`super::row_figures`]), each in one round.
+//! figures from ClickHouse ([`super::row_figures`]), each in one round; the
+//! figures only glance at ClickHouse, so a slow one leaves them out.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, status_class, when, Frame};
 use super::row_figures::{self, RowFigures};
 use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::clickhouse_reads::Patience;
 use crate::job_catalog::{RowQuery, RowSort};
 use crate::GatewayState;
 
@@ -158,11 +160,12 @@ pub async fn show(
             .collect()
             .await;
     let ids: Vec<&str> = page.rows.iter().map(|r| r.id.as_str()).collect();
-    let (figures, figures_error) = match row_figures::fetch(state.runs.client(), &ids, now).await {
+    let glance = state.runs.reads().with(Patience::Glance);
+    let (figures, figures_error) = match row_figures::fetch(&glance, &ids, now).await {
         Ok(f) => (f, String::new()),
         Err(e) => (
             RowFigures::default(),
-            format!("Run figures are unavailable: {e:#}"),
+            format!("Run figures are unavailable: {e}"),
         ),
     };
     let rows = page

@@ -4,7 +4,8 @@
 //! Grafana dashboards when a Grafana URL is configured.
 //!
 //! Each part is read on its own; one that fails (ClickHouse away) says so
-//! and the others still show.
+//! and the others still show. The ClickHouse parts only glance
+//! ([`Patience::Glance`]): a slow ClickHouse leaves them out at once.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, when_text, Frame};
 use super::row_figures::{self, Day, HOURS};
 use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::clickhouse_reads::Patience;
 use crate::pools::{self, PoolState};
 use crate::read_requests::{self, ListRejections};
 use crate::GatewayState;
@@ -54,20 +56,17 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read("/ui/")?;
     let now = state.clock.now();
-    let client = state.runs.client();
-    let (day, runs_error) = match row_figures::all_jobs_day(client, now).await {
+    let glance = state.runs.reads().with(Patience::Glance);
+    let (day, runs_error) = match row_figures::all_jobs_day(&glance, now).await {
         Ok(day) => (day, String::new()),
-        Err(e) => (
-            Day::default(),
-            format!("Run figures are unavailable: {e:#}"),
-        ),
+        Err(e) => (Day::default(), format!("Run figures are unavailable: {e}")),
     };
     let (ok, failed) = day.totals();
     let runs_24h: u64 = (0..HOURS)
         .map(|h| day.succeeded[h] + day.failed[h] + day.other[h])
         .sum();
     let last_hour = day.succeeded[HOURS - 1] + day.failed[HOURS - 1] + day.other[HOURS - 1];
-    let missed_24h = match row_figures::missed_fires_recorded(client, now).await {
+    let missed_24h = match row_figures::missed_fires_recorded(&glance, now).await {
         Ok(n) => n.to_string(),
         Err(_) => "—".into(),
     };
@@ -91,6 +90,7 @@ pub async fn show(
         ListRejections {
             job: None,
             limit: Some(10),
+            patience: Patience::Glance,
         },
     )
     .await

@@ -1,13 +1,15 @@
 //! The run figures of one page of the job table, in two ClickHouse queries
 //! for all its rows: each job's last run (within a week) and its runs of
 //! the last 24 hours by hour, succeeded against failed (the sparkline).
-//! A ClickHouse outage leaves the figures empty; the table still shows.
+//! A ClickHouse outage leaves the figures empty; the table still shows (the
+//! page glances: [`crate::clickhouse_reads::Patience::Glance`]).
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Duration, Utc};
 use serde::Deserialize;
+
+use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
 
 /// How far back the last run is looked for.
 pub const LAST_RUN_WITHIN: Duration = Duration::days(7);
@@ -67,21 +69,24 @@ pub struct RowFigures {
 }
 
 pub async fn fetch(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     job_ids: &[&str],
     now: DateTime<Utc>,
-) -> anyhow::Result<RowFigures> {
+) -> Result<RowFigures, HistoryUnavailable> {
     if job_ids.is_empty() {
         return Ok(RowFigures::default());
     }
-    let last = last_runs_query(client, job_ids, now)
-        .fetch_all::<LastRun>()
-        .await
-        .context("query last runs")?;
-    let hours = hours_query(client, Some(job_ids), now)
-        .fetch_all::<HourRow>()
-        .await
-        .context("query runs by hour")?;
+    let (last, hours) = tokio::join!(
+        reads.fetch_all::<LastRun>(
+            last_runs_query(reads.client(), job_ids, now),
+            "query last runs"
+        ),
+        reads.fetch_all::<HourRow>(
+            hours_query(reads.client(), Some(job_ids), now),
+            "query runs by hour"
+        ),
+    );
+    let (last, hours) = (last?, hours?);
     let mut day: BTreeMap<String, Day> = BTreeMap::new();
     for row in hours {
         day.entry(row.job_id.clone()).or_default().add(&row);
@@ -112,11 +117,12 @@ pub fn last_runs_query(
 }
 
 /// Every job's runs of the last 24 hours by hour (the overview).
-pub async fn all_jobs_day(client: &clickhouse::Client, now: DateTime<Utc>) -> anyhow::Result<Day> {
-    let rows = hours_query(client, None, now)
-        .fetch_all::<HourRow>()
-        .await
-        .context("query runs by hour")?;
+pub async fn all_jobs_day(
+    reads: &ClickHouseReads,
+    now: DateTime<Utc>,
+) -> Result<Day, HistoryUnavailable> {
+    let query = hours_query(reads.client(), None, now);
+    let rows: Vec<HourRow> = reads.fetch_all(query, "query runs by hour").await?;
     let mut day = Day::default();
     rows.iter().for_each(|row| day.add(row));
     Ok(day)
@@ -155,13 +161,11 @@ pub fn hours_query(
 
 /// `fire.missed` events recorded in the 24 hours before `now`.
 pub async fn missed_fires_recorded(
-    client: &clickhouse::Client,
+    reads: &ClickHouseReads,
     now: DateTime<Utc>,
-) -> anyhow::Result<u64> {
-    missed_fires_query(client, now)
-        .fetch_one::<u64>()
-        .await
-        .context("count missed fires")
+) -> Result<u64, HistoryUnavailable> {
+    let query = missed_fires_query(reads.client(), now);
+    reads.fetch_one(query, "count missed fires").await
 }
 
 /// The query of [`missed_fires_recorded`] (events deduplicated by id).

@@ -1,7 +1,9 @@
 //! Liveness and readiness.
 //!
 //! `/readyz` is 200 only when NATS is connected, ClickHouse answers and every
-//! service of the process has verified its NATS topology. Before the
+//! service of the process has verified its NATS topology. It only glances at
+//! ClickHouse ([`crate::clickhouse_reads::Patience::Glance`]): a hung
+//! ClickHouse makes it answer 503 within a second, not hang. Before the
 //! gateway's own topology is there, [`serve_while_starting`] answers the two
 //! probes (503, saying what is awaited) so that an orchestrator sees a live,
 //! starting process rather than a closed port.
@@ -85,7 +87,7 @@ pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json
         "ok": ready,
         "projector_backlog": backlog,
         "nats": if nats_ok { "connected".to_string() } else { state.nats.connection_state().to_string() },
-        "clickhouse": match &clickhouse { Ok(()) => "ok".to_string(), Err(e) => format!("{e:#}") },
+        "clickhouse": match &clickhouse { Ok(()) => "ok".to_string(), Err(e) => e.to_string() },
         "services": state.readiness.report(),
     });
     let status = if ready {

@@ -53,6 +53,9 @@ pub struct ApiRoute {
     pub ok_status: u16,
     /// The schema of a successful answer, where the operation has a type.
     pub answer: Option<BodySchema>,
+    /// Whether it needs an answer from ClickHouse, and so may answer
+    /// `503 history_unavailable` ([`crate::clickhouse_reads`]).
+    pub reads_history: bool,
     handler: MethodRouter<Arc<GatewayState>>,
 }
 
@@ -60,6 +63,12 @@ impl ApiRoute {
     /// The successful answer is a `T` (the operation's reply type).
     fn answers<T: JsonSchema>(mut self) -> Self {
         self.answer = Some(body::<T>);
+        self
+    }
+
+    /// It needs an answer from ClickHouse.
+    fn reads_history(mut self) -> Self {
+        self.reads_history = true;
         self
     }
 }
@@ -84,6 +93,7 @@ fn route(
         body,
         ok_status,
         answer: None,
+        reads_history: false,
         handler,
     }
 }
@@ -108,15 +118,15 @@ pub fn routes() -> Vec<ApiRoute> {
         route(Method::PUT, "/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<JobSpec>, "a job definition; its id, if given, must be {id}")), 200, put(writes::replace)).answers::<crate::job_store::PutReply>(),
         route(Method::DELETE, "/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(writes::delete)).answers::<crate::job_requests::DeletedReply>(),
         route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)).answers::<crate::read_requests::JobHistory>(),
-        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)).answers::<crate::read_requests::JobRunsReply>(),
+        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)).answers::<crate::read_requests::JobRunsReply>().reads_history(),
         route(Method::POST, "/v1/jobs/{id}/pause", Write, "Pause job {id}", &[], None, 200, post(writes::pause)).answers::<crate::job_requests::PausedReply>(),
         route(Method::POST, "/v1/jobs/{id}/resume", Write, "Resume job {id}", &[], None, 200, post(writes::resume)).answers::<crate::job_requests::PausedReply>(),
         route(Method::POST, "/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", &[], None, 202, post(writes::trigger)).answers::<crate::manual_runs::TriggeredReply>(),
-        route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)).answers::<crate::manual_runs::BackfilledReply>(),
-        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)).answers::<crate::read_requests::RejectionsReply>(),
-        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(runs::list)).answers::<crate::read_requests::RunsReply>(),
-        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(runs::stats)).answers::<crate::read_requests::StatsReply>(),
-        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)).answers::<crate::read_requests::RunReply>(),
+        route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)).answers::<crate::manual_runs::BackfilledReply>().reads_history(),
+        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)).answers::<crate::read_requests::RejectionsReply>().reads_history(),
+        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(runs::list)).answers::<crate::read_requests::RunsReply>().reads_history(),
+        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(runs::stats)).answers::<crate::read_requests::StatsReply>().reads_history(),
+        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)).answers::<crate::read_requests::RunReply>().reads_history(),
         route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)).answers::<crate::run_control::KilledReply>(),
         route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
         route(Method::GET, "/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", &[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")], None, 200, get(schedules::preview)).answers::<crate::schedule_requests::PreviewReply>(),

@@ -55,6 +55,12 @@ pub fn document() -> Value {
                 }
             }
         });
+        if route.reads_history {
+            operation["responses"]["503"] = json!({
+                "description": HISTORY_UNAVAILABLE,
+                "content": { "application/json": { "schema": error.clone() } }
+            });
+        }
         if !parameters.is_empty() {
             operation["parameters"] = parameters.into();
         }
@@ -89,6 +95,11 @@ pub fn document() -> Value {
         }
     })
 }
+
+/// The 503 of a route that needs ClickHouse.
+const HISTORY_UNAVAILABLE: &str = "history_unavailable: ClickHouse (the run history) did not \
+    answer within --clickhouse-timeout (default 3 s), is not answering since, or failed; \
+    the message says which. Job definitions and writes are not affected.";
 
 /// `{id}` → `id`, for every capture of `path`.
 fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
@@ -153,6 +164,25 @@ mod tests {
             .expect("components reference");
         assert!(document["components"]["schemas"][name]["properties"]["schedule"].is_object());
         assert_eq!(document["paths"]["/healthz"]["get"]["security"], json!([]));
+        let history_503 = |path: &str, method: &str| {
+            document["paths"][path][method]["responses"]["503"]["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("history_unavailable"))
+        };
+        for path in [
+            "/v1/runs",
+            "/v1/runs/{run_id}",
+            "/v1/jobs/{id}/runs",
+            "/v1/stats",
+            "/v1/rejections",
+        ] {
+            assert!(history_503(path, "get"), "{path} lists its 503");
+        }
+        assert!(history_503("/v1/jobs/{id}/backfill", "post"));
+        assert!(
+            !history_503("/v1/jobs/{id}", "get"),
+            "a job answers without its history"
+        );
     }
 
     #[test]

@@ -28,7 +28,12 @@ pub async fn of_job(
 ) -> Result<Json<Value>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let JobRunsQuery { limit, cursor } = query(q)?;
-    let request = ListJobRuns { id, limit, cursor };
+    let request = ListJobRuns {
+        id,
+        limit,
+        cursor,
+        ..ListJobRuns::default()
+    };
     encoded(&read_requests::job_runs(&state, request).await?)
 }
 
