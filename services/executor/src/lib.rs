@@ -481,18 +481,7 @@ async fn pool_consumer(
         max_ack_pending: 10_000,
         ..Default::default()
     };
-    let mut consumer = topology::ensure_consumer(stream, wanted.clone()).await?;
-    let had = consumer.cached_info().config.ack_wait;
-    if had != config.ack_wait {
-        consumer = topology::update_consumer(stream, wanted).await?;
-        info!(
-            pool,
-            from_ms = had.as_millis() as u64,
-            to_ms = config.ack_wait.as_millis() as u64,
-            "changed the pool consumer's ack wait to this executor's --ack-wait"
-        );
-    }
-    Ok(consumer)
+    topology::ensure_consumer_acking_within(stream, wanted).await
 }
 
 /// How often a pull loop looks again at a clock that is not trusted.

@@ -683,6 +683,29 @@ pub async fn ensure_consumer(
         })
 }
 
+/// A durable pull consumer with `config`, whose ack wait is changed to
+/// `config`'s when it exists with another (jetcron's defaults became
+/// shorter: they bound how late work lost with a process comes back).
+pub async fn ensure_consumer_acking_within(
+    stream: &stream::Stream,
+    config: jetstream::consumer::pull::Config,
+) -> Result<jetstream::consumer::PullConsumer> {
+    let mut consumer = ensure_consumer(stream, config.clone()).await?;
+    let had = consumer.cached_info().config.ack_wait;
+    if had != config.ack_wait {
+        let wanted = config.ack_wait;
+        let name = config.durable_name.clone().unwrap_or_default();
+        consumer = update_consumer(stream, config).await?;
+        tracing::info!(
+            consumer = %name,
+            from_ms = had.as_millis() as u64,
+            to_ms = wanted.as_millis() as u64,
+            "changed the consumer's ack wait"
+        );
+    }
+    Ok(consumer)
+}
+
 /// Change the settings of an existing durable pull consumer.
 pub async fn update_consumer(
     stream: &stream::Stream,

@@ -302,8 +302,10 @@ pub struct ProjectorArgs {
     #[arg(long, env = "JETCRON_PROJECTOR_CONSUMER", default_value = jetcron_core::subjects::PROJECTOR_CONSUMER)]
     pub consumer: String,
     /// How long JetStream waits for a fetched event's ack before handing it
-    /// out again (set when the consumer is created).
-    #[arg(long, env = "JETCRON_PROJECTOR_ACK_WAIT", default_value = "2m", value_parser = humantime::parse_duration)]
+    /// out again: how late the events of a fetch lost with a NATS node (or
+    /// a killed projector) reach ClickHouse. Set on the consumer when a
+    /// projector starts.
+    #[arg(long, env = "JETCRON_PROJECTOR_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub projector_ack_wait: Duration,
 }
 

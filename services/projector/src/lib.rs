@@ -45,9 +45,12 @@ pub struct ProjectorConfig {
     pub batch_wait: Duration,
     /// Durable consumer name; a new name replays the stream from its start.
     pub consumer: String,
-    /// Ack wait of the consumer (when this projector creates it): a batch
+    /// Ack wait of the consumer (set when a projector starts): a batch
     /// ClickHouse has not taken by then is handed out again, and the
-    /// duplicates collapse on `event_id`.
+    /// duplicates collapse on `event_id`. It also bounds how late the events
+    /// of a fetch lost on the way (its NATS node killed) reach ClickHouse:
+    /// at 2 minutes, the leader-kill chaos test waited 90 s for runs that
+    /// came after (issue 39).
     pub ack_wait: Duration,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
@@ -61,7 +64,7 @@ impl ProjectorConfig {
             batch_size: 20_000,
             batch_wait: Duration::from_millis(200),
             consumer: subjects::PROJECTOR_CONSUMER.to_string(),
-            ack_wait: Duration::from_secs(120),
+            ack_wait: Duration::from_secs(30),
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
         }
@@ -128,7 +131,7 @@ pub async fn run_counted(
         ..Default::default()
     };
     let Some(consumer) = converging
-        .ensure(|| topology::ensure_consumer(&stream, consumer_config.clone()))
+        .ensure(|| topology::ensure_consumer_acking_within(&stream, consumer_config.clone()))
         .await?
     else {
         return Ok(());
