@@ -14,10 +14,12 @@
 -- stores the view's block only if the earlier attempt did not: so a retry
 -- after a failure between the two writes does not lose the run's state.
 --
--- The view orders the events of a run by at_ms, then the step (started <
--- retrying < skipped < an outcome), so a terminal event wins a tie.
--- Notifications do not change a run's state and are left out. The views
--- `runs` and `job_state` hold no data and are created on every host.
+-- The latest state of a run is that of its latest attempt: the events of a
+-- later attempt win over those of an earlier one, and within one attempt
+-- at_ms, then the step (started < retrying < skipped < an outcome), so a
+-- terminal event wins a tie. Notifications do not change a run's state and
+-- are left out. The views `runs` and `job_state` hold no data and are
+-- created on every host.
 CREATE TABLE IF NOT EXISTS jetcron.run_state ON CLUSTER '{cluster}'
 (
     job_id               String,
@@ -47,13 +49,31 @@ ORDER BY (job_id, scheduled_ms, run_id);
 -- An attempt starts at its `started` event, or, when that event was never
 -- stored (the executor goes on when storing it fails, say while the stream
 -- elects a leader), at the start its outcome event carries: the same rule as
--- the gateway's run view. `run_state_mv` (before) took starts from `started`
--- events only; this view replaces it. An install that has the old view
--- drops it by hand once every projector and gateway runs a version that
--- knows this one (docs/clickhouse-replication.md: an older one waits at its
--- start for `run_state_mv`). Meanwhile both fold the same inserts: every
--- aggregate here is one a repeated event cannot change.
-CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v2 ON CLUSTER '{cluster}' TO jetcron.run_state AS
+-- the gateway's run view.
+--
+-- The argMax key is attempt-major: attempt * 2^45 (35184372088832) +
+-- at_ms * 8 + the step. An event of a later attempt wins over every event
+-- of an earlier one, whatever their times, as in the gateway's run view
+-- (services/core/src/run_summary.rs): an executor that stalled and woke
+-- could record a `started` or `retrying` of its attempt after another
+-- executor recorded the next attempt's outcome, and by time alone that
+-- stale event won. at_ms * 8 + 7 stays below 2^45 until the year 2109
+-- (at_ms < 2^42), and attempt (UInt32: JetStream's delivery count of the
+-- due event, from 1) below 2^18 keeps the key inside Int64.
+--
+-- `run_state_mv` (before 2026-11-28) took starts from `started` events
+-- only; `run_state_mv_v2` (before 2026-12-05) ordered by at_ms alone. This
+-- view replaces both. An install that has them drops them by hand once
+-- every projector and gateway runs a version that knows this one
+-- (docs/clickhouse-replication.md: an older one waits at its start for the
+-- view it knows). The column types are the same, so rows the old views
+-- folded stay valid. Their keys are below 2^45 and this view's are at least
+-- 2^45: a run whose events span the upgrade takes its kind, executor, error
+-- and duration from the events folded since, ordered as above among
+-- themselves; while the old views stay, they fold the same inserts, which
+-- changes no answer (this view's keys win, and every other aggregate is one
+-- a repeated event cannot change).
+CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v3 ON CLUSTER '{cluster}' TO jetcron.run_state AS
 SELECT
     job_id,
     scheduled_ms,
@@ -67,10 +87,10 @@ SELECT
     minIfState(ifNull(started_ms, at_ms), kind = 'started' OR (isNotNull(started_ms) AND kind IN ('retrying', 'succeeded', 'failed', 'timed_out', 'killed'))) AS s_first_started,
     maxIfState(ifNull(started_ms, at_ms), kind = 'started' OR (isNotNull(started_ms) AND kind IN ('retrying', 'succeeded', 'failed', 'timed_out', 'killed'))) AS s_started,
     maxIfState(ifNull(finished_ms, at_ms), kind IN ('succeeded', 'failed', 'timed_out', 'killed', 'skipped')) AS s_finished,
-    argMaxState(kind, at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4)) AS s_kind,
-    argMaxIfState(executor_id, at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4), executor_id != '') AS s_executor,
-    argMaxIfState(ifNull(error, ''), at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4), isNotNull(error)) AS s_error,
-    argMaxIfState(ifNull(duration_ms, toInt64(0)), at_ms * 8 + 4, isNotNull(duration_ms)) AS s_duration,
+    argMaxState(kind, toInt64(attempt) * 35184372088832 + at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4)) AS s_kind,
+    argMaxIfState(executor_id, toInt64(attempt) * 35184372088832 + at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4), executor_id != '') AS s_executor,
+    argMaxIfState(ifNull(error, ''), toInt64(attempt) * 35184372088832 + at_ms * 8 + multiIf(kind = 'started', 1, kind = 'retrying', 2, kind = 'skipped', 3, 4), isNotNull(error)) AS s_error,
+    argMaxIfState(ifNull(duration_ms, toInt64(0)), toInt64(attempt) * 35184372088832 + at_ms * 8 + 4, isNotNull(duration_ms)) AS s_duration,
     uniqExactIfState(attempt, kind = 'retrying') AS s_retried,
     argMinIfState(kind, at_ms, kind IN ('failed', 'timed_out', 'killed') AND isNotNull(shard)) AS s_failed_shard_kind,
     uniqExactIfState(ifNull(shard, toUInt32(0)), kind = 'succeeded' AND isNotNull(shard)) AS s_succeeded_shards

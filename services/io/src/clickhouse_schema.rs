@@ -84,10 +84,22 @@ impl std::str::FromStr for SchemaMode {
 /// The tables (with a MergeTree engine) and views the services need.
 const TABLES: [&str; 3] = ["run_events", "job_events", "run_state"];
 const VIEWS: [&str; 3] = [RUN_STATE_VIEW, "runs", "job_state"];
-/// The materialized view that folds run events into `run_state`, and the
-/// one it replaced (docs/clickhouse-replication.md, upgrading).
-const RUN_STATE_VIEW: &str = "run_state_mv_v2";
-const OLD_RUN_STATE_VIEW: &str = "run_state_mv";
+/// The materialized view that folds run events into `run_state`.
+const RUN_STATE_VIEW: &str = "run_state_mv_v3";
+/// The views it replaced, newest first, with what a run list folded by
+/// each gets wrong (docs/clickhouse-replication.md, upgrading). The
+/// single-node DDL drops them; a replicated install drops them by hand.
+const OLD_RUN_STATE_VIEWS: [(&str, &str); 2] = [
+    (
+        "run_state_mv_v2",
+        "an event of an earlier attempt stored after a later attempt's can decide a run's status",
+    ),
+    (
+        "run_state_mv",
+        "an event of an earlier attempt stored after a later attempt's can decide a run's \
+         status, and a run whose started event was lost lists no start",
+    ),
+];
 
 impl ClickHouseOptions {
     pub fn new(url: impl Into<String>) -> Self {
@@ -252,10 +264,9 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
         .await
         .context("read jetcron's tables from system.tables")?;
     let ReplicatedCheck { problems, old_view } = replicated_check(&found);
-    if old_view {
+    if let Some((old, flaw)) = old_view {
         warn!(
-            "jetcron.{RUN_STATE_VIEW} is missing, jetcron.{OLD_RUN_STATE_VIEW} folds the runs \
-             (a run whose started event was lost lists no start): apply \
+            "jetcron.{RUN_STATE_VIEW} is missing, jetcron.{old} folds the runs ({flaw}): apply \
              schemas/clickhouse/replicated/004_run_state.sql ON CLUSTER"
         );
     }
@@ -268,12 +279,13 @@ async fn check_replicated(client: &clickhouse::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a replicated install's tables say: what is wrong, and whether the
-/// runs are folded by the old view.
+/// What a replicated install's tables say: what is wrong, and which old
+/// view folds the runs (with what it gets wrong) when the current one is
+/// missing.
 #[derive(Debug, PartialEq)]
 struct ReplicatedCheck {
     problems: Vec<String>,
-    old_view: bool,
+    old_view: Option<(&'static str, &'static str)>,
 }
 
 fn replicated_check(found: &[TableRow]) -> ReplicatedCheck {
@@ -284,7 +296,7 @@ fn replicated_check(found: &[TableRow]) -> ReplicatedCheck {
             .map(|t| t.engine.as_str())
     };
     let mut problems = Vec::new();
-    let mut old_view = false;
+    let mut old_view = None;
     for table in TABLES {
         match engine(table) {
             None => problems.push(format!("jetcron.{table} is missing")),
@@ -298,12 +310,15 @@ fn replicated_check(found: &[TableRow]) -> ReplicatedCheck {
         if engine(view).is_some() {
             continue;
         }
-        // An install from before 2026-11-28 until its replicated 004 file
-        // is applied again: the old view folds the runs, without the start
-        // an outcome carries when its `started` event was lost.
-        if view == RUN_STATE_VIEW && engine(OLD_RUN_STATE_VIEW).is_some() {
-            old_view = true;
-            continue;
+        // An install from before 2026-12-05 until its replicated 004 file
+        // is applied again: an old view folds the runs, with its flaws.
+        if view == RUN_STATE_VIEW {
+            old_view = OLD_RUN_STATE_VIEWS
+                .into_iter()
+                .find(|(old, _)| engine(old).is_some());
+            if old_view.is_some() {
+                continue;
+            }
         }
         problems.push(format!("jetcron.{view} is missing"));
     }
@@ -512,17 +527,18 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 10);
+        assert_eq!(all.len(), 11);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
         assert!(all[2].contains("jetcron.job_events"));
         assert!(
-            all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v2 ")
+            all[4].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS jetcron.run_state_mv_v3 ")
         );
-        assert_eq!(all[5], "DROP TABLE IF EXISTS jetcron.run_state_mv");
+        assert_eq!(all[5], "DROP TABLE IF EXISTS jetcron.run_state_mv_v2");
+        assert_eq!(all[6], "DROP TABLE IF EXISTS jetcron.run_state_mv");
         assert!(all.iter().all(|s| !s.contains("--")));
         assert_eq!(
-            column_addition(&all[8]),
+            column_addition(&all[9]),
             Some(ColumnAddition {
                 database: "jetcron".into(),
                 table: "run_events".into(),
@@ -567,7 +583,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replicated_install_is_checked_table_by_table_and_the_old_view_is_let_through() {
+    fn a_replicated_install_is_checked_table_by_table_and_an_old_view_is_let_through() {
         let replicated = [
             ("run_events", "ReplicatedMergeTree"),
             ("job_events", "ReplicatedMergeTree"),
@@ -575,33 +591,43 @@ mod tests {
             ("runs", "View"),
             ("job_state", "View"),
         ];
-        let with = |view: &str| {
+        let with = |views: &[&'static str]| {
             let mut rows = replicated.to_vec();
-            rows.push((view, "MaterializedView"));
+            rows.extend(views.iter().map(|v| (*v, "MaterializedView")));
             replicated_check(&tables(&rows))
         };
+        let fine = ReplicatedCheck {
+            problems: vec![],
+            old_view: None,
+        };
+        assert_eq!(with(&["run_state_mv_v3"]), fine);
         assert_eq!(
-            with("run_state_mv_v2"),
-            ReplicatedCheck {
-                problems: vec![],
-                old_view: false
-            }
+            with(&["run_state_mv_v3", "run_state_mv_v2", "run_state_mv"]),
+            fine,
+            "old views not dropped yet fold beside the new one"
         );
+        let folded_by = |views: &[&'static str]| with(views).old_view.map(|(view, _)| view);
+        assert_eq!(with(&["run_state_mv_v2"]).problems, Vec::<String>::new());
         assert_eq!(
-            with("run_state_mv"),
-            ReplicatedCheck {
-                problems: vec![],
-                old_view: true
-            },
+            folded_by(&["run_state_mv_v2"]),
+            Some("run_state_mv_v2"),
             "an install from before the new view runs, with a warning"
         );
+        assert_eq!(folded_by(&["run_state_mv"]), Some("run_state_mv"));
+        assert_eq!(
+            folded_by(&["run_state_mv", "run_state_mv_v2"]),
+            Some("run_state_mv_v2"),
+            "the newest old view is named"
+        );
+        let (_, flaw) = with(&["run_state_mv"]).old_view.expect("old view");
+        assert!(flaw.contains("lists no start"), "{flaw}");
         assert_eq!(
             replicated_check(&tables(&replicated)).problems,
-            vec!["jetcron.run_state_mv_v2 is missing"]
+            vec!["jetcron.run_state_mv_v3 is missing"]
         );
         let mut single_node = replicated.to_vec();
         single_node[0] = ("run_events", "MergeTree");
-        single_node.push(("run_state_mv_v2", "MaterializedView"));
+        single_node.push(("run_state_mv_v3", "MaterializedView"));
         assert_eq!(
             replicated_check(&tables(&single_node)).problems,
             vec!["jetcron.run_events has engine MergeTree, not a Replicated one"]

@@ -201,8 +201,8 @@ async fn every_replicated_statement_parses_on_current_clickhouse() {
     let single: Vec<&str> = MIGRATIONS.iter().map(|(name, _)| *name).collect();
     assert_eq!(names, single, "one replicated file per single-node file");
     for ((name, sql), (_, single_sql)) in files.iter().zip(MIGRATIONS) {
-        // The single-node DDL drops the view `run_state_mv_v2` replaced; a
-        // replicated install drops it by hand once every service is
+        // The single-node DDL drops the views `run_state_mv_v3` replaced; a
+        // replicated install drops them by hand once every service is
         // upgraded (docs/clickhouse-replication.md).
         let single_statements = statements(single_sql)
             .into_iter()
@@ -328,7 +328,7 @@ async fn the_replicated_schema_made_single_node_is_the_single_node_schema() {
             "job_state",
             "run_events",
             "run_state",
-            "run_state_mv_v2",
+            "run_state_mv_v3",
             "runs"
         ]
     );

@@ -1,11 +1,15 @@
 //! Every ClickHouse query of the gateway (`jetcron_gateway::query_catalog`)
 //! on both engines: the 18.16 server the harness runs and a current one
-//! (chdb 26.x), over the same projected history, with the same answers.
+//! (chdb 26.x), over the same projected history, with the same answers. The
+//! run list, which ClickHouse folds, says what a run's own page says when an
+//! earlier attempt's events are stored after a later attempt's outcome.
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use jetcron_core::{subjects, RunEvent, RunEventKind, RunId};
 use jetcron_io::clickhouse_schema::ClickHouseOptions;
-use jetcron_testkit::{wait_until, Stack, StackOptions};
+use jetcron_testkit::{instant, wait_until, Stack, StackOptions};
 use serde_json::{json, Value};
 
 /// Numbers as text: 18.16 quotes 64-bit integers in JSON, current versions not.
@@ -239,5 +243,232 @@ async fn a_jobs_runs_page_with_a_cursor_and_bad_parameters_get_400s() {
             assert_eq!(reply["error"]["field"], field, "GET {path}: {reply}");
         }
     }
+    stack.stop().await;
+}
+
+/// One run of the job `stalled`, whose events the test records as
+/// executors do.
+struct RecordedRun {
+    run_id: RunId,
+    scheduled_at: DateTime<Utc>,
+}
+
+impl RecordedRun {
+    fn new(scheduled_at: DateTime<Utc>) -> Self {
+        Self {
+            run_id: RunId::for_fire("stalled", scheduled_at),
+            scheduled_at,
+        }
+    }
+
+    fn at(&self, seconds: i64) -> DateTime<Utc> {
+        self.scheduled_at + chrono::Duration::seconds(seconds)
+    }
+
+    /// `started` of `attempt` by `executor`, `at` seconds after the
+    /// scheduled time.
+    fn started(&self, attempt: u32, executor: &str, at: i64) -> RunEvent {
+        let at = self.at(at);
+        RunEvent {
+            max_attempts: 2,
+            executor_id: executor.into(),
+            target_type: "shell".into(),
+            pool: "default".into(),
+            started_at: Some(at),
+            ..RunEvent::step(
+                self.run_id.clone(),
+                "stalled".into(),
+                RunEventKind::Started,
+                attempt,
+                self.scheduled_at,
+                at,
+            )
+        }
+    }
+
+    /// The outcome `kind` of `attempt`, which started `started` seconds
+    /// after the scheduled time and ended `at` seconds after it.
+    fn ended(
+        &self,
+        kind: RunEventKind,
+        attempt: u32,
+        executor: &str,
+        started: i64,
+        at: i64,
+    ) -> RunEvent {
+        let succeeded = kind == RunEventKind::Succeeded;
+        RunEvent {
+            kind,
+            event_id: RunEvent::event_id_for(&self.run_id, None, attempt, kind),
+            finished_at: Some(self.at(at)),
+            duration_ms: Some((at - started) * 1000),
+            exit_code: Some(if succeeded { 0 } else { 1 }),
+            error: (!succeeded).then(|| "exit code 1".to_string()),
+            at: self.at(at),
+            ..self.started(attempt, executor, started)
+        }
+    }
+}
+
+/// Store `event` in `JETCRON_RUNS` as an executor would.
+async fn record(stack: &Stack, event: &RunEvent) {
+    stack
+        .js
+        .publish(
+            subjects::run_event_subject(&event.job_id, event.kind.as_str()),
+            serde_json::to_vec(event).expect("encode").into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+}
+
+/// The run as `GET /v1/runs?job=stalled` lists it, once `ready` says so.
+async fn listed(stack: &Stack, run_id: &RunId, ready: impl Fn(&Value) -> bool) -> Value {
+    wait_until(
+        &format!("run {run_id} listed"),
+        Duration::from_secs(20),
+        || async {
+            let (_, page) = stack.get("/v1/runs?job=stalled").await;
+            page["runs"]
+                .as_array()?
+                .iter()
+                .find(|r| r["run_id"] == run_id.as_str() && ready(r))
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// An executor that stalled (SIGSTOP) and woke could record a `started`
+/// and a `retrying` of its attempt after another executor recorded the
+/// next attempt's success. By time alone those stale events won in
+/// ClickHouse, and the run list said `retrying` while the run's own page
+/// said `succeeded`; a later attempt's events now win over an earlier
+/// one's whatever their times, on 18.16 and on a current ClickHouse, and
+/// with the view from before still folding beside the new one. A run of one
+/// attempt is listed as before.
+#[tokio::test]
+async fn a_later_attempts_outcome_outlives_an_earlier_attempts_stale_events() {
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        ..Default::default()
+    })
+    .await;
+    // Whole minutes, ten ago: in the list's default range, and every
+    // instant exact in milliseconds.
+    let now = Utc::now().timestamp();
+    let scheduled = DateTime::from_timestamp(now - now % 60 - 600, 0).expect("instant");
+
+    // One attempt: running, then succeeded.
+    let once = RecordedRun::new(scheduled);
+    record(&stack, &once.started(1, "e1", 1)).await;
+    let row = listed(&stack, &once.run_id, |r| r["status"] == "running").await;
+    let page = stack
+        .wait_for_run_status(once.run_id.as_str(), "running", Duration::from_secs(10))
+        .await;
+    assert_eq!((&row["attempt"], &page["attempt"]), (&json!(1), &json!(1)));
+    record(&stack, &once.ended(RunEventKind::Succeeded, 1, "e1", 1, 3)).await;
+    let row = listed(&stack, &once.run_id, |r| r["status"] == "succeeded").await;
+    let page = stack
+        .wait_for_run_status(once.run_id.as_str(), "succeeded", Duration::from_secs(10))
+        .await;
+    for field in ["attempt", "executor_id", "duration_ms"] {
+        assert_eq!(row[field], page[field], "{field}: {row}\n{page}");
+    }
+    assert_eq!(
+        (&row["attempt"], &row["duration_ms"]),
+        (&json!(1), &json!(2000))
+    );
+
+    // The view from before 2026-12-05 folds beside the new one, as on a
+    // replicated install until it is dropped by hand: no answer changes.
+    let view = jetcron_io::clickhouse_schema::MIGRATIONS
+        .iter()
+        .flat_map(|(_, sql)| jetcron_io::clickhouse_schema::statements(sql))
+        .find(|s| s.starts_with("CREATE MATERIALIZED VIEW"))
+        .expect("the view");
+    let by_time = view
+        .replace("run_state_mv_v3", "run_state_mv_v2")
+        .replace("toInt64(attempt) * 35184372088832 + ", "");
+    assert_eq!(by_time.matches("at_ms * 8").count(), 4, "{by_time}");
+    stack.clickhouse_sql(&by_time).await;
+
+    // Attempt 1 by e1, which stalls; attempt 2 by e2 succeeds; e1 wakes
+    // and records its attempt again, later than all of that.
+    let stalled = RecordedRun::new(scheduled + chrono::Duration::minutes(1));
+    for event in [
+        stalled.started(1, "e1", 1),
+        stalled.started(2, "e2", 20),
+        stalled.ended(RunEventKind::Succeeded, 2, "e2", 20, 21),
+    ] {
+        record(&stack, &event).await;
+    }
+    listed(&stack, &stalled.run_id, |r| r["status"] == "succeeded").await;
+    record(&stack, &stalled.started(1, "e1", 29)).await;
+    record(
+        &stack,
+        &stalled.ended(RunEventKind::Retrying, 1, "e1", 1, 30),
+    )
+    .await;
+    // The retry counted: both stale events are folded (stored in order,
+    // the later in the same insert as the earlier or after it).
+    let row = listed(&stack, &stalled.run_id, |r| r["retries"] == 1).await;
+    let page = stack
+        .wait_for_run_status(
+            stalled.run_id.as_str(),
+            "succeeded",
+            Duration::from_secs(10),
+        )
+        .await;
+    // started#1 twice (one event id), started#2, succeeded#2, retrying#1.
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(4), "{page}");
+    assert_eq!(row["status"], "succeeded", "{row}");
+    for field in ["status", "attempt", "executor_id", "duration_ms"] {
+        assert_eq!(row[field], page[field], "{field}: {row}\n{page}");
+    }
+    assert_eq!(
+        (&row["attempt"], &row["executor_id"], &row["duration_ms"]),
+        (&json!(2), &json!("e2"), &json!(1000)),
+        "{row}"
+    );
+    assert_eq!(instant(&row["finished_at"]), stalled.at(21), "{row}");
+    assert_eq!(instant(&page["finished_at"]), stalled.at(21), "{page}");
+    assert!(row.get("error").is_none(), "{row}");
+    let (_, succeeded) = stack.get("/v1/runs?job=stalled&status=succeeded").await;
+    assert_eq!(
+        succeeded["runs"].as_array().map(Vec::len),
+        Some(2),
+        "{succeeded}"
+    );
+
+    // The same fold on a current ClickHouse (the new view alone), over the
+    // rows 18.16 holds.
+    let runs = "SELECT run_id, status, attempt, executor_id, duration_ms FROM jetcron.runs \
+                WHERE job_id = 'stalled' ORDER BY run_id";
+    let on_18_16: Value =
+        serde_json::from_str(&stack.clickhouse_sql(&format!("{runs} FORMAT JSON")).await)
+            .expect("json");
+    let rows = json!({
+        "jetcron.run_events": stack
+            .clickhouse_sql("SELECT * FROM jetcron.run_events FORMAT JSONEachRow")
+            .await,
+    });
+    let (version, current) = jetcron_testkit::chdb::run_on_chdb(rows, &[runs]).await;
+    assert_eq!(
+        normalized(&current[0]["data"]),
+        normalized(&on_18_16["data"]),
+        "chdb {version}: {}",
+        current[0]
+    );
+    let statuses: Vec<&Value> = on_18_16["data"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| &r["status"])
+        .collect();
+    assert_eq!(statuses, [&json!("succeeded"); 2], "{on_18_16}");
     stack.stop().await;
 }

@@ -659,7 +659,7 @@ async fn a_scan_over_more_jobs_than_one_batch_records_every_jobs_missed_fires() 
 /// stream electing a leader); the outcome event carries the attempt's
 /// start. The run list (`jetcron.runs`, folded by ClickHouse) then takes the
 /// start from there, as the run's own page does, on 18.16 and on a current
-/// ClickHouse alike; an install with the view from before is moved to the
+/// ClickHouse alike; an install with the views from before is moved to the
 /// new one.
 #[tokio::test]
 async fn a_run_whose_started_event_was_lost_lists_the_start_its_outcome_carries() {
@@ -754,25 +754,28 @@ async fn a_run_whose_started_event_was_lost_lists_the_start_its_outcome_carries(
         );
     }
 
-    // An install from before: its view is dropped by the migration, the
+    // An install from before: its views are dropped by the migration, the
     // new one folds.
-    let old_view = jetcron_io::clickhouse_schema::MIGRATIONS
+    let view = jetcron_io::clickhouse_schema::MIGRATIONS
         .iter()
         .flat_map(|(_, sql)| jetcron_io::clickhouse_schema::statements(sql))
         .find(|s| s.starts_with("CREATE MATERIALIZED VIEW"))
-        .expect("the view")
-        .replace("run_state_mv_v2", "run_state_mv");
+        .expect("the view");
     let views = "SELECT name FROM system.tables WHERE database = 'jetcron' \
                  AND engine = 'MaterializedView' ORDER BY name FORMAT TSV";
-    stack.clickhouse_sql(&old_view).await;
+    for old in ["run_state_mv", "run_state_mv_v2"] {
+        stack
+            .clickhouse_sql(&view.replace("run_state_mv_v3", old))
+            .await;
+    }
     assert_eq!(
         stack.clickhouse_sql(views).await,
-        "run_state_mv\nrun_state_mv_v2\n"
+        "run_state_mv\nrun_state_mv_v2\nrun_state_mv_v3\n"
     );
     let client =
         jetcron_io::clickhouse_schema::ClickHouseOptions::new(stack.clickhouse.url()).client();
     jetcron_io::clickhouse_schema::apply(&client)
         .await
         .expect("migrate");
-    assert_eq!(stack.clickhouse_sql(views).await, "run_state_mv_v2\n");
+    assert_eq!(stack.clickhouse_sql(views).await, "run_state_mv_v3\n");
 }
