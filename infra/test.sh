@@ -29,6 +29,12 @@ fi
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   apt_install chromium chromium-driver
 fi
+# The fault tests (services/testkit/tests/faults.rs): libfaketime for skewed
+# clocks; iproute2 and iptables for partitions (network namespaces, as root).
+if [ ! -e "/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1" ] \
+  || ! command -v ip >/dev/null || ! command -v iptables-restore >/dev/null; then
+  apt_install libfaketime iproute2 iptables
+fi
 cd "$REPO_DIR"
 # nextest runs each test in its own process and ends with one summary line;
 # plain cargo test is the fallback where nextest is not installed.

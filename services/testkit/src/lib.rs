@@ -26,13 +26,16 @@
 mod browser;
 pub mod chdb;
 mod clickhouse_server;
+mod cluster_network;
 pub mod grafana;
 mod nats_cluster;
 pub mod nats_jwt;
 mod nats_server;
 mod process;
+mod skewed_clock;
 mod smtp_server;
 pub mod stack;
+mod stall;
 mod wait;
 
 pub use browser::Browser;
@@ -43,6 +46,7 @@ pub use nats_server::NatsServer;
 pub use process::{last_logged_number, without_colour_codes, JetcronProcess};
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;
+pub use skewed_clock::faketime_env;
 pub use smtp_server::{ReceivedMail, SmtpServer};
 pub use stack::{
     fast_leases, instant, test_executor_config, wait_for_nats_api, Stack, StackOptions, API_TOKEN,

@@ -6,19 +6,36 @@
 //! others keep the cluster going; dropping the cluster kills them all and
 //! removes their stores. Server names are `n0`, `n1`, …, which is how
 //! JetStream names a stream's leader ([`NatsCluster::stream_leader`]).
+//!
+//! The faults of issue 39 beyond crashes: any node can be paused and resumed
+//! ([`NatsCluster::pause`], a hung server), and a cluster started with
+//! [`NatsCluster::start_partitionable`] runs each node in a network
+//! namespace of its own, so that a node can be cut from the other nodes
+//! ([`NatsCluster::partition`]) while every client keeps its connection to
+//! it — the minority side of a split, still serving its clients what it can.
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use async_nats::jetstream;
 
+use crate::cluster_network::ClusterNetwork;
 use crate::NatsServer;
 
 /// The cluster name every node is configured with.
 pub const CLUSTER_NAME: &str = "jetcron-test";
 
+/// The route port of a node in a namespace of its own (nothing else there).
+const NAMESPACED_ROUTE_PORT: u16 = 6222;
+
 /// `n` routed nats-server nodes with JetStream.
 pub struct NatsCluster {
+    /// Declared before `network`: fields drop in order, so the servers are
+    /// killed before their namespaces are removed.
     nodes: Vec<NatsServer>,
+    /// The namespaces and bridge of a partitionable cluster.
+    network: Option<ClusterNetwork>,
 }
 
 impl NatsCluster {
@@ -32,23 +49,46 @@ impl NatsCluster {
     /// Start `size` nodes without waiting for JetStream to be usable (a
     /// cluster still electing, as processes that start with it see it).
     pub fn start_without_waiting(size: usize) -> Self {
-        let route_ports: Vec<u16> = (0..size).map(|_| crate::free_port()).collect();
-        let routes: Vec<String> = route_ports
-            .iter()
-            .map(|port| format!("nats-route://127.0.0.1:{port}"))
+        let route_addresses: Vec<(Ipv4Addr, u16)> = (0..size)
+            .map(|_| (Ipv4Addr::LOCALHOST, crate::free_port()))
             .collect();
-        let nodes = route_ports
-            .iter()
-            .enumerate()
-            .map(|(index, port)| {
-                NatsServer::start_with_config(&format!(
-                    "server_name: n{index}\n\
-                     cluster {{\n  name: {CLUSTER_NAME}\n  listen: 127.0.0.1:{port}\n  routes: [{}]\n}}\n",
-                    routes.join(", ")
-                ))
+        let nodes = (0..size)
+            .map(|index| NatsServer::start_with_config(&node_config(index, &route_addresses)))
+            .collect();
+        Self {
+            nodes,
+            network: None,
+        }
+    }
+
+    /// Start `size` nodes, each in a network namespace of its own on an
+    /// address of a private bridge, and wait until JetStream has a meta
+    /// leader. Clients (and jetcron processes) of this process reach every
+    /// node at its [`NatsServer::url`]; [`NatsCluster::partition`] cuts one
+    /// node from the others without touching them. Everything else works
+    /// as on [`NatsCluster::start`].
+    ///
+    /// Fails when the network cannot be built: namespaces need root.
+    pub async fn start_partitionable(size: usize) -> anyhow::Result<Self> {
+        let network = ClusterNetwork::create(size)?;
+        let route_addresses: Vec<(Ipv4Addr, u16)> = (0..size)
+            .map(|index| (network.address(index), NAMESPACED_ROUTE_PORT))
+            .collect();
+        let nodes = (0..size)
+            .map(|index| {
+                NatsServer::start_in_namespace(
+                    &node_config(index, &route_addresses),
+                    &network.namespace(index),
+                    network.address(index),
+                )
             })
             .collect();
-        Self { nodes }
+        let cluster = Self {
+            nodes,
+            network: Some(network),
+        };
+        cluster.wait_for_jetstream(Duration::from_secs(30)).await;
+        Ok(cluster)
     }
 
     /// Every node's client URL, comma separated (what `--nats-url` takes).
@@ -80,6 +120,38 @@ impl NatsCluster {
     /// Start node `index` again on its port and store.
     pub fn restart(&mut self, index: usize) {
         self.nodes[index].restart();
+    }
+
+    /// Freeze node `index` (SIGSTOP), see [`NatsServer::pause`].
+    pub fn pause(&self, index: usize) {
+        self.nodes[index].pause();
+    }
+
+    /// Thaw node `index` (SIGCONT).
+    pub fn resume(&self, index: usize) {
+        self.nodes[index].resume();
+    }
+
+    /// Cut node `index` from every other node, both ways, by dropping their
+    /// packets silently; clients keep their connections to it. The majority
+    /// elects new leaders for what the node led once raft heartbeats stop;
+    /// the node's raft groups lose quorum and its JetStream requests go
+    /// unanswered. Several nodes may be cut at once, each from all others.
+    /// Only on a cluster from [`NatsCluster::start_partitionable`].
+    pub fn partition(&self, index: usize) -> anyhow::Result<()> {
+        self.network()?.isolate(index)
+    }
+
+    /// Undo [`NatsCluster::partition`] of node `index`: its routes' TCP
+    /// connections resume (or reconnect) and it catches up.
+    pub fn heal(&self, index: usize) -> anyhow::Result<()> {
+        self.network()?.reconnect(index)
+    }
+
+    fn network(&self) -> anyhow::Result<&ClusterNetwork> {
+        self.network
+            .as_ref()
+            .context("only a cluster from NatsCluster::start_partitionable can be partitioned")
     }
 
     /// A client that may use every node (and moves on when one dies).
@@ -140,4 +212,19 @@ impl NatsCluster {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// The configuration of node `index` of a cluster whose nodes take routes
+/// at `route_addresses`.
+fn node_config(index: usize, route_addresses: &[(Ipv4Addr, u16)]) -> String {
+    let (host, port) = route_addresses[index];
+    let routes: Vec<String> = route_addresses
+        .iter()
+        .map(|(host, port)| format!("nats-route://{host}:{port}"))
+        .collect();
+    format!(
+        "server_name: n{index}\n\
+         cluster {{\n  name: {CLUSTER_NAME}\n  listen: {host}:{port}\n  routes: [{}]\n}}\n",
+        routes.join(", ")
+    )
 }

@@ -55,12 +55,13 @@ impl JetcronProcess {
         self.starts += 1;
     }
 
-    /// SIGKILL (nothing is flushed, nothing released).
     /// The process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// SIGKILL (nothing is flushed, nothing released). Works on a paused
+    /// process too.
     pub fn kill_9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -68,12 +69,39 @@ impl JetcronProcess {
         }
     }
 
-    /// SIGTERM and wait for the exit.
+    /// SIGTERM and wait for the exit. A paused process is continued after
+    /// the SIGTERM, which it could not handle while stopped.
     pub fn terminate(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        crate::stall::continue_quietly(child.id());
         child.wait().ok()
+    }
+
+    /// Freeze the process (SIGSTOP) until [`JetcronProcess::resume`]: a
+    /// stall — a long pause, a frozen VM — with its connections left open,
+    /// so NATS sees a consumer that stops acking and a lease holder that
+    /// stops renewing, not one that left. Returns once every thread is
+    /// stopped. Panics when the process does not run.
+    pub fn pause(&self) {
+        crate::stall::pause(self.running_pid("pause"), "jetcron process");
+    }
+
+    /// Thaw a paused process (SIGCONT); it carries on from where it stopped,
+    /// its clocks having moved on meanwhile.
+    pub fn resume(&self) {
+        crate::stall::resume(self.running_pid("resume"), "jetcron process");
+    }
+
+    /// Whether the process is paused now.
+    pub fn is_paused(&self) -> bool {
+        self.pid().is_some_and(crate::stall::is_paused)
+    }
+
+    fn running_pid(&self, action: &str) -> u32 {
+        self.pid()
+            .unwrap_or_else(|| panic!("{action}: the jetcron process is not running"))
     }
 
     /// Start again with the same command line (after a kill or an exit).
