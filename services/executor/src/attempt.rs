@@ -1069,9 +1069,10 @@ const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
 const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long a run event may take to be stored before the attempt gives up
-/// and hands its run back: its message's ack wait (kept alive meanwhile).
+/// and hands its run back: longer than an election (4-9 s); the delivery is
+/// kept alive meanwhile, and nothing is stored once its lease is gone.
 fn store_budget(ctx: &ExecutorContext) -> std::time::Duration {
-    ctx.config.ack_wait.max(std::time::Duration::from_secs(1))
+    ctx.config.ack_wait.max(std::time::Duration::from_secs(15))
 }
 
 /// What a look at `JETCRON_RUNS` found about the run of a delivery.

@@ -219,23 +219,29 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_held_fire_is_kept_alive_only_when_its_lease_would_not_reach_past_its_instant() {
         let secs = Duration::from_secs;
+        let millis = Duration::from_millis;
         let now = Instant::now();
-        // Pulled 10 s ahead with a 15 s ack wait: 5 s left at the instant.
-        let fresh = Lease::new(now, secs(15));
+        // Pulled 10 s ahead with a 13 s ack wait: 3 s left at the instant.
+        let fresh = Lease::new(now, secs(13));
         assert_eq!(keep_alive_at(&fresh, now + secs(10)), None);
         // Its pull request waited 5 s at the server first: kept alive at
-        // once, so the lease then ends 5 s after the instant.
-        let late = Lease::new(now - secs(5), secs(15));
+        // once, so the lease then ends 3 s after the instant.
+        let late = Lease::new(now - secs(5), secs(13));
         assert_eq!(keep_alive_at(&late, now + secs(10)), Some(now));
         // Held a minute: kept alive as its lease runs out, until the
-        // keep-alive that reaches past the instant can be sent (12 s before it).
-        let long = Lease::new(now, secs(15));
-        assert_eq!(keep_alive_at(&long, now + secs(60)), Some(now + secs(12)));
-        let reaching = Lease::new(now + secs(47), secs(15));
+        // keep-alive that reaches past the instant can be sent (10.5 s
+        // before it: the instant, 1 s past it and the 1.5 s margin, less
+        // the ack wait).
+        let long = Lease::new(now, secs(13));
+        assert_eq!(
+            keep_alive_at(&long, now + secs(60)),
+            Some(now + millis(10_500))
+        );
+        let reaching = Lease::new(now + secs(47), secs(13));
         assert_eq!(
             keep_alive_at(&reaching, now + secs(60)),
-            Some(now + secs(48)),
-            "the last keep-alive, 12 s before the instant"
+            Some(now + millis(49_500)),
+            "the last keep-alive, 10.5 s before the instant"
         );
     }
 

@@ -39,8 +39,10 @@ use jetcron_io::retry::RetryDelay;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-/// The most a lease's margin is (see [`Lease::margin`]).
-const MAX_MARGIN: Duration = Duration::from_secs(2);
+/// The most a lease's margin is (see [`Lease::margin`]): the second a new
+/// consumer leader's timestamps may be rounded down by, and the moment from
+/// a check to its act.
+const MAX_MARGIN: Duration = Duration::from_millis(1_500);
 
 /// The most time a confirmed progress ack is given to come back.
 const MAX_RENEWAL_TIME: Duration = Duration::from_secs(1);
@@ -76,7 +78,7 @@ impl Lease {
     }
 
     /// What is kept back from the end of the lease: a quarter of the ack
-    /// wait, at most 2 s.
+    /// wait, at most 1.5 s.
     pub fn margin(&self) -> Duration {
         (self.ack_wait / 4).min(MAX_MARGIN)
     }
@@ -268,12 +270,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lease_holds_until_its_margin_before_the_ack_wait_ends() {
         let lease = Lease::new(Instant::now(), Duration::from_secs(10));
-        assert_eq!(lease.margin(), Duration::from_secs(2));
+        assert_eq!(lease.margin(), Duration::from_millis(1_500));
         assert!(lease.holds());
-        tokio::time::advance(Duration::from_millis(7_900)).await;
-        assert!(lease.holds(), "2.1 s left");
+        tokio::time::advance(Duration::from_millis(8_400)).await;
+        assert!(lease.holds(), "1.6 s left");
         tokio::time::advance(Duration::from_millis(200)).await;
-        assert!(!lease.holds(), "1.9 s left is within the margin");
+        assert!(!lease.holds(), "1.4 s left is within the margin");
     }
 
     #[tokio::test(start_paused = true)]
@@ -300,8 +302,8 @@ mod tests {
             Duration::from_secs(9),
             "an older renewal changes nothing"
         );
-        assert!(lease.holds_at(start + Duration::from_millis(12_900)));
-        assert!(!lease.holds_at(start + Duration::from_millis(13_100)));
+        assert!(lease.holds_at(start + Duration::from_millis(13_400)));
+        assert!(!lease.holds_at(start + Duration::from_millis(13_600)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -130,8 +130,8 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 2048;
 const PULL_BATCH: usize = 256;
 
 /// Default consumer ack wait on one node: the lookahead there (1.5 s) and
-/// 5 s (`jetcron executor` takes 15 s on a cluster, `--ack-wait`).
-pub const DEFAULT_ACK_WAIT: Duration = Duration::from_millis(6_500);
+/// 3 s (`jetcron executor` takes 13 s on a cluster, `--ack-wait`).
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_millis(4_500);
 
 /// Default cap on kept output: 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;

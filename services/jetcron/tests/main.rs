@@ -12,6 +12,7 @@ mod channels;
 mod clickhouse_hang;
 mod clickhouse_replicated;
 mod cluster_chaos;
+mod cluster_faults;
 mod cluster_migration;
 mod cluster_startup;
 mod console;

@@ -13,6 +13,12 @@
 //!   current ClickHouse.
 //! - [`JetcronProcess`] runs a `jetcron` subcommand as its own OS process,
 //!   to SIGKILL and restart as operators would.
+//! - [`deployment`] runs the clustered form as separate processes (three
+//!   nodes, two tickers, two executors, a projector, a gateway) with jobs
+//!   whose target it records, for fault tests and the fault benchmark;
+//!   the faults themselves are [`JetcronProcess::pause`],
+//!   [`NatsCluster::pause`], [`NatsCluster::partition`] and
+//!   [`faketime_env`], beside SIGKILL and restart.
 //! - [`nats_jwt`] issues operator, account and user JWTs and `.creds` files
 //!   (what `nsc` does) for a [`NatsServer`] in operator mode.
 //!
@@ -27,6 +33,7 @@ mod browser;
 pub mod chdb;
 mod clickhouse_server;
 mod cluster_network;
+pub mod deployment;
 pub mod grafana;
 mod nats_cluster;
 pub mod nats_jwt;
