@@ -221,7 +221,14 @@ async fn run_attempt(
         }
     }
     let ledger = Ledger::new(&ctx.running, &due, numbers.due_sequence);
-    let budget = match ledger.read(attempt).await {
+    let budget = match Box::pin(crate::kept_alive::through_elections(
+        ctx,
+        &message,
+        "retry ledger",
+        || ledger.read(attempt),
+    ))
+    .await
+    {
         Ok(Recorded {
             ended: Some(event), ..
         }) => {
@@ -265,11 +272,13 @@ async fn run_attempt(
     // A redelivery may come after its run ended (an ack lost with a consumer
     // leader). A job with an overlap claim learns that from its claim; the
     // others look at `JETCRON_RUNS`.
+    // ... or while an earlier delivery still records it: one whose
+    // keep-alives went nowhere (its NATS server hung) made its call, and its
+    // outcome is on its way (the hung-node test: such runs were called again
+    // the moment the consumer's new leader handed them out).
     if attempt > 1
         && job.concurrency == ConcurrencyPolicy::Allow
-        && ended_already(ctx, &message, &due, fire_since(&message, &due))
-            .await
-            .settled()
+        && ran_elsewhere(ctx, &message, &due).await != Elsewhere::No
     {
         return;
     }
@@ -328,17 +337,17 @@ async fn run_attempt(
             let started = publisher.started(*fire_at, max_attempts);
             let mut store = store_start(started.clone());
             // Not going on withdraws the booking (dropped before the instant).
-            let Some(stored_in_time) = record_start(&view, &mut store, &mut None).await else {
+            let Some(start) = record_start(&view, &mut store, &mut None).await else {
                 return;
             };
-            ahead = Some((permit, call, started, store, stored_in_time));
+            ahead = Some((permit, Some(call), started, store, start != Start::Storing));
         }
     }
     let (permit, booked, mut claim, started_at, started, mut store_started, stored_in_time) =
         match ahead {
             Some((permit, call, started, store, stored_in_time)) => {
-                let at = call.at;
-                (permit, Some(call), None, at, started, store, stored_in_time)
+                let at = started.at;
+                (permit, call, None, at, started, store, stored_in_time)
             }
             None => {
                 // A held fire takes its slot at its instant and then looks
@@ -374,9 +383,10 @@ async fn run_attempt(
                 let started_at = ctx.clock.now();
                 let started = publisher.started(started_at, max_attempts);
                 let mut store = store_start(started.clone());
-                let Some(stored_in_time) = record_start(&view, &mut store, &mut claim).await else {
+                let Some(start) = record_start(&view, &mut store, &mut claim).await else {
                     return;
                 };
+                let stored_in_time = start != Start::Storing;
                 (
                     permit,
                     None,
@@ -530,46 +540,101 @@ async fn booked_outcome(
     }
 }
 
+/// How an attempt's start was recorded, before its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Stored within [`STARTED_WAIT`].
+    Stored,
+    /// Not stored yet: the call goes out meanwhile, and the start is stored
+    /// beside it.
+    Storing,
+}
+
 /// Wait up to [`STARTED_WAIT`] for `store`, the storing of the attempt's
 /// `started` event: the start is recorded before the target is called, but
-/// the call does not wait longer for it (while `JETCRON_RUNS` elects a
-/// leader the event is stored later, before the outcome, and the fire still
-/// reaches its target on time). `Some(stored in time)` to go on and call;
+/// the call does not wait longer for it while JetStream answers through
+/// this executor's connection (while `JETCRON_RUNS` elects a leader the
+/// event is stored later, before the outcome, and the fire still reaches
+/// its target on time). Through a server cut off from its cluster it could
+/// never be stored, and the call would be made again by the delivery that
+/// comes after the ack wait: then the target is not called from here.
 /// `None` when this delivery is done with: another delivery started this
-/// very attempt, or the start cannot be recorded (handed back).
+/// very attempt, the start cannot be recorded (handed back), or JetStream
+/// did not answer.
 async fn record_start<F>(
     attempt: &Attempt<'_>,
     store: &mut std::pin::Pin<Box<F>>,
     claim: &mut Option<ClaimHandle>,
-) -> Option<bool>
+) -> Option<Start>
 where
     F: std::future::Future<Output = anyhow::Result<crate::run_events::Stored>>,
 {
+    match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
+        Ok(stored) => start_recorded(attempt, stored, claim, Start::Stored).await,
+        Err(_) if jetstream_answers(attempt.ctx).await => {
+            info!("start not stored yet, calling the target meanwhile");
+            Some(Start::Storing)
+        }
+        // This delivery may be a stale consumer leader's on a server cut off
+        // from its cluster, which hands out what the majority's leader hands
+        // out too (the partition test: such calls, made once the start was
+        // stored, came after another delivery's of the same fire). It is left
+        // to JetStream, which hands the fire out again after the ack wait if
+        // nobody else has it. (Its start may still be stored: the attempt
+        // then shows as lost.)
+        Err(_) => {
+            warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, leaving the fire to JetStream");
+            None
+        }
+    }
+}
+
+/// Whether JetStream answers through the executor's connection now: its
+/// account info within [`JETSTREAM_ANSWER`]. A leader election of
+/// `JETCRON_RUNS` leaves it answering; a server cut off from its cluster
+/// says it has no meta leader, and a hung one says nothing.
+async fn jetstream_answers(ctx: &ExecutorContext) -> bool {
+    matches!(
+        tokio::time::timeout(JETSTREAM_ANSWER, ctx.js.query_account()).await,
+        Ok(Ok(_))
+    )
+}
+
+/// How long [`jetstream_answers`] waits.
+const JETSTREAM_ANSWER: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// What a stored (or failed) start means for the attempt: `as_stored` to
+/// go on, or `None` when the delivery is done with.
+async fn start_recorded(
+    attempt: &Attempt<'_>,
+    stored: anyhow::Result<crate::run_events::Stored>,
+    claim: &mut Option<ClaimHandle>,
+    as_stored: Start,
+) -> Option<Start> {
     let Attempt {
         ctx, message, due, ..
     } = *attempt;
-    match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
-        Ok(Ok(stored)) if stored.duplicate => {
-            // Another delivery started this very attempt: it ran, or runs now.
+    match stored {
+        Ok(stored) if stored.duplicate => {
+            // Another delivery started this very attempt: it ran, or runs
+            // now, and settles the message (or, gone, leaves it to come
+            // again after the ack wait). Not handed back: the server takes a
+            // nak from any delivery, and that one's run would be delivered
+            // a third time, its target called again (the partition test).
             match ended_already(ctx, message, due, Since::Sequence(stored.sequence)).await {
                 RunEnd::NotYet => {
-                    info!("another delivery started this attempt, handing this one back");
-                    hand_back(message).await;
+                    info!("another delivery started this attempt, leaving the fire to it")
                 }
                 RunEnd::Ended => release(claim.take()).await,
                 RunEnd::Unknown => {}
             }
             None
         }
-        Ok(Ok(_)) => Some(true),
-        Ok(Err(e)) => {
+        Ok(_) => Some(as_stored),
+        Err(e) => {
             warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
             hand_back(message).await;
             None
-        }
-        Err(_) => {
-            info!("start not stored yet, calling the target meanwhile");
-            Some(false)
         }
     }
 }
@@ -677,10 +742,15 @@ async fn killed_before_start(
     job: &ValidJob,
     publisher: &RunEventPublisher<'_>,
 ) -> bool {
-    match Box::pin(
-        ctx.kill_markers
-            .requested(&ctx.running, due.run_id.as_str()),
-    )
+    match Box::pin(crate::kept_alive::through_elections(
+        ctx,
+        message,
+        "kill request",
+        || {
+            ctx.kill_markers
+                .requested(&ctx.running, due.run_id.as_str())
+        },
+    ))
     .await
     {
         Ok(None) => false,
@@ -721,8 +791,8 @@ enum Elsewhere {
     No,
     /// It ended: the message is settled.
     Ended,
-    /// Another delivery calls or records it, or nobody could tell: the
-    /// message is handed back.
+    /// Another delivery calls or records it (the message is left to it),
+    /// or nobody could tell (the message is handed back).
     Maybe,
 }
 
@@ -734,8 +804,11 @@ async fn ran_elsewhere(ctx: &ExecutorContext, message: &Delivery, due: &DueEvent
     }
     let stage = Box::pin(claims::probe_run(&ctx.nats, due.run_id.as_str())).await;
     if stage != crate::running::Stage::Waiting {
-        info!("another delivery of this run calls its target or records it, handing this one back");
-        hand_back(message).await;
+        // That delivery settles the message; a nak from here would hand
+        // its run out a third time (the server takes it from anyone).
+        info!(
+            "another delivery of this run calls its target or records it, leaving the fire to it"
+        );
         return Elsewhere::Maybe;
     }
     Elsewhere::No
@@ -758,8 +831,8 @@ async fn supervise(
     if booked.is_none() && !message.is_ours() {
         return Ending::NotCalled("the delivery's lease ran out before the call".into());
     }
-    if booked.is_none() && !ctx.config.clock_check.trusted() {
-        return Ending::NotCalled("this host's clock is not trusted (--max-clock-offset)".into());
+    if let (None, Some(why)) = (&booked, crate::call_gate::closed(ctx)) {
+        return Ending::NotCalled(why);
     }
     let work = match booked {
         // The timeout counts from the instant the call is sent.
@@ -877,7 +950,7 @@ async fn settle(
     };
     // A delivery whose lease ran out records nothing: its fire may be
     // another delivery's by now ([`crate::lease`]).
-    if !message.is_ours() {
+    if !message.may_record() {
         return;
     }
     log_decision(&decision, &outcome);
@@ -946,7 +1019,7 @@ fn log_decision(decision: &Decision, outcome: &Outcome) {
         (RunEventKind::Succeeded, _) => debug!("attempt succeeded"),
         (RunEventKind::Killed, _) => info!(error, "attempt killed"),
         (_, AttemptOutcome::Interrupted) => {
-            warn!("executor shutting down, handing the attempt back")
+            warn!(error, "attempt not called or interrupted, handing it back")
         }
         (RunEventKind::Retrying, _) => warn!(
             error,
@@ -976,7 +1049,7 @@ async fn finish(
     notify: Option<(&job::NotifyPolicy, &str)>,
     called: Option<(&Ledger<'_>, u32)>,
 ) {
-    if !message.is_ours() {
+    if !message.may_record() {
         return;
     }
     let store = publisher.publish(&event, store_budget(ctx), message);
@@ -997,13 +1070,13 @@ async fn finish(
                 if ctx
                     .runs_pulse
                     .outcome_is_slow(waited, tokio::time::Instant::now())
-                    && message.is_ours()
+                    && message.may_record()
                 {
                     in_ledger = record_end(ledger, failed, &event).await;
                     break store.await;
                 }
             };
-            if stored.is_err() && !in_ledger && message.is_ours() {
+            if stored.is_err() && !in_ledger && message.may_record() {
                 record_end(ledger, failed, &event).await;
             }
             stored
@@ -1015,7 +1088,7 @@ async fn finish(
         hand_back(message).await;
         return;
     }
-    if !message.is_ours() {
+    if !message.may_record() {
         return;
     }
     if let Some((notify, schedule)) = notify {
@@ -1110,10 +1183,13 @@ async fn ended_already(
     due: &DueEvent,
     since: Since,
 ) -> RunEnd {
-    let ended = ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since);
     // A long search (a backfilled fire of a busy job reads much of its
-    // history) must not let the message go to another executor meanwhile.
-    match Box::pin(crate::kept_alive::kept_alive(ctx, message, ended)).await {
+    // history) must not let the message go to another executor meanwhile,
+    // nor one that waits out an election of `JETCRON_RUNS`.
+    let ended = crate::kept_alive::through_elections(ctx, message, "run's end", || {
+        ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since)
+    });
+    match Box::pin(ended).await {
         Ok(None) => RunEnd::NotYet,
         Ok(Some(kind)) => {
             info!(

@@ -393,16 +393,13 @@ async fn call_after_reading_kill(ctx: Arc<ExecutorContext>, call: Booked) {
 }
 
 /// Why a booked call must not go out now, if it must not: its delivery's
-/// lease ran out (the executor stalled), or this host's clock is not
-/// trusted (its instant may not have come).
+/// lease ran out (the executor stalled), or the call gate is closed
+/// ([`crate::call_gate`]).
 fn withheld(ctx: &ExecutorContext, lease: &Lease) -> Option<String> {
     if !lease.holds() {
         return Some("the delivery's lease ran out before its instant's call".into());
     }
-    if !ctx.config.clock_check.trusted() {
-        return Some("this host's clock is not trusted (--max-clock-offset)".into());
-    }
-    None
+    crate::call_gate::closed(ctx)
 }
 
 /// How long before an instant the dispatcher stops sleeping on tokio's

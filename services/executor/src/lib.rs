@@ -25,6 +25,7 @@
 
 pub mod alerts;
 pub mod attempt;
+pub mod call_gate;
 pub mod chains;
 mod claim_state;
 pub mod claims;
@@ -113,6 +114,10 @@ pub struct ExecutorConfig {
     /// The process's one read of the jobs bucket, for the chain index (by
     /// default its own, which decodes only chained jobs).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
+    /// What the watch of the calls' connection hears: a call goes out only
+    /// through a server that answered a moment ago (a hung server would
+    /// deliver it when it wakes, after another attempt's).
+    pub calls_health: jetcron_io::nats_failover::ConnectionHealth,
     /// This host's clock against the NATS servers': while it is not
     /// trusted the executor pulls nothing and calls no held fire (off by
     /// default, for tests that drive time by hand).
@@ -157,6 +162,7 @@ impl Default for ExecutorConfig {
             lines: Default::default(),
             jobs_feed: jetcron_io::job_feed::JobFeed::chains_only(),
             clock_check: jetcron_io::clock_check::ClockCheck::off(),
+            calls_health: Default::default(),
         }
     }
 }
@@ -484,8 +490,8 @@ async fn pool_consumer(
     topology::ensure_consumer_acking_within(stream, wanted).await
 }
 
-/// How often a pull loop looks again at a clock that is not trusted.
-const CLOCK_RECHECK: Duration = Duration::from_millis(500);
+/// How often a pull loop looks again at a closed call gate.
+const CLOCK_RECHECK: Duration = Duration::from_millis(250);
 
 /// How long a pull request waits at the server for due events. A loop
 /// that stops reads its open request to its end, so this bounds what a
@@ -535,8 +541,8 @@ async fn pull_loop(
     let mut failures = LogLimiter::per_10s();
     let ack_wait = lease_ack_wait(&mut consumer, &ctx.config, &pool);
     while !shutdown.is_cancelled() {
-        if !ctx.config.clock_check.trusted() {
-            // Nothing is pulled on a clock that is off: another executor
+        if crate::call_gate::closed(&ctx).is_some() {
+            // Nothing is pulled that could not be called: another executor
             // holds the fires meanwhile.
             tokio::select! {
                 _ = shutdown.cancelled() => break,

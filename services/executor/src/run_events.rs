@@ -259,7 +259,7 @@ impl KeepAlive<'_> {
     /// Whether the store may go on.
     fn may_store(self) -> bool {
         match self {
-            KeepAlive::Delivery(delivery) => delivery.is_ours(),
+            KeepAlive::Delivery(delivery) => delivery.may_record(),
             KeepAlive::Message(_) => true,
         }
     }

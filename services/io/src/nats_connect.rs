@@ -31,6 +31,8 @@ use async_nats::{ConnectOptions, ServerAddr};
 pub struct OwnThreadConnection {
     pub client: async_nats::Client,
     pub runtime: tokio::runtime::Handle,
+    /// Where the connection goes, and what its watch hears.
+    pub failover: crate::nats_failover::Failover,
 }
 
 /// The NATS servers a process connects to, in the order given.

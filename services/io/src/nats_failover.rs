@@ -11,18 +11,23 @@
 //!   clients still reach it: it answers pings, but JetStream through it has
 //!   no meta leader and no stream leader (issue 39: first calls up to
 //!   24.5 s late while one node's routes were cut for 25 s). Every
-//!   connection asks JetStream for its account info each second; when that
-//!   has failed for [`CUT_OFF_AFTER`] while the connection is up, the
+//!   connection asks JetStream for its account info twice a second; when
+//!   that has failed for [`CUT_OFF_AFTER`] while the connection is up, the
 //!   server is shunned for a while and the connection moves to another.
 //!   A meta leader election (after a node dies) fails the same question
 //!   for a few seconds everywhere: the wait is longer than those, so a
 //!   healthy server is rarely left, and leaving one costs a reconnect.
+//!   Meanwhile an executor calls no target whose start it cannot record
+//!   ([`ConnectionHealth`]), and the nodes' own route pings
+//!   (`cluster { ping_interval: 1s }`, docs/operations.md) drop the cut
+//!   node's subscribers within seconds.
 //!
 //! Which server a connection goes to is chosen here too (async-nats'
 //! `reconnect_to_server_callback`): any that is not shunned, fewest failed
 //! attempts first, at random among equals.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,14 +37,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 /// How long JetStream may fail to answer through a connected server
-/// before the connection leaves it.
-pub const CUT_OFF_AFTER: Duration = Duration::from_secs(5);
+/// before the connection leaves it: longer than a meta leader's election,
+/// which fails the question on every server for a few seconds. (At 5 s,
+/// connections to the healthy majority left it while the meta leader was
+/// on a node cut off, some for that very node, whose stale consumer leader
+/// then handed them fires the majority had handed out too.)
+pub const CUT_OFF_AFTER: Duration = Duration::from_secs(10);
 
 /// How often JetStream is asked through each connection.
-const ASK_EVERY: Duration = Duration::from_secs(1);
+const ASK_EVERY: Duration = Duration::from_millis(500);
 
 /// How long one question may take.
-const ANSWER_WITHIN: Duration = Duration::from_millis(1_500);
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long a server left for being cut off is not chosen again (unless
 /// no other can be).
@@ -56,16 +65,101 @@ struct Choices {
     shunned: HashMap<String, Instant>,
 }
 
+/// What the watch of a connection last heard from its server, for those
+/// who must not act through a server that hangs or is cut off: an
+/// executor calls a target only through a connection whose server
+/// answered a moment ago, and calls one whose start it could not record
+/// only while JetStream answers (a partitioned server answers, JetStream
+/// through it does not). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ConnectionHealth {
+    inner: Option<Arc<HealthTimes>>,
+}
+
+#[derive(Debug)]
+struct HealthTimes {
+    since: Instant,
+    /// Milliseconds after `since` of the last answer of any kind (0: none).
+    answered: AtomicU64,
+    /// Milliseconds after `since` of the last answer from JetStream (0: none).
+    jetstream: AtomicU64,
+}
+
+impl Default for ConnectionHealth {
+    /// Unwatched: taken to be healthy (in-process tests).
+    fn default() -> Self {
+        Self { inner: None }
+    }
+}
+
+impl ConnectionHealth {
+    fn watched() -> Self {
+        Self {
+            inner: Some(Arc::new(HealthTimes {
+                since: Instant::now(),
+                answered: AtomicU64::new(0),
+                jetstream: AtomicU64::new(0),
+            })),
+        }
+    }
+
+    fn heard(&self, jetstream_answered: bool) {
+        let Some(times) = &self.inner else {
+            return;
+        };
+        let at = times.since.elapsed().as_millis() as u64 + 1;
+        times.answered.store(at, Ordering::Release);
+        if jetstream_answered {
+            times.jetstream.store(at, Ordering::Release);
+        }
+    }
+
+    fn within(&self, field: impl Fn(&HealthTimes) -> &AtomicU64, window: Duration) -> bool {
+        let Some(times) = &self.inner else {
+            return true;
+        };
+        let at = field(times).load(Ordering::Acquire);
+        let now = times.since.elapsed().as_millis() as u64;
+        at > 0 && now < at + window.as_millis() as u64
+    }
+
+    /// Whether the server answered anything (even "JetStream unavailable")
+    /// within `window`: it is alive and reads this connection.
+    pub fn server_answered_within(&self, window: Duration) -> bool {
+        self.within(|t| &t.answered, window)
+    }
+
+    /// Whether JetStream answered through this connection within `window`.
+    pub fn jetstream_answered_within(&self, window: Duration) -> bool {
+        self.within(|t| &t.jetstream, window)
+    }
+}
+
 /// Where one connection goes; shared by its reconnect callback and its
 /// watch. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Failover {
     choices: Arc<Mutex<Choices>>,
+    health: ConnectionHealth,
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Self {
+            choices: Arc::default(),
+            health: ConnectionHealth::watched(),
+        }
+    }
 }
 
 impl Failover {
     fn lock(&self) -> std::sync::MutexGuard<'_, Choices> {
         self.choices.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the watch hears through this connection.
+    pub fn health(&self) -> ConnectionHealth {
+        self.health.clone()
     }
 
     /// `options` with this failover's choice of server and `ping_interval`.
@@ -134,6 +228,29 @@ impl Failover {
         }
     }
 
+    /// Ping `client`'s server every `every` until `stop`: a request to a
+    /// subject nobody serves, which the server itself answers at once ("no
+    /// responders"). For a connection that must not carry a message to a
+    /// server that stopped reading a moment ago (an executor's calls:
+    /// [`ConnectionHealth::server_answered_within`]).
+    pub async fn ping_every(&self, client: Client, every: Duration, stop: CancellationToken) {
+        let subject = format!("{}.liveness", client.new_inbox());
+        loop {
+            let asked = client.request(subject.clone(), bytes::Bytes::new());
+            match tokio::time::timeout(every * 3, asked).await {
+                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                    self.health.heard(false)
+                }
+                Ok(Ok(_)) => self.health.heard(false),
+                Ok(Err(_)) | Err(_) => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
     /// Ask JetStream through `client` every second until `stop`, and move
     /// the connection when it has not answered for [`CUT_OFF_AFTER`] while
     /// connected.
@@ -150,35 +267,67 @@ impl Failover {
                 continue;
             }
             let asked = Instant::now();
-            match tokio::time::timeout(ANSWER_WITHIN, js.query_account()).await {
-                Ok(Ok(_)) => failing_since = None,
-                Ok(Err(e)) if !cut_off_sign(&e) => {
-                    failing_since = None;
-                    debug!(error = %e, "JetStream account info refused (not a sign of a cut-off server)");
-                }
-                Ok(Err(_)) | Err(_) => {
-                    let since = *failing_since.get_or_insert(asked);
-                    if since.elapsed() >= CUT_OFF_AFTER {
-                        failing_since = None;
-                        self.leave_current(&client).await;
-                    }
-                }
+            let answer = tokio::time::timeout(ANSWER_WITHIN, js.query_account()).await;
+            let heard = Heard::of(answer);
+            match heard {
+                Heard::JetStream => self.health.heard(true),
+                Heard::ServerOnly => self.health.heard(false),
+                Heard::Nothing => {}
+            }
+            if heard == Heard::JetStream {
+                failing_since = None;
+                continue;
+            }
+            let since = *failing_since.get_or_insert(asked);
+            if since.elapsed() >= CUT_OFF_AFTER {
+                failing_since = None;
+                self.leave_current(&client).await;
             }
         }
     }
 }
 
-/// Whether a failed account-info request says JetStream cannot be reached
-/// through this server (no meta leader, no responders, no answer), rather
-/// than refused for this account.
-fn cut_off_sign(error: &async_nats::jetstream::context::AccountError) -> bool {
-    use async_nats::jetstream::context::AccountErrorKind;
-    match error.kind() {
-        AccountErrorKind::TimedOut | AccountErrorKind::JetStreamUnavailable => true,
-        AccountErrorKind::JetStream(e) => {
-            e.error_code() == async_nats::jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+/// What one question heard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// JetStream answered (its account info, or a refusal for this account).
+    JetStream,
+    /// The server answered, without JetStream behind it (no meta leader, no
+    /// responders): alive, but cut off from its cluster or electing.
+    ServerOnly,
+    /// No answer in time.
+    Nothing,
+}
+
+impl Heard {
+    fn of(
+        answer: Result<
+            Result<
+                async_nats::jetstream::account::Account,
+                async_nats::jetstream::context::AccountError,
+            >,
+            tokio::time::error::Elapsed,
+        >,
+    ) -> Self {
+        use async_nats::jetstream::context::AccountErrorKind;
+        let error = match answer {
+            Err(_) => return Heard::Nothing,
+            Ok(Ok(_)) => return Heard::JetStream,
+            Ok(Err(error)) => error,
+        };
+        match error.kind() {
+            AccountErrorKind::TimedOut => Heard::Nothing,
+            AccountErrorKind::JetStreamUnavailable => Heard::ServerOnly,
+            AccountErrorKind::JetStream(e)
+                if e.error_code() == async_nats::jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE =>
+            {
+                Heard::ServerOnly
+            }
+            _ => {
+                debug!(error = %error, "JetStream account info refused (not a sign of a cut-off server)");
+                Heard::JetStream
+            }
         }
-        _ => false,
     }
 }
 

@@ -19,6 +19,7 @@ use jetcron_core::clock::SystemClock;
 use jetcron_io::clickhouse_schema::ClickHouseOptions;
 use jetcron_io::clock_check::ClockCheck;
 use jetcron_io::nats_connect::OwnThreadConnection;
+use jetcron_io::nats_failover::Failover;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::telemetry;
 use jetcron_io::topology::TopologyOptions;
@@ -179,10 +180,19 @@ async fn connect(
     name: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<async_nats::Client> {
+    Ok(connect_watched(common, name, shutdown).await?.0)
+}
+
+/// [`connect`], with the connection's failover (what its watch hears).
+async fn connect_watched(
+    common: &CommonArgs,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(async_nats::Client, Failover)> {
     let auth = common.nats_auth();
     // Fast pings and a JetStream question each second: a connection leaves
     // a server that hangs or is cut off from its cluster within seconds.
-    let failover = jetcron_io::nats_failover::Failover::default();
+    let failover = Failover::default();
     let options = failover.apply(
         auth.connect_options()
             .context("NATS connection options")?
@@ -194,10 +204,11 @@ async fn connect(
         match options.clone().connect(common.nats_url.servers()).await {
             Ok(client) => {
                 tokio::spawn({
-                    let (client, stop) = (client.clone(), shutdown.clone());
+                    let (client, stop, failover) =
+                        (client.clone(), shutdown.clone(), failover.clone());
                     async move { failover.watch(client, stop).await }
                 });
-                return Ok(client);
+                return Ok((client, failover));
             }
             Err(e) if refused(&e) => {
                 return Err(e).with_context(|| {
@@ -249,11 +260,12 @@ async fn connect_on_own_thread(
             };
             let handle = runtime.handle().clone();
             runtime.block_on(async move {
-                let client = connect(&common, name, &shutdown).await;
+                let client = connect_watched(&common, name, &shutdown).await;
                 let up = client.is_ok();
-                let own = client.map(|client| OwnThreadConnection {
+                let own = client.map(|(client, failover)| OwnThreadConnection {
                     client,
                     runtime: handle,
+                    failover,
                 });
                 if connected.send(own).is_ok() && up {
                     // The connection's task (and whatever else is spawned on
@@ -358,14 +370,26 @@ async fn spawn_executor(
     let client = connect(common, "executor", shutdown).await?;
     // Target calls on a connection of their own: a burst of calls at an
     // instant never queues behind the executor's JetStream traffic.
-    let calls_client = connect_on_own_thread(common, "executor-calls", shutdown)
-        .await?
-        .client;
+    let calls = connect_on_own_thread(common, "executor-calls", shutdown).await?;
+    // Pinged every 100 ms: no call goes to a server that stopped answering.
+    calls.runtime.spawn({
+        let (failover, client, stop) = (
+            calls.failover.clone(),
+            calls.client.clone(),
+            shutdown.clone(),
+        );
+        async move {
+            failover
+                .ping_every(client, Duration::from_millis(100), stop)
+                .await
+        }
+    });
     let ack_wait = args
         .ack_wait
         .unwrap_or_else(|| cli::default_ack_wait(common.replicas));
     let mut config = jetcron_executor::ExecutorConfig {
-        calls_client: Some(calls_client),
+        calls_health: calls.failover.health(),
+        calls_client: Some(calls.client),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
         max_in_flight: args.max_in_flight,

@@ -339,14 +339,19 @@ impl Deployment {
     /// for late fires and for ClickHouse, then says what it found.
     pub async fn audit(&self, scenario: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Findings {
         let expected = self.jobs.fires_between(from, to);
-        let missing = self.wait_for_calls(&expected).await;
+        let not_called: BTreeSet<Fire> = self.wait_for_calls(&expected).await.into_iter().collect();
         self.dump_logs(scenario);
         let mut findings = Findings {
             scenario: scenario.to_string(),
             expected: expected.len(),
             ..Findings::default()
         };
-        for fire in missing {
+        // First every run of the window in ClickHouse: what follows reads
+        // single runs, which are there by then.
+        findings.history = self
+            .history_problems(&expected, &not_called, from, to)
+            .await;
+        for fire in not_called {
             if self.skipped_by_forbid(&fire).await {
                 findings.skipped += 1;
             } else {
@@ -356,6 +361,20 @@ impl Deployment {
         let calls = self.calls.snapshot();
         findings.foreign = audit::foreign_run_ids(&calls).len();
         let per_fire = audit::calls_per_fire(&expected, &calls);
+        self.judge_calls(&per_fire, &mut findings).await;
+        for line in audit::late_seconds(&per_fire) {
+            println!("{scenario}: {line}");
+        }
+        println!("{}", findings.report());
+        findings
+    }
+
+    /// Lags, early, stale, doubled and retried calls of each called fire.
+    async fn judge_calls(
+        &self,
+        per_fire: &std::collections::BTreeMap<Fire, FireCalls>,
+        findings: &mut Findings,
+    ) {
         let mut lags = Vec::new();
         let mut by_kind: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
         for fire in per_fire.values() {
@@ -377,23 +396,12 @@ impl Deployment {
                 }
             }
         }
-        for line in audit::late_seconds(&per_fire) {
-            println!("{scenario}: {line}");
-        }
         findings.later_than_15s = lags.iter().filter(|l| **l > 15.0).count();
         findings.lag = Lags::of(lags);
         findings.lag_by_kind = by_kind
             .into_iter()
             .map(|(kind, lags)| (kind, Lags::of(lags)))
             .collect();
-        let skipped: BTreeSet<Fire> = expected
-            .iter()
-            .filter(|f| !per_fire.contains_key(*f))
-            .cloned()
-            .collect();
-        findings.history = self.history_problems(&expected, &skipped, from, to).await;
-        println!("{}", findings.report());
-        findings
     }
 
     /// Wait up to a minute for every fire of `expected` to reach its
@@ -427,11 +435,16 @@ impl Deployment {
                 .is_some_and(|e| e.contains("is still going"))
     }
 
-    /// Whether every call of a fire but the last was an attempt its run
-    /// records as failed or timed out, or as lost with an executor killed
-    /// or paused around that call (no process can know a call it made and
-    /// died or stalled before recording).
+    /// Whether every call of a fire but the last was one the target
+    /// answered with a failure, or an attempt its run records as failed or
+    /// timed out (its reply lost), or as lost with an executor killed or
+    /// paused around that call (no process can know a call it made and died
+    /// or stalled before recording).
     async fn retries_of_failed_attempts(&self, fire: &FireCalls) -> bool {
+        let earlier = &fire.calls[..fire.calls.len() - 1];
+        if earlier.iter().all(|(_, _, failed)| *failed) {
+            return true;
+        }
         let Ok(run) = self
             .run(RunId::for_fire(&fire.fire.0, fire.fire.1).as_str())
             .await
@@ -447,14 +460,14 @@ impl Deployment {
                 .and_then(|a| a["outcome"].as_str())
                 .map(str::to_string)
         };
-        let earlier = &fire.calls[..fire.calls.len() - 1];
-        earlier
-            .iter()
-            .all(|(attempt, at, _)| match outcome_of(*attempt).as_deref() {
-                Some("timed_out" | "failed") => true,
-                Some("lost") => self.executor_fault_around(*at),
-                _ => false,
-            })
+        earlier.iter().all(|(attempt, at, failed)| {
+            *failed
+                || match outcome_of(*attempt).as_deref() {
+                    Some("timed_out" | "failed") => true,
+                    Some("lost") => self.executor_fault_around(*at),
+                    _ => false,
+                }
+        })
     }
 
     /// Whether an executor was killed or paused within a few seconds after
@@ -560,11 +573,11 @@ impl Deployment {
             .collect()
     }
 
-    /// A run through the gateway (`GET /v1/runs/{id}`), waiting up to 30 s
-    /// for the projector to store it.
+    /// A run through the gateway (`GET /v1/runs/{id}`), waiting up to 3 s
+    /// for it (the audit asks only once the window's runs were listed).
     pub async fn run(&self, run_id: &str) -> Result<serde_json::Value, String> {
         let url = format!("http://{}/v1/runs/{run_id}", self.http_addr);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(3);
         loop {
             if let Ok(response) = reqwest::get(&url).await {
                 if let Ok(body) = response.json::<serde_json::Value>().await {
