@@ -571,7 +571,7 @@ where
 {
     match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
         Ok(stored) => start_recorded(attempt, stored, claim, Start::Stored).await,
-        Err(_) if jetstream_answers(attempt.ctx).await => {
+        Err(_) if !cut_off(attempt.ctx) => {
             info!("start not stored yet, calling the target meanwhile");
             Some(Start::Storing)
         }
@@ -589,19 +589,22 @@ where
     }
 }
 
-/// Whether JetStream answers through the executor's connection now: its
-/// account info within [`JETSTREAM_ANSWER`]. A leader election of
-/// `JETCRON_RUNS` leaves it answering; a server cut off from its cluster
-/// says it has no meta leader, and a hung one says nothing.
-async fn jetstream_answers(ctx: &ExecutorContext) -> bool {
-    matches!(
-        tokio::time::timeout(JETSTREAM_ANSWER, ctx.js.query_account()).await,
-        Ok(Ok(_))
-    )
+/// Whether the executor's connection goes to a server cut off from its
+/// cluster, or one that hangs: JetStream through it has not answered for
+/// [`CUT_OFF_SIGN`]. Longer than most meta leader elections, which fail
+/// the same question on every server for a few seconds after a node dies:
+/// held to a fresh answer, the calls of the fires of those seconds were
+/// all left to the ack wait (3-4 s late each, in the crash test). Shorter
+/// than the time a cut node's stale consumer leader takes to hand its own
+/// clients a fire the majority's leader hands out too (its ack wait).
+fn cut_off(ctx: &ExecutorContext) -> bool {
+    ctx.config
+        .jetstream_health
+        .jetstream_silent_for(CUT_OFF_SIGN)
 }
 
-/// How long [`jetstream_answers`] waits.
-const JETSTREAM_ANSWER: std::time::Duration = std::time::Duration::from_millis(300);
+/// See [`cut_off`].
+const CUT_OFF_SIGN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What a stored (or failed) start means for the attempt: `as_stored` to
 /// go on, or `None` when the delivery is done with.
@@ -803,6 +806,8 @@ async fn ran_elsewhere(ctx: &ExecutorContext, message: &Delivery, due: &DueEvent
         RunEnd::Unknown => return Elsewhere::Maybe,
     }
     let stage = Box::pin(claims::probe_run(&ctx.nats, due.run_id.as_str())).await;
+    // (An executor that runs or records the run answers within
+    // milliseconds; the wait is for when none does.)
     if stage != crate::running::Stage::Waiting {
         // That delivery settles the message; a nak from here would hand
         // its run out a third time (the server takes it from anyone).
@@ -1171,6 +1176,7 @@ fn fire_since(message: &Delivery, due: &DueEvent) -> Since {
     Since::fire(
         due.scheduled_at,
         message.message().info().ok().map(|i| i.published),
+        START_AHEAD,
     )
 }
 

@@ -327,8 +327,10 @@ const SILENCE_BEFORE_TAKEOVER: Duration = Duration::from_secs(1);
 /// How often it looks again meanwhile.
 const FORBID_POLL: Duration = Duration::from_millis(50);
 
-/// How long a probe waits for an executor to say it runs a run.
-const PROBE_WAIT: Duration = Duration::from_millis(500);
+/// How long a probe waits for an executor to say it runs a run (one that
+/// does answers within milliseconds; the whole wait is spent when none
+/// does, as after an executor's death, by every fire it held).
+const PROBE_WAIT: Duration = Duration::from_millis(250);
 
 /// Whether an executor answers that it runs `run_id` now (core NATS, so
 /// this works while JetStream elects leaders).

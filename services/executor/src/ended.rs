@@ -52,13 +52,22 @@ impl Since {
     /// scheduled time). A run's first step follows its first due event
     /// (stored at its time, or ahead of it), but the one in hand may be a
     /// later copy (the same fire stored again under another message id,
-    /// after the due stream's duplicate window): so the earlier of the two,
-    /// less [`CLOCK_SKEW`]. A backfilled fire is searched from its time,
-    /// however long ago: the search then reads that much of the job's
-    /// history.
-    pub fn fire(scheduled_at: DateTime<Utc>, due_stored_at: Option<DateTime<Utc>>) -> Self {
+    /// after the due stream's duplicate window): so the earlier of the two.
+    /// No attempt records a step more than `earliest_step` before the
+    /// scheduled time, however far ahead its due event was stored (a held
+    /// fire records its start just before its instant): a search from the
+    /// store of a fire held 10 s read 10 s more of the job's events, and
+    /// after an executor's death the surviving one made a hundred of those
+    /// at once (its fires a few seconds later for it). Less [`CLOCK_SKEW`].
+    /// A backfilled fire is searched from its time, however long ago: the
+    /// search then reads that much of the job's history.
+    pub fn fire(
+        scheduled_at: DateTime<Utc>,
+        due_stored_at: Option<DateTime<Utc>>,
+        earliest_step: chrono::Duration,
+    ) -> Self {
         let from = due_stored_at.map_or(scheduled_at, |stored| stored.min(scheduled_at));
-        Since::Time(from - CLOCK_SKEW)
+        Since::Time(from.max(scheduled_at - earliest_step) - CLOCK_SKEW)
     }
 }
 
@@ -221,12 +230,21 @@ mod tests {
             .single()
             .expect("t");
         let skew = CLOCK_SKEW;
-        // Stored ahead of its time (lookahead).
+        let step = chrono::Duration::milliseconds(600);
+        // Stored ahead of its time (lookahead): from its earliest step.
         let ahead = at - chrono::Duration::seconds(5);
-        assert_eq!(Since::fire(at, Some(ahead)), Since::Time(ahead - skew));
+        assert_eq!(
+            Since::fire(at, Some(ahead), step),
+            Since::Time(at - step - skew)
+        );
+        let just_ahead = at - chrono::Duration::milliseconds(300);
+        assert_eq!(
+            Since::fire(at, Some(just_ahead), step),
+            Since::Time(just_ahead - skew)
+        );
         // A backfilled fire, stored days after its time.
         let later = at + chrono::Duration::days(3);
-        assert_eq!(Since::fire(at, Some(later)), Since::Time(at - skew));
-        assert_eq!(Since::fire(at, None), Since::Time(at - skew));
+        assert_eq!(Since::fire(at, Some(later), step), Since::Time(at - skew));
+        assert_eq!(Since::fire(at, None, step), Since::Time(at - skew));
     }
 }

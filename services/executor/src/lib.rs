@@ -118,6 +118,10 @@ pub struct ExecutorConfig {
     /// through a server that answered a moment ago (a hung server would
     /// deliver it when it wakes, after another attempt's).
     pub calls_health: jetcron_io::nats_failover::ConnectionHealth,
+    /// What the watch of the executor's own connection hears: a target
+    /// whose start could not be recorded in time is not called meanwhile
+    /// while its server has been cut off from JetStream for seconds.
+    pub jetstream_health: jetcron_io::nats_failover::ConnectionHealth,
     /// This host's clock against the NATS servers': while it is not
     /// trusted the executor pulls nothing and calls no held fire (off by
     /// default, for tests that drive time by hand).
@@ -163,6 +167,7 @@ impl Default for ExecutorConfig {
             jobs_feed: jetcron_io::job_feed::JobFeed::chains_only(),
             clock_check: jetcron_io::clock_check::ClockCheck::off(),
             calls_health: Default::default(),
+            jetstream_health: Default::default(),
         }
     }
 }

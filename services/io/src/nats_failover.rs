@@ -133,6 +133,13 @@ impl ConnectionHealth {
     pub fn jetstream_answered_within(&self, window: Duration) -> bool {
         self.within(|t| &t.jetstream, window)
     }
+
+    /// Whether JetStream has not answered through this connection for
+    /// longer than `window`: its server is cut off from its cluster or
+    /// hangs (or the cluster has been electing a meta leader that long).
+    pub fn jetstream_silent_for(&self, window: Duration) -> bool {
+        self.inner.is_some() && !self.jetstream_answered_within(window)
+    }
 }
 
 /// Where one connection goes; shared by its reconnect callback and its

@@ -367,7 +367,7 @@ async fn spawn_executor(
     args: ExecutorArgs,
 ) -> anyhow::Result<()> {
     let (common, shutdown) = (process.common, process.shutdown);
-    let client = connect(common, "executor", shutdown).await?;
+    let (client, failover) = connect_watched(common, "executor", shutdown).await?;
     // Target calls on a connection of their own: a burst of calls at an
     // instant never queues behind the executor's JetStream traffic.
     let calls = connect_on_own_thread(common, "executor-calls", shutdown).await?;
@@ -389,6 +389,7 @@ async fn spawn_executor(
         .unwrap_or_else(|| cli::default_ack_wait(common.replicas));
     let mut config = jetcron_executor::ExecutorConfig {
         calls_health: calls.failover.health(),
+        jetstream_health: failover.health(),
         calls_client: Some(calls.client),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),

@@ -301,7 +301,7 @@ async fn parent_ending(
         &ctx.js,
         &event.job_id,
         event.run_id.as_str(),
-        Since::fire(event.scheduled_at, None),
+        Since::fire(event.scheduled_at, None, chrono::Duration::zero()),
         through,
     )
     .await?;
