@@ -49,6 +49,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::percentile;
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
+mod faults;
 mod memory;
 mod replicas;
 mod server_schedules;
@@ -80,6 +81,9 @@ enum Scenario {
     /// A run's wire operations done by the leanest client, then `run` on
     /// the same server: nats-server's CPU per run under each.
     WireFloor(wire_floor::WireFloorArgs),
+    /// The fault menu on a 3-node cluster (issue 39): stalls, a partition
+    /// and a hung node, skewed clocks, leader kills, one crash at a time.
+    Faults(faults::FaultsArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -170,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Memory(args) => memory::measure(&args).await,
         Scenario::Replicas(args) => replicas::measure(&args).await,
         Scenario::WireFloor(args) => wire_floor::measure(&args).await,
+        Scenario::Faults(args) => faults::measure(&args).await,
     }
 }
 

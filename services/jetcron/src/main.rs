@@ -203,10 +203,11 @@ async fn connect_watched(
     loop {
         match options.clone().connect(common.nats_url.servers()).await {
             Ok(client) => {
+                // Until the process ends, not only until its stop begins: the
+                // services still use the connection while they stop in order.
                 tokio::spawn({
-                    let (client, stop, failover) =
-                        (client.clone(), shutdown.clone(), failover.clone());
-                    async move { failover.watch(client, stop).await }
+                    let (client, failover) = (client.clone(), failover.clone());
+                    async move { failover.watch(client, CancellationToken::new()).await }
                 });
                 return Ok((client, failover));
             }
@@ -371,16 +372,14 @@ async fn spawn_executor(
     // Target calls on a connection of their own: a burst of calls at an
     // instant never queues behind the executor's JetStream traffic.
     let calls = connect_on_own_thread(common, "executor-calls", shutdown).await?;
-    // Pinged every 100 ms: no call goes to a server that stopped answering.
+    // Pinged every 100 ms, until the process ends (attempts still call
+    // through it during a stop's grace): no call goes to a server that
+    // stopped answering.
     calls.runtime.spawn({
-        let (failover, client, stop) = (
-            calls.failover.clone(),
-            calls.client.clone(),
-            shutdown.clone(),
-        );
+        let (failover, client) = (calls.failover.clone(), calls.client.clone());
         async move {
             failover
-                .ping_every(client, Duration::from_millis(100), stop)
+                .ping_every(client, Duration::from_millis(100), CancellationToken::new())
                 .await
         }
     });

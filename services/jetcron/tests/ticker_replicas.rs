@@ -963,13 +963,15 @@ async fn a_graceful_stop_writes_the_snapshots_of_the_changed_shards_first() {
     let log = jetcron_testkit::without_colour_codes(&first.log_text());
     let at_stop = "shard snapshots written at the stop";
     let written_at_stop = jetcron_testkit::last_logged_number(&log, at_stop, "written");
+    // (A shard's first snapshot may be written between the count and the
+    // stop: the count is a lower bound, so the stop wrote at least one and
+    // every shard has its snapshot after it.)
     assert!(
-        written_before_stop < every_shard.len()
-            && written_at_stop.is_some_and(|n| n + written_before_stop >= every_shard.len()),
+        written_before_stop < every_shard.len() && written_at_stop.is_some_and(|n| n > 0),
         "{written_before_stop} shards written before the stop, {written_at_stop:?} at it:\n{log}"
     );
     let objects = snapshot_objects(&js, &every_shard).await;
-    assert_eq!(objects.len(), every_shard.len());
+    assert_eq!(objects.len(), every_shard.len(), "{log}");
 
     let mut second =
         TickerProcess::start_snapshotting(&nats, "second", "60s", "1500ms", "250ms", "60s");

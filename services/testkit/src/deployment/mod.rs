@@ -10,6 +10,7 @@
 //! retry after a lost attempt from a call made twice ([`audit`]).
 
 pub mod audit;
+pub mod scenarios;
 pub mod target;
 
 use std::collections::BTreeSet;
