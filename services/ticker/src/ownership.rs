@@ -471,14 +471,19 @@ impl Ownership {
             shards = self.owned.len(),
             "due events not stored for too long, handing shards to other replicas"
         );
+        self.release_every_shard().await;
+        let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
+        self.leases.set_publish_failing_since(None);
+        self.sitting_out_until = Some(Instant::now() + self.options.ttl);
+    }
+
+    /// Release every shard held (with its watermark), telling the loop.
+    async fn release_every_shard(&mut self) {
         let shards: Vec<u32> = self.owned.keys().copied().collect();
         for shard in shards {
             self.release(shard).await;
             let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
         }
-        let _ = self.bucket.delete(replica_key(&self.replica_id)).await;
-        self.leases.set_publish_failing_since(None);
-        self.sitting_out_until = Some(Instant::now() + self.options.ttl);
     }
 
     /// This host's clock is not trusted ([`ClockCheck`]): hand every shard
@@ -493,11 +498,7 @@ impl Ownership {
                 "this host's clock cannot be trusted, handing shards to other replicas until it can"
             );
         }
-        let shards: Vec<u32> = self.owned.keys().copied().collect();
-        for shard in shards {
-            self.release(shard).await;
-            let _ = self.changes.send(OwnershipChange::Lost { shard }).await;
-        }
+        self.release_every_shard().await;
         if self
             .bucket
             .delete(replica_key(&self.replica_id))
