@@ -426,7 +426,8 @@ pub async fn claim_for_run(
                 saw_other_delivery = true;
                 // Wait for the other delivery to finish (it releases the
                 // claim) or die (the claim expires within its TTL).
-                if last_progress.elapsed() >= ctx.config.progress_interval {
+                if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due()
+                {
                     message.keep_alive().await;
                     last_progress = tokio::time::Instant::now();
                 }
@@ -481,7 +482,8 @@ pub async fn claim_for_run(
                 // Keep the message ours while waiting: a wait stretched by a
                 // loaded machine must not let JetStream hand the fire to
                 // another executor meanwhile.
-                if last_progress.elapsed() >= ctx.config.progress_interval {
+                if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due()
+                {
                     message.keep_alive().await;
                     last_progress = tokio::time::Instant::now();
                 }
@@ -529,7 +531,7 @@ pub async fn claim_for_run(
             take_over_from = Some(holder.run_id);
             continue;
         }
-        if last_progress.elapsed() >= ctx.config.progress_interval {
+        if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due() {
             message.keep_alive().await;
             last_progress = tokio::time::Instant::now();
         }

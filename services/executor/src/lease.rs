@@ -46,6 +46,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
 use jetcron_io::retry::RetryDelay;
+
+use crate::ack_deadlines::AckDeadlines;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -128,6 +130,15 @@ impl Lease {
     }
 }
 
+/// The waits of a pool's consumer, as the server counts them (for naks) and
+/// as this executor's leases count them (the shorter of the consumer's and
+/// its own settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolWaits {
+    pub consumer: AckDeadlines,
+    pub leases: AckDeadlines,
+}
+
 /// A pulled due event and its leases: every ack, nak, term and progress
 /// ack of an attempt goes through it, and none is sent once its lease is
 /// gone.
@@ -153,6 +164,9 @@ pub struct Delivery {
     client: async_nats::Client,
     /// The loss was logged (once per delivery).
     lost: AtomicBool,
+    /// What a nak's delay needs added for the server to keep it
+    /// ([`AckDeadlines::nak_delay`]).
+    nak_extra: Duration,
 }
 
 /// How long a keep-alive may wait for room in the client's queue of
@@ -161,19 +175,23 @@ const HAND_OVER_WITHIN: Duration = Duration::from_millis(100);
 
 impl Delivery {
     /// `message`, brought by a pull request sent at `requested_at` through
-    /// `client` on a consumer whose ack wait is `ack_wait`.
+    /// `client` on a consumer with `waits`: its lease is the wait of its
+    /// delivery's number.
     pub fn pulled(
         message: Message,
         requested_at: Instant,
-        ack_wait: Duration,
+        waits: PoolWaits,
         client: async_nats::Client,
     ) -> Self {
+        let delivered = message.info().map_or(1, |info| info.delivered);
+        let ack_wait = waits.leases.for_delivery(delivered);
         Self {
             message,
             held: Arc::new(Lease::new(requested_at, ack_wait)),
             alive: Lease::new(requested_at, ack_wait),
             client,
             lost: AtomicBool::new(false),
+            nak_extra: waits.consumer.nak_delay(delivered, Duration::ZERO),
         }
     }
 
@@ -247,6 +265,13 @@ impl Delivery {
         self.keep_alive().await
     }
 
+    /// Whether a keep-alive is due for a lease to last (while the held one
+    /// still holds: a lost one is not revived).
+    pub fn renewal_due(&self) -> bool {
+        let now = Instant::now();
+        now >= self.alive.renew_by() || (self.held.holds() && now >= self.held.renew_by())
+    }
+
     /// Keep the delivery alive every `every`, and sooner when its lease
     /// would otherwise run out: while an attempt runs or waits. Never ends.
     pub async fn keep_alive_every(&self, every: Duration) -> std::convert::Infallible {
@@ -288,6 +313,10 @@ impl Delivery {
             }
             return;
         }
+        let kind = match kind {
+            AckKind::Nak(Some(wanted)) => AckKind::Nak(Some(wanted + self.nak_extra)),
+            other => other,
+        };
         let started = Instant::now();
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {

@@ -23,6 +23,7 @@
 //! incident per job and rule), [`mail`] sends the mail ones, [`chains`]
 //! starts the jobs that follow a run's job when the run ends.
 
+pub mod ack_deadlines;
 pub mod alerts;
 pub mod attempt;
 pub mod call_gate;
@@ -80,8 +81,12 @@ pub struct ExecutorConfig {
     /// Largest output kept per attempt, in bytes.
     pub output_limit: usize,
     pub shell: ShellOptions,
-    /// Consumer `ack_wait`: how long a silent executor keeps a due event.
+    /// Consumer `ack_wait`: how long a silent executor keeps a due event
+    /// delivered the first time.
     pub ack_wait: Duration,
+    /// How long it keeps one delivered again (the consumer's `backoff`,
+    /// [`ack_deadlines`]); at most `ack_wait`.
+    pub redelivery_ack_wait: Duration,
     /// How often a running attempt tells JetStream it is still alive.
     pub progress_interval: Duration,
     /// How long shutdown waits for in-flight attempts before handing them back.
@@ -142,6 +147,11 @@ const PULL_BATCH: usize = 256;
 /// 3 s (`jetcron executor` takes 13 s on a cluster, `--ack-wait`).
 pub const DEFAULT_ACK_WAIT: Duration = Duration::from_millis(4_500);
 
+/// Default wait of a redelivered due event: a redelivery lost on its way
+/// costs its fire this much more ([`ack_deadlines`]); keep-alives of a
+/// redelivery go out every 2 s.
+pub const DEFAULT_REDELIVERY_ACK_WAIT: Duration = Duration::from_secs(4);
+
 /// Default cap on kept output: 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
 
@@ -153,6 +163,7 @@ impl Default for ExecutorConfig {
             output_limit: DEFAULT_OUTPUT_LIMIT,
             shell: ShellOptions::default(),
             ack_wait: DEFAULT_ACK_WAIT,
+            redelivery_ack_wait: DEFAULT_REDELIVERY_ACK_WAIT,
             progress_interval: DEFAULT_ACK_WAIT / 3,
             shutdown_grace: Duration::from_secs(30),
             pools: vec![subjects::DEFAULT_POOL.to_string()],
@@ -473,9 +484,9 @@ async fn log_exit(name: &'static str, task: impl std::future::Future<Output = an
     }
 }
 
-/// The durable consumer of one pool, with this executor's ack wait (an
-/// older consumer's is changed to it: the default went from 30 s to the
-/// lookahead and 5 s).
+/// The durable consumer of one pool, with this executor's ack waits (an
+/// older consumer's are changed to them: the default went from 30 s to the
+/// lookahead and 3 s, and redeliveries have a shorter one).
 async fn pool_consumer(
     stream: &jetstream::stream::Stream,
     pool: &str,
@@ -488,6 +499,7 @@ async fn pool_consumer(
         filter_subject: subjects::due_pool_filter(pool),
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: config.ack_wait,
+        backoff: deadlines(config).backoff(),
         max_deliver: -1,
         max_ack_pending: 10_000,
         ..Default::default()
@@ -506,12 +518,18 @@ const CLOCK_RECHECK: Duration = Duration::from_millis(250);
 /// found; it passed 10 of 10 with 5 s.)
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
-/// How long a pull request waits with leases counted at `ack_wait`: at most
-/// a third of it. A delivery's lease counts from when its request was sent
-/// ([`lease`]), so a message that came at the end of a request waiting
-/// longer (5 s, with a 3 s ack wait) was born with its lease run out.
+/// How long a pull request waits with leases counted at `ack_wait` (the
+/// shortest a delivery has): at most a third of it. A delivery's lease
+/// counts from when its request was sent ([`lease`]), so a message that
+/// came at the end of a request waiting longer (5 s, with a 3 s ack wait)
+/// was born with its lease run out.
 fn pull_expires(ack_wait: Duration) -> Duration {
     PULL_EXPIRES.min(ack_wait / 3)
+}
+
+/// This executor's waits.
+fn deadlines(config: &ExecutorConfig) -> ack_deadlines::AckDeadlines {
+    ack_deadlines::AckDeadlines::new(config.ack_wait, config.redelivery_ack_wait)
 }
 
 /// When a pull loop stops, and when the fires it holds are handed back:
@@ -544,7 +562,7 @@ async fn pull_loop(
     } = stops;
     let mut delay = RetryDelay::nats();
     let mut failures = LogLimiter::per_10s();
-    let ack_wait = lease_ack_wait(&mut consumer, &ctx.config, &pool);
+    let waits = pool_waits(&mut consumer, &ctx.config, &pool);
     while !shutdown.is_cancelled() {
         if crate::call_gate::closed(&ctx).is_some() {
             // Nothing is pulled that could not be called: another executor
@@ -581,7 +599,7 @@ async fn pull_loop(
             batch = consumer
                 .batch()
                 .max_messages(reserved.len())
-                .expires(pull_expires(ack_wait))
+                .expires(pull_expires(waits.leases.shortest()))
                 .messages() => batch,
         };
         let mut messages = match batch {
@@ -617,7 +635,7 @@ async fn pull_loop(
                     delay.reset();
                     failures.reset();
                     let message =
-                        lease::Delivery::pulled(message, requested_at, ack_wait, ctx.nats.clone());
+                        lease::Delivery::pulled(message, requested_at, waits, ctx.nats.clone());
                     let Some(permit) = reserved.pop() else {
                         // More than asked for: hand it straight back.
                         message.settle(jetstream::AckKind::Nak(None)).await;
@@ -656,24 +674,31 @@ async fn pull_loop(
     }
 }
 
-/// The ack wait the leases of `consumer`'s deliveries count with: the
-/// consumer's own (it may have been made by an executor with another
-/// `--ack-wait`), or this executor's when that is shorter.
-fn lease_ack_wait(
+/// The waits of `consumer`: its own, for naks, and the ones its deliveries'
+/// leases count with, the consumer's (it may have been made by an executor
+/// with another `--ack-wait`) or this executor's where those are shorter.
+fn pool_waits(
     consumer: &mut jetstream::consumer::Consumer<pull::Config>,
     config: &ExecutorConfig,
     pool: &str,
-) -> Duration {
-    let consumers = consumer.cached_info().config.ack_wait;
-    if consumers != config.ack_wait {
+) -> lease::PoolWaits {
+    let info = &consumer.cached_info().config;
+    let consumers = ack_deadlines::AckDeadlines::of_consumer(info.ack_wait, &info.backoff);
+    let ours = deadlines(config);
+    if consumers != ours {
         warn!(
             pool,
-            consumer_ack_wait_ms = consumers.as_millis() as u64,
-            ack_wait_ms = config.ack_wait.as_millis() as u64,
-            "the pool's consumer has another ack wait than this executor's --ack-wait; give every executor of a pool the same"
+            consumer_ack_wait_ms = consumers.first.as_millis() as u64,
+            consumer_redelivery_ack_wait_ms = consumers.redelivered.as_millis() as u64,
+            ack_wait_ms = ours.first.as_millis() as u64,
+            redelivery_ack_wait_ms = ours.redelivered.as_millis() as u64,
+            "the pool's consumer has other ack waits than this executor's --ack-wait and --redelivery-ack-wait; give every executor of a pool the same"
         );
     }
-    consumers.min(config.ack_wait)
+    lease::PoolWaits {
+        consumer: consumers,
+        leases: consumers.min(ours),
+    }
 }
 
 /// One attempt, counted in `jetcron_executor_in_flight`. Its in-flight

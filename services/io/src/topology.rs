@@ -683,23 +683,27 @@ pub async fn ensure_consumer(
         })
 }
 
-/// A durable pull consumer with `config`, whose ack wait is changed to
-/// `config`'s when it exists with another (jetcron's defaults became
-/// shorter: they bound how late work lost with a process comes back).
+/// A durable pull consumer with `config`, whose ack wait and `backoff` are
+/// changed to `config`'s when it exists with others (jetcron's defaults
+/// became shorter: they bound how late work lost with a process comes
+/// back).
 pub async fn ensure_consumer_acking_within(
     stream: &stream::Stream,
     config: jetstream::consumer::pull::Config,
 ) -> Result<jetstream::consumer::PullConsumer> {
     let mut consumer = ensure_consumer(stream, config.clone()).await?;
-    let had = consumer.cached_info().config.ack_wait;
-    if had != config.ack_wait {
-        let wanted = config.ack_wait;
+    let had = &consumer.cached_info().config;
+    let (had_wait, had_backoff) = (had.ack_wait, had.backoff.clone());
+    if had_wait != config.ack_wait || had_backoff != config.backoff {
+        let (wanted, wanted_backoff) = (config.ack_wait, config.backoff.clone());
         let name = config.durable_name.clone().unwrap_or_default();
         consumer = update_consumer(stream, config).await?;
         tracing::info!(
             consumer = %name,
-            from_ms = had.as_millis() as u64,
+            from_ms = had_wait.as_millis() as u64,
             to_ms = wanted.as_millis() as u64,
+            from_backoff = ?had_backoff,
+            to_backoff = ?wanted_backoff,
             "changed the consumer's ack wait"
         );
     }

@@ -279,6 +279,13 @@ pub struct ExecutorArgs {
     /// lookahead and 3 s (4.5s with --replicas 1, 13s on a cluster).
     #[arg(long, env = "JETCRON_ACK_WAIT", value_parser = humantime::parse_duration)]
     pub ack_wait: Option<Duration>,
+    /// How long a silent executor keeps a due event delivered again (after
+    /// a nak, or another executor's death or stall): the consumer's
+    /// `backoff` after the first delivery. A redelivery lost on its way
+    /// (its node killed as it was sent) costs its fire this much more;
+    /// redeliveries are kept alive every half of it. At most --ack-wait.
+    #[arg(long, env = "JETCRON_REDELIVERY_ACK_WAIT", default_value = "4s", value_parser = humantime::parse_duration)]
+    pub redelivery_ack_wait: Duration,
     /// How often a running attempt tells JetStream (and its overlap claim)
     /// it is alive. Default: a third of the ack wait.
     #[arg(long, env = "JETCRON_PROGRESS_INTERVAL", value_parser = humantime::parse_duration)]

@@ -362,6 +362,10 @@ async fn spawn_ticker(
     Ok(())
 }
 
+/// Shortest `--redelivery-ack-wait`: a redelivery is kept alive every half
+/// of it.
+const MIN_REDELIVERY_ACK_WAIT: Duration = Duration::from_secs(2);
+
 async fn spawn_executor(
     services: &mut Services,
     process: &Process<'_>,
@@ -401,6 +405,7 @@ async fn spawn_executor(
         shutdown_grace: args.shutdown_grace,
         pools: args.pools,
         ack_wait,
+        redelivery_ack_wait: args.redelivery_ack_wait.min(ack_wait),
         progress_interval: args.progress_interval.unwrap_or(ack_wait / 3),
         topology: topology(common),
         readiness: process.readiness.clone(),
@@ -414,6 +419,12 @@ async fn spawn_executor(
         "--progress-interval ({}) must be shorter than --ack-wait ({})",
         humantime::format_duration(config.progress_interval),
         humantime::format_duration(config.ack_wait)
+    );
+    anyhow::ensure!(
+        args.redelivery_ack_wait >= MIN_REDELIVERY_ACK_WAIT,
+        "--redelivery-ack-wait ({}) must be at least {} (a redelivery is kept alive every half of it)",
+        humantime::format_duration(args.redelivery_ack_wait),
+        humantime::format_duration(MIN_REDELIVERY_ACK_WAIT)
     );
     if let Some(id) = args.executor_id {
         config.executor_id = id;

@@ -42,21 +42,24 @@ fn chaos_length() -> Duration {
 }
 
 /// Bounds on the first call of each fire, seconds: issue 39 asks 15 s
-/// max and 5 s p99, which these runs do not hold yet (docs/operations.md,
-/// "Faults"): an executor's SIGKILL leaves the fires it held to the ack
-/// wait (3 s after their instant) and to the survivor's look at each run's
-/// history (p99 7.1-17.6 s, max 11.9-22.5 s in runs of the one-at-a-time
-/// scenario here; leader kills alone: p99 4.8-5.8 s, max 5.4-6.6 s, but
-/// one run of four put three seconds of fires 35 s late, each left twice
-/// to the ack wait while elections stacked up). What is asserted is what
-/// holds every run, with room.
-const MAX_LAG: f64 = 45.0;
-const P99_LAG: f64 = 40.0;
+/// max and 5 s p99, which these runs do not hold every time yet
+/// (docs/operations.md, "Faults"): an executor's SIGKILL leaves the fires
+/// it held to the ack wait (3 s after their instant), and a node killed
+/// while they come back to the consumer's next leader (4-9 s) and, for a
+/// redelivery lost with it, to the redelivery wait (4 s). Runs here since
+/// `--redelivery-ack-wait`: one-at-a-time p99 7.1-7.9 s, max 10.1-13.4 s;
+/// leader kills p99 4.5-6.5 s, max 7.5-7.7 s (before it: p99 up to 17.6 s,
+/// and one leader-kill run of four at 34.5 s, its fires left twice to the
+/// whole ack wait while elections stacked up; stacked elections of 10.5 s
+/// were seen). What is asserted holds with room for those.
+const MAX_LAG: f64 = 30.0;
+const P99_LAG: f64 = 20.0;
 
 /// A `forbid` fire waits for its claim through the election of the
 /// `jetcron_running` bucket's leader (nats-server: 4-9 s) and the claim's
-/// release by the run before it: at most this late.
-const FORBID_MAX_LAG: f64 = 45.0;
+/// release by the run before it: at most this late (measured: 7.7-10.1 s;
+/// 17.6 s before the redelivery wait).
+const FORBID_MAX_LAG: f64 = 30.0;
 
 /// Share of fires (percent) whose target may be called twice: a run's
 /// outcome stored late in an election while the consumer's new leader hands

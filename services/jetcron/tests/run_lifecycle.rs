@@ -46,16 +46,61 @@ fn millis(d: chrono::Duration) -> i64 {
 #[tokio::test]
 async fn retries_follow_the_jobs_backoff_schedule_and_stop_at_max_attempts() {
     let stack = Stack::start(StackOptions::with_shell()).await;
+    retries_follow_the_backoff(&stack).await;
+    stack.stop().await;
+}
+
+/// The pool's consumer gives a redelivery a much shorter wait than a first
+/// delivery (a `backoff` of 10 s, then 2 s); nats-server counts a delayed
+/// nak of a redelivery as if the first wait had passed, so uncorrected the
+/// third and fourth attempts started 8 s early: at once.
+#[tokio::test]
+async fn retries_keep_their_backoff_when_redeliveries_have_a_shorter_ack_wait() {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let mut config = test_executor_config("short-redeliveries", true);
+    config.ack_wait = Duration::from_secs(10);
+    config.redelivery_ack_wait = Duration::from_secs(2);
+    stack.spawn_executor(config).await;
+    let consumer = wait_until("the pool's consumer", Duration::from_secs(10), || async {
+        let stream = stack
+            .js
+            .get_stream(jetcron_core::subjects::DUE_STREAM)
+            .await
+            .ok()?;
+        let name = jetcron_core::subjects::executor_consumer("default");
+        Some(stream.consumer_info(name).await.ok()?.config.clone())
+    })
+    .await;
+    assert_eq!(
+        (consumer.ack_wait, consumer.backoff),
+        (
+            Duration::from_secs(10),
+            vec![Duration::from_secs(10), Duration::from_secs(2)]
+        )
+    );
+    retries_follow_the_backoff(&stack).await;
+    stack.stop().await;
+}
+
+/// A job failing every attempt is retried on its backoff schedule (each
+/// attempt starts its promised delay after the failure before it) and
+/// fails for good at its last attempt.
+async fn retries_follow_the_backoff(stack: &Stack) {
     let job = r#"{"id":"flaky","schedule":"@daily","timeout":"10s",
         "retry":{"max_attempts":4,"backoff":"1s","multiplier":2,"max_backoff":"3s","jitter":0.25},
         "target":{"type":"shell","command":"echo nope; exit 7"}}"#;
-    let run_id = put_and_trigger(&stack, job).await;
+    let run_id = put_and_trigger(stack, job).await;
     let run = stack
         .wait_for_run_status(&run_id, "failed", Duration::from_secs(40))
         .await;
     assert_eq!(run["attempt"], 4);
     assert_eq!(run["exit_code"], 7);
-    let events = events_of(&stack, "flaky", &run_id).await;
+    let events = events_of(stack, "flaky", &run_id).await;
     let kinds: Vec<(u32, RunEventKind)> = events.iter().map(|e| (e.attempt, e.kind)).collect();
     use RunEventKind::*;
     assert_eq!(
@@ -97,8 +142,7 @@ async fn retries_follow_the_jobs_backoff_schedule_and_stop_at_max_attempts() {
     }
     // The last failure terminated the message: no fifth delivery.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(events_of(&stack, "flaky", &run_id).await.len(), 8);
-    stack.stop().await;
+    assert_eq!(events_of(stack, "flaky", &run_id).await.len(), 8);
 }
 
 /// An HTTP endpoint that never answers, and one that counts.
