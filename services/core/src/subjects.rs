@@ -82,6 +82,11 @@ pub const KILL_CONTROL_FILTER: &str = "jetcron.control.kill.*";
 /// Core-NATS subjects on which executors answer whether they run a run.
 pub const RUNNING_PROBE_FILTER: &str = "jetcron.control.running.*";
 
+/// Core-NATS subject on which every executor connection answers with the
+/// name of its NATS server: whether a server still reaches the others
+/// (`jetcron_io::peer_reach`).
+pub const PEER_HELLO: &str = "jetcron.control.hello";
+
 /// Subject asking every executor whether it runs `run_id` now (request/reply:
 /// those that do answer). Core NATS, so it works while JetStream elects.
 pub fn running_probe_subject(run_id: &str) -> String {

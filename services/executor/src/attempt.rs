@@ -597,14 +597,27 @@ where
 /// all left to the ack wait (3-4 s late each, in the crash test). Shorter
 /// than the time a cut node's stale consumer leader takes to hand its own
 /// clients a fire the majority's leader hands out too (its ack wait).
+/// Sooner, after [`CUT_OFF_WITH_PEERS`], where executors on other servers
+/// answered before and have stopped for [`PEERS_SILENT`]
+/// (`jetcron_io::peer_reach`): in an election they answer as ever. Not on
+/// their silence alone: the only other executor killed (or its node) is
+/// silent too, and the fires of the seconds after such a kill, left to the
+/// ack wait, came 15-19 s late (the one-at-a-time crash test).
 fn cut_off(ctx: &ExecutorContext) -> bool {
-    ctx.config
-        .jetstream_health
-        .jetstream_silent_for(CUT_OFF_SIGN)
+    let health = &ctx.config.jetstream_health;
+    health.jetstream_silent_for(CUT_OFF_SIGN)
+        || (health.jetstream_silent_for(CUT_OFF_WITH_PEERS)
+            && ctx.config.peer_reach.cut_off(PEERS_SILENT))
 }
 
 /// See [`cut_off`].
 const CUT_OFF_SIGN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// See [`cut_off`]: two of the JetStream watch's questions unanswered.
+const CUT_OFF_WITH_PEERS: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// See [`cut_off`]: three of the peer watch's questions unanswered.
+const PEERS_SILENT: std::time::Duration = std::time::Duration::from_millis(750);
 
 /// What a stored (or failed) start means for the attempt: `as_stored` to
 /// go on, or `None` when the delivery is done with.

@@ -265,11 +265,22 @@ impl Delivery {
         self.keep_alive().await
     }
 
-    /// Whether a keep-alive is due for a lease to last (while the held one
-    /// still holds: a lost one is not revived).
+    /// Whether a keep-alive is due for a lease to last.
     pub fn renewal_due(&self) -> bool {
-        let now = Instant::now();
-        now >= self.alive.renew_by() || (self.held.holds() && now >= self.held.renew_by())
+        Instant::now() >= self.renew_by()
+    }
+
+    /// When the next keep-alive is due for a lease to last: the alive
+    /// lease's time, or the held one's while it holds (a lost one is not
+    /// revived, and counted in, its time long past, keep-alives went out
+    /// back to back).
+    fn renew_by(&self) -> Instant {
+        let alive = self.alive.renew_by();
+        if self.held.holds() {
+            alive.min(self.held.renew_by())
+        } else {
+            alive
+        }
     }
 
     /// Keep the delivery alive every `every`, and sooner when its lease
@@ -277,8 +288,7 @@ impl Delivery {
     pub async fn keep_alive_every(&self, every: Duration) -> std::convert::Infallible {
         let mut next = Instant::now() + every;
         loop {
-            tokio::time::sleep_until(next.min(self.held.renew_by()).min(self.alive.renew_by()))
-                .await;
+            tokio::time::sleep_until(next.min(self.renew_by())).await;
             if !self.keep_alive().await {
                 // Nothing keeps a lost lease: wait for the attempt to end.
                 std::future::pending::<()>().await;

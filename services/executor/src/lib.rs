@@ -127,6 +127,10 @@ pub struct ExecutorConfig {
     /// whose start could not be recorded in time is not called meanwhile
     /// while its server has been cut off from JetStream for seconds.
     pub jetstream_health: jetcron_io::nats_failover::ConnectionHealth,
+    /// Whether executors on other servers still answer through the
+    /// executor's own connection: not called meanwhile either once they
+    /// stopped answering (its server is cut off; unwatched by default).
+    pub peer_reach: jetcron_io::peer_reach::PeerReach,
     /// This host's clock against the NATS servers': while it is not
     /// trusted the executor pulls nothing and calls no held fire (off by
     /// default, for tests that drive time by hand).
@@ -179,6 +183,7 @@ impl Default for ExecutorConfig {
             clock_check: jetcron_io::clock_check::ClockCheck::off(),
             calls_health: Default::default(),
             jetstream_health: Default::default(),
+            peer_reach: Default::default(),
         }
     }
 }

@@ -264,6 +264,30 @@ impl KeepAlive<'_> {
         }
     }
 
+    /// Await `work` (one try of a store, which waits for JetStream's answer
+    /// up to the client's timeout) keeping a delivery alive when its lease
+    /// would run out meanwhile. Kept alive only between tries, a call made
+    /// while JetStream elected leaders lost its delivery before its start
+    /// or outcome could be stored, and the run's next delivery called the
+    /// target again (the hung-node test: calls made 4-6 s into a 20 s
+    /// outage of `JETCRON_RUNS`, called again 19 s later).
+    async fn beside<T>(self, work: impl std::future::Future<Output = T>) -> T {
+        match self {
+            KeepAlive::Delivery(delivery) => {
+                tokio::pin!(work);
+                // Only when the lease needs it: a keep-alive per try would
+                // cost a replicated write each.
+                let keeping = delivery.keep_alive_every(LEASE_DRIVEN);
+                tokio::pin!(keeping);
+                tokio::select! {
+                    done = &mut work => done,
+                    never = &mut keeping => match never {},
+                }
+            }
+            KeepAlive::Message(_) => work.await,
+        }
+    }
+
     /// Keep the message alive through a wait of `wait`.
     async fn through(self, wait: Duration) {
         match self {
@@ -279,9 +303,14 @@ impl KeepAlive<'_> {
     }
 }
 
+/// A keep-alive interval longer than any store: the lease alone says when
+/// ([`Delivery::keep_alive_every`]).
+const LEASE_DRIVEN: Duration = Duration::from_secs(3600);
+
 /// Store `event` in `JETCRON_RUNS` (`Nats-Msg-Id` = its event id), retrying
 /// with jittered waits (100 ms doubling to 2 s) for up to `budget`, keeping
-/// `keep_alive` alive through each wait; output is cut to fit `max_payload`.
+/// `keep_alive` alive through each try and each wait; output is cut to fit
+/// `max_payload`.
 /// A delivery whose lease ran out stores nothing more.
 pub async fn publish_run_event(
     js: &async_nats::jetstream::Context,
@@ -309,8 +338,11 @@ pub async fn publish_run_event(
                 .await?
                 .await
                 .map_err(anyhow::Error::from)
-        }
-        .await;
+        };
+        let stored = match keep_alive {
+            Some(keep_alive) => keep_alive.beside(stored).await,
+            None => stored.await,
+        };
         let error = match stored {
             Ok(ack) => {
                 if !ack.duplicate {

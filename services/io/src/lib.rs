@@ -18,6 +18,8 @@
 //! - [`nats_connect`]: server lists, credentials and TLS as connect options.
 //! - [`nats_failover`]: leaves a NATS server that hangs or is cut off from
 //!   its cluster (fast pings, a JetStream question each second).
+//! - [`peer_reach`]: whether a connection's server still reaches the
+//!   others (executors answer each other over core NATS).
 //! - [`retry`]: how every loop waits between tries (jittered, growing) and
 //!   how often it says so.
 //! - [`clock_check`]: whether this host's wall clock agrees with the NATS
@@ -39,6 +41,7 @@ pub mod job_feed;
 pub mod nats_connect;
 pub mod nats_failover;
 pub mod notify;
+pub mod peer_reach;
 pub mod prometheus;
 pub mod readiness;
 pub mod retry;

@@ -58,10 +58,12 @@ async fn a_paused_executor_or_ticker_acts_on_nothing_it_held_and_fires_stay_on_t
 }
 
 /// What a cut-off or hung node still costs, held every run with room
-/// (docs/operations.md, "Faults"): fires that reached an executor through
-/// the node in its first seconds are called again once the majority hands
-/// them out (0.4-8.8 % of the fires in the last runs here), and the first
-/// calls of a few seconds come late (p99 6-19.4 s, max 11-19.4 s).
+/// (docs/operations.md, "Faults"): fires called through the node in its
+/// last moments, or after the heal while their starts are stored, are
+/// called again once the majority hands them out (0.4-8.8 % of the fires
+/// in runs here; none in a run since executors hear each other, which ended the
+/// cut's first seconds of them), and the first calls of a few seconds come
+/// late (p99 6-19.4 s, max 8-19.4 s).
 const NETWORK_MAX_LAG: f64 = 40.0;
 const NETWORK_P99_LAG: f64 = 30.0;
 const NETWORK_DOUBLED_PERCENT: usize = 15;
