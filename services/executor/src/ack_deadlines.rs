@@ -20,7 +20,7 @@
 //! the entry of the delivery's own number, so a redelivery nak'd for 5 s
 //! came back after 5 s less the difference of the two waits
 //! (`server/consumer.go`, `processNak`: `now - AckWait + delay`;
-//! `checkPending`: `BackOff[rdc]`). [`AckDeadlines::nak_delay`] adds that
+//! `checkPending`: `BackOff[rdc]`). [`AckDeadlines::nak_extra`] is that
 //! difference back.
 
 use std::time::Duration;
@@ -88,10 +88,10 @@ impl AckDeadlines {
         self.redelivered
     }
 
-    /// The delay to ask in a nak of the `delivered`-th delivery for it to
-    /// come back after `wanted` (see the module docs).
-    pub fn nak_delay(&self, delivered: i64, wanted: Duration) -> Duration {
-        wanted + (self.first - self.for_delivery(delivered))
+    /// What a nak of the `delivered`-th delivery adds to the delay it asks
+    /// for the message to come back after that delay (see the module docs).
+    pub fn nak_extra(&self, delivered: i64) -> Duration {
+        self.first - self.for_delivery(delivered)
     }
 }
 
@@ -117,7 +117,7 @@ mod tests {
         let waits = AckDeadlines::of_consumer(S13, &[]);
         assert_eq!(waits, AckDeadlines::new(S13, S13));
         assert!(waits.backoff().is_empty());
-        assert_eq!(waits.nak_delay(3, S4), S4);
+        assert_eq!(S4 + waits.nak_extra(3), S4);
     }
 
     #[test]
@@ -142,7 +142,7 @@ mod tests {
     fn a_redeliverys_nak_asks_the_difference_of_the_waits_more() {
         let waits = AckDeadlines::new(S13, S4);
         let five = Duration::from_secs(5);
-        assert_eq!(waits.nak_delay(1, five), five);
-        assert_eq!(waits.nak_delay(2, five), Duration::from_secs(14));
+        assert_eq!(five + waits.nak_extra(1), five);
+        assert_eq!(five + waits.nak_extra(2), Duration::from_secs(14));
     }
 }

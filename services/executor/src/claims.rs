@@ -345,6 +345,19 @@ pub async fn probe_run(client: &async_nats::Client, run_id: &str) -> crate::runn
     }
 }
 
+/// Keep `message` alive when `every` has passed since `last` or its lease
+/// needs it now, noting when in `last`.
+async fn keep_alive_when_due(
+    message: &crate::lease::Delivery,
+    last: &mut tokio::time::Instant,
+    every: Duration,
+) {
+    if last.elapsed() >= every || message.renewal_due() {
+        message.keep_alive().await;
+        *last = tokio::time::Instant::now();
+    }
+}
+
 /// How long a `replace` fire waits for the run it killed to let go.
 const REPLACE_WAIT_POLL: Duration = Duration::from_millis(100);
 
@@ -426,11 +439,8 @@ pub async fn claim_for_run(
                 saw_other_delivery = true;
                 // Wait for the other delivery to finish (it releases the
                 // claim) or die (the claim expires within its TTL).
-                if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due()
-                {
-                    message.keep_alive().await;
-                    last_progress = tokio::time::Instant::now();
-                }
+                keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval)
+                    .await;
                 tracing::debug!(executor = %holder.executor_id, attempt = holder.attempt, "another delivery of this run holds its claim, waiting");
                 tokio::time::sleep(REPLACE_WAIT_POLL).await;
                 continue;
@@ -482,11 +492,8 @@ pub async fn claim_for_run(
                 // Keep the message ours while waiting: a wait stretched by a
                 // loaded machine must not let JetStream hand the fire to
                 // another executor meanwhile.
-                if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due()
-                {
-                    message.keep_alive().await;
-                    last_progress = tokio::time::Instant::now();
-                }
+                keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval)
+                    .await;
                 tokio::time::sleep(FORBID_POLL).await;
                 continue;
             }
@@ -531,10 +538,7 @@ pub async fn claim_for_run(
             take_over_from = Some(holder.run_id);
             continue;
         }
-        if last_progress.elapsed() >= ctx.config.progress_interval || message.renewal_due() {
-            message.keep_alive().await;
-            last_progress = tokio::time::Instant::now();
-        }
+        keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval).await;
         tokio::time::sleep(REPLACE_WAIT_POLL).await;
     }
 }

@@ -26,15 +26,9 @@ pub(crate) async fn kept_alive<T>(
     message: &Delivery,
     work: impl std::future::Future<Output = T>,
 ) -> T {
-    tokio::pin!(work);
-    // Beside the work, not in turn with it: a keep-alive waiting for its
-    // confirmation must not hold back what the work returns.
-    let keeping = message.keep_alive_every(ctx.config.progress_interval);
-    tokio::pin!(keeping);
-    tokio::select! {
-        done = &mut work => done,
-        never = &mut keeping => match never {},
-    }
+    message
+        .while_kept_alive(ctx.config.progress_interval, work)
+        .await
 }
 
 /// `lookup` (a read in `JETCRON_RUNS` or `jetcron_running`), tried again

@@ -165,7 +165,7 @@ pub struct Delivery {
     /// The loss was logged (once per delivery).
     lost: AtomicBool,
     /// What a nak's delay needs added for the server to keep it
-    /// ([`AckDeadlines::nak_delay`]).
+    /// ([`AckDeadlines::nak_extra`]).
     nak_extra: Duration,
 }
 
@@ -191,7 +191,7 @@ impl Delivery {
             alive: Lease::new(requested_at, ack_wait),
             client,
             lost: AtomicBool::new(false),
-            nak_extra: waits.consumer.nak_delay(delivered, Duration::ZERO),
+            nak_extra: waits.consumer.nak_extra(delivered),
         }
     }
 
@@ -294,6 +294,24 @@ impl Delivery {
                 std::future::pending::<()>().await;
             }
             next = Instant::now() + every;
+        }
+    }
+
+    /// Await `work` while keeping the delivery alive
+    /// ([`Delivery::keep_alive_every`]) beside it, not in turn with it: a
+    /// keep-alive waiting for room in the client's queue must not hold back
+    /// what the work returns.
+    pub async fn while_kept_alive<T>(
+        &self,
+        every: Duration,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(work);
+        let keeping = self.keep_alive_every(every);
+        tokio::pin!(keeping);
+        tokio::select! {
+            done = &mut work => done,
+            never = &mut keeping => match never {},
         }
     }
 

@@ -273,17 +273,9 @@ impl KeepAlive<'_> {
     /// outage of `JETCRON_RUNS`, called again 19 s later).
     async fn beside<T>(self, work: impl std::future::Future<Output = T>) -> T {
         match self {
-            KeepAlive::Delivery(delivery) => {
-                tokio::pin!(work);
-                // Only when the lease needs it: a keep-alive per try would
-                // cost a replicated write each.
-                let keeping = delivery.keep_alive_every(LEASE_DRIVEN);
-                tokio::pin!(keeping);
-                tokio::select! {
-                    done = &mut work => done,
-                    never = &mut keeping => match never {},
-                }
-            }
+            // Only when the lease needs it: a keep-alive per try would cost
+            // a replicated write each.
+            KeepAlive::Delivery(delivery) => delivery.while_kept_alive(LEASE_DRIVEN, work).await,
             KeepAlive::Message(_) => work.await,
         }
     }

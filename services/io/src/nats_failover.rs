@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use async_nats::{Client, ReconnectToServer, Server, ServerInfo};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 /// How long JetStream may fail to answer through a connected server
@@ -235,12 +234,13 @@ impl Failover {
         }
     }
 
-    /// Ping `client`'s server every `every` until `stop`: a request to a
+    /// Ping `client`'s server every `every`, for the rest of the process
+    /// (attempts still call through it during a stop's grace): a request to a
     /// subject nobody serves, which the server itself answers at once ("no
     /// responders"). For a connection that must not carry a message to a
     /// server that stopped reading a moment ago (an executor's calls:
     /// [`ConnectionHealth::server_answered_within`]).
-    pub async fn ping_every(&self, client: Client, every: Duration, stop: CancellationToken) {
+    pub async fn ping_every(&self, client: Client, every: Duration) {
         let subject = format!("{}.liveness", client.new_inbox());
         loop {
             let asked = client.request(subject.clone(), bytes::Bytes::new());
@@ -251,24 +251,19 @@ impl Failover {
                 Ok(Ok(_)) => self.health.heard(false),
                 Ok(Err(_)) | Err(_) => {}
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
+            tokio::time::sleep(every).await;
         }
     }
 
-    /// Ask JetStream through `client` every second until `stop`, and move
-    /// the connection when it has not answered for [`CUT_OFF_AFTER`] while
-    /// connected.
-    pub async fn watch(&self, client: Client, stop: CancellationToken) {
+    /// Ask JetStream through `client` every second, for the rest of the
+    /// process (the services still use the connection while they stop in
+    /// order), and move the connection when it has not answered for
+    /// [`CUT_OFF_AFTER`] while connected.
+    pub async fn watch(&self, client: Client) {
         let js = async_nats::jetstream::new(client.clone());
         let mut failing_since: Option<Instant> = None;
         loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(ASK_EVERY) => {}
-            }
+            tokio::time::sleep(ASK_EVERY).await;
             if client.connection_state() != async_nats::connection::State::Connected {
                 failing_since = None;
                 continue;

@@ -203,11 +203,9 @@ async fn connect_watched(
     loop {
         match options.clone().connect(common.nats_url.servers()).await {
             Ok(client) => {
-                // Until the process ends, not only until its stop begins: the
-                // services still use the connection while they stop in order.
                 tokio::spawn({
                     let (client, failover) = (client.clone(), failover.clone());
-                    async move { failover.watch(client, CancellationToken::new()).await }
+                    async move { failover.watch(client).await }
                 });
                 return Ok((client, failover));
             }
@@ -383,7 +381,7 @@ async fn spawn_executor(
         let (failover, client) = (calls.failover.clone(), calls.client.clone());
         async move {
             failover
-                .ping_every(client, Duration::from_millis(100), CancellationToken::new())
+                .ping_every(client, Duration::from_millis(100))
                 .await
         }
     });

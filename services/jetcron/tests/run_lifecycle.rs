@@ -39,6 +39,22 @@ async fn events_of(stack: &Stack, job_id: &str, run_id: &str) -> Vec<RunEvent> {
     events
 }
 
+/// A stack with shell targets whose executors run with `configs`.
+async fn stack_with_executors(
+    configs: impl IntoIterator<Item = jetcron_executor::ExecutorConfig>,
+) -> Stack {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    for config in configs {
+        stack.spawn_executor(config).await;
+    }
+    stack
+}
+
 fn millis(d: chrono::Duration) -> i64 {
     d.num_milliseconds()
 }
@@ -56,16 +72,10 @@ async fn retries_follow_the_jobs_backoff_schedule_and_stop_at_max_attempts() {
 /// third and fourth attempts started 8 s early: at once.
 #[tokio::test]
 async fn retries_keep_their_backoff_when_redeliveries_have_a_shorter_ack_wait() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
     let mut config = test_executor_config("short-redeliveries", true);
     config.ack_wait = Duration::from_secs(10);
     config.redelivery_ack_wait = Duration::from_secs(2);
-    stack.spawn_executor(config).await;
+    let stack = stack_with_executors([config]).await;
     let consumer = wait_until("the pool's consumer", Duration::from_secs(10), || async {
         let stream = stack
             .js
@@ -222,20 +232,15 @@ fn tempfile_path(name: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn a_long_run_outlives_ack_wait_on_one_executor() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
     // ack_wait 2 s: without in-progress acks the 5 s run would be handed to
     // the second executor twice over.
-    for id in ["long-a", "long-b"] {
+    let stack = stack_with_executors(["long-a", "long-b"].map(|id| {
         let mut config = test_executor_config(id, true);
         config.ack_wait = Duration::from_secs(2);
         config.progress_interval = Duration::from_millis(500);
-        stack.spawn_executor(config).await;
-    }
+        config
+    }))
+    .await;
     let run_id = put_and_trigger(
         &stack,
         r#"{"id":"long","schedule":"@daily","timeout":"30s","target":{"type":"shell","command":"sleep 5; echo finished"}}"#,
@@ -333,16 +338,10 @@ async fn a_failure_notification_is_retried_until_the_webhook_takes_it() {
 
 #[tokio::test]
 async fn a_webhook_that_never_answers_ends_in_a_notify_failed_event() {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
-    })
-    .await;
     let mut config = test_executor_config("notifier", true);
     config.notify_backoff = Duration::from_millis(200);
     config.notify_max_attempts = 3;
-    stack.spawn_executor(config).await;
+    let stack = stack_with_executors([config]).await;
     // Nothing listens on this port.
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

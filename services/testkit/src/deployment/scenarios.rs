@@ -51,23 +51,45 @@ async fn audited(deployment: Deployment, scenario: &str, start: DateTime<Utc>) -
     }
 }
 
+/// `which` process of `deployment` paused (SIGSTOP) from `during.0` to
+/// `during.1` (seconds and a half after `start`).
+async fn paused(
+    deployment: &mut Deployment,
+    start: DateTime<Utc>,
+    what: &str,
+    which: fn(&Deployment) -> &crate::JetcronProcess,
+    during: (u64, u64),
+) {
+    at_half_second(start, during.0).await;
+    deployment.fault_begins("pause", what.to_string());
+    which(deployment).pause();
+    at_half_second(start, during.1).await;
+    which(deployment).resume();
+    deployment.fault_over("pause", what);
+}
+
+fn first_executor(deployment: &Deployment) -> &crate::JetcronProcess {
+    &deployment.executors[0]
+}
+
+fn first_ticker(deployment: &Deployment) -> &crate::JetcronProcess {
+    &deployment.tickers[0]
+}
+
 /// An executor paused (SIGSTOP) 40 s, past its ack wait (13 s), then a
 /// ticker paused 20 s, past its lease (5 s).
 pub async fn stalls(binary: &Path) -> Outcome {
     let mut deployment = Deployment::start(binary, DeploymentOptions::default()).await;
     let start = Utc::now();
-    at_half_second(start, 5).await;
-    deployment.fault_begins("pause", "executor 0");
-    deployment.executors[0].pause();
-    at_half_second(start, 45).await;
-    deployment.executors[0].resume();
-    deployment.fault_over("pause", "executor 0");
-    at_half_second(start, 55).await;
-    deployment.fault_begins("pause", "ticker t0");
-    deployment.tickers[0].pause();
-    at_half_second(start, 75).await;
-    deployment.tickers[0].resume();
-    deployment.fault_over("pause", "ticker t0");
+    paused(
+        &mut deployment,
+        start,
+        "executor 0",
+        first_executor,
+        (5, 45),
+    )
+    .await;
+    paused(&mut deployment, start, "ticker t0", first_ticker, (55, 75)).await;
     at_half_second(start, 90).await;
     let mut outcome = audited(deployment, "stalls", start).await;
     let lost = outcome.deployment.executors[0]
