@@ -61,7 +61,7 @@ async fn a_paused_executor_or_ticker_acts_on_nothing_it_held_and_fires_stay_on_t
 /// (docs/operations.md, "Faults"): fires called through the node in its
 /// last moments, or after the heal while their starts are stored, are
 /// called again once the majority hands them out (0.4-8.8 % of the fires
-/// in runs here; none in a run since executors hear each other, which ended the
+/// in runs here; 0-5.7 % since executors hear each other, which ended the
 /// cut's first seconds of them), and the first calls of a few seconds come
 /// late (p99 6-19.4 s, max 8-19.4 s).
 const NETWORK_MAX_LAG: f64 = 40.0;
