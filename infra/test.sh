@@ -45,9 +45,5 @@ else
   log "cargo test --workspace (cargo-nextest not installed)"
   cargo test --workspace --locked --no-fail-fast
 fi
-# The regression guard (loadtest/src/smoke.rs): a short end-to-end benchmark
-# of the release build that fails when runs/s, CPU per run or the
-# target-call p99 is far below the figures recorded in loadtest/smoke.json.
-log "e2e-bench smoke (release build)"
-cargo build --release --locked -p jetcron -p jetcron-loadtest
-./target/release/e2e-bench smoke
+# The release build's regression guard runs apart: ./infra/smoke.sh (CI
+# runs both, .ci/run).
