@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use jetcron_testkit::deployment::audit::Findings;
+use jetcron_testkit::deployment::audit::{self, Findings};
 use jetcron_testkit::deployment::scenarios::{self, Outcome};
 
 #[derive(clap::Args)]
@@ -48,6 +48,12 @@ pub async fn measure(args: &FaultsArgs) -> anyhow::Result<()> {
                 "--only {other:?}: no such scenario (stalls, network, clocks, leader-kills, one-at-a-time)"
             ),
         };
+        for defect in outcome.findings.defects() {
+            println!("{scenario}: {defect}");
+        }
+        for line in audit::doubled_seconds(&outcome.findings.doubled) {
+            println!("{scenario}: {line}");
+        }
         rows.push(row(&outcome));
         let Outcome { deployment, .. } = outcome;
         drop(deployment);

@@ -578,12 +578,18 @@ where
         // This delivery may be a stale consumer leader's on a server cut off
         // from its cluster, which hands out what the majority's leader hands
         // out too (the partition test: such calls, made once the start was
-        // stored, came after another delivery's of the same fire). It is left
-        // to JetStream, which hands the fire out again after the ack wait if
-        // nobody else has it. (Its start may still be stored: the attempt
-        // then shows as lost.)
+        // stored, came after another delivery's of the same fire). It is
+        // handed back, still within its lease: where JetStream was only
+        // electing a meta leader, the consumer's leader hands it out again a
+        // second later. (Left to the ack wait, which the start's store had
+        // just renewed, such fires came 13-24 s late in the leader-kill
+        // test.) Through a cut server the nak reaches no leader of the
+        // majority, which hands the fire out after the ack wait if nobody
+        // else has it. (Its start may still be stored: the attempt then
+        // shows as lost.)
         Err(_) => {
-            warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, leaving the fire to JetStream");
+            warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, handing the fire back");
+            hand_back(attempt.message).await;
             None
         }
     }
@@ -597,12 +603,14 @@ where
 /// all left to the ack wait (3-4 s late each, in the crash test). Shorter
 /// than the time a cut node's stale consumer leader takes to hand its own
 /// clients a fire the majority's leader hands out too (its ack wait).
-/// Sooner, after [`CUT_OFF_WITH_PEERS`], where executors on other servers
-/// answered before and have stopped for [`PEERS_SILENT`]
+/// Sooner, after [`CUT_OFF_WITH_PEERS`], where jetcron connections on other
+/// servers answered before and have stopped for [`PEERS_SILENT`]
 /// (`jetcron_io::peer_reach`): in an election they answer as ever. Not on
-/// their silence alone: the only other executor killed (or its node) is
-/// silent too, and the fires of the seconds after such a kill, left to the
-/// ack wait, came 15-19 s late (the one-at-a-time crash test).
+/// their silence alone: the other processes killed together (or their
+/// node) are silent too, and the fires of the seconds after such a kill,
+/// left to the ack wait, came 15-19 s late (the one-at-a-time crash test,
+/// when only executors answered). The connection itself leaves a server
+/// whose peers stay silent 2 s (`jetcron_io::nats_failover`).
 fn cut_off(ctx: &ExecutorContext) -> bool {
     let health = &ctx.config.jetstream_health;
     health.jetstream_silent_for(CUT_OFF_SIGN)

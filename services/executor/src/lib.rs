@@ -127,7 +127,7 @@ pub struct ExecutorConfig {
     /// whose start could not be recorded in time is not called meanwhile
     /// while its server has been cut off from JetStream for seconds.
     pub jetstream_health: jetcron_io::nats_failover::ConnectionHealth,
-    /// Whether executors on other servers still answer through the
+    /// Whether jetcron connections on other servers still answer through the
     /// executor's own connection: not called meanwhile either once they
     /// stopped answering (its server is cut off; unwatched by default).
     pub peer_reach: jetcron_io::peer_reach::PeerReach,

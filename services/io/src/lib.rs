@@ -17,9 +17,10 @@
 //!   DDL of `schemas/clickhouse/`, applied at start.
 //! - [`nats_connect`]: server lists, credentials and TLS as connect options.
 //! - [`nats_failover`]: leaves a NATS server that hangs or is cut off from
-//!   its cluster (fast pings, a JetStream question each second).
+//!   its cluster (fast pings, a JetStream question twice a second, hellos).
 //! - [`peer_reach`]: whether a connection's server still reaches the
-//!   others (executors answer each other over core NATS).
+//!   others (every jetcron connection answers the others over core NATS).
+//! - [`last_heard`]: when a watch last heard an answer, without a lock.
 //! - [`retry`]: how every loop waits between tries (jittered, growing) and
 //!   how often it says so.
 //! - [`clock_check`]: whether this host's wall clock agrees with the NATS
@@ -38,6 +39,7 @@ pub mod control;
 pub mod due;
 pub mod job_events;
 pub mod job_feed;
+pub mod last_heard;
 pub mod nats_connect;
 pub mod nats_failover;
 pub mod notify;

@@ -9,31 +9,35 @@
 //!   about three of them.
 //! - **The server is cut off from the rest of its cluster** while its
 //!   clients still reach it: it answers pings, but JetStream through it has
-//!   no meta leader and no stream leader (issue 39: first calls up to
+//!   no stream leader that can store anything (issue 39: first calls up to
 //!   24.5 s late while one node's routes were cut for 25 s). Every
-//!   connection asks JetStream for its account info twice a second; when
-//!   that has failed for [`CUT_OFF_AFTER`] while the connection is up, the
-//!   server is shunned for a while and the connection moves to another.
-//!   A meta leader election (after a node dies) fails the same question
-//!   for a few seconds everywhere: the wait is longer than those, so a
-//!   healthy server is rarely left, and leaving one costs a reconnect.
-//!   Meanwhile an executor calls no target whose start it cannot record
-//!   ([`ConnectionHealth`]), and the nodes' own route pings
-//!   (`cluster { ping_interval: 1s }`, docs/operations.md) drop the cut
-//!   node's subscribers within seconds.
+//!   connection answers the others' hellos and asks them four times a
+//!   second ([`peer_reach`]); when those on other servers, heard before,
+//!   have been silent for [`PEERS_SILENT_AFTER`], the server is shunned for
+//!   a while and the connection moves to another. JetStream's silence
+//!   alone is too slow a sign: a meta leader election fails its questions
+//!   for seconds everywhere, and a cut meta leader answers them for 10-20 s
+//!   more (a ticker on one stored no due event for 24 s of a 25 s cut). It
+//!   still moves a connection after [`CUT_OFF_AFTER`], where no other
+//!   server's connection was ever heard. Meanwhile an executor calls no
+//!   target whose start it cannot record ([`ConnectionHealth`]), and the
+//!   nodes' own route pings (`cluster { ping_interval: 1s }`,
+//!   docs/operations.md) drop the cut node's subscribers within seconds.
 //!
 //! Which server a connection goes to is chosen here too (async-nats'
 //! `reconnect_to_server_callback`): any that is not shunned, fewest failed
 //! attempts first, at random among equals.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ReconnectToServer, Server, ServerInfo};
 use tokio::time::Instant;
 use tracing::{debug, warn};
+
+use crate::last_heard::LastHeard;
+use crate::peer_reach::{self, PeerReach};
 
 /// How long JetStream may fail to answer through a connected server
 /// before the connection leaves it: longer than a meta leader's election,
@@ -42,6 +46,23 @@ use tracing::{debug, warn};
 /// on a node cut off, some for that very node, whose stale consumer leader
 /// then handed them fires the majority had handed out too.)
 pub const CUT_OFF_AFTER: Duration = Duration::from_secs(10);
+
+/// How long connections on other servers may be silent to this one's
+/// hellos, none of them come to this server meanwhile, before it leaves
+/// its server ([`peer_reach`]): twelve of their questions unanswered. A
+/// cut server that was the meta leader answers JetStream questions as one
+/// for 10-20 s more; a leader election stops no hello. Longer than the
+/// others take to leave a server that died or hangs ([`SILENT_AFTER`]) and
+/// be heard again from here or elsewhere: at 2 s, connections whose only
+/// peers were on a node killed left their healthy server with them.
+pub const PEERS_SILENT_AFTER: Duration = Duration::from_secs(3);
+
+/// How long this connection's server may answer nothing to the JetStream
+/// question (not even "unavailable", as in an election), the others'
+/// hellos unheard as long, before the connection leaves it: it hangs, or
+/// is cut off and waits on a meta leader it cannot reach. (async-nats' own
+/// pings leave a hung server after three `--nats-ping-interval`s.)
+pub const SILENT_AFTER: Duration = Duration::from_secs(2);
 
 /// How often JetStream is asked through each connection.
 const ASK_EVERY: Duration = Duration::from_millis(500);
@@ -75,13 +96,12 @@ pub struct ConnectionHealth {
     inner: Option<Arc<HealthTimes>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct HealthTimes {
-    since: Instant,
-    /// Milliseconds after `since` of the last answer of any kind (0: none).
-    answered: AtomicU64,
-    /// Milliseconds after `since` of the last answer from JetStream (0: none).
-    jetstream: AtomicU64,
+    /// The last answer of any kind.
+    answered: LastHeard,
+    /// The last answer from JetStream.
+    jetstream: LastHeard,
 }
 
 impl Default for ConnectionHealth {
@@ -94,11 +114,7 @@ impl Default for ConnectionHealth {
 impl ConnectionHealth {
     fn watched() -> Self {
         Self {
-            inner: Some(Arc::new(HealthTimes {
-                since: Instant::now(),
-                answered: AtomicU64::new(0),
-                jetstream: AtomicU64::new(0),
-            })),
+            inner: Some(Arc::default()),
         }
     }
 
@@ -106,20 +122,16 @@ impl ConnectionHealth {
         let Some(times) = &self.inner else {
             return;
         };
-        let at = times.since.elapsed().as_millis() as u64 + 1;
-        times.answered.store(at, Ordering::Release);
+        times.answered.heard();
         if jetstream_answered {
-            times.jetstream.store(at, Ordering::Release);
+            times.jetstream.heard();
         }
     }
 
-    fn within(&self, field: impl Fn(&HealthTimes) -> &AtomicU64, window: Duration) -> bool {
-        let Some(times) = &self.inner else {
-            return true;
-        };
-        let at = field(times).load(Ordering::Acquire);
-        let now = times.since.elapsed().as_millis() as u64;
-        at > 0 && now < at + window.as_millis() as u64
+    fn within(&self, field: impl Fn(&HealthTimes) -> &LastHeard, window: Duration) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(|times| field(times).within(window))
     }
 
     /// Whether the server answered anything (even "JetStream unavailable")
@@ -147,6 +159,7 @@ impl ConnectionHealth {
 pub struct Failover {
     choices: Arc<Mutex<Choices>>,
     health: ConnectionHealth,
+    peers: PeerReach,
 }
 
 impl Default for Failover {
@@ -154,6 +167,7 @@ impl Default for Failover {
         Self {
             choices: Arc::default(),
             health: ConnectionHealth::watched(),
+            peers: PeerReach::watched(),
         }
     }
 }
@@ -166,6 +180,11 @@ impl Failover {
     /// What the watch hears through this connection.
     pub fn health(&self) -> ConnectionHealth {
         self.health.clone()
+    }
+
+    /// Whether connections on other servers still answer this one's hellos.
+    pub fn peer_reach(&self) -> PeerReach {
+        self.peers.clone()
     }
 
     /// `options` with this failover's choice of server and `ping_interval`.
@@ -211,8 +230,8 @@ impl Failover {
         })
     }
 
-    /// Leave the current server: shun it and reconnect elsewhere.
-    async fn leave_current(&self, client: &Client) {
+    /// Leave the current server (`why`): shun it and reconnect elsewhere.
+    async fn leave_current(&self, client: &Client, why: Leaving) {
         let left = {
             let mut choices = self.lock();
             let current = choices.current.clone();
@@ -225,8 +244,9 @@ impl Failover {
         };
         warn!(
             server = left.as_deref().unwrap_or("?"),
-            after_ms = CUT_OFF_AFTER.as_millis() as u64,
-            "JetStream does not answer through this NATS server while the connection is up (cut off from its cluster, or hung): moving to another server"
+            after_ms = why.after().as_millis() as u64,
+            "{}: moving to another server",
+            why.describe()
         );
         metrics::counter!("jetcron_nats_server_left_total").increment(1);
         if let Err(e) = client.force_reconnect().await {
@@ -255,17 +275,35 @@ impl Failover {
         }
     }
 
-    /// Ask JetStream through `client` every second, for the rest of the
-    /// process (the services still use the connection while they stop in
-    /// order), and move the connection when it has not answered for
-    /// [`CUT_OFF_AFTER`] while connected.
+    /// Watch `client` for the rest of the process (the services still use
+    /// the connection while they stop in order): answer the other
+    /// connections' hellos, ask them ([`peer_reach`]) and JetStream twice a
+    /// second, and move the connection when connections on other servers
+    /// have not answered for [`PEERS_SILENT_AFTER`] ([`SILENT_AFTER`] where the
+    /// server answers nothing either) or JetStream has not for
+    /// [`CUT_OFF_AFTER`], while connected.
     pub async fn watch(&self, client: Client) {
+        tokio::join!(
+            peer_reach::answer(client.clone()),
+            self.peers.clone().watch(client.clone()),
+            self.leave_when_cut_off(client.clone()),
+        );
+    }
+
+    async fn leave_when_cut_off(&self, client: Client) {
         let js = async_nats::jetstream::new(client.clone());
         let mut failing_since: Option<Instant> = None;
+        let mut on_server = OnServer::default();
         loop {
             tokio::time::sleep(ASK_EVERY).await;
             if client.connection_state() != async_nats::connection::State::Connected {
                 failing_since = None;
+                continue;
+            }
+            if let Some(why) = self.cut_off_by_peers(on_server.for_how_long(&client)) {
+                failing_since = None;
+                on_server.left();
+                self.leave_current(&client, why).await;
                 continue;
             }
             let asked = Instant::now();
@@ -283,8 +321,76 @@ impl Failover {
             let since = *failing_since.get_or_insert(asked);
             if since.elapsed() >= CUT_OFF_AFTER {
                 failing_since = None;
-                self.leave_current(&client).await;
+                on_server.left();
+                self.leave_current(&client, Leaving::JetStreamSilent).await;
             }
+        }
+    }
+}
+
+impl Failover {
+    /// Whether to leave the server the connection has been on for
+    /// `on_server_for`, as the others' hellos and JetStream's silence tell.
+    fn cut_off_by_peers(&self, on_server_for: Duration) -> Option<Leaving> {
+        if on_server_for >= SILENT_AFTER
+            && self.peers.cut_off(SILENT_AFTER)
+            && !self.health.server_answered_within(SILENT_AFTER)
+        {
+            return Some(Leaving::Silent);
+        }
+        (on_server_for >= PEERS_SILENT_AFTER && self.peers.cut_off(PEERS_SILENT_AFTER))
+            .then_some(Leaving::PeersSilent)
+    }
+}
+
+/// Which server a connection is on, and since when: a connection that
+/// has just come to a server has not heard the others from there yet.
+#[derive(Debug, Default)]
+struct OnServer {
+    name: String,
+    since: Option<Instant>,
+}
+
+impl OnServer {
+    /// How long `client` has been on its current server (as far as this
+    /// watch has seen).
+    fn for_how_long(&mut self, client: &Client) -> Duration {
+        let name = client.server_info().server_name;
+        if self.since.is_none() || name != self.name {
+            self.name = name;
+            self.since = Some(Instant::now());
+        }
+        self.since.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// The connection is leaving its server: it starts over on the next.
+    fn left(&mut self) {
+        self.since = None;
+    }
+}
+
+/// Why a connection leaves its server.
+#[derive(Debug, Clone, Copy)]
+enum Leaving {
+    Silent,
+    PeersSilent,
+    JetStreamSilent,
+}
+
+impl Leaving {
+    fn after(self) -> Duration {
+        match self {
+            Leaving::Silent => SILENT_AFTER,
+            Leaving::PeersSilent => PEERS_SILENT_AFTER,
+            Leaving::JetStreamSilent => CUT_OFF_AFTER,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Leaving::Silent => "neither JetStream nor the connections on the other NATS servers answer through this one (it hangs, or is cut off from its cluster)",
+            Leaving::PeersSilent => "connections on the other NATS servers stopped answering through this one (it is cut off from its cluster)",
+            Leaving::JetStreamSilent => "JetStream does not answer through this NATS server while the connection is up (cut off from its cluster, or hung)",
         }
     }
 }

@@ -1,34 +1,45 @@
 //! Whether this connection's NATS server still reaches the rest of the
-//! cluster, asked of the other executors over core NATS.
+//! cluster, asked of the other jetcron connections over core NATS.
 //!
-//! An executor whose start record is not stored at once may call the
-//! target meanwhile (a leader election: it is stored seconds later), or
-//! must not (its server is cut off from the cluster: a stale consumer
-//! leader there handed it a fire the majority hands out too). JetStream's
-//! silence cannot tell the two apart quickly: a meta leader election fails
-//! every JetStream question on every server for seconds too, so only a
-//! silence of 3 s counted as a cut, and the calls of a cut's first 3 s were
-//! made twice (45 of the 48 fires called twice in a run of the partition
-//! test). Core NATS can: in an election the routes carry requests as ever,
-//! and the other executors' connections on other servers answer; from a cut
-//! server none does.
+//! JetStream's answers cannot tell a cut-off server quickly. A meta leader
+//! election fails every JetStream question on every server for seconds, so
+//! only a long silence can count as a cut; and a cut server that was the
+//! meta leader goes on answering as one until it notices it lost its
+//! quorum, 10-20 s later (nats-server's `lostQuorumInterval`): a ticker
+//! connected to it could not store due events for 24 s while its account
+//! questions were answered, and an executor called the fires of a cut's
+//! first seconds that the majority handed out again (45 of the 48 fires
+//! called twice in a run of the partition test). Core NATS can tell: in an
+//! election the routes carry requests as ever and the connections on other
+//! servers answer; from a cut server none does.
 //!
-//! Every executor connection answers [`PEER_HELLO`] with its server's name;
-//! the watch asks every 250 ms and notes when a connection on another
-//! server last answered. [`PeerReach::cut_off`] is true only while such
-//! answers were heard before and have stopped: where no other server's
-//! executor answers at all (one node, or every executor on the same
-//! server), it says nothing and the 3 s rule alone applies. The executor
-//! heeds it only beside a second of JetStream's silence: an executor
-//! killed is silent too.
+//! Every watched jetcron connection ([`crate::nats_failover`]) answers
+//! [`PEER_HELLO`] with its server's name and an id of its own, and asks
+//! every [`ASK_EVERY`], noting when a connection on another server last
+//! answered. [`PeerReach::cut_off`] is true only while such answers were
+//! heard before and have stopped, and none of those connections has come
+//! to this server meanwhile: where every other connection was on a node
+//! that died, they reconnect, some to this server, and the silence of
+//! other servers says nothing (at first it did, and connections left
+//! healthy servers with them in the crash test). Where no connection on
+//! another server answers at all (one node, or every process on the same
+//! server), it says nothing either. A connection leaves its server when the
+//! others have been silent a while ([`crate::nats_failover`]); an executor
+//! withholds a call whose start is not stored sooner, beside a second of
+//! JetStream's silence (`attempt.rs`).
+//!
+//! Each connection asks and answers: with C connections, 4·C² small
+//! messages a second, on core NATS only.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jetcron_core::subjects::PEER_HELLO;
 use tracing::warn;
+
+use crate::last_heard::LastHeard;
 
 /// How often the watch asks.
 pub const ASK_EVERY: Duration = Duration::from_millis(250);
@@ -41,55 +52,55 @@ const KNOWN_FOR: Duration = Duration::from_secs(60);
 /// default is not watched and never reports a cut.
 #[derive(Debug, Clone, Default)]
 pub struct PeerReach {
-    inner: Option<Arc<Heard>>,
+    heard: Option<Arc<Heard>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Heard {
-    since: Instant,
-    /// Milliseconds since `since`, plus one; 0: never.
-    other_server: AtomicU64,
+    /// The last answer from a connection on another server.
+    other_server: LastHeard,
+    /// The last answer, through this connection's server, from a
+    /// connection that answered from another server before: it moved here
+    /// (its server died or hangs), and the others' silence is no cut.
+    moved_here: LastHeard,
 }
 
 impl PeerReach {
     /// A reach the watch ([`PeerReach::watch`]) fills in.
     pub fn watched() -> Self {
         Self {
-            inner: Some(Arc::new(Heard {
-                since: Instant::now(),
-                other_server: AtomicU64::new(0),
-            })),
+            heard: Some(Arc::default()),
         }
     }
 
-    fn heard_other_server(&self) {
-        if let Some(heard) = &self.inner {
-            let at = heard.since.elapsed().as_millis() as u64 + 1;
-            heard.other_server.store(at, Ordering::Release);
-        }
+    /// Whether a connection on another server answered within `window`.
+    pub fn heard_within(&self, window: Duration) -> bool {
+        self.heard
+            .as_ref()
+            .is_some_and(|h| h.other_server.within(window))
     }
 
     /// Whether connections on other servers answered before (within the
-    /// last minute) but none for `window`: this connection's server is cut
-    /// off from the others, or hangs.
+    /// last minute) but none for `window`, and none of them has come to
+    /// this connection's server meanwhile: this server is cut off from the
+    /// others, or hangs.
     pub fn cut_off(&self, window: Duration) -> bool {
-        let Some(heard) = &self.inner else {
+        let Some(heard) = &self.heard else {
             return false;
         };
-        let at = heard.other_server.load(Ordering::Acquire);
-        if at == 0 {
-            return false;
-        }
-        let silent = Duration::from_millis(
-            (heard.since.elapsed().as_millis() as u64).saturating_sub(at - 1),
-        );
-        silent >= window && silent < KNOWN_FOR
+        let silent = heard.other_server.silent_for();
+        silent.is_some_and(|silent| silent >= window && silent < KNOWN_FOR)
+            && !heard.moved_here.within(window)
     }
 
-    /// Ask every executor connection for its server's name every
+    /// Ask every jetcron connection for its server's name every
     /// [`ASK_EVERY`], for the rest of the process, noting the answers that
-    /// come from another server than `client`'s.
+    /// come from another server than `client`'s, and those that come from
+    /// it from a connection that answered from another server before.
     pub async fn watch(self, client: async_nats::Client) {
+        let Some(heard) = self.heard.clone() else {
+            return;
+        };
         let inbox = client.new_inbox();
         let mut answers = loop {
             match client.subscribe(format!("{inbox}.*")).await {
@@ -100,6 +111,7 @@ impl PeerReach {
                 }
             }
         };
+        let mut answerers = Answerers::default();
         for round in 0u64.. {
             let own = client.server_info().server_name;
             let ask = client.publish_with_reply(PEER_HELLO, format!("{inbox}.{round}"), "".into());
@@ -107,22 +119,65 @@ impl PeerReach {
             let _ = tokio::time::timeout(ASK_EVERY, ask).await;
             let next = tokio::time::Instant::now() + ASK_EVERY;
             while let Ok(Some(answer)) = tokio::time::timeout_at(next, answers.next()).await {
-                if answer.payload.as_ref() != own.as_bytes() {
-                    self.heard_other_server();
+                let (server, answerer) = parse_answer(&answer.payload);
+                if server != own {
+                    heard.other_server.heard();
+                } else if answerers.came_from_elsewhere(answerer, &own) {
+                    heard.moved_here.heard();
                 }
+                answerers.note(answerer, server);
             }
+            answerers.forget_old();
         }
     }
 }
 
-/// Answer [`PEER_HELLO`] on `client` with its server's name, for the rest
-/// of the process.
+/// Which server each answering connection answered from last.
+#[derive(Debug, Default)]
+struct Answerers {
+    last: HashMap<String, (String, Instant)>,
+}
+
+impl Answerers {
+    /// Whether `answerer` answered from another server than `own` before.
+    fn came_from_elsewhere(&self, answerer: Option<&str>, own: &str) -> bool {
+        answerer
+            .and_then(|a| self.last.get(a))
+            .is_some_and(|(server, _)| server != own)
+    }
+
+    fn note(&mut self, answerer: Option<&str>, server: &str) {
+        if let Some(answerer) = answerer {
+            self.last
+                .insert(answerer.to_string(), (server.to_string(), Instant::now()));
+        }
+    }
+
+    /// Forget connections not heard for [`KNOWN_FOR`] (processes gone).
+    fn forget_old(&mut self) {
+        self.last.retain(|_, (_, at)| at.elapsed() < KNOWN_FOR);
+    }
+}
+
+/// An answer's server name and answering connection (`<server> <id>`; an
+/// answer of an older jetcron names the server only).
+fn parse_answer(payload: &[u8]) -> (&str, Option<&str>) {
+    let text = std::str::from_utf8(payload).unwrap_or_default();
+    match text.split_once(' ') {
+        Some((server, answerer)) => (server, Some(answerer)),
+        None => (text, None),
+    }
+}
+
+/// Answer [`PEER_HELLO`] on `client` with its server's name and an id of
+/// this connection, for the rest of the process.
 pub async fn answer(client: async_nats::Client) {
+    let id = format!("{:016x}", fastrand::u64(..));
     let mut asks = loop {
         match client.subscribe(PEER_HELLO).await {
             Ok(asks) => break asks,
             Err(e) => {
-                warn!(error = %e, "cannot answer other executors' hellos, retrying");
+                warn!(error = %e, "cannot answer other connections' hellos, retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -130,7 +185,7 @@ pub async fn answer(client: async_nats::Client) {
     while let Some(ask) = asks.next().await {
         if let Some(reply) = ask.reply {
             let name = client.server_info().server_name;
-            let _ = client.publish(reply, name.into()).await;
+            let _ = client.publish(reply, format!("{name} {id}").into()).await;
         }
     }
 }
@@ -149,14 +204,50 @@ mod tests {
         assert!(!PeerReach::watched().cut_off(Duration::ZERO));
     }
 
+    fn heard(reach: &PeerReach) -> &Heard {
+        reach.heard.as_deref().expect("watched")
+    }
+
     #[test]
     fn a_silence_counts_from_the_last_answer_of_another_server() {
         let reach = PeerReach::watched();
-        reach.heard_other_server();
+        heard(&reach).other_server.heard();
         assert!(!reach.cut_off(Duration::from_secs(1)), "just heard");
         assert!(reach.cut_off(Duration::ZERO));
         std::thread::sleep(Duration::from_millis(30));
         assert!(reach.cut_off(Duration::from_millis(20)));
         assert!(!reach.cut_off(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn others_that_moved_to_this_server_are_no_cut() {
+        let reach = PeerReach::watched();
+        heard(&reach).other_server.heard();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(reach.cut_off(Duration::from_millis(20)));
+        heard(&reach).moved_here.heard();
+        assert!(!reach.cut_off(Duration::from_millis(20)));
+    }
+
+    #[test]
+    fn an_answerer_heard_from_another_server_before_came_from_elsewhere() {
+        let mut answerers = Answerers::default();
+        assert!(!answerers.came_from_elsewhere(Some("a"), "n0"), "unknown");
+        answerers.note(Some("a"), "n1");
+        answerers.note(Some("b"), "n0");
+        assert!(answerers.came_from_elsewhere(Some("a"), "n0"));
+        assert!(!answerers.came_from_elsewhere(Some("b"), "n0"));
+        assert!(!answerers.came_from_elsewhere(None, "n0"), "no id");
+    }
+
+    #[test]
+    fn answers_name_their_server_and_connection() {
+        assert_eq!(parse_answer(b"n1 00ff"), ("n1", Some("00ff")));
+        assert_eq!(
+            parse_answer(b"n1"),
+            ("n1", None),
+            "an older jetcron's answer"
+        );
+        assert_eq!(parse_answer(&[0xff, 0xfe]), ("", None), "not UTF-8");
     }
 }

@@ -190,8 +190,9 @@ async fn connect_watched(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(async_nats::Client, Failover)> {
     let auth = common.nats_auth();
-    // Fast pings and a JetStream question each second: a connection leaves
-    // a server that hangs or is cut off from its cluster within seconds.
+    // Fast pings, hellos to the other connections and a JetStream question
+    // twice a second: a connection leaves a server that hangs or is cut
+    // off from its cluster within seconds.
     let failover = Failover::default();
     let options = failover.apply(
         auth.connect_options()
@@ -385,22 +386,13 @@ async fn spawn_executor(
                 .await
         }
     });
-    // Both connections answer other executors' hellos; the executor's own
-    // asks whether its server still reaches the others. Until the process
-    // ends, as the pings above.
-    let peer_reach = jetcron_io::peer_reach::PeerReach::watched();
-    tokio::spawn(jetcron_io::peer_reach::answer(client.clone()));
-    calls
-        .runtime
-        .spawn(jetcron_io::peer_reach::answer(calls.client.clone()));
-    tokio::spawn(peer_reach.clone().watch(client.clone()));
     let ack_wait = args
         .ack_wait
         .unwrap_or_else(|| cli::default_ack_wait(common.replicas));
     let mut config = jetcron_executor::ExecutorConfig {
         calls_health: calls.failover.health(),
         jetstream_health: failover.health(),
-        peer_reach,
+        peer_reach: failover.peer_reach(),
         calls_client: Some(calls.client),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),

@@ -30,6 +30,7 @@ mod kill_markers;
 mod lost_acks;
 mod manual_runs;
 mod nats_creds;
+mod nats_failover;
 mod nats_permissions;
 mod nats_target;
 mod ordered_shutdown;

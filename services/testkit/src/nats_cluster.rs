@@ -198,6 +198,46 @@ impl NatsCluster {
         leader.strip_prefix('n')?.parse().ok()
     }
 
+    /// Wait until every stream has a leader and all its replicas are
+    /// current and online, asked through node `through`: a healed or
+    /// restarted node has caught up, and the cluster can lose another.
+    /// (A cut node's routes come back with TCP's retransmission backoff,
+    /// up to 20 s after the heal: a node hung meanwhile left one of three,
+    /// and every stream waited for the hung one.) Returns how long it took.
+    pub async fn wait_until_whole(&self, through: usize, timeout: Duration) -> Duration {
+        let began = Instant::now();
+        let js = jetstream::new(self.node(through).client().await);
+        crate::wait_until("every stream's replicas current", timeout, || async {
+            Self::every_replica_current(&js).await.then_some(())
+        })
+        .await;
+        began.elapsed()
+    }
+
+    async fn every_replica_current(js: &jetstream::Context) -> bool {
+        use futures::TryStreamExt as _;
+        let Ok(names) = js.stream_names().try_collect::<Vec<String>>().await else {
+            return false;
+        };
+        for name in names {
+            let Ok(mut stream) = js.get_stream(&name).await else {
+                return false;
+            };
+            let Ok(info) = stream.info().await else {
+                return false;
+            };
+            let Some(cluster) = &info.cluster else {
+                return false;
+            };
+            let current = cluster.leader.is_some()
+                && cluster.replicas.iter().all(|r| r.current && !r.offline);
+            if !current {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The last lines of every node's log, for failure messages.
     pub fn logs_tail(&self) -> String {
         self.nodes

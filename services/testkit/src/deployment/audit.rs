@@ -257,6 +257,37 @@ pub fn late_seconds(per_fire: &BTreeMap<Fire, FireCalls>) -> Vec<String> {
         .collect()
 }
 
+/// The fires called twice, by scheduled second: how many, the attempts
+/// of their calls and when their second calls came (seconds after the
+/// scheduled time), one line per second.
+pub fn doubled_seconds(doubled: &[FireCalls]) -> Vec<String> {
+    let mut by_second: BTreeMap<DateTime<Utc>, Vec<&FireCalls>> = BTreeMap::new();
+    for fire in doubled {
+        by_second.entry(fire.fire.1).or_default().push(fire);
+    }
+    by_second
+        .iter()
+        .map(|(second, fires)| {
+            let attempts: BTreeSet<Vec<u32>> = fires
+                .iter()
+                .map(|f| f.calls.iter().map(|c| c.0).collect())
+                .collect();
+            let seconds_after = |at: DateTime<Utc>| (at - *second).num_milliseconds() as f64 / 1000.0;
+            let second_calls: Vec<f64> = fires
+                .iter()
+                .filter_map(|f| f.calls.get(1).map(|c| seconds_after(c.1)))
+                .collect();
+            let low = second_calls.iter().copied().fold(f64::MAX, f64::min);
+            let high = second_calls.iter().copied().fold(0.0, f64::max);
+            format!(
+                "doubled calls of {}: {} fires, attempts {attempts:?}, second calls {low:.1}-{high:.1} s after",
+                second.format("%H:%M:%S"),
+                fires.len()
+            )
+        })
+        .collect()
+}
+
 fn first<T: std::fmt::Debug + Clone>(items: &[T]) -> Vec<T> {
     items.iter().take(3).cloned().collect()
 }

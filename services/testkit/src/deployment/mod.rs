@@ -322,15 +322,18 @@ impl Deployment {
         all
     }
 
-    /// With `JETCRON_CHAOS_LOGS=<dir>`, write every process's log there.
+    /// With `JETCRON_CHAOS_LOGS=<dir>`, write every process's log there,
+    /// named by scenario, the time of the dump and process (runs of one
+    /// scenario keep theirs apart).
     pub fn dump_logs(&self, scenario: &str) {
         let Ok(dir) = std::env::var("JETCRON_CHAOS_LOGS") else {
             return;
         };
         let _ = std::fs::create_dir_all(&dir);
+        let at = Utc::now().format("%H%M%S");
         for (name, process) in self.processes() {
             let _ = std::fs::write(
-                format!("{dir}/{scenario}-{name}.log"),
+                format!("{dir}/{scenario}-{at}-{name}.log"),
                 crate::without_colour_codes(&process.log()),
             );
         }
