@@ -22,9 +22,16 @@
 //!   the NATS service and the HTTP gateway.
 //! - [`clock`]: time as a dependency, so tests can control it.
 //! - [`wire_schemas`]: the JSON Schemas in `schemas/`, generated from these types.
-//!
 //! - [`control`]: kill requests, kill markers, completions of asynchronous
 //!   targets and failure notices, as messages.
+//! - [`schedule_lines`]: parsed schedule lines shared by the jobs that use
+//!   the same line.
+//! - [`chain`]: what chained jobs agree on (the run id of a chained run,
+//!   which endings start it).
+//! - [`channel`]: alert channels, defined once and named by jobs;
+//!   [`alert`]: an alert and what each kind of channel receives for it.
+//! - [`id_index`]: an index from ids to the numbers of their holders.
+//! - [`time_format`]: one textual form for instants and durations.
 //!
 //! Nothing here does I/O or reads a clock by itself: the crate builds
 //! without tokio, async-nats or clickhouse. Talking to NATS and ClickHouse

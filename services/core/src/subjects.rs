@@ -82,6 +82,9 @@ pub const KILL_CONTROL_FILTER: &str = "jetcron.control.kill.*";
 /// Core-NATS subjects on which executors answer whether they run a run.
 pub const RUNNING_PROBE_FILTER: &str = "jetcron.control.running.*";
 
+/// What every [`running_probe_subject`] starts with.
+pub const RUNNING_PROBE_PREFIX: &str = "jetcron.control.running.";
+
 /// Core-NATS subject on which every executor connection answers with the
 /// name of its NATS server: whether a server still reaches the others
 /// (`jetcron_io::peer_reach`).
@@ -90,7 +93,7 @@ pub const PEER_HELLO: &str = "jetcron.control.hello";
 /// Subject asking every executor whether it runs `run_id` now (request/reply:
 /// those that do answer). Core NATS, so it works while JetStream elects.
 pub fn running_probe_subject(run_id: &str) -> String {
-    format!("jetcron.control.running.{run_id}")
+    format!("{RUNNING_PROBE_PREFIX}{run_id}")
 }
 
 /// Durable consumer of the executors serving `pool`.
@@ -101,6 +104,12 @@ pub fn executor_consumer(pool: &str) -> String {
 /// Subject a notification of a run of `job_id` waits on.
 pub fn notify_subject(job_id: &str) -> String {
     format!("jetcron.notify.{job_id}")
+}
+
+/// Subject of one alert's delivery to one channel (inside
+/// [`NOTIFY_STREAM`]).
+pub fn alert_delivery_subject(channel: &str) -> String {
+    format!("jetcron.notify.deliver.{channel}")
 }
 
 /// Subject telling every executor to stop `run_id` (request/reply: running

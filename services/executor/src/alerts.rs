@@ -431,7 +431,7 @@ async fn queue(
         headers.insert("Nats-Msg-Id", message_id.as_str());
         ctx.js
             .publish_with_headers(
-                format!("jetcron.notify.deliver.{channel}"),
+                jetcron_core::subjects::alert_delivery_subject(channel),
                 headers,
                 body.into(),
             )

@@ -13,15 +13,30 @@
 //! `jetcron.control.kill.*`, takes overlap claims in `jetcron_running`, and
 //! delivers failure notifications from `JETCRON_NOTIFY`.
 //!
-//! Layout: [`attempt`] handles one delivery, [`ending`] decides what follows
-//! an attempt's end (a pure function), [`targets`] runs the three target
-//! types (and waits for asynchronous completions), [`run_events`] publishes
-//! run events, [`claims`] implements `concurrency: forbid | replace`,
-//! [`running`] registers attempts so kills reach them, [`fanout`] splits a
-//! sharded fire, [`notify`] takes notifications from `JETCRON_NOTIFY` (the
-//! job's webhook), [`alerts`] decides and delivers alerts to channels (one
-//! incident per job and rule), [`mail`] sends the mail ones, [`chains`]
-//! starts the jobs that follow a run's job when the run ends.
+//! Layout, by what each part does:
+//! - a delivery: [`attempt`] handles one, [`hold`] keeps one stored ahead
+//!   until its instant, [`instant_calls`] sends the calls of an instant
+//!   together (with `instant_replies` pairing their answers), [`fanout`]
+//!   splits a sharded fire;
+//! - how long a delivery is ours: [`lease`] (its lease, checked before every
+//!   act), [`ack_deadlines`] (the ack wait of first deliveries and
+//!   redeliveries), `kept_alive` (keep-alives while it waits), [`tries`]
+//!   (which attempts count against `max_attempts`);
+//! - whether to call: [`call_gate`] (no call through a server that stopped
+//!   answering), [`ended`] (did the run already end?), [`runs_pulse`]
+//!   (is `JETCRON_RUNS` storing at all), [`kill_markers`] (kill requests
+//!   followed in memory), [`claims`] with the pure `claim_state`
+//!   (`concurrency: forbid | replace`), [`running`] (attempts registered so
+//!   kills and probes reach them);
+//! - what follows a call: [`targets`] runs the three target types,
+//!   [`completion_reports`] hears asynchronous completions, [`ending`]
+//!   decides what follows an attempt's end (a pure function), [`run_events`]
+//!   publishes run events;
+//! - after a run: [`notify`] takes notifications from `JETCRON_NOTIFY` (the
+//!   job's webhook), [`alerts`] decides and delivers alerts to channels (one
+//!   incident per job and rule), [`mail`] sends the mail ones, [`chains`]
+//!   starts the jobs that follow a run's job when the run ends; both pull
+//!   through `helper_pull`.
 
 pub mod ack_deadlines;
 pub mod alerts;

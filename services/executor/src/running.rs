@@ -230,7 +230,10 @@ pub async fn listen_for_kills(
         let Some(run_id) = message.subject.rsplit('.').next() else {
             continue;
         };
-        if message.subject.starts_with("jetcron.control.running.") {
+        if message
+            .subject
+            .starts_with(jetcron_core::subjects::RUNNING_PROBE_PREFIX)
+        {
             let stage = attempts.stage(run_id);
             if let (false, Some(reply)) = (stage == Stage::Waiting, message.reply) {
                 let _ = client.publish(reply, stage.as_str().into()).await;

@@ -216,4 +216,108 @@ mod tests {
             Some(9)
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn any_state() -> impl Strategy<Value = RecordState> {
+            prop_oneof![
+                Just(RecordState::Missing),
+                Just(RecordState::Unreadable),
+                Just(RecordState::Free),
+                Just(RecordState::Held),
+            ]
+        }
+
+        /// What a replica may see of one shard: any state, unchanged for
+        /// up to four stale times, written up to four TTLs ago.
+        fn any_seen() -> impl Strategy<Value = ShardSeen> {
+            (any_state(), 0u64..20_000, 0u64..20_000).prop_map(|(state, unchanged, age)| {
+                ShardSeen {
+                    state,
+                    unchanged_for: Duration::from_millis(unchanged),
+                    server_age: Duration::from_millis(age),
+                }
+            })
+        }
+
+        fn any_view() -> impl Strategy<Value = Vec<ShardSeen>> {
+            proptest::collection::vec(any_seen(), SHARDS as usize)
+        }
+
+        proptest! {
+            #[test]
+            fn the_share_covers_every_shard_and_no_more_than_one_replica_over(live in 1u32..100) {
+                let share = fair_share(live);
+                prop_assert!(share * live as usize >= SHARDS as usize);
+                prop_assert!((share - 1) * (live as usize) < SHARDS as usize);
+            }
+
+            #[test]
+            fn candidates_are_shards_not_owned_that_nobody_holds_alive(
+                view in any_view(),
+                owned in proptest::collection::btree_set(0u32..SHARDS, 0..8),
+            ) {
+                let o = options();
+                let got = candidates(&view, |shard| owned.contains(&shard), &o);
+                // In shard order, each once.
+                prop_assert!(got.windows(2).all(|w| w[0].shard < w[1].shard));
+                for candidate in &got {
+                    prop_assert!(!owned.contains(&candidate.shard), "owned: {candidate:?}");
+                    let seen = view[candidate.shard as usize];
+                    let alive = seen.state == RecordState::Held
+                        && !o.is_stale(seen.unchanged_for)
+                        && seen.server_age <= o.ttl * 3;
+                    prop_assert!(!alive, "held by a live owner: {candidate:?} {seen:?}");
+                    // Beyond the share only what sat unchanged past the stale time.
+                    prop_assert!(!candidate.beyond_share || o.is_stale(seen.unchanged_for));
+                }
+                // And every shard not owned and not held alive is offered.
+                let offered = got.len();
+                let takeable = (0..SHARDS)
+                    .filter(|shard| !owned.contains(shard))
+                    .filter(|&shard| {
+                        let seen = view[shard as usize];
+                        seen.state != RecordState::Held
+                            || o.is_stale(seen.unchanged_for)
+                            || seen.server_age > o.ttl * 3
+                    })
+                    .count();
+                prop_assert_eq!(offered, takeable);
+            }
+
+            #[test]
+            fn a_release_is_one_owned_shard_only_above_the_share(
+                owned in proptest::collection::btree_set(0u32..SHARDS, 0..(SHARDS as usize)),
+                loading in proptest::collection::btree_set(0u32..SHARDS, 0..4),
+                share in 0usize..(SHARDS as usize),
+                any_free in any::<bool>(),
+                orphans_ago in proptest::option::of(0u64..30_000),
+            ) {
+                let o = options();
+                let owned: Vec<u32> = owned.into_iter().collect();
+                let since = orphans_ago.map(Duration::from_millis);
+                let planned = |shard: u32| !loading.contains(&shard);
+                let got = to_release(&owned, planned, share, any_free, since, &o);
+                let may = owned.len() > share
+                    && !any_free
+                    && since.is_none_or(|d| d >= o.ttl * 2);
+                prop_assert_eq!(got.is_some(), may);
+                if let Some(shard) = got {
+                    prop_assert!(owned.contains(&shard));
+                    // A shard still loading goes first, the highest of a kind.
+                    let same_kind: Vec<u32> = owned
+                        .iter()
+                        .copied()
+                        .filter(|s| planned(*s) == planned(shard))
+                        .collect();
+                    prop_assert_eq!(Some(&shard), same_kind.iter().max());
+                    if planned(shard) {
+                        prop_assert!(owned.iter().all(|s| planned(*s)));
+                    }
+                }
+            }
+        }
+    }
 }

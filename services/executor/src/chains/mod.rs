@@ -136,6 +136,7 @@ fn start_for_chains(oldest_chain: Option<DateTime<Utc>>, now: DateTime<Utc>) -> 
 async fn found_or_made(
     index: &ChainIndex,
     runs: &jetstream::stream::Stream,
+    clock: &dyn jetcron_core::clock::Clock,
     shutdown: &CancellationToken,
 ) -> Option<jetstream::consumer::PullConsumer> {
     loop {
@@ -160,7 +161,7 @@ async fn found_or_made(
     }
     // Worked out once: retried later, a start from the clock then would
     // skip the endings stored meanwhile.
-    let start = start_for_chains(index.oldest_chain_written_at(), Utc::now());
+    let start = start_for_chains(index.oldest_chain_written_at(), clock.now());
     let mut delay = RetryDelay::nats();
     loop {
         // Two executors making it at once with different starts: the
@@ -200,7 +201,7 @@ pub async fn start_children(
     }
     let consumer = match consumer {
         Some(consumer) => consumer,
-        None => match found_or_made(&index, &runs, &shutdown).await {
+        None => match found_or_made(&index, &runs, ctx.clock.as_ref(), &shutdown).await {
             Some(consumer) => consumer,
             None => return Ok(()),
         },

@@ -505,3 +505,95 @@ fn a_queue_packed_again_and_again_fires_every_time_once_in_order() {
     );
     assert_eq!(plan.watermark(t(6)), t(6));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A schedule line every job of a property run may have: every k
+    /// seconds by cron, or by interval.
+    fn any_line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (1u32..=12).prop_map(|k| format!("*/{k} * * * * *")),
+            (1u32..=9).prop_map(|k| format!("@every {k}s")),
+        ]
+    }
+
+    /// Every scheduled time of `job` in (`from`, `to`], by its schedule.
+    fn scheduled_between(job: &ValidJob, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut after = from;
+        while let Some(next) = job.schedule.next_fire(after, job.timezone) {
+            if next > to {
+                break;
+            }
+            out.push(secs(next));
+            after = next;
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the batch sizes and whichever taken fires fail to be
+        /// stored and are offered again, every scheduled time of every job
+        /// is stored once, and the watermark reaches the end.
+        #[test]
+        fn every_scheduled_time_is_stored_once_whatever_fails_on_the_way(
+            lines in proptest::collection::vec(any_line(), 1..12),
+            batches in proptest::collection::vec(1usize..8, 1..16),
+            failures in proptest::collection::vec(any::<bool>(), 1..32),
+            end in 5i64..40,
+        ) {
+            let mut plan = FirePlan::default();
+            let jobs: Vec<ValidJob> = lines
+                .iter()
+                .enumerate()
+                .map(|(i, line)| job(&format!("j{i}"), line))
+                .collect();
+            for (i, job) in jobs.iter().enumerate() {
+                upsert(&mut plan, job.clone(), i as u64 + 1, None, t(0));
+            }
+            let mut stored: Vec<(String, i64)> = Vec::new();
+            let mut round = 0usize;
+            // One second at a time, as the ticker's clock moves.
+            for now in 1..=end {
+                // A few batches a second; a fire not stored is offered again.
+                for _ in 0..20 {
+                    let limit = batches[round % batches.len()];
+                    let taken = plan.take_due(t(now), limit);
+                    if taken.is_empty() {
+                        break;
+                    }
+                    for fire in &taken {
+                        round += 1;
+                        if failures[round % failures.len()] {
+                            plan.unfired(fire);
+                        } else {
+                            plan.fired(fire);
+                            stored.push((fire.job.id.to_string(), secs(fire.scheduled_at)));
+                        }
+                    }
+                }
+                // What is still due is stored on the second's last try.
+                for fire in plan.take_due(t(now), usize::MAX) {
+                    plan.fired(&fire);
+                    stored.push((fire.job.id.to_string(), secs(fire.scheduled_at)));
+                }
+                prop_assert_eq!(plan.watermark(t(now)), t(now));
+            }
+            let mut expected: Vec<(String, i64)> = jobs
+                .iter()
+                .flat_map(|job| {
+                    scheduled_between(job, t(0), t(end))
+                        .into_iter()
+                        .map(|s| (job.spec.id.to_string(), s))
+                })
+                .collect();
+            stored.sort();
+            expected.sort();
+            prop_assert_eq!(stored, expected);
+        }
+    }
+}
