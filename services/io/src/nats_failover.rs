@@ -326,9 +326,7 @@ impl Failover {
             }
         }
     }
-}
 
-impl Failover {
     /// Whether to leave the server the connection has been on for
     /// `on_server_for`, as the others' hellos and JetStream's silence tell.
     fn cut_off_by_peers(&self, on_server_for: Duration) -> Option<Leaving> {
@@ -451,6 +449,38 @@ mod tests {
             is_discovered: false,
             last_error: None,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_is_left_when_the_others_fall_silent_sooner_when_it_is_silent_too() {
+        let failover = Failover::default();
+        let heard_everything = || {
+            failover.peers.heard_other_server_for_test();
+            failover.health.heard(true);
+        };
+        heard_everything();
+        let on_server = Duration::from_secs(60);
+        assert!(failover.cut_off_by_peers(on_server).is_none(), "just heard");
+        // The others silent 2.1 s, the server still answering: not yet.
+        tokio::time::advance(Duration::from_millis(1_900)).await;
+        failover.health.heard(false);
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(failover.cut_off_by_peers(on_server).is_none());
+        // 3.1 s of the others' silence: cut off.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(matches!(
+            failover.cut_off_by_peers(on_server),
+            Some(Leaving::PeersSilent)
+        ));
+        // Just come to this server: nothing heard from here yet.
+        assert!(failover.cut_off_by_peers(Duration::from_secs(1)).is_none());
+        // Everything silent 2.1 s: left sooner.
+        heard_everything();
+        tokio::time::advance(Duration::from_millis(2_100)).await;
+        assert!(matches!(
+            failover.cut_off_by_peers(on_server),
+            Some(Leaving::Silent)
+        ));
     }
 
     #[test]

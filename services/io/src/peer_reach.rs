@@ -33,10 +33,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use jetcron_core::subjects::PEER_HELLO;
+use tokio::time::Instant;
 use tracing::warn;
 
 use crate::last_heard::LastHeard;
@@ -70,6 +71,15 @@ impl PeerReach {
     pub fn watched() -> Self {
         Self {
             heard: Some(Arc::default()),
+        }
+    }
+
+    /// As if a connection on another server answered now (tests of those
+    /// who read the reach).
+    #[cfg(test)]
+    pub(crate) fn heard_other_server_for_test(&self) {
+        if let Some(heard) = &self.heard {
+            heard.other_server.heard();
         }
     }
 
@@ -119,13 +129,7 @@ impl PeerReach {
             let _ = tokio::time::timeout(ASK_EVERY, ask).await;
             let next = tokio::time::Instant::now() + ASK_EVERY;
             while let Ok(Some(answer)) = tokio::time::timeout_at(next, answers.next()).await {
-                let (server, answerer) = parse_answer(&answer.payload);
-                if server != own {
-                    heard.other_server.heard();
-                } else if answerers.came_from_elsewhere(answerer, &own) {
-                    heard.moved_here.heard();
-                }
-                answerers.note(answerer, server);
+                answerers.hear(&heard, &own, &answer.payload);
             }
             answerers.forget_old();
         }
@@ -139,6 +143,19 @@ struct Answerers {
 }
 
 impl Answerers {
+    /// Note one answer (`payload`) to a connection on server `own`: from
+    /// another server, or from a connection that answered from another
+    /// server before and has come to `own`.
+    fn hear(&mut self, heard: &Heard, own: &str, payload: &[u8]) {
+        let (server, answerer) = parse_answer(payload);
+        if server != own {
+            heard.other_server.heard();
+        } else if self.came_from_elsewhere(answerer, own) {
+            heard.moved_here.heard();
+        }
+        self.note(answerer, server);
+    }
+
     /// Whether `answerer` answered from another server than `own` before.
     fn came_from_elsewhere(&self, answerer: Option<&str>, own: &str) -> bool {
         answerer
@@ -238,6 +255,22 @@ mod tests {
         assert!(answerers.came_from_elsewhere(Some("a"), "n0"));
         assert!(!answerers.came_from_elsewhere(Some("b"), "n0"));
         assert!(!answerers.came_from_elsewhere(None, "n0"), "no id");
+    }
+
+    #[test]
+    fn a_connection_that_moved_here_keeps_the_silence_from_counting_as_a_cut() {
+        let reach = PeerReach::watched();
+        let mut answerers = Answerers::default();
+        answerers.hear(heard(&reach), "n0", b"n1 aa");
+        answerers.hear(heard(&reach), "n0", b"n0 bb");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(reach.cut_off(Duration::from_millis(20)), "n1 silent");
+        // bb was always here: no move.
+        answerers.hear(heard(&reach), "n0", b"n0 bb");
+        assert!(reach.cut_off(Duration::from_millis(20)));
+        // aa answered from n1 before and now from here: it moved.
+        answerers.hear(heard(&reach), "n0", b"n0 aa");
+        assert!(!reach.cut_off(Duration::from_millis(20)));
     }
 
     #[test]
