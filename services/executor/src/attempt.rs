@@ -610,7 +610,8 @@ where
 /// node) are silent too, and the fires of the seconds after such a kill,
 /// left to the ack wait, came 15-19 s late (the one-at-a-time crash test,
 /// when only executors answered). The connection itself leaves a server
-/// whose peers stay silent 2 s (`jetcron_io::nats_failover`).
+/// whose peers stay silent 3 s, or 2 s with JetStream silent too
+/// (`jetcron_io::nats_failover`).
 fn cut_off(ctx: &ExecutorContext) -> bool {
     let health = &ctx.config.jetstream_health;
     health.jetstream_silent_for(CUT_OFF_SIGN)
