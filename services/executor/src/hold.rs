@@ -23,7 +23,7 @@ use jetcron_io::due;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::lease::{Delivery, Lease};
 use crate::ExecutorContext;
@@ -149,6 +149,31 @@ fn keep_alive_at(lease: &Lease, instant: Instant) -> Option<Instant> {
     Some(reaching_from.max(Instant::now()).min(lease.renew_by()))
 }
 
+/// How long a held fire waits at its instant for the call gate to open.
+/// Its calls' connection reconnects within a few hundred milliseconds of
+/// its server's death, and handed back at once, the fires of that second
+/// went to a nak the dead server never passed on: they came back only
+/// after the ack wait, 8.7 s late (the leader-kill test). Well inside the
+/// lease a held fire has past its instant ([`LEASE_PAST_INSTANT`] and the
+/// margin).
+const GATE_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a held fire looks at the call gate meanwhile.
+const GATE_POLL: Duration = Duration::from_millis(50);
+
+/// Why no call may go out, if the gate ([`crate::call_gate`]) stays closed
+/// for [`GATE_WAIT`] or while the delivery's lease lasts.
+async fn gate_closed_for_long(ctx: &ExecutorContext, message: &Delivery) -> Option<String> {
+    let give_up = Instant::now() + GATE_WAIT;
+    loop {
+        let why = crate::call_gate::closed(ctx)?;
+        if Instant::now() >= give_up || !message.is_ours() {
+            return Some(why);
+        }
+        tokio::time::sleep(GATE_POLL).await;
+    }
+}
+
 /// Sleep until `fire_at` (in steps of at most the progress interval, so a
 /// wall clock that jumps is followed), keeping the delivery alive when its
 /// lease would not reach past the instant; `false` when it was handed back,
@@ -165,10 +190,10 @@ pub(crate) async fn hold_until(
     loop {
         let left = time_left(ctx, fire_at);
         if left.is_zero() {
-            if let Some(why) = crate::call_gate::closed(ctx) {
+            if let Some(why) = gate_closed_for_long(ctx, message).await {
                 // Not called from here now (a clock that is off, a server
                 // that does not answer): handed back, for another executor.
-                debug!(why, "handing a held due event back at its instant");
+                info!(why, "handing a held due event back at its instant");
                 message.settle(AckKind::Nak(None)).await;
                 return false;
             }

@@ -28,7 +28,8 @@
 //! attempt lost its lease while the consumer elected a leader or its server
 //! was cut off, recorded nothing of a call it had made, and the next
 //! delivery called again (426 fires twice in the first trial of the
-//! partition test). Other NATS faults are met elsewhere: no call goes out
+//! partition test). Only a nak or a term, which hand the fire on, count
+//! just the keep-alives sent while JetStream answered ([`Delivery`]). Other NATS faults are met elsewhere: no call goes out
 //! through a server that does not answer ([`crate::call_gate`]), none whose
 //! start could not be recorded while JetStream does not answer
 //! (`attempt.rs`), and a later delivery of a run whose outcome is recorded
@@ -156,10 +157,25 @@ pub struct PoolWaits {
 ///   again: held to the first lease alone, the calls of a hung node's last
 ///   seconds were all made twice (34 fires in a trial of the network test).
 ///   A process that stalled tried nothing meanwhile and records nothing.
+///
+/// And a third for the acts that hand the fire on (a nak or a term): the
+/// *settling* lease, renewed like the held one but only by keep-alives sent
+/// while JetStream answered through this executor's connection (within
+/// [`JETSTREAM_FRESH`]). A keep-alive sent while the consumer elects a
+/// leader after a node's death reaches none, and the new leader, counting
+/// the delivery from its last replicated time, hands the fire out again
+/// when it is elected; a nak sent after that (a retry's, once the outcome
+/// of a failed call was stored) is taken as a nak of the new delivery,
+/// whose call the server then hands out a third time: attempts 2 and 3
+/// called 40-130 ms apart (the crash tests, once a run). Not sent, the
+/// retry comes when the ack wait of the last keep-alive that landed ends.
 pub struct Delivery {
     message: Message,
     held: Arc<Lease>,
     alive: Lease,
+    settling: Lease,
+    /// Whether JetStream answers through the executor's connection.
+    jetstream: jetcron_io::nats_failover::ConnectionHealth,
     /// The connection the acks go out on (whether it is up).
     client: async_nats::Client,
     /// The loss was logged (once per delivery).
@@ -173,15 +189,21 @@ pub struct Delivery {
 /// commands (full while its server hangs, before the client gives it up).
 const HAND_OVER_WITHIN: Duration = Duration::from_millis(100);
 
+/// How recently JetStream must have answered (asked every 500 ms) for a
+/// keep-alive to renew the settling lease.
+const JETSTREAM_FRESH: Duration = Duration::from_secs(1);
+
 impl Delivery {
     /// `message`, brought by a pull request sent at `requested_at` through
     /// `client` on a consumer with `waits`: its lease is the wait of its
-    /// delivery's number.
+    /// delivery's number. `jetstream` tells whether JetStream answers
+    /// through `client` (the settling lease).
     pub fn pulled(
         message: Message,
         requested_at: Instant,
         waits: PoolWaits,
         client: async_nats::Client,
+        jetstream: jetcron_io::nats_failover::ConnectionHealth,
     ) -> Self {
         let delivered = message.info().map_or(1, |info| info.delivered);
         let ack_wait = waits.leases.for_delivery(delivered);
@@ -189,6 +211,8 @@ impl Delivery {
             message,
             held: Arc::new(Lease::new(requested_at, ack_wait)),
             alive: Lease::new(requested_at, ack_wait),
+            settling: Lease::new(requested_at, ack_wait),
+            jetstream,
             client,
             lost: AtomicBool::new(false),
             nak_extra: waits.consumer.nak_extra(delivered),
@@ -236,19 +260,27 @@ impl Delivery {
     /// Tell JetStream the delivery is still worked on; `true` while it may
     /// be recorded. Each lease counts from this keep-alive when it still
     /// held (a delivery whose lease ran out may be another's already, and
-    /// nothing revives it); the held lease only when the connection is up.
+    /// nothing revives it); the held lease only when the connection is up,
+    /// the settling lease only when JetStream answered a moment ago too.
     pub async fn keep_alive(&self) -> bool {
         if !self.may_record() {
             return false;
         }
         let tried = Instant::now();
         let held = self.held.holds();
+        let settling =
+            self.settling.holds() && !self.jetstream.jetstream_silent_for(JETSTREAM_FRESH);
         let connected = self.client.connection_state() == async_nats::connection::State::Connected;
         self.alive.restarted_at(tried);
         let sent =
             tokio::time::timeout(HAND_OVER_WITHIN, self.message.ack_with(AckKind::Progress)).await;
         match sent {
-            Ok(Ok(())) if held && connected => self.held.restarted_at(tried),
+            Ok(Ok(())) if held && connected => {
+                self.held.restarted_at(tried);
+                if settling {
+                    self.settling.restarted_at(tried);
+                }
+            }
             Ok(Ok(())) => {}
             Ok(Err(e)) => debug!(error = %e, "progress ack not sent"),
             Err(_) => debug!("progress ack not sent: the client's queue is full"),
@@ -322,13 +354,19 @@ impl Delivery {
     /// "What one run costs"). A nak or term waits for the server's
     /// confirmation and is retried while it does not come (the consumer's
     /// leader is being elected) and the lease holds: a lost nak would bring
-    /// the retry back after `ack_wait` instead of its backoff.
+    /// the retry back after `ack_wait` instead of its backoff. Neither is
+    /// sent once the settling lease is gone ([`Delivery`]). A nak is
+    /// retried only within the first half of its delay ([`nak_retry_until`]):
+    /// a nak whose confirmation alone was lost has handed the fire on, and
+    /// once its delay is over the server takes a retry of it as a nak of the
+    /// next delivery, whose call it hands out again (the leader-kill test: a
+    /// retry's success at attempt 2, then attempt 3's call 130 ms later).
     pub async fn settle(&self, kind: AckKind) {
         // An ack ends a run whose outcome this delivery recorded; a nak or a
         // term hands the fire on or ends it, which only its holder may.
         let allowed = match kind {
             AckKind::Ack | AckKind::Progress => self.may_record(),
-            _ => self.is_ours(),
+            _ => self.is_ours() && self.settling.holds(),
         };
         if !allowed {
             return;
@@ -341,11 +379,13 @@ impl Delivery {
             }
             return;
         }
+        let wanted = kind;
         let kind = match kind {
             AckKind::Nak(Some(wanted)) => AckKind::Nak(Some(wanted + self.nak_extra)),
             other => other,
         };
         let started = Instant::now();
+        let retry_until = nak_retry_until(started, &wanted);
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             let error = match self.message.double_ack_with(kind).await {
@@ -353,8 +393,11 @@ impl Delivery {
                 Err(e) => e,
             };
             let wait = delay.next_delay();
+            let retry_at = Instant::now() + wait;
             if started.elapsed() + wait > SETTLE_BUDGET
-                || !self.held.holds_at(Instant::now() + wait)
+                || !self.held.holds_at(retry_at)
+                || !self.settling.holds_at(retry_at)
+                || retry_until.is_some_and(|until| retry_at >= until)
             {
                 warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
                 return;
@@ -364,9 +407,31 @@ impl Delivery {
     }
 }
 
+/// Until when a settle first sent at `sent` may be sent again: a nak within
+/// the first half of its delay (one without a delay, never), so that no
+/// retry reaches the server after the delivery it hands on; a term as long
+/// as the lease holds.
+fn nak_retry_until(sent: Instant, kind: &AckKind) -> Option<Instant> {
+    match kind {
+        AckKind::Nak(delay) => Some(sent + delay.unwrap_or_default() / 2),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nak_is_retried_only_within_half_its_delay_and_a_term_while_the_lease_holds() {
+        let sent = Instant::now();
+        assert_eq!(
+            nak_retry_until(sent, &AckKind::Nak(Some(Duration::from_secs(2)))),
+            Some(sent + Duration::from_secs(1))
+        );
+        assert_eq!(nak_retry_until(sent, &AckKind::Nak(None)), Some(sent));
+        assert_eq!(nak_retry_until(sent, &AckKind::Term), None);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_holds_until_its_margin_before_the_ack_wait_ends() {

@@ -654,8 +654,13 @@ async fn pull_loop(
                 Some(Ok(message)) => {
                     delay.reset();
                     failures.reset();
-                    let message =
-                        lease::Delivery::pulled(message, requested_at, waits, ctx.nats.clone());
+                    let message = lease::Delivery::pulled(
+                        message,
+                        requested_at,
+                        waits,
+                        ctx.nats.clone(),
+                        ctx.config.jetstream_health.clone(),
+                    );
                     let Some(permit) = reserved.pop() else {
                         // More than asked for: hand it straight back.
                         message.settle(jetstream::AckKind::Nak(None)).await;
