@@ -337,10 +337,11 @@ async fn run_attempt(
             let started = publisher.started(*fire_at, max_attempts);
             let mut store = store_start(started.clone());
             // Not going on withdraws the booking (dropped before the instant).
-            let Some(start) = record_start(&view, &mut store, &mut None).await else {
+            let mut booked = Some(call);
+            let Some(start) = record_start(&view, &mut store, &mut None, &mut booked).await else {
                 return;
             };
-            ahead = Some((permit, Some(call), started, store, start != Start::Storing));
+            ahead = Some((permit, booked, started, store, start != Start::Storing));
         }
     }
     let (permit, booked, mut claim, started_at, started, mut store_started, stored_in_time) =
@@ -383,7 +384,8 @@ async fn run_attempt(
                 let started_at = ctx.clock.now();
                 let started = publisher.started(started_at, max_attempts);
                 let mut store = store_start(started.clone());
-                let Some(start) = record_start(&view, &mut store, &mut claim).await else {
+                let Some(start) = record_start(&view, &mut store, &mut claim, &mut None).await
+                else {
                     return;
                 };
                 let stored_in_time = start != Start::Storing;
@@ -560,17 +562,21 @@ enum Start {
 /// comes after the ack wait: then the target is not called from here.
 /// `None` when this delivery is done with: another delivery started this
 /// very attempt, the start cannot be recorded (handed back), or JetStream
-/// did not answer.
+/// did not answer. A `booked` call is withdrawn then, before anything else
+/// is awaited: left booked while the hand-back's nak waited 2 s for a hung
+/// server, the call went out at its instant, and the fire was called again
+/// when it came back (the hang of the network test, 14 fires twice).
 async fn record_start<F>(
     attempt: &Attempt<'_>,
     store: &mut std::pin::Pin<Box<F>>,
     claim: &mut Option<ClaimHandle>,
+    booked: &mut Option<BookedCall<'_>>,
 ) -> Option<Start>
 where
     F: std::future::Future<Output = anyhow::Result<crate::run_events::Stored>>,
 {
     match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
-        Ok(stored) => start_recorded(attempt, stored, claim, Start::Stored).await,
+        Ok(stored) => start_recorded(attempt, stored, claim, booked, Start::Stored).await,
         Err(_) if !cut_off(attempt.ctx) => {
             info!("start not stored yet, calling the target meanwhile");
             Some(Start::Storing)
@@ -589,6 +595,7 @@ where
         // shows as lost.)
         Err(_) => {
             warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, handing the fire back");
+            drop(booked.take());
             hand_back(attempt.message).await;
             None
         }
@@ -655,11 +662,15 @@ async fn start_recorded(
     attempt: &Attempt<'_>,
     stored: anyhow::Result<crate::run_events::Stored>,
     claim: &mut Option<ClaimHandle>,
+    booked: &mut Option<BookedCall<'_>>,
     as_stored: Start,
 ) -> Option<Start> {
     let Attempt {
         ctx, message, due, ..
     } = *attempt;
+    if !matches!(&stored, Ok(s) if !s.duplicate) {
+        drop(booked.take());
+    }
     match stored {
         Ok(stored) if stored.duplicate => {
             // Another delivery started this very attempt: it ran, or runs
