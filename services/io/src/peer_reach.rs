@@ -90,12 +90,6 @@ impl PeerReach {
             .is_some_and(|h| h.other_server.within(window))
     }
 
-    /// Whether a connection on another server answered within the last
-    /// minute: whether this reach says anything about a cut.
-    pub fn knows_others(&self) -> bool {
-        self.heard_within(KNOWN_FOR)
-    }
-
     /// Whether connections on other servers answered before (within the
     /// last minute) but none for `window`, and none of them has come to
     /// this connection's server meanwhile: this server is cut off from the
