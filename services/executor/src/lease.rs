@@ -29,11 +29,11 @@
 //! was cut off, recorded nothing of a call it had made, and the next
 //! delivery called again (426 fires twice in the first trial of the
 //! partition test). Only a nak or a term, which hand the fire on, count
-//! just the keep-alives sent while JetStream answered ([`Delivery`]).
-//! Other NATS faults are met elsewhere: no call goes out through a server
-//! that does not answer ([`crate::call_gate`]), none whose start could not
-//! be recorded while JetStream does not answer (`attempt.rs`), and a later
-//! delivery of a run whose outcome is recorded does not call.
+//! just the keep-alives sent while JetStream answered ([`Delivery`]). Other NATS faults are met elsewhere: no call goes out
+//! through a server that does not answer ([`crate::call_gate`]), none whose
+//! start could not be recorded while JetStream does not answer
+//! (`attempt.rs`), and a later delivery of a run whose outcome is recorded
+//! does not call.
 
 //! What a lease cannot cover: a stall that falls between the last check and
 //! the act itself (a few instructions), and a host whose monotonic clock
@@ -355,11 +355,9 @@ impl Delivery {
     /// confirmation and is retried while it does not come (the consumer's
     /// leader is being elected) and the lease holds: a lost nak would bring
     /// the retry back after `ack_wait` instead of its backoff. Neither is
-    /// sent once the settling lease is gone ([`Delivery`]). A nak nobody
-    /// took (no consumer leader: [`Delivery::settle_once`]) is sent again
-    /// while the leases hold; one that went unanswered, only within the
-    /// first half of its delay ([`nak_retry_until`]): a nak whose
-    /// confirmation alone was lost has handed the fire on, and
+    /// sent once the settling lease is gone ([`Delivery`]). A nak is
+    /// retried only within the first half of its delay ([`nak_retry_until`]):
+    /// a nak whose confirmation alone was lost has handed the fire on, and
     /// once its delay is over the server takes a retry of it as a nak of the
     /// next delivery, whose call it hands out again (the leader-kill test: a
     /// retry's success at attempt 2, then attempt 3's call 130 ms later).
@@ -390,49 +388,24 @@ impl Delivery {
         let retry_until = nak_retry_until(started, &wanted);
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            let unheard = match self.settle_once(kind).await {
+            let error = match self.message.double_ack_with(kind).await {
                 Ok(()) => return,
                 Err(e) => e,
             };
             let wait = delay.next_delay();
             let retry_at = Instant::now() + wait;
-            // Sent again only where no leader can have taken it, or within
-            // half a nak's delay.
-            let may_send_again = unheard.kind() == async_nats::RequestErrorKind::NoResponders
-                || retry_until.is_none_or(|until| retry_at < until);
             if started.elapsed() + wait > SETTLE_BUDGET
                 || !self.held.holds_at(retry_at)
                 || !self.settling.holds_at(retry_at)
-                || !may_send_again
+                || retry_until.is_some_and(|until| retry_at >= until)
             {
-                warn!(error = %unheard, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
+                warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
                 return;
             }
             tokio::time::sleep(wait).await;
         }
     }
 }
-
-impl Delivery {
-    /// Send a nak or a term once, as a request the consumer's leader
-    /// answers. While the consumer elects a leader nobody subscribes to its
-    /// acks, and the server answers "no responders" at once: then nothing
-    /// took it, and it may be sent again. (async-nats' `double_ack_with`
-    /// takes that answer for a confirmation, so every nak sent during an
-    /// election was lost, and its fire came back only after the ack wait.)
-    async fn settle_once(&self, kind: AckKind) -> Result<(), async_nats::RequestError> {
-        let Some(reply) = self.message.reply.clone() else {
-            return Ok(());
-        };
-        let request = async_nats::Request::new()
-            .payload(kind.into())
-            .timeout(Some(SETTLE_ANSWER_WITHIN));
-        self.client.send_request(reply, request).await.map(drop)
-    }
-}
-
-/// How long a nak or term waits for the consumer leader's answer.
-const SETTLE_ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 /// Until when a settle first sent at `sent` may be sent again: a nak within
 /// the first half of its delay (one without a delay, never), so that no
