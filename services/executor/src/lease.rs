@@ -379,13 +379,14 @@ impl Delivery {
             }
             return;
         }
-        let wanted = kind;
+        // The nak's delay as asked, before the server's extra is added.
+        let asked = kind;
         let kind = match kind {
             AckKind::Nak(Some(wanted)) => AckKind::Nak(Some(wanted + self.nak_extra)),
             other => other,
         };
         let started = Instant::now();
-        let retry_until = nak_retry_until(started, &wanted);
+        let retry_until = nak_retry_until(started, &asked);
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             let error = match self.message.double_ack_with(kind).await {
