@@ -1,0 +1,213 @@
+//! One delivery of a due event: one attempt of its run (or of one shard).
+//!
+//! An attempt is a pipeline of stages around one [`Attempt`]:
+//! [`admit`] (decode and check, split a sharded fire into its parts, read
+//! the retry budget, refuse deliveries beyond `max_attempts` or of a run
+//! that ended elsewhere) → register (so kills reach us) → [`start`] (honour
+//! an earlier kill request, take the overlap claim of `forbid` / `replace`,
+//! record `started`) → [`call`] (run the target under the job's timeout,
+//! keeping the message and claim alive) → [`settle`] (record the outcome,
+//! then ack on success, nak with the backoff delay for a retry, or term).
+//! [`elsewhere`] answers, for a redelivery, whether another delivery of its
+//! run ran it; [`checks`] what a due event must hold before anything runs.
+//! The attempt number in events is JetStream's delivery count, so an attempt
+//! lost with a crashed executor shows as its own attempt; what counts against
+//! `max_attempts` is the retry budget of [`crate::tries`], in which only
+//! attempts that failed or timed out count.
+//!
+//! Steps a usual run does not take (claims, kill-request reads, hand-backs,
+//! notifications, refusals) are boxed: an attempt's future is as large as
+//! its deepest step, and at 10,000 runs a second the copies of a 24 KB
+//! future showed in the profile (docs/benchmarks.md, issue 16's sixth
+//! round). A rare step boxes its own I/O (`hand_back`, `ended_already`,
+//! `ran_elsewhere`, `refuse_for_good`), so its callers await it plainly;
+//! steps of other modules are boxed where awaited.
+
+mod admit;
+mod call;
+mod checks;
+mod elsewhere;
+mod settle;
+mod start;
+
+use async_nats::jetstream::message::AckKind;
+use chrono::{DateTime, Utc};
+use jetcron_core::events::{DueEvent, RunEvent};
+use jetcron_core::job::{self, ValidJob};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{debug, warn, Instrument as _};
+
+use crate::lease::Delivery;
+use crate::run_events::RunEventPublisher;
+use crate::targets::RunContext;
+use crate::{tries, ExecutorContext};
+use settle::finish;
+
+/// Which delivery of which stored due event a message is.
+#[derive(Debug, Clone, Copy)]
+struct DeliveryNumbers {
+    /// JetStream's delivery count: the attempt number of events.
+    number: u32,
+    /// Stream sequence of the due event (names its retry ledger).
+    due_sequence: u64,
+}
+
+/// One delivery whose job is known: what the steps after validation share.
+struct Attempt<'a> {
+    ctx: &'a ExecutorContext,
+    message: &'a Delivery,
+    due: &'a DueEvent,
+    job: &'a ValidJob,
+    publisher: &'a RunEventPublisher<'a>,
+    /// JetStream's delivery count: the attempt number of events.
+    number: u32,
+}
+
+/// When an attempt may start: now, with its in-flight slot, or at the
+/// instant of a due event stored ahead of its time ([`crate::hold`]), with a
+/// slot taken then. A held attempt reads its retry ledger when pulled; at
+/// the instant it takes its slot, looks for a kill request (in memory),
+/// records its start and calls.
+pub enum Slot {
+    Now(OwnedSemaphorePermit),
+    At {
+        fire_at: DateTime<Utc>,
+        permits: std::sync::Arc<tokio::sync::Semaphore>,
+        /// Cancelled at a shutdown once this executor pulls no more (so
+        /// that no fire it hands back comes to it again).
+        hand_back: tokio_util::sync::CancellationToken,
+    },
+}
+
+/// Handle one due-event message to the end (ack, nak or term). `slot` says
+/// when it may start; its permit is
+/// its place among `--max-in-flight` attempts: it bounds the targets being
+/// called, so it is given back when the target returns, and the storing of
+/// the outcome and the settling of the message (which wait out leader
+/// elections) do not keep other fires from their targets.
+pub async fn handle(ctx: &ExecutorContext, message: Delivery, slot: Slot) {
+    let numbers = match message.message().info() {
+        Ok(info) => DeliveryNumbers {
+            number: u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+            due_sequence: info.stream_sequence,
+        },
+        Err(e) => {
+            warn!(error = %e, "due message without JetStream metadata, dropping");
+            return;
+        }
+    };
+    let due: DueEvent = match serde_json::from_slice(&message.message().payload) {
+        Ok(due) => due,
+        Err(e) => {
+            warn!(subject = %message.message().subject, error = %e, "undecodable due event, terminating it");
+            message.settle(AckKind::Term).await;
+            return;
+        }
+    };
+    if let Err(why) = checks::check_due_event(&due, &message.message().subject) {
+        warn!(subject = %message.message().subject, why, "malformed due event, terminating it");
+        message.settle(AckKind::Term).await;
+        return;
+    }
+    let span = tracing::info_span!("run", job_id = %due.job_id, run_id = %due.run_id, shard = due.shard, attempt = numbers.number);
+    run_attempt(ctx, message, due, numbers, slot)
+        .instrument(span)
+        .await;
+}
+
+/// Record why a delivery is not run and end it for good (term), telling
+/// `notify` when given. Boxed like every step a usual run does not take, so
+/// that an attempt's future stays small.
+async fn refuse_for_good(
+    ctx: &ExecutorContext,
+    publisher: &RunEventPublisher<'_>,
+    message: &Delivery,
+    event: RunEvent,
+    notify: Option<(&job::NotifyPolicy, &str)>,
+) {
+    Box::pin(finish(
+        ctx,
+        publisher,
+        message,
+        event,
+        AckKind::Term,
+        notify,
+        None,
+    ))
+    .await;
+}
+
+/// The stages of one attempt, in turn; each returns `None` (or ends the
+/// attempt itself) when the delivery is done with.
+async fn run_attempt(
+    ctx: &ExecutorContext,
+    message: Delivery,
+    due: DueEvent,
+    numbers: DeliveryNumbers,
+    slot: Slot,
+) {
+    let publisher = RunEventPublisher::new(ctx, &due, numbers.number);
+    let Some(admit::Admitted {
+        job,
+        slot,
+        ledger,
+        budget,
+    }) = admit::admit(ctx, &message, &due, numbers, slot, &publisher).await
+    else {
+        return;
+    };
+    // Register before looking for a kill request: a kill sent in between
+    // reaches either the marker check or the registration.
+    let registration = ctx.attempts.register(due.run_id.as_str());
+    let attempt = Attempt {
+        ctx,
+        message: &message,
+        due: &due,
+        job: &job,
+        publisher: &publisher,
+        number: numbers.number,
+    };
+    let run = RunContext {
+        run_id: due.run_id.clone(),
+        job_id: due.job_id.clone(),
+        scheduled_at: due.scheduled_at,
+        attempt: numbers.number,
+        shard: due.shard.map(|index| (index, job.shards)),
+        parent: due.parent.clone(),
+    };
+    let Some(mut started) = start::start(&attempt, &run, slot, &registration).await else {
+        return;
+    };
+    // Per-run lines at debug: every run is in `JETCRON_RUNS` and ClickHouse,
+    // and two info lines per run cost about 5 % of the CPU at 10,000 runs/s.
+    debug!(target_type = job.spec.target.kind(), "attempt started");
+    let called = call::call(&attempt, &run, &registration, &mut started).await;
+    let claim = started.claim.take();
+    settle::settle(&attempt, &ledger, budget, started.at, called.ending, claim).await;
+    if called.alarmed {
+        call::alert_long_run_ended(&attempt, &started.event).await;
+    }
+}
+
+/// A job's notification policy with its schedule line, if it has one.
+fn notify_of(spec: &job::JobSpec) -> Option<(&job::NotifyPolicy, &str)> {
+    spec.notify.as_ref().map(|n| (n, spec.schedule_line()))
+}
+
+/// Hand the due event back because NATS failed us (not the target): it
+/// comes again after [`tries::handback_delay`], growing with each delivery.
+async fn hand_back(message: &Delivery) {
+    let delivery = message
+        .message()
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    Box::pin(message.settle(AckKind::Nak(Some(tries::handback_delay(delivery))))).await;
+}
+
+/// How long a run event may take to be stored before the attempt gives up
+/// and hands its run back: longer than an election (4-9 s); the delivery is
+/// kept alive meanwhile, and nothing is stored once its lease is gone.
+fn store_budget(ctx: &ExecutorContext) -> std::time::Duration {
+    ctx.config.ack_wait.max(std::time::Duration::from_secs(15))
+}

@@ -1,0 +1,529 @@
+//! The start stage of an attempt: its slot, a last look for a kill
+//! request, the overlap claim of `forbid` / `replace`, and its `started`
+//! event recorded before the target is called ([`record_start`]). A held
+//! fire of a job that allows overlap with a `nats` target books its call
+//! for its instant and records its start just ahead of it
+//! ([`crate::instant_calls`]), so that at the instant only the call is left.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use async_nats::jetstream::message::AckKind;
+use chrono::{DateTime, Utc};
+use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
+use jetcron_core::job::{ConcurrencyPolicy, NatsTarget, Target, ValidJob};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{info, warn};
+
+use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
+use super::settle::{finish, release};
+use super::{hand_back, notify_of, refuse_for_good, store_budget, Attempt, Slot};
+use crate::claims::{self, ClaimHandle, Overlap};
+use crate::lease::Delivery;
+use crate::run_events::{RunEventPublisher, Stored};
+use crate::running::Registration;
+use crate::targets::{self, RunContext};
+use crate::ExecutorContext;
+
+/// The storing of an attempt's `started` event, which may go on beside its
+/// call.
+pub(super) type StoreStart<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Stored>> + Send + 'a>>;
+
+/// An attempt that started: what its call and its settling need.
+pub(super) struct Started<'a> {
+    /// Its place among `--max-in-flight` attempts, given back when its
+    /// target returns.
+    pub permit: Option<OwnedSemaphorePermit>,
+    /// Its call, booked for the instant.
+    pub booked: Option<BookedCall<'a>>,
+    /// The overlap claim it holds.
+    pub claim: Option<ClaimHandle>,
+    /// When it started (the instant of a booked call).
+    pub at: DateTime<Utc>,
+    /// Its `started` event.
+    pub event: RunEvent,
+    /// The storing of `event`, when it was not stored in time
+    /// ([`STARTED_WAIT`]): it goes on beside the call.
+    pub store: Option<StoreStart<'a>>,
+}
+
+/// Start the attempt with `slot`; `None` when the delivery is done with.
+pub(super) async fn start<'a>(
+    attempt: &Attempt<'a>,
+    run: &RunContext,
+    slot: Slot,
+    registration: &Registration,
+) -> Option<Started<'a>> {
+    if let Some(started) = start_ahead(attempt, run, &slot, registration).await? {
+        return Some(started);
+    }
+    let Attempt {
+        ctx,
+        message,
+        due,
+        job,
+        publisher,
+        ..
+    } = *attempt;
+    // A held fire takes its slot at its instant and then looks for a kill
+    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
+    // while the fire was held (the ticker marks such fires killed) is
+    // caught then. (A booked call's kill request is looked for by the
+    // dispatcher.)
+    let permit = match slot {
+        Slot::Now(permit) => permit,
+        Slot::At {
+            fire_at,
+            permits,
+            hand_back,
+        } => crate::hold::wait(ctx, message, fire_at, &permits, &hand_back).await?,
+    };
+    if killed_before_start(ctx, message, due, job, publisher).await {
+        return None;
+    }
+    let mut claim = match job.concurrency {
+        ConcurrencyPolicy::Allow => None,
+        policy => Some(Box::pin(take_claim(attempt, policy)).await?),
+    };
+    registration.activate();
+    let event = publisher.started(ctx.clock.now(), job.max_attempts);
+    let mut store = store_start(attempt, event.clone());
+    let start = record_start(attempt, &mut store, &mut claim, &mut None).await?;
+    Some(Started {
+        permit: Some(permit),
+        booked: None,
+        claim,
+        at: event.at,
+        event,
+        store: (start == Start::Storing).then_some(store),
+    })
+}
+
+/// A held fire of a job that allows overlap, with a `nats` target, books
+/// its call and records its start just before its instant, so that at the
+/// instant only the call is left. `Some(None)` when it goes on the usual
+/// way instead (another kind of fire, or no free slot to book the call
+/// with: it then waits for one at the instant); `None` when the delivery
+/// is done with.
+async fn start_ahead<'a>(
+    attempt: &Attempt<'a>,
+    run: &RunContext,
+    slot: &Slot,
+    registration: &Registration,
+) -> Option<Option<Started<'a>>> {
+    let Attempt {
+        ctx,
+        message,
+        due,
+        job,
+        publisher,
+        ..
+    } = *attempt;
+    let Slot::At {
+        fire_at,
+        permits,
+        hand_back,
+    } = slot
+    else {
+        return Some(None);
+    };
+    let (ConcurrencyPolicy::Allow, Target::Nats(target)) = (job.concurrency, &job.spec.target)
+    else {
+        return Some(None);
+    };
+    if !crate::hold::hold_until(ctx, message, *fire_at - START_AHEAD, hand_back).await
+        || killed_before_start(ctx, message, due, job, publisher).await
+    {
+        return None;
+    }
+    let Some((permit, call)) = book_call(ctx, message, target, run, *fire_at, permits) else {
+        return Some(None);
+    };
+    registration.activate();
+    let event = publisher.started(*fire_at, job.max_attempts);
+    let mut store = store_start(attempt, event.clone());
+    // Not going on withdraws the booking (dropped before the instant).
+    let mut booked = Some(call);
+    let start = record_start(attempt, &mut store, &mut None, &mut booked).await?;
+    Some(Some(Started {
+        permit: Some(permit),
+        booked,
+        claim: None,
+        at: event.at,
+        event,
+        store: (start == Start::Storing).then_some(store),
+    }))
+}
+
+/// The storing of `event`, the attempt's `started`.
+fn store_start<'a>(attempt: &Attempt<'a>, event: RunEvent) -> StoreStart<'a> {
+    let Attempt {
+        ctx,
+        message,
+        publisher,
+        ..
+    } = *attempt;
+    Box::pin(async move { publisher.publish(&event, store_budget(ctx), message).await })
+}
+
+/// A held attempt's call booked with [`crate::instant_calls`].
+pub(super) struct BookedCall<'a> {
+    pub target: &'a NatsTarget,
+    pub at: DateTime<Utc>,
+    pub booking: crate::instant_calls::Booking,
+    /// Completion reports are expected from before the call is sent.
+    pub reports: crate::completion_reports::Expected,
+}
+
+/// Book the call of a held fire's `nats` target for its instant, with its
+/// in-flight slot taken now; `None` when no slot is free now (the attempt
+/// then waits for one at the instant and calls itself).
+fn book_call<'a>(
+    ctx: &ExecutorContext,
+    message: &Delivery,
+    target: &'a NatsTarget,
+    run: &RunContext,
+    fire_at: DateTime<Utc>,
+    permits: &std::sync::Arc<tokio::sync::Semaphore>,
+) -> Option<(OwnedSemaphorePermit, BookedCall<'a>)> {
+    let permit = permits.clone().try_acquire_owned().ok()?;
+    let reports = ctx.completions.expect(run.run_id.as_str());
+    let (headers, payload) = targets::nats::prepare(target, run);
+    let booking = ctx.instant_calls.book(
+        fire_at,
+        run.run_id.as_str(),
+        target.subject.clone().into(),
+        headers,
+        payload,
+        message.lease().clone(),
+    )?;
+    Some((
+        permit,
+        BookedCall {
+            target,
+            at: fire_at,
+            booking,
+            reports,
+        },
+    ))
+}
+
+/// How an attempt's start was recorded, before its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Stored within [`STARTED_WAIT`].
+    Stored,
+    /// Not stored yet: the call goes out meanwhile, and the start is stored
+    /// beside it.
+    Storing,
+}
+
+/// Wait up to [`STARTED_WAIT`] for `store`, the storing of the attempt's
+/// `started` event: the start is recorded before the target is called, but
+/// the call does not wait longer for it while JetStream answers through
+/// this executor's connection (while `JETCRON_RUNS` elects a leader the
+/// event is stored later, before the outcome, and the fire still reaches
+/// its target on time). Through a server cut off from its cluster it could
+/// never be stored, and the call would be made again by the delivery that
+/// comes after the ack wait: then the target is not called from here.
+/// `None` when this delivery is done with: another delivery started this
+/// very attempt, the start cannot be recorded (handed back), or JetStream
+/// did not answer. A `booked` call is withdrawn then, before anything else
+/// is awaited: left booked while the hand-back's nak waited 2 s for a hung
+/// server, the call went out at its instant, and the fire was called again
+/// when it came back (the hang of the network test, 14 fires twice).
+async fn record_start(
+    attempt: &Attempt<'_>,
+    store: &mut StoreStart<'_>,
+    claim: &mut Option<ClaimHandle>,
+    booked: &mut Option<BookedCall<'_>>,
+) -> Option<Start> {
+    match tokio::time::timeout(STARTED_WAIT, store.as_mut()).await {
+        Ok(stored) => start_recorded(attempt, stored, claim, booked, Start::Stored).await,
+        Err(_) if !cut_off(attempt.ctx) => {
+            info!("start not stored yet, calling the target meanwhile");
+            Some(Start::Storing)
+        }
+        // This delivery may be a stale consumer leader's on a server cut off
+        // from its cluster, which hands out what the majority's leader hands
+        // out too (the partition test: such calls, made once the start was
+        // stored, came after another delivery's of the same fire). It is
+        // handed back, still within its lease: where JetStream was only
+        // electing a meta leader, the consumer's leader hands it out again a
+        // second later. (Left to the ack wait, which the start's store had
+        // just renewed, such fires came 13-24 s late in the leader-kill
+        // test.) Through a cut server the nak reaches no leader of the
+        // majority, which hands the fire out after the ack wait if nobody
+        // else has it. (Its start may still be stored: the attempt then
+        // shows as lost.)
+        Err(_) => {
+            warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, handing the fire back");
+            drop(booked.take());
+            hand_back(attempt.message).await;
+            None
+        }
+    }
+}
+
+/// Whether the executor's connection goes to a server cut off from its
+/// cluster, or one that hangs, or JetStream is electing where a consumer's
+/// new leader may hand out what this executor holds: JetStream through this
+/// connection has not answered for [`CUT_OFF_SIGN`]; or for
+/// [`CUT_OFF_WITH_PEERS`] where jetcron connections on other servers that
+/// answered before (`jetcron_io::peer_reach`) have stopped for
+/// [`PEERS_SILENT`]. Shorter than the time a cut node's stale consumer
+/// leader takes to hand its own clients a fire the majority's leader hands
+/// out too (its ack wait). Not on the peers' silence alone: the other
+/// processes killed together (or their node) are silent too, and the fires
+/// of the seconds after such a kill, left to the ack wait, came 15-19 s
+/// late.
+///
+/// Tried and undone (2026-12-06): JetStream's silence only together with
+/// the peers' where any were heard, since an election silences JetStream
+/// on every server while the others answer. The leader-kill runs' p99 fell
+/// from 11.0 s to 4.2-5.7 s, but where a node hung, the calls of its
+/// seconds 3-4, made without a stored start, were made again by the
+/// deliveries the consumer's new leader handed out (13 and 14 fires twice
+/// in two runs, none in the run before): a fire late is better than a
+/// fire twice. The connection itself leaves a server whose peers stay
+/// silent 3 s, or 2 s with JetStream silent too (`jetcron_io::nats_failover`).
+fn cut_off(ctx: &ExecutorContext) -> bool {
+    let peers = &ctx.config.peer_reach;
+    cut_off_by(peers.cut_off(PEERS_SILENT), |window| {
+        ctx.config.jetstream_health.jetstream_silent_for(window)
+    })
+}
+
+/// [`cut_off`] from what it reads: whether connections on other servers
+/// have been silent [`PEERS_SILENT`] (after answering), and how long
+/// JetStream has been silent.
+fn cut_off_by(
+    peers_silent: bool,
+    jetstream_silent_for: impl Fn(std::time::Duration) -> bool,
+) -> bool {
+    jetstream_silent_for(CUT_OFF_SIGN) || (peers_silent && jetstream_silent_for(CUT_OFF_WITH_PEERS))
+}
+
+/// See [`cut_off`]: JetStream's silence alone.
+const CUT_OFF_SIGN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// See [`cut_off`]: two of the JetStream watch's questions unanswered.
+const CUT_OFF_WITH_PEERS: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// See [`cut_off`]: three of the peer watch's questions unanswered.
+const PEERS_SILENT: std::time::Duration = std::time::Duration::from_millis(750);
+
+/// What a stored (or failed) start means for the attempt: `as_stored` to
+/// go on, or `None` when the delivery is done with.
+async fn start_recorded(
+    attempt: &Attempt<'_>,
+    stored: anyhow::Result<crate::run_events::Stored>,
+    claim: &mut Option<ClaimHandle>,
+    booked: &mut Option<BookedCall<'_>>,
+    as_stored: Start,
+) -> Option<Start> {
+    let Attempt {
+        ctx, message, due, ..
+    } = *attempt;
+    if !matches!(&stored, Ok(s) if !s.duplicate) {
+        drop(booked.take());
+    }
+    match stored {
+        Ok(stored) if stored.duplicate => {
+            // Another delivery started this very attempt: it ran, or runs
+            // now, and settles the message (or, gone, leaves it to come
+            // again after the ack wait). Not handed back: the server takes a
+            // nak from any delivery, and that one's run would be delivered
+            // a third time, its target called again (the partition test).
+            match ended_already(ctx, message, due, Since::Sequence(stored.sequence)).await {
+                RunEnd::NotYet => {
+                    info!("another delivery started this attempt, leaving the fire to it")
+                }
+                RunEnd::Ended => release(claim.take()).await,
+                RunEnd::Unknown => {}
+            }
+            None
+        }
+        Ok(_) => Some(as_stored),
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot record start, handing the run back");
+            hand_back(message).await;
+            None
+        }
+    }
+}
+
+/// Take the overlap claim of `due`'s job under `policy` (`forbid` or
+/// `replace`). `None` when this delivery is done with: skipped, a late
+/// delivery of a run that ended, or handed back.
+///
+/// When the claim cannot vouch that no other delivery of this run ran it
+/// (see [`crate::claim_state`]), `JETCRON_RUNS` says whether the run ended
+/// and a probe whether another delivery still calls its target or records it
+/// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
+/// the job is not held while those answers come. A delivery that waited while
+/// another delivery of its run held the claim checks the same once it holds it.
+async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<ClaimHandle> {
+    let Attempt {
+        ctx,
+        message,
+        due,
+        job,
+        publisher,
+        number,
+    } = *attempt;
+    let max_attempts = job.max_attempts;
+    let mut checked = false;
+    loop {
+        let overlap = Box::pin(claims::claim_for_run(
+            ctx, message, job, due, number, policy, checked,
+        ))
+        .await;
+        let claim = match overlap {
+            Ok(Overlap::Claimed(handle)) => *handle,
+            Ok(Overlap::Uncertain) => {
+                if ran_elsewhere(ctx, message, due).await != Elsewhere::No {
+                    return None;
+                }
+                checked = true;
+                continue;
+            }
+            Ok(Overlap::RanAlready) => {
+                info!("run already ended (its claim says so), settling a late delivery without running it");
+                metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
+                message.settle(AckKind::Ack).await;
+                return None;
+            }
+            Ok(Overlap::Declined(holder)) => {
+                // A later delivery of a fire skipped already (its ack lost
+                // while the holder still runs) must not record a second skip.
+                if number > 1
+                    && ended_already(ctx, message, due, fire_since(message, due))
+                        .await
+                        .settled()
+                {
+                    return None;
+                }
+                info!(holder = %holder, "previous run still going, skipping this fire");
+                let event = publisher.declined(
+                    RunEventKind::Skipped,
+                    ctx.clock.now(),
+                    format!("run {holder} of this job is still going (concurrency: forbid)"),
+                    max_attempts,
+                );
+                Box::pin(finish(
+                    ctx,
+                    publisher,
+                    message,
+                    event,
+                    AckKind::Ack,
+                    None,
+                    None,
+                ))
+                .await;
+                return None;
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
+                hand_back(message).await;
+                return None;
+            }
+        };
+        if claim.after_other_delivery() {
+            match ran_elsewhere(ctx, message, due).await {
+                Elsewhere::No => {}
+                // Its outcome is stored: the claim can say so.
+                Elsewhere::Ended => {
+                    Box::pin(claim.release()).await;
+                    return None;
+                }
+                // The claim stays as it is, for the delivery that refreshes it.
+                Elsewhere::Maybe => return None,
+            }
+        }
+        return Some(claim);
+    }
+}
+
+/// Whether the run was killed before this attempt started (a kill marker in
+/// `jetcron_running`): then the attempt is recorded as killed and its
+/// message settled (or, when the marker cannot be read, handed back), and
+/// `true` says the delivery is done with.
+async fn killed_before_start(
+    ctx: &ExecutorContext,
+    message: &Delivery,
+    due: &DueEvent,
+    job: &ValidJob,
+    publisher: &RunEventPublisher<'_>,
+) -> bool {
+    match Box::pin(crate::kept_alive::through_elections(
+        ctx,
+        message,
+        "kill request",
+        || {
+            ctx.kill_markers
+                .requested(&ctx.running, due.run_id.as_str())
+        },
+    ))
+    .await
+    {
+        Ok(None) => false,
+        Ok(Some(marker)) => {
+            info!(reason = %marker.reason, "run was killed before this attempt, not running it");
+            let event = publisher.declined(
+                RunEventKind::Killed,
+                ctx.clock.now(),
+                format!("killed: {}", marker.reason),
+                job.max_attempts,
+            );
+            refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
+            if job.concurrency != ConcurrencyPolicy::Allow && message.is_ours() {
+                // A run killed while it waited for a retry still held the claim.
+                let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
+                Box::pin(claims::release_if_held_by(
+                    &ctx.running,
+                    &key,
+                    due.run_id.as_str(),
+                ))
+                .await;
+            }
+            true
+        }
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "cannot check for a kill request, handing the run back");
+            hand_back(message).await;
+            true
+        }
+    }
+}
+
+/// How long before its instant a held fire of a job that allows overlap
+/// records its start (longer than [`STARTED_WAIT`], so that the call at
+/// the instant does not wait for it). Far enough that the projector's
+/// batch of these `started` events (it waits `--batch-wait`, 200 ms, for
+/// more) is in ClickHouse well before the instant: at 250 ms it landed in
+/// the last 100 ms before it, and the seconds whose calls were handed over
+/// two to three times slower than usual were those (docs/benchmarks.md).
+pub(super) const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
+
+/// How long the call of the target waits for the `started` event to be
+/// stored (it is stored meanwhile, before the outcome, when this is not enough).
+pub(super) const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_is_jetstreams_silence_and_sooner_with_the_peers_silence() {
+        let silent = |secs: f64| move |w: std::time::Duration| w.as_secs_f64() <= secs;
+        // A cut or a hang: the peers silent too, after a second.
+        assert!(cut_off_by(true, silent(1.0)));
+        assert!(!cut_off_by(true, silent(0.5)), "JetStream just answered");
+        // The others killed while JetStream answers: no cut.
+        assert!(!cut_off_by(true, silent(0.0)));
+        // JetStream alone: an election or a cut, after 3 s.
+        assert!(!cut_off_by(false, silent(2.0)));
+        assert!(cut_off_by(false, silent(3.0)));
+    }
+}
