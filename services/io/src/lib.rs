@@ -27,6 +27,8 @@
 //!   servers' (a skewed host takes no shard and calls no fire).
 //! - [`readiness`]: which services of a process have verified their
 //!   topology, for `/readyz`.
+//! - [`stages`]: the services of one process and the order they stop in
+//!   (`jetcron all` and the testkit's stack).
 //! - [`telemetry`] sets up `tracing`, [`prometheus`] the metrics registry.
 //!
 //! The messages themselves (events, requests, names) are `jetcron-core`,
@@ -47,6 +49,7 @@ pub mod peer_reach;
 pub mod prometheus;
 pub mod readiness;
 pub mod retry;
+pub mod stages;
 pub mod stream_pass;
 pub mod telemetry;
 pub mod topology;

@@ -7,7 +7,6 @@
 mod cli;
 mod metrics_server;
 mod migrate;
-mod services;
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -27,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use cli::{Cli, Command, CommonArgs, ExecutorArgs, GatewayArgs, ProjectorArgs, TickerArgs};
-use services::{Services, Stage};
+use jetcron_io::stages::{Services, Stage};
 
 /// mimalloc ([`jetcron_allocator`] says why, and how long it keeps freed
 /// memory).

@@ -7,9 +7,9 @@ use async_nats::jetstream;
 use jetcron_core::clock::SystemClock;
 use jetcron_core::subjects;
 use jetcron_io::clickhouse_schema::ClickHouseOptions;
+use jetcron_io::stages::{Services, Stage};
 use jetcron_io::topology::{self, TopologyOptions};
 use serde_json::Value;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::{wait_until, ClickHouseServer, NatsServer};
@@ -116,8 +116,10 @@ pub struct Stack {
     /// `http://127.0.0.1:<port>` of the gateway.
     pub http_base: String,
     pub http: reqwest::Client,
+    /// Cancels every service's own stop token (each a child of it).
     shutdown: CancellationToken,
-    services: JoinSet<anyhow::Result<()>>,
+    /// The services, stopped in the order `jetcron all` stops them.
+    services: Services,
 }
 
 impl Stack {
@@ -131,7 +133,7 @@ impl Stack {
         let client = nats.client().await;
         let js = jetstream::new(client.clone());
         let shutdown = CancellationToken::new();
-        let mut services = JoinSet::new();
+        let mut services = Services::default();
         let topology = TopologyOptions::default();
         let readiness = jetcron_io::readiness::Readiness::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -162,24 +164,30 @@ impl Stack {
                 lines: lines.clone(),
                 jobs_feed: jobs_feed.clone(),
             };
-            services.spawn(jetcron_gateway::run(
-                config,
-                nats.client().await,
-                std::sync::Arc::new(jetcron_core::clock::SystemClock),
-                listener,
-                shutdown.clone(),
-            ));
+            let stop = shutdown.child_token();
+            services.spawn(
+                Stage::Gateway,
+                stop.clone(),
+                jetcron_gateway::run(
+                    config,
+                    nats.client().await,
+                    std::sync::Arc::new(jetcron_core::clock::SystemClock),
+                    listener,
+                    stop,
+                ),
+            );
         }
         if options.projector {
             let mut config =
                 jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
             config.batch_wait = Duration::from_millis(100);
             config.readiness = readiness.clone();
-            services.spawn(jetcron_projector::run(
-                config,
-                nats.client().await,
-                shutdown.clone(),
-            ));
+            let stop = shutdown.child_token();
+            services.spawn(
+                Stage::Projector,
+                stop.clone(),
+                jetcron_projector::run(config, nats.client().await, stop),
+            );
         }
         if options.executor {
             let mut config = test_executor_config("test-executor", options.enable_shell);
@@ -189,12 +197,17 @@ impl Stack {
             config.readiness = readiness.clone();
             config.lines = lines.clone();
             config.jobs_feed = jobs_feed.clone();
-            services.spawn(jetcron_executor::run(
-                config,
-                nats.client().await,
-                std::sync::Arc::new(jetcron_core::clock::SystemClock),
-                shutdown.clone(),
-            ));
+            let stop = shutdown.child_token();
+            services.spawn(
+                Stage::Executor,
+                stop.clone(),
+                jetcron_executor::run(
+                    config,
+                    nats.client().await,
+                    std::sync::Arc::new(jetcron_core::clock::SystemClock),
+                    stop,
+                ),
+            );
         }
         if options.ticker {
             let config = jetcron_ticker::TickerConfig {
@@ -206,12 +219,12 @@ impl Stack {
                 jobs_feed,
                 ..Default::default()
             };
-            services.spawn(jetcron_ticker::run(
-                config,
-                nats.client().await,
-                Arc::new(SystemClock),
-                shutdown.clone(),
-            ));
+            let stop = shutdown.child_token();
+            services.spawn(
+                Stage::Ticker,
+                stop.clone(),
+                jetcron_ticker::run(config, nats.client().await, Arc::new(SystemClock), stop),
+            );
         }
         // The topology exists once any service made it; make sure for tests
         // that run a subset of services.
@@ -257,12 +270,16 @@ impl Stack {
         config: jetcron_executor::ExecutorConfig,
     ) -> CancellationToken {
         let stop = self.shutdown.child_token();
-        self.services.spawn(jetcron_executor::run(
-            config,
-            self.nats.client().await,
-            std::sync::Arc::new(jetcron_core::clock::SystemClock),
+        self.services.spawn(
+            Stage::Executor,
             stop.clone(),
-        ));
+            jetcron_executor::run(
+                config,
+                self.nats.client().await,
+                std::sync::Arc::new(jetcron_core::clock::SystemClock),
+                stop.clone(),
+            ),
+        );
         stop
     }
 
@@ -303,11 +320,12 @@ impl Stack {
     /// Start one more projector in this process (e.g. under another consumer
     /// name, which replays the whole stream); it stops with the stack.
     pub async fn spawn_projector(&mut self, config: jetcron_projector::ProjectorConfig) {
-        self.services.spawn(jetcron_projector::run(
-            config,
-            self.nats.client().await,
-            self.shutdown.child_token(),
-        ));
+        let stop = self.shutdown.child_token();
+        self.services.spawn(
+            Stage::Projector,
+            stop.clone(),
+            jetcron_projector::run(config, self.nats.client().await, stop),
+        );
     }
 
     /// `curl -X POST <gateway><path> -H 'Authorization: Bearer …' -d <body>`:
@@ -405,12 +423,12 @@ impl Stack {
         events
     }
 
-    /// Stop every service in order and fail the test if one of them failed.
+    /// Stop every service in the order `jetcron all` does (ticker,
+    /// executors, projector, gateway), each after the one before has ended,
+    /// and fail the test if one of them failed.
     pub async fn stop(mut self) {
-        self.shutdown.cancel();
-        while let Some(joined) = self.services.join_next().await {
-            joined.expect("service panicked").expect("service failed");
-        }
+        let services = std::mem::take(&mut self.services);
+        services.stop().await.expect("service failed");
     }
 
     /// `nats req jetcron.api.jobs.put <body>`: the reply as JSON and its
@@ -528,7 +546,7 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         self.shutdown.cancel();
-        self.services.abort_all();
+        self.services.abort();
     }
 }
 

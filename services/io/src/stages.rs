@@ -1,6 +1,8 @@
 //! The services of one process, and the order they stop in.
 //!
-//! `jetcron all` runs the four services side by side. Stopping them all at
+//! `jetcron all` runs the four services side by side, and the testkit's
+//! in-process stack runs them the same way, so that tests stop services in
+//! the order production does. Stopping them all at
 //! once would race: the ticker could publish fires no executor takes any
 //! more, and the executors could record run events the projector no longer
 //! writes. So a shutdown (a signal, or any service ending on its own) stops
@@ -56,35 +58,47 @@ impl Services {
     /// service in stage order, each after the one before has ended. The
     /// first failure is the result.
     pub async fn run(mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let mut result = Ok(());
-        let ended = {
-            let (positions, tasks): (Vec<usize>, Vec<_>) = self
-                .running
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(i, r)| r.task.as_mut().map(|t| (i, t)))
-                .unzip();
-            if tasks.is_empty() {
-                return Ok(());
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => None,
-                (joined, index, _) = select_all(tasks) => Some((positions[index], joined)),
-            }
+        let ended = self.first_to_end(shutdown).await;
+        shutdown.cancel();
+        let stopped = self.stop().await;
+        ended.and(stopped)
+    }
+
+    /// Wait for `shutdown` or for a service to end on its own; that
+    /// service's failure, if it failed.
+    async fn first_to_end(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let (positions, tasks): (Vec<usize>, Vec<_>) = self
+            .running
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, r)| r.task.as_mut().map(|t| (i, t)))
+            .unzip();
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let (position, joined) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            (joined, index, _) = select_all(tasks) => (positions[index], joined),
         };
-        if let Some((position, joined)) = ended {
-            let running = &mut self.running[position];
-            running.task = None;
-            let stage = running.stage;
-            match joined.map_err(anyhow::Error::from).and_then(|r| r) {
-                Ok(()) => info!(?stage, "service ended, stopping the others"),
-                Err(e) => {
-                    error!(?stage, error = %format!("{e:#}"), "service failed, stopping the others");
-                    result = Err(e);
-                }
+        let running = &mut self.running[position];
+        running.task = None;
+        let stage = running.stage;
+        match joined.map_err(anyhow::Error::from).and_then(|r| r) {
+            Ok(()) => {
+                info!(?stage, "service ended, stopping the others");
+                Ok(())
+            }
+            Err(e) => {
+                error!(?stage, error = %format!("{e:#}"), "service failed, stopping the others");
+                Err(e)
             }
         }
-        shutdown.cancel();
+    }
+
+    /// Stop every service in stage order, each after the one before has
+    /// ended; the first failure is the result.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let mut result = Ok(());
         self.running.sort_by_key(|r| r.stage);
         for running in &mut self.running {
             running.stop.cancel();
@@ -104,5 +118,15 @@ impl Services {
             }
         }
         result
+    }
+
+    /// Stop every service at once, without waiting (a test that failed).
+    pub fn abort(&mut self) {
+        for running in &mut self.running {
+            running.stop.cancel();
+            if let Some(task) = running.task.take() {
+                task.abort();
+            }
+        }
     }
 }
