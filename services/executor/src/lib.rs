@@ -76,7 +76,7 @@ use jetcron_core::job;
 use jetcron_core::subjects;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
-use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -242,6 +242,19 @@ pub struct ExecutorContext {
     pub runs_pulse: runs_pulse::RunsPulse,
 }
 
+/// The streams and buckets an executor needs, made or verified in this
+/// order. (The jobs bucket is read through the process's job feed, once it
+/// exists.)
+const TOPOLOGY: &[Need] = &[
+    Need::DueStream,
+    Need::RunsStream,
+    Need::JobsBucket,
+    Need::NotifyStream,
+    Need::RunningBucket,
+    Need::IncidentsBucket,
+    Need::ChannelsBucket,
+];
+
 /// Run the executor until `shutdown` is cancelled.
 pub async fn run(
     config: ExecutorConfig,
@@ -279,50 +292,15 @@ pub async fn run(
         &config.readiness,
         &shutdown,
     );
-    let Some(stream) = converging
-        .ensure(|| topology::ensure_due_stream(&tjs, wanted))
-        .await?
-    else {
+    let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
         return Ok(());
     };
-    let Some(runs) = converging
-        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    // Read through the process's job feed (below), once it exists.
-    if converging
-        .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
-        .await?
-        .is_none()
-    {
-        return Ok(());
-    }
-    let Some(notify) = converging
-        .ensure(|| topology::ensure_notify_stream(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    let Some(running) = converging
-        .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    let Some(incidents) = converging
-        .ensure(|| topology::ensure_incidents_bucket(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    let Some(channels) = converging
-        .ensure(|| topology::ensure_channels_bucket(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
+    let stream = ensured.stream(Need::DueStream)?;
+    let runs = ensured.stream(Need::RunsStream)?;
+    let notify = ensured.stream(Need::NotifyStream)?;
+    let running = ensured.bucket(Need::RunningBucket)?;
+    let incidents = ensured.bucket(Need::IncidentsBucket)?;
+    let channels = ensured.bucket(Need::ChannelsBucket)?;
     let mut consumers = Vec::new();
     for pool in &pools {
         let Some(consumer) = converging

@@ -57,7 +57,7 @@ use anyhow::Context as _;
 use jetcron_core::clock::Clock;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_io::readiness::Readiness;
-use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -103,6 +103,16 @@ pub struct GatewayState {
     pub grafana_url: Option<String>,
 }
 
+/// The streams and buckets the gateway needs, made or verified in this
+/// order: it publishes due events of manual runs and reads run events.
+const TOPOLOGY: &[Need] = &[
+    Need::JobsBucket,
+    Need::DueStream,
+    Need::RunsStream,
+    Need::RunningBucket,
+    Need::ChannelsBucket,
+];
+
 /// Run the gateway on `listener` until `shutdown` is cancelled.
 pub async fn run(
     config: GatewayConfig,
@@ -127,38 +137,12 @@ pub async fn run(
             &config.readiness,
             &shutdown,
         );
-        let Some(bucket) = converging
-            .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
-            .await?
-        else {
+        let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
             return Ok(None);
         };
-        if converging
-            .ensure(|| topology::ensure_due_stream(&tjs, wanted))
-            .await?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        if converging
-            .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
-            .await?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let Some(running) = converging
-            .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
-            .await?
-        else {
-            return Ok(None);
-        };
-        let Some(channels) = converging
-            .ensure(|| topology::ensure_channels_bucket(&tjs, wanted))
-            .await?
-        else {
-            return Ok(None);
-        };
+        let bucket = ensured.bucket(Need::JobsBucket)?;
+        let running = ensured.bucket(Need::RunningBucket)?;
+        let channels = ensured.bucket(Need::ChannelsBucket)?;
         converging.ready();
         anyhow::Ok(Some((bucket, running, channels)))
     }

@@ -29,7 +29,7 @@ use jetcron_core::subjects;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
-use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -108,19 +108,13 @@ pub async fn run_counted(
         &config.readiness,
         &shutdown,
     );
-    let Some(stream) = converging
-        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
+    let Some(ensured) = converging
+        .ensure_needs(&tjs, wanted, &[Need::RunsStream, Need::DeadLetterStream])
         .await?
     else {
         return Ok(());
     };
-    if converging
-        .ensure(|| topology::ensure_dead_letter_stream(&tjs, wanted))
-        .await?
-        .is_none()
-    {
-        return Ok(());
-    }
+    let stream = ensured.stream(Need::RunsStream)?;
     let consumer_config = pull::Config {
         durable_name: Some(config.consumer.clone()),
         description: Some("jetcron projector into ClickHouse".into()),

@@ -52,7 +52,7 @@ use jetcron_io::job_feed::JobFeed;
 use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
-use jetcron_io::topology::{self, TopologyOptions};
+use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -172,6 +172,15 @@ const PUBLISH_RETRY: Duration = Duration::from_millis(250);
 /// about a second here).
 const SNAPSHOTS_AT_STOP_WITHIN: Duration = Duration::from_secs(5);
 
+/// The streams and buckets a ticker needs beside its own lease bucket,
+/// made or verified in this order.
+const TOPOLOGY: &[Need] = &[
+    Need::JobsBucket,
+    Need::DueStream,
+    Need::RunsStream,
+    Need::RunningBucket,
+];
+
 /// Run the ticker until `shutdown` is cancelled.
 pub async fn run(
     config: TickerConfig,
@@ -184,42 +193,23 @@ pub async fn run(
     let wanted = &config.topology;
     let mut converging =
         topology::Converging::start(jetcron_io::readiness::TICKER, &config.readiness, &shutdown);
-    let Some(jobs) = converging
-        .ensure(|| topology::ensure_jobs_bucket(&tjs, wanted))
-        .await?
-    else {
+    let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
         return Ok(());
     };
+    let jobs = ensured.bucket(Need::JobsBucket)?;
+    let due_stream = ensured.stream(Need::DueStream)?;
+    let running = ensured.bucket(Need::RunningBucket)?;
     let definitions = Definitions::new(
         tjs.get_stream_no_info(&jobs.stream_name).await?,
         config.keep_definitions_for,
         config.lines.clone(),
     );
-    let Some(due_stream) = converging
-        .ensure(|| topology::ensure_due_stream(&tjs, wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    if converging
-        .ensure(|| topology::ensure_runs_stream(&tjs, wanted))
-        .await?
-        .is_none()
-    {
-        return Ok(());
-    }
     let lease_js = config
         .lease_thread
         .as_ref()
         .map(|own| topology::context(own.client.clone()));
     let Some(ticker_bucket) = converging
         .ensure(|| topology::ensure_ticker_bucket(lease_js.as_ref().unwrap_or(&tjs), wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    let Some(running) = converging
-        .ensure(|| topology::ensure_running_bucket(&tjs, wanted))
         .await?
     else {
         return Ok(());

@@ -1,0 +1,306 @@
+//! Each stream and bucket of jetcron, as it makes it.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+use jetcron_core::subjects;
+use tracing::warn;
+
+use super::verify::{check, ensure_bucket, ensure_stream, log_tolerated, Wanted};
+use super::{is_not_found, Result, TopologyError, TopologyOptions};
+
+/// The job definitions bucket.
+///
+/// Made as the stream `nats kv add` would make (`KV_jetcron_jobs` on
+/// `$KV.jetcron_jobs.>`, one message per revision, direct gets), except that
+/// it refuses rollups and purges: the bucket's history is the audit log, so
+/// `nats kv purge` (a rollup) and `nats stream purge` are refused for every
+/// user; `nats kv del` leaves a delete marker and the history stays. An admin
+/// who must erase a definition edits the stream first. A bucket made by an
+/// older jetcron (with rollups allowed) is used as it is.
+pub async fn ensure_jobs_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    let config = jobs_bucket_stream(options);
+    let what = format!("KV bucket {}", subjects::JOBS_BUCKET);
+    let wanted = Wanted {
+        what: what.clone(),
+        subjects: config.subjects.clone(),
+        config: &config,
+    };
+    ensure_stream(js, wanted).await?;
+    js.get_key_value(subjects::JOBS_BUCKET)
+        .await
+        .map_err(|e| TopologyError::unavailable(format!("open {what}"), e))
+}
+
+/// The stream of the jobs bucket: KV conventions, no rollup, no purge.
+fn jobs_bucket_stream(options: &TopologyOptions) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{}", subjects::JOBS_BUCKET),
+        description: Some(
+            "jetcron job definitions (key = job id); history is the audit log".into(),
+        ),
+        subjects: vec![format!("$KV.{}.>", subjects::JOBS_BUCKET)],
+        max_messages_per_subject: options.jobs_history.max(1),
+        // The server refuses bigger values, `nats kv put` included.
+        max_message_size: jetcron_core::job::MAX_DEFINITION_BYTES as i32,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas.max(1),
+        discard: stream::DiscardPolicy::New,
+        allow_direct: true,
+        allow_rollup: false,
+        deny_delete: true,
+        deny_purge: true,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    }
+}
+
+/// The tickers' coordination bucket: one key per shard (owner, lease,
+/// watermark) and one per live replica. History 1: only the latest matters.
+pub async fn ensure_ticker_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::TICKER_BUCKET.to_string(),
+            description: "jetcron ticker shard leases and fired-up-to watermarks".into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The tickers' snapshots: one object per shard holding its jobs in their
+/// held form, read by a replica taking the shard over instead of the whole
+/// jobs bucket (`jetcron_ticker::snapshot`). Each write replaces the
+/// shard's object; nothing else is kept.
+pub async fn ensure_ticker_snapshots(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<jetstream::object_store::ObjectStore> {
+    let bucket = subjects::TICKER_SNAPSHOTS_BUCKET;
+    let what = format!("object store {bucket}");
+    let stream_name = format!("OBJ_{bucket}");
+    let existing = match js.get_stream(&stream_name).await {
+        Ok(stream) => stream.cached_info().config.clone(),
+        Err(e) if is_not_found(&e) => {
+            return js
+                .create_object_store(jetstream::object_store::Config {
+                    bucket: bucket.to_string(),
+                    description: Some(
+                        "jetcron ticker: each shard's jobs, for the replica that takes it over"
+                            .into(),
+                    ),
+                    storage: stream::StorageType::File,
+                    num_replicas: options.replicas.max(1),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| TopologyError::unavailable(format!("create {what}"), e));
+        }
+        Err(e) => return Err(TopologyError::unavailable(format!("look up {what}"), e)),
+    };
+    // An object store's stream as the client makes it: chunks and metadata.
+    let wanted_config = stream::Config {
+        name: stream_name,
+        subjects: vec![format!("$O.{bucket}.C.>"), format!("$O.{bucket}.M.>")],
+        num_replicas: options.replicas.max(1),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let wanted = Wanted {
+        what: what.clone(),
+        subjects: wanted_config.subjects.clone(),
+        config: &wanted_config,
+    };
+    let tolerated = check(&existing, &wanted)?;
+    log_tolerated(&what, &tolerated);
+    js.get_object_store(bucket)
+        .await
+        .map_err(|e| TopologyError::unavailable(format!("open {what}"), e))
+}
+
+/// The due events stream: a work queue, each due event consumed once per pool.
+pub async fn ensure_due_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<stream::Stream> {
+    let config = stream::Config {
+        name: subjects::DUE_STREAM.to_string(),
+        description: Some("jetcron due events: one per (job, scheduled time)".into()),
+        subjects: vec![subjects::DUE_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: options.due_duplicate_window,
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    };
+    ensure_stream(js, Wanted::stream(&config)).await
+}
+
+/// The run events stream, read by the projector (and anyone curious); it
+/// also holds the job events `job.rejected` and `fire.missed`. A stream made
+/// by an older jetcron, without those subjects, gets them added.
+pub async fn ensure_runs_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<stream::Stream> {
+    let config = stream::Config {
+        name: subjects::RUNS_STREAM.to_string(),
+        description: Some("jetcron run events (every step of every run) and job.rejected".into()),
+        subjects: [
+            subjects::RUNS_SUBJECTS,
+            subjects::JOB_REJECTED_SUBJECT,
+            subjects::FIRE_MISSED_SUBJECT,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect(),
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: options.runs_max_age,
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    };
+    // Only the run events are required; the job events' subjects are added
+    // below when missing (an older jetcron made the stream).
+    let wanted = Wanted {
+        what: format!("stream {}", subjects::RUNS_STREAM),
+        subjects: vec![subjects::RUNS_SUBJECTS.to_string()],
+        config: &config,
+    };
+    let stream = ensure_stream(js, wanted).await?;
+    let mut existing = stream.cached_info().config.clone();
+    let missing: Vec<String> = config
+        .subjects
+        .iter()
+        .filter(|w| !existing.subjects.contains(w))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        existing.subjects.extend(missing.iter().cloned());
+        // Needs STREAM.UPDATE, which only the admin role has (infra/nats):
+        // without it the stream works as before, and the events of the
+        // missing subjects are refused until an admin starts a service once.
+        if let Err(e) = js.update_stream(existing).await {
+            warn!(
+                stream = subjects::RUNS_STREAM,
+                missing = ?missing,
+                error = %e,
+                "cannot add subjects to the stream; start any jetcron service once as admin"
+            );
+        }
+    }
+    Ok(stream)
+}
+
+/// Events the projector could not store, with the reason in a header.
+pub async fn ensure_dead_letter_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<stream::Stream> {
+    let config = stream::Config {
+        name: subjects::DEAD_LETTER_STREAM.to_string(),
+        description: Some("jetcron events the projector could not store, and why".into()),
+        subjects: vec![subjects::DEAD_LETTER_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: Duration::from_secs(30 * 86_400),
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    };
+    ensure_stream(js, Wanted::stream(&config)).await
+}
+
+/// Runs in progress: overlap claims and kill requests. Claims carry their own
+/// expiry (refreshed while the run goes on); the bucket's age limit only
+/// sweeps what nobody will read again.
+pub async fn ensure_running_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::RUNNING_BUCKET.to_string(),
+            description: "jetcron runs in progress: overlap claims and kill requests".into(),
+            history: 1,
+            max_age: options.running_max_age,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The alert channels bucket (key = channel name), history kept like the
+/// jobs bucket's so a changed channel can be traced.
+pub async fn ensure_channels_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::CHANNELS_BUCKET.to_string(),
+            description: "jetcron alert channels (key = channel name)".into(),
+            history: options.jobs_history.clamp(1, 64),
+            max_value_size: jetcron_core::channel::MAX_CHANNEL_BYTES as i32,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Open alert incidents (key = `<job id>.<rule>`): one value each, kept
+/// until the job recovers.
+pub async fn ensure_incidents_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::INCIDENTS_BUCKET.to_string(),
+            description: "jetcron open alert incidents (key = <job id>.<rule>)".into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Failure notifications waiting for delivery: a work queue, so a webhook
+/// that is down gets JetStream's redelivery with backoff like a due event.
+pub async fn ensure_notify_stream(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<stream::Stream> {
+    let config = stream::Config {
+        name: subjects::NOTIFY_STREAM.to_string(),
+        description: Some("jetcron failure notifications waiting for delivery".into()),
+        subjects: vec![subjects::NOTIFY_SUBJECTS.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: options.due_duplicate_window,
+        max_age: options.runs_max_age,
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    };
+    ensure_stream(js, Wanted::stream(&config)).await
+}
