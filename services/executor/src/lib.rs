@@ -76,6 +76,7 @@ use jetcron_core::job;
 use jetcron_core::subjects;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
+use jetcron_io::tasks::{ServiceTasks, TaskKind};
 use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -255,14 +256,45 @@ const TOPOLOGY: &[Need] = &[
     Need::ChannelsBucket,
 ];
 
-/// Run the executor until `shutdown` is cancelled.
+/// Run the executor until `shutdown` is cancelled: its topology, its
+/// context, its helpers, then one pull loop per pool until the stop, its
+/// attempts drained within the grace, and its helpers stopped.
 pub async fn run(
     config: ExecutorConfig,
     client: async_nats::Client,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let js = jetstream::new(client.clone());
+    let pools = served_pools(&config)?;
+    let Some(topology) = ExecutorTopology::ensure(&config, &client, &pools, &shutdown).await?
+    else {
+        return Ok(());
+    };
+    let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
+    let (ctx, booked_calls) = context(config, client, clock, &topology).await?;
+    let ctx = Arc::new(ctx);
+    let mut tasks = ServiceTasks::default();
+    let helpers = Helpers {
+        completion_subscription,
+        booked_calls,
+        notifier: topology.notifier,
+        chain_ends: topology.chain_ends,
+        runs: topology.runs,
+    };
+    spawn_helpers(&ctx, &mut tasks, helpers, &shutdown);
+    info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight = ctx.config.max_in_flight, shell = ctx.config.shell.enabled, "executor started");
+    pull_until_stopped(&ctx, &tasks, topology.consumers, &shutdown).await;
+    drain(&ctx, &tasks).await;
+    tasks.stop(Duration::from_secs(5)).await;
+    // Acks are sent unconfirmed: let the last ones leave before the
+    // process does.
+    let _ = tokio::time::timeout(Duration::from_secs(5), ctx.nats.flush()).await;
+    info!("executor stopped");
+    Ok(())
+}
+
+/// The pools of `config`, each once, checked.
+fn served_pools(config: &ExecutorConfig) -> anyhow::Result<Vec<String>> {
     let mut pools = config.pools.clone();
     pools.sort();
     pools.dedup();
@@ -285,54 +317,94 @@ pub async fn run(
         pools.len(),
         pools.join(", ")
     );
-    let wanted = &config.topology;
-    let tjs = topology::context(client.clone());
-    let mut converging = topology::Converging::start(
-        jetcron_io::readiness::EXECUTOR,
-        &config.readiness,
-        &shutdown,
-    );
-    let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
-        return Ok(());
-    };
-    let stream = ensured.stream(Need::DueStream)?;
-    let runs = ensured.stream(Need::RunsStream)?;
-    let notify = ensured.stream(Need::NotifyStream)?;
-    let running = ensured.bucket(Need::RunningBucket)?;
-    let incidents = ensured.bucket(Need::IncidentsBucket)?;
-    let channels = ensured.bucket(Need::ChannelsBucket)?;
-    let mut consumers = Vec::new();
-    for pool in &pools {
-        let Some(consumer) = converging
-            .ensure(|| pool_consumer(&stream, pool, &config))
+    Ok(pools)
+}
+
+/// What an executor works with of the topology, once made or verified.
+struct ExecutorTopology {
+    runs: jetstream::stream::Stream,
+    running: kv::Store,
+    incidents: kv::Store,
+    channels: kv::Store,
+    /// Each pool's durable consumer.
+    consumers: Vec<(String, jetstream::consumer::PullConsumer)>,
+    notifier: jetstream::consumer::PullConsumer,
+    /// `None` until a job names a parent (chains module docs).
+    chain_ends: Option<jetstream::consumer::PullConsumer>,
+}
+
+impl ExecutorTopology {
+    /// Make or verify the executor's streams, buckets and consumers; `None`
+    /// when the stop came first.
+    async fn ensure(
+        config: &ExecutorConfig,
+        client: &async_nats::Client,
+        pools: &[String],
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<Self>> {
+        let tjs = topology::context(client.clone());
+        let mut converging = topology::Converging::start(
+            jetcron_io::readiness::EXECUTOR,
+            &config.readiness,
+            shutdown,
+        );
+        let Some(ensured) = converging
+            .ensure_needs(&tjs, &config.topology, TOPOLOGY)
             .await?
         else {
-            return Ok(());
+            return Ok(None);
         };
-        consumers.push((pool.clone(), consumer));
+        let due = ensured.stream(Need::DueStream)?;
+        let runs = ensured.stream(Need::RunsStream)?;
+        let notify = ensured.stream(Need::NotifyStream)?;
+        let mut consumers = Vec::new();
+        for pool in pools {
+            let Some(consumer) = converging
+                .ensure(|| pool_consumer(&due, pool, config))
+                .await?
+            else {
+                return Ok(None);
+            };
+            consumers.push((pool.clone(), consumer));
+        }
+        let Some(notifier) = converging
+            .ensure(|| notify::notifier_consumer(&notify))
+            .await?
+        else {
+            return Ok(None);
+        };
+        // Made by the first executor that sees a chained job (chains module docs).
+        let Some(chain_ends) = converging
+            .ensure(|| chains::existing_chains_consumer(&runs))
+            .await?
+        else {
+            return Ok(None);
+        };
+        converging.ready();
+        Ok(Some(Self {
+            runs,
+            running: ensured.bucket(Need::RunningBucket)?,
+            incidents: ensured.bucket(Need::IncidentsBucket)?,
+            channels: ensured.bucket(Need::ChannelsBucket)?,
+            consumers,
+            notifier,
+            chain_ends,
+        }))
     }
-    let Some(notifier) = converging
-        .ensure(|| notify::notifier_consumer(&notify))
-        .await?
-    else {
-        return Ok(());
-    };
-    // Made by the first executor that sees a chained job (chains module docs).
-    let Some(chain_ends) = converging
-        .ensure(|| chains::existing_chains_consumer(&runs))
-        .await?
-    else {
-        return Ok(());
-    };
-    converging.ready();
+}
+
+/// The context every attempt shares, and the queue of the calls booked for
+/// their instants.
+async fn context(
+    config: ExecutorConfig,
+    client: async_nats::Client,
+    clock: Arc<dyn Clock>,
+    topology: &ExecutorTopology,
+) -> anyhow::Result<(ExecutorContext, instant_calls::BookedCalls)> {
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()
         .context("build HTTP client")?;
-    // At least one: refused above when fewer than the pools.
-    let max_in_flight = config.max_in_flight;
-    let grace = config.shutdown_grace;
-    let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
     let calls = config
         .calls_client
         .clone()
@@ -340,15 +412,15 @@ pub async fn run(
     let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls).await?;
     let kill_markers =
         kill_markers::KillMarkers::keeping_for(config.topology.running_max_age, clock.clone());
-    let ctx = Arc::new(ExecutorContext {
+    let ctx = ExecutorContext {
         config,
-        nats: client.clone(),
+        js: jetstream::new(client.clone()),
+        nats: client,
         calls,
-        js,
         http,
-        running,
-        incidents,
-        channels,
+        running: topology.running.clone(),
+        incidents: topology.incidents.clone(),
+        channels: topology.channels.clone(),
         attempts: Arc::new(RunningAttempts::default()),
         interrupt: CancellationToken::new(),
         clock,
@@ -356,71 +428,94 @@ pub async fn run(
         completions: Default::default(),
         instant_calls,
         runs_pulse: runs_pulse::RunsPulse::default(),
+    };
+    Ok((ctx, booked_calls))
+}
+
+/// What the executor's helpers start from.
+struct Helpers {
+    completion_subscription: async_nats::Subscriber,
+    booked_calls: instant_calls::BookedCalls,
+    notifier: jetstream::consumer::PullConsumer,
+    chain_ends: Option<jetstream::consumer::PullConsumer>,
+    runs: jetstream::stream::Stream,
+}
+
+/// Start the tasks that serve the attempts: the kill listener and the kill
+/// markers' follower, the clock check, completion reports, the instant
+/// calls' dispatcher and the chain index (stopped once the attempts are
+/// drained), and the notifier and chain starter (which stop with
+/// `shutdown`).
+fn spawn_helpers(
+    ctx: &Arc<ExecutorContext>,
+    tasks: &mut ServiceTasks,
+    helpers: Helpers,
+    shutdown: &CancellationToken,
+) {
+    use TaskKind::Background;
+    let stop = tasks.background_stop();
+    let kills = running::listen_for_kills(
+        ctx.nats.clone(),
+        ctx.attempts.clone(),
+        ctx.config.executor_id.clone(),
+        stop.clone(),
+    );
+    tasks.spawn(Background, "kill listener", kills);
+    let notifier = notify::deliver(ctx.clone(), helpers.notifier, shutdown.clone());
+    tasks.spawn(Background, "notifier", notifier);
+    let (c, s) = (ctx.clone(), stop.clone());
+    tasks.spawn(Background, "kill markers", async move {
+        c.kill_markers.follow(&c.running, &s).await;
+        Ok(())
     });
-    let permits = Arc::new(Semaphore::new(max_in_flight));
-    let tasks = TaskTracker::new();
-    let helpers = TaskTracker::new();
-    let helpers_stop = CancellationToken::new();
-    helpers.spawn(log_exit(
-        "kill listener",
-        running::listen_for_kills(
-            client,
-            ctx.attempts.clone(),
-            ctx.config.executor_id.clone(),
-            helpers_stop.clone(),
-        ),
-    ));
-    helpers.spawn(log_exit(
-        "notifier",
-        notify::deliver(ctx.clone(), notifier, shutdown.clone()),
-    ));
-    helpers.spawn({
-        let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
-        async move { ctx.kill_markers.follow(&ctx.running, &stop).await }
+    let (check, js, s) = (ctx.config.clock_check.clone(), ctx.js.clone(), stop.clone());
+    tasks.spawn(Background, "clock check", async move {
+        check.follow(js, subjects::DUE_STREAM.to_string(), s).await;
+        Ok(())
     });
-    helpers.spawn({
-        let (check, js, stop) = (
-            ctx.config.clock_check.clone(),
-            ctx.js.clone(),
-            helpers_stop.clone(),
-        );
-        async move {
-            check
-                .follow(js, subjects::DUE_STREAM.to_string(), stop)
-                .await
-        }
-    });
-    helpers.spawn({
-        let (ctx, stop) = (ctx.clone(), helpers_stop.clone());
-        async move { ctx.completions.route(completion_subscription, stop).await }
+    let (c, s, reports) = (ctx.clone(), stop.clone(), helpers.completion_subscription);
+    tasks.spawn(Background, "completion reports", async move {
+        c.completions.route(reports, s).await;
+        Ok(())
     });
     // Outside tokio's cooperative budget, so that the calls of one instant
     // go out in one go rather than 128 at a time between other tasks.
-    helpers.spawn(tokio::task::unconstrained(instant_calls::dispatch(
-        ctx.clone(),
-        booked_calls,
-        helpers_stop.clone(),
-    )));
-    let chain_index = Arc::new(chains::index::ChainIndex::default());
-    helpers.spawn({
-        let (index, stop) = (chain_index.clone(), helpers_stop.clone());
-        let feed = ctx
-            .config
-            .jobs_feed
-            .subscribe(&ctx.js.client(), &ctx.config.lines);
-        async move { index.follow(feed, stop).await }
+    let dispatch = instant_calls::dispatch(ctx.clone(), helpers.booked_calls, stop.clone());
+    tasks.spawn(Background, "instant calls", async move {
+        tokio::task::unconstrained(dispatch).await;
+        Ok(())
     });
-    helpers.spawn(log_exit(
-        "chain starter",
-        chains::start_children(
-            ctx.clone(),
-            chain_index,
-            chain_ends,
-            runs.clone(),
-            shutdown.clone(),
-        ),
-    ));
-    info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight, shell = ctx.config.shell.enabled, "executor started");
+    let chain_index = Arc::new(chains::index::ChainIndex::default());
+    let feed = ctx
+        .config
+        .jobs_feed
+        .subscribe(&ctx.js.client(), &ctx.config.lines);
+    let (index, s) = (chain_index.clone(), stop);
+    tasks.spawn(Background, "chain index", async move {
+        index.follow(feed, s).await;
+        Ok(())
+    });
+    let starter = chains::start_children(
+        ctx.clone(),
+        chain_index,
+        helpers.chain_ends,
+        helpers.runs,
+        shutdown.clone(),
+    );
+    tasks.spawn(Background, "chain starter", starter);
+}
+
+/// One pull loop per pool until `shutdown`, their attempts spawned as the
+/// service's drained work; the fires held are handed back once every loop
+/// ended.
+async fn pull_until_stopped(
+    ctx: &Arc<ExecutorContext>,
+    tasks: &ServiceTasks,
+    consumers: Vec<(String, jetstream::consumer::PullConsumer)>,
+    shutdown: &CancellationToken,
+) {
+    let max_in_flight = ctx.config.max_in_flight;
+    let permits = Arc::new(Semaphore::new(max_in_flight));
     let pullers = TaskTracker::new();
     // Held fires are handed back at a shutdown only once every pull loop has
     // ended, having read its open pull request to its end: a request still
@@ -433,11 +528,13 @@ pub async fn run(
     for (pool, consumer) in consumers {
         pullers.spawn(pull_loop(
             ctx.clone(),
-            pool,
-            consumer,
-            share,
+            PoolPull {
+                pool,
+                consumer,
+                max_batch: share,
+            },
             permits.clone(),
-            tasks.clone(),
+            tasks.drained().clone(),
             PullStops {
                 pulling: shutdown.clone(),
                 hand_back: hand_back.clone(),
@@ -447,38 +544,25 @@ pub async fn run(
     pullers.close();
     pullers.wait().await;
     hand_back.cancel();
-
-    tasks.close();
-    info!(in_flight = tasks.len(), "executor stopping");
-    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
-        warn!(
-            in_flight = tasks.len(),
-            "grace period over, handing unfinished attempts back"
-        );
-        ctx.interrupt.cancel();
-        if tokio::time::timeout(Duration::from_secs(10), tasks.wait())
-            .await
-            .is_err()
-        {
-            warn!(
-                in_flight = tasks.len(),
-                "attempts did not hand back in time; JetStream redelivers them after ack_wait"
-            );
-        }
-    }
-    helpers_stop.cancel();
-    helpers.close();
-    let _ = tokio::time::timeout(Duration::from_secs(5), helpers.wait()).await;
-    // Acks are sent unconfirmed: let the last ones leave before the
-    // process does.
-    let _ = tokio::time::timeout(Duration::from_secs(5), ctx.nats.flush()).await;
-    info!("executor stopped");
-    Ok(())
 }
 
-async fn log_exit(name: &'static str, task: impl std::future::Future<Output = anyhow::Result<()>>) {
-    if let Err(e) = task.await {
-        warn!(error = %format!("{e:#}"), "{name} stopped");
+/// Let the attempts in flight finish within the shutdown grace; past it,
+/// interrupt them (they hand their fires back) and wait a little more.
+async fn drain(ctx: &ExecutorContext, tasks: &ServiceTasks) {
+    info!(in_flight = tasks.draining(), "executor stopping");
+    if tasks.drain(ctx.config.shutdown_grace).await {
+        return;
+    }
+    warn!(
+        in_flight = tasks.draining(),
+        "grace period over, handing unfinished attempts back"
+    );
+    ctx.interrupt.cancel();
+    if !tasks.drain(Duration::from_secs(10)).await {
+        warn!(
+            in_flight = tasks.draining(),
+            "attempts did not hand back in time; JetStream redelivers them after ack_wait"
+        );
     }
 }
 
@@ -530,6 +614,14 @@ fn deadlines(config: &ExecutorConfig) -> ack_deadlines::AckDeadlines {
     ack_deadlines::AckDeadlines::new(config.ack_wait, config.redelivery_ack_wait)
 }
 
+/// What one pull loop pulls: a pool's consumer, at most `max_batch` at a
+/// time.
+struct PoolPull {
+    pool: String,
+    consumer: jetstream::consumer::PullConsumer,
+    max_batch: usize,
+}
+
 /// When a pull loop stops, and when the fires it holds are handed back:
 /// only after every pull loop stopped (see [`run`]).
 struct PullStops {
@@ -547,13 +639,16 @@ struct PullStops {
 /// once and waits without one, until `stops.hand_back` hands it back.
 async fn pull_loop(
     ctx: Arc<ExecutorContext>,
-    pool: String,
-    mut consumer: jetstream::consumer::Consumer<pull::Config>,
-    max_batch: usize,
+    pulled: PoolPull,
     permits: Arc<Semaphore>,
     tasks: TaskTracker,
     stops: PullStops,
 ) {
+    let PoolPull {
+        pool,
+        mut consumer,
+        max_batch,
+    } = pulled;
     let PullStops {
         pulling: shutdown,
         hand_back,

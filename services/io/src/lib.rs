@@ -29,6 +29,8 @@
 //!   topology, for `/readyz`.
 //! - [`stages`]: the services of one process and the order they stop in
 //!   (`jetcron all` and the testkit's stack).
+//! - [`tasks`]: a service's tasks by what stopping means for each (drain,
+//!   background, abort).
 //! - [`telemetry`] sets up `tracing`, [`prometheus`] the metrics registry.
 //!
 //! The messages themselves (events, requests, names) are `jetcron-core`,
@@ -51,5 +53,6 @@ pub mod readiness;
 pub mod retry;
 pub mod stages;
 pub mod stream_pass;
+pub mod tasks;
 pub mod telemetry;
 pub mod topology;
