@@ -334,15 +334,12 @@ fn firing(
             run.kind.as_str().to_string(),
         ),
     };
-    alert_of(
-        n,
-        rule_name,
-        AlertState::Firing,
+    let headline = Headline {
+        state: AlertState::Firing,
         summary,
-        Some(status),
-        now,
-        ctx,
-    )
+        status: Some(status),
+    };
+    alert_of(n, rule_name, headline, now, ctx)
 }
 
 fn resolved(
@@ -366,15 +363,20 @@ fn resolved(
         ),
     };
     let status = (rule_name != LONG_RUNNING).then(|| run.kind.as_str().to_string());
-    alert_of(
-        n,
-        rule_name,
-        AlertState::Resolved,
+    let headline = Headline {
+        state: AlertState::Resolved,
         summary,
         status,
-        now,
-        ctx,
-    )
+    };
+    alert_of(n, rule_name, headline, now, ctx)
+}
+
+/// What an alert says first: whether it fires or resolves, in a line, and
+/// the run's status.
+struct Headline {
+    state: AlertState,
+    summary: String,
+    status: Option<String>,
 }
 
 /// The alert of `n` about its job's `rule_name` incident: the run's facts,
@@ -382,12 +384,15 @@ fn resolved(
 fn alert_of(
     n: &Notification,
     rule_name: &str,
-    state: AlertState,
-    summary: String,
-    status: Option<String>,
+    headline: Headline,
     now: DateTime<Utc>,
     ctx: &ExecutorContext,
 ) -> Alert {
+    let Headline {
+        state,
+        summary,
+        status,
+    } = headline;
     let run = &n.run;
     let firing = state == AlertState::Firing;
     Alert {

@@ -55,6 +55,14 @@ pub struct ClaimHandle {
 /// How many compare-and-swap races one acquisition tolerates.
 const MAX_RACES: usize = 32;
 
+/// How a claim is taken: whether the delivery looked already that no other
+/// delivery of its run ran it, and whose claim it takes over.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Taking<'a> {
+    pub checked: bool,
+    pub take_over_from: Option<&'a str>,
+}
+
 /// Take `key` for `claimant` as [`claim_state::decide`] allows. A lost
 /// compare-and-swap is retried at once; a bucket that does not answer (its
 /// leader is being elected) is an error, for the caller to retry later.
@@ -62,11 +70,14 @@ pub async fn acquire(
     store: &kv::Store,
     key: &str,
     claimant: &Claimant,
-    checked: bool,
-    take_over_from: Option<&str>,
+    taking: Taking<'_>,
     ttl: chrono::Duration,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Acquired> {
+    let Taking {
+        checked,
+        take_over_from,
+    } = taking;
     for _ in 0..MAX_RACES {
         let entry = store
             .entry(key)
@@ -361,159 +372,235 @@ async fn keep_alive_when_due(
 /// How long a `replace` fire waits for the run it killed to let go.
 const REPLACE_WAIT_POLL: Duration = Duration::from_millis(100);
 
-/// Take the claim of `due`'s job (shard) under `policy` (`forbid` or `replace`).
-/// While a `replace` waits for the run it killed, `message` is kept alive
-/// with in-progress acks, so JetStream does not hand it to another executor.
+/// Take `key`, the claim of a job (shard), for `claimant` under `policy`
+/// (`forbid` or `replace`); `checked` when the delivery looked already that
+/// no other delivery of its run ran it. While a `replace` waits for the run
+/// it killed, `message` is kept alive with in-progress acks, so JetStream
+/// does not hand it to another executor.
 pub async fn claim_for_run(
     ctx: &crate::ExecutorContext,
     message: &crate::lease::Delivery,
-    job: &jetcron_core::job::ValidJob,
-    due: &jetcron_core::events::DueEvent,
-    attempt: u32,
+    key: String,
+    claimant: Claimant,
     policy: jetcron_core::job::ConcurrencyPolicy,
     checked: bool,
 ) -> anyhow::Result<Overlap> {
-    use jetcron_core::job::ConcurrencyPolicy;
     let ttl = claim_ttl(ctx.config.progress_interval);
-    let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
-    let ours = due.run_id.as_str();
-    let started = tokio::time::Instant::now();
-    // Longest wait for a killed run to release: its claim expires by then.
-    let give_up = ttl.to_std().unwrap_or(Duration::from_secs(30)) + Duration::from_secs(5);
-    let mut killed: Option<String> = None;
-    // Since when the same other run has been seen running.
-    let mut busy_since: Option<(String, tokio::time::Instant)> = None;
-    // Since when no executor has said it runs that run.
-    let mut silent_since: Option<tokio::time::Instant> = None;
-    let mut take_over_from: Option<String> = None;
-    let mut last_progress = tokio::time::Instant::now();
-    let mut saw_other_delivery = false;
-    let mut unavailable =
-        jetcron_io::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
-    let claimant = Claimant {
-        run_id: ours.to_string(),
-        executor_id: ctx.config.executor_id.clone(),
-        attempt,
-        scheduled_at: due.scheduled_at,
-    };
-    loop {
-        // A delivery whose lease ran out takes no claim: its fire may be
-        // another delivery's by now.
-        anyhow::ensure!(
-            message.is_ours(),
-            "the delivery's lease ran out while it waited for the claim"
-        );
-        let acquired = match acquire(
-            &ctx.running,
-            &key,
-            &claimant,
-            checked,
-            take_over_from.as_deref(),
-            ttl,
-            ctx.clock.now(),
-        )
-        .await
-        {
-            Ok(acquired) => {
-                unavailable.reset();
-                acquired
-            }
-            Err(e) => {
-                // The bucket has no leader for a moment: wait for the next
-                // one (keeping the message alive) rather than hand the run back.
-                let wait = unavailable.next_delay();
-                if started.elapsed() + wait > ctx.config.ack_wait {
-                    return Err(e);
-                }
-                message.keep_alive().await;
-                tokio::time::sleep(wait).await;
+    ClaimWait {
+        ctx,
+        message,
+        key,
+        claimant,
+        policy,
+        checked,
+        ttl,
+        started: tokio::time::Instant::now(),
+        // Longest wait for a killed run to release: its claim expires by then.
+        give_up: ttl.to_std().unwrap_or(Duration::from_secs(30)) + Duration::from_secs(5),
+        killed: None,
+        busy_since: None,
+        silent_since: None,
+        take_over_from: None,
+        last_progress: tokio::time::Instant::now(),
+        saw_other_delivery: false,
+        unavailable: jetcron_io::retry::RetryDelay::new(
+            Duration::from_millis(100),
+            Duration::from_secs(2),
+        ),
+    }
+    .until_decided()
+    .await
+}
+
+/// One delivery's wait for a job's claim, and what it learnt meanwhile.
+struct ClaimWait<'a> {
+    ctx: &'a crate::ExecutorContext,
+    message: &'a crate::lease::Delivery,
+    key: String,
+    claimant: Claimant,
+    policy: jetcron_core::job::ConcurrencyPolicy,
+    checked: bool,
+    ttl: chrono::Duration,
+    started: tokio::time::Instant,
+    give_up: Duration,
+    /// The run this delivery killed (`replace`).
+    killed: Option<String>,
+    /// Since when the same other run has been seen running.
+    busy_since: Option<(String, tokio::time::Instant)>,
+    /// Since when no executor has said it runs that run.
+    silent_since: Option<tokio::time::Instant>,
+    /// The run whose claim is taken over at the next try.
+    take_over_from: Option<String>,
+    last_progress: tokio::time::Instant,
+    saw_other_delivery: bool,
+    unavailable: jetcron_io::retry::RetryDelay,
+}
+
+impl ClaimWait<'_> {
+    /// Try until the claim is taken or the fire is decided otherwise.
+    async fn until_decided(mut self) -> anyhow::Result<Overlap> {
+        loop {
+            // A delivery whose lease ran out takes no claim: its fire may be
+            // another delivery's by now.
+            anyhow::ensure!(
+                self.message.is_ours(),
+                "the delivery's lease ran out while it waited for the claim"
+            );
+            let Some(acquired) = self.try_acquire().await? else {
                 continue;
-            }
-        };
-        let holder = match acquired {
-            Acquired::Held(mut handle) => {
-                handle.after_other_delivery = saw_other_delivery;
-                return Ok(Overlap::Claimed(handle));
-            }
-            Acquired::SameRunActive(holder) => {
-                saw_other_delivery = true;
-                // Wait for the other delivery to finish (it releases the
-                // claim) or die (the claim expires within its TTL).
-                keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval)
-                    .await;
-                tracing::debug!(executor = %holder.executor_id, attempt = holder.attempt, "another delivery of this run holds its claim, waiting");
-                tokio::time::sleep(REPLACE_WAIT_POLL).await;
-                continue;
-            }
-            Acquired::RanAlready => return Ok(Overlap::RanAlready),
-            Acquired::Uncertain => return Ok(Overlap::Uncertain),
-            Acquired::Busy(holder, revision) => (holder, revision),
-        };
-        let (holder, revision) = holder;
-        if policy == ConcurrencyPolicy::Forbid {
-            let now = tokio::time::Instant::now();
-            let since = match &busy_since {
-                Some((run, since)) if *run == holder.run_id => *since,
-                _ => {
-                    busy_since = Some((holder.run_id.clone(), now));
-                    silent_since = None;
-                    now
+            };
+            let (holder, revision) = match acquired {
+                Acquired::Held(mut handle) => {
+                    handle.after_other_delivery = self.saw_other_delivery;
+                    return Ok(Overlap::Claimed(handle));
                 }
-            };
-            // Going: an executor says it calls the holder's target, or the
-            // holder waits for a retry (one that only records its outcome
-            // does not hold the next fire back).
-            let stage = if waits_for_retry(&holder, ttl, ctx.clock.now()) {
-                crate::running::Stage::Calling
-            } else {
-                probe_run(&ctx.nats, &holder.run_id).await
-            };
-            let going = stage == crate::running::Stage::Calling;
-            if going {
-                silent_since = None;
-            } else {
-                // An executor that says the holder only records its outcome
-                // ends the wait at once; silence must last a moment.
-                let silent = *silent_since.get_or_insert(now);
-                let recording = stage == crate::running::Stage::Recording;
-                if recording || silent.elapsed() >= SILENCE_BEFORE_TAKEOVER {
-                    // A claim that outlived its run's call: its executor
-                    // died, or the run only records how it went (its events
-                    // or its release wait for a leader election).
-                    tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
-                    take_over_from = Some(holder.run_id);
+                Acquired::SameRunActive(holder) => {
+                    self.saw_other_delivery = true;
+                    // Wait for the other delivery to finish (it releases the
+                    // claim) or die (the claim expires within its TTL).
+                    self.keep_alive_when_due().await;
+                    debug!(executor = %holder.executor_id, attempt = holder.attempt, "another delivery of this run holds its claim, waiting");
+                    tokio::time::sleep(REPLACE_WAIT_POLL).await;
                     continue;
                 }
-            }
-            // Fires that waited together (for a leader election, say) come
-            // at once: let a short previous run end first; and an executor
-            // that reconnects answers again within the silence allowed.
-            if since.elapsed() < FORBID_GRACE || !going {
-                // Keep the message ours while waiting: a wait stretched by a
-                // loaded machine must not let JetStream hand the fire to
-                // another executor meanwhile.
-                keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval)
-                    .await;
-                tokio::time::sleep(FORBID_POLL).await;
-                continue;
-            }
-            // The skip is recorded in the claim before it is final, so a late
-            // delivery of this run knows to look for its end first.
-            match note_skipped(&ctx.running, &key, &holder, revision, &claimant).await {
-                Ok(true) => return Ok(Overlap::Declined(holder.run_id)),
-                Ok(false) => continue,
-                Err(e) => {
-                    let wait = unavailable.next_delay();
-                    if started.elapsed() + wait > ctx.config.ack_wait {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
+                Acquired::RanAlready => return Ok(Overlap::RanAlready),
+                Acquired::Uncertain => return Ok(Overlap::Uncertain),
+                Acquired::Busy(holder, revision) => (holder, revision),
+            };
+            let decided = if self.policy == jetcron_core::job::ConcurrencyPolicy::Forbid {
+                self.forbidden_by(holder, revision).await?
+            } else {
+                self.replacing(holder).await?
+            };
+            if let Some(overlap) = decided {
+                return Ok(overlap);
             }
         }
-        if killed.as_deref() != Some(holder.run_id.as_str()) {
-            let reason = format!("replaced by run {ours} (concurrency: replace)");
+    }
+
+    /// One try to take the claim; `None` when the bucket did not answer (its
+    /// leader is being elected) and the retry's wait is over: the message
+    /// is kept alive meanwhile rather than the run handed back.
+    async fn try_acquire(&mut self) -> anyhow::Result<Option<Acquired>> {
+        let taking = Taking {
+            checked: self.checked,
+            take_over_from: self.take_over_from.as_deref(),
+        };
+        let acquired = acquire(
+            &self.ctx.running,
+            &self.key,
+            &self.claimant,
+            taking,
+            self.ttl,
+            self.ctx.clock.now(),
+        )
+        .await;
+        match acquired {
+            Ok(acquired) => {
+                self.unavailable.reset();
+                Ok(Some(acquired))
+            }
+            Err(e) => {
+                self.wait_for_the_bucket(e).await?;
+                self.message.keep_alive().await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Wait before the next try after `error`, unless that would outlast the
+    /// ack wait: then the error is the answer.
+    async fn wait_for_the_bucket(&mut self, error: anyhow::Error) -> anyhow::Result<()> {
+        let wait = self.unavailable.next_delay();
+        if self.started.elapsed() + wait > self.ctx.config.ack_wait {
+            return Err(error);
+        }
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    /// `forbid`, with `holder` holding the claim at `revision`: wait while
+    /// it runs briefly, take it over when it runs nowhere, or skip this
+    /// fire. `None`: try again.
+    async fn forbidden_by(
+        &mut self,
+        holder: Claim,
+        revision: u64,
+    ) -> anyhow::Result<Option<Overlap>> {
+        let now = tokio::time::Instant::now();
+        let since = match &self.busy_since {
+            Some((run, since)) if *run == holder.run_id => *since,
+            _ => {
+                self.busy_since = Some((holder.run_id.clone(), now));
+                self.silent_since = None;
+                now
+            }
+        };
+        // Going: an executor says it calls the holder's target, or the
+        // holder waits for a retry (one that only records its outcome
+        // does not hold the next fire back).
+        let stage = if waits_for_retry(&holder, self.ttl, self.ctx.clock.now()) {
+            crate::running::Stage::Calling
+        } else {
+            probe_run(&self.ctx.nats, &holder.run_id).await
+        };
+        let going = stage == crate::running::Stage::Calling;
+        if going {
+            self.silent_since = None;
+        } else {
+            // An executor that says the holder only records its outcome
+            // ends the wait at once; silence must last a moment.
+            let silent = *self.silent_since.get_or_insert(now);
+            let recording = stage == crate::running::Stage::Recording;
+            if recording || silent.elapsed() >= SILENCE_BEFORE_TAKEOVER {
+                // A claim that outlived its run's call: its executor
+                // died, or the run only records how it went (its events
+                // or its release wait for a leader election).
+                tracing::info!(holder = %holder.run_id, "the claim's run runs nowhere, taking it over");
+                self.take_over_from = Some(holder.run_id);
+                return Ok(None);
+            }
+        }
+        // Fires that waited together (for a leader election, say) come
+        // at once: let a short previous run end first; and an executor
+        // that reconnects answers again within the silence allowed.
+        if since.elapsed() < FORBID_GRACE || !going {
+            // Keep the message ours while waiting: a wait stretched by a
+            // loaded machine must not let JetStream hand the fire to
+            // another executor meanwhile.
+            self.keep_alive_when_due().await;
+            tokio::time::sleep(FORBID_POLL).await;
+            return Ok(None);
+        }
+        // The skip is recorded in the claim before it is final, so a late
+        // delivery of this run knows to look for its end first.
+        let noted = note_skipped(
+            &self.ctx.running,
+            &self.key,
+            &holder,
+            revision,
+            &self.claimant,
+        );
+        match noted.await {
+            Ok(true) => Ok(Some(Overlap::Declined(holder.run_id))),
+            Ok(false) => Ok(None),
+            Err(e) => {
+                self.wait_for_the_bucket(e).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// `replace`, with `holder` holding the claim: kill its run once, and
+    /// take the claim when it lets go, when nobody runs it, or when its
+    /// claim must have expired. `None`: try again.
+    async fn replacing(&mut self, holder: Claim) -> anyhow::Result<Option<Overlap>> {
+        let ctx = self.ctx;
+        if self.killed.as_deref() != Some(holder.run_id.as_str()) {
+            let reason = format!(
+                "replaced by run {} (concurrency: replace)",
+                self.claimant.run_id
+            );
             let stopped = jetcron_io::control::kill_run(
                 &ctx.nats,
                 &ctx.running,
@@ -524,21 +611,29 @@ pub async fn claim_for_run(
             )
             .await?;
             tracing::info!(holder = %holder.run_id, executors = stopped.len(), "killed the previous run to replace it");
-            if stopped.is_empty() && waits_for_retry(&holder, ttl, ctx.clock.now()) {
+            if stopped.is_empty() && waits_for_retry(&holder, self.ttl, ctx.clock.now()) {
                 // Nobody runs it: it waits for a retry, and the kill marker
                 // stops it when it comes back. Take the claim now. (A holder
                 // that did not answer but still refreshes its claim may be a
                 // slow executor: wait for its release or the claim's expiry.)
-                take_over_from = Some(holder.run_id.clone());
+                self.take_over_from = Some(holder.run_id.clone());
             }
-            killed = Some(holder.run_id);
-            continue;
+            self.killed = Some(holder.run_id);
+            return Ok(None);
         }
-        if started.elapsed() > give_up {
-            take_over_from = Some(holder.run_id);
-            continue;
+        if self.started.elapsed() > self.give_up {
+            self.take_over_from = Some(holder.run_id);
+            return Ok(None);
         }
-        keep_alive_when_due(message, &mut last_progress, ctx.config.progress_interval).await;
+        self.keep_alive_when_due().await;
         tokio::time::sleep(REPLACE_WAIT_POLL).await;
+        Ok(None)
+    }
+
+    /// Keep the message alive when a progress interval has passed since the
+    /// last keep-alive, or its lease needs it now.
+    async fn keep_alive_when_due(&mut self) {
+        let every = self.ctx.config.progress_interval;
+        keep_alive_when_due(self.message, &mut self.last_progress, every).await;
     }
 }

@@ -139,18 +139,21 @@ impl InstantCalls {
         ))
     }
 
-    /// Book a request to `subject` with `headers` and `payload` for `at`;
+    /// Book `request` for `at`;
     /// `None` when the dispatcher is gone (shutting down): call the target
     /// directly then.
     pub fn book(
         &self,
         at: DateTime<Utc>,
         run_id: &str,
-        subject: Subject,
-        headers: HeaderMap,
-        payload: Bytes,
+        request: CallRequest,
         lease: Arc<Lease>,
     ) -> Option<Booking> {
+        let CallRequest {
+            subject,
+            headers,
+            payload,
+        } = request;
         let number = self.numbers.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(AtomicU8::new(WAITING));
         let (answer, receiver) = oneshot::channel();
@@ -173,6 +176,13 @@ impl InstantCalls {
             answer: receiver,
         })
     }
+}
+
+/// The request a booked call sends to its target's subject.
+pub struct CallRequest {
+    pub subject: Subject,
+    pub headers: HeaderMap,
+    pub payload: Bytes,
 }
 
 /// Send each booked call at its instant until `stop`, and hand each reply

@@ -160,11 +160,14 @@ impl<'a> RunEventPublisher<'a> {
         &self,
         kind: RunEventKind,
         ended: AttemptOutcome,
-        started_at: DateTime<Utc>,
-        finished_at: DateTime<Utc>,
+        took: Took,
         outcome: &Outcome,
         max_attempts: u32,
     ) -> RunEvent {
+        let Took {
+            started_at,
+            finished_at,
+        } = took;
         let mut event = self.base(kind, finished_at, max_attempts);
         event.outcome = Some(ended);
         event.started_at = Some(started_at);
@@ -199,6 +202,13 @@ impl<'a> RunEventPublisher<'a> {
         }
         stored
     }
+}
+
+/// When an attempt started and finished.
+#[derive(Debug, Clone, Copy)]
+pub struct Took {
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
 }
 
 /// How a run event was stored.

@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
 use super::elsewhere::{ran_elsewhere, Elsewhere};
-use super::settle::finish;
+use super::settle::{finish, Close};
 use super::{hand_back, notify_of, refuse_for_good, DeliveryNumbers, Slot};
 use crate::lease::Delivery;
 use crate::run_events::RunEventPublisher;
@@ -163,7 +163,14 @@ async fn read_budget(
             } else {
                 AckKind::Term
             };
-            Box::pin(finish(ctx, publisher, message, event, settle, None, None)).await;
+            Box::pin(finish(
+                ctx,
+                publisher,
+                message,
+                event,
+                Close::quietly(settle),
+            ))
+            .await;
             None
         }
         Ok(recorded) => Some(recorded.budget),

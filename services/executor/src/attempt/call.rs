@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use jetcron_core::events::RunEvent;
-use jetcron_core::job::{NatsTarget, ValidJob};
+use jetcron_core::job::NatsTarget;
 use tracing::{info, warn};
 
 use super::start::{BookedCall, Started};
@@ -34,9 +34,6 @@ pub(super) async fn call(
     registration: &Registration,
     started: &mut Started<'_>,
 ) -> Called {
-    let Attempt {
-        ctx, message, job, ..
-    } = *attempt;
     let Started {
         permit,
         booked,
@@ -46,15 +43,7 @@ pub(super) async fn call(
         ..
     } = started;
     let permit = permit.take();
-    let supervised = supervise(
-        ctx,
-        message,
-        job,
-        run,
-        registration,
-        claim.as_mut(),
-        booked.take(),
-    );
+    let supervised = supervise(attempt, run, registration, claim.as_mut(), booked.take());
     let work = async {
         let called = alerted_when_long(attempt, event, supervised).await;
         registration.recording();
@@ -157,14 +146,15 @@ async fn booked_outcome(
 /// A delivery whose lease ran out before the call is not called: the fire
 /// may be another delivery's by now.
 async fn supervise(
-    ctx: &ExecutorContext,
-    message: &Delivery,
-    job: &ValidJob,
+    attempt: &Attempt<'_>,
     run: &RunContext,
     registration: &Registration,
     claim: Option<&mut ClaimHandle>,
     booked: Option<BookedCall<'_>>,
 ) -> Ending {
+    let Attempt {
+        ctx, message, job, ..
+    } = *attempt;
     if booked.is_none() && !message.is_ours() {
         return Ending::NotCalled("the delivery's lease ran out before the call".into());
     }

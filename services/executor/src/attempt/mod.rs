@@ -41,7 +41,7 @@ use crate::lease::Delivery;
 use crate::run_events::RunEventPublisher;
 use crate::targets::RunContext;
 use crate::{tries, ExecutorContext};
-use settle::finish;
+use settle::{finish, Close};
 
 /// Which delivery of which stored due event a message is.
 #[derive(Debug, Clone, Copy)]
@@ -125,16 +125,12 @@ async fn refuse_for_good(
     event: RunEvent,
     notify: Option<(&job::NotifyPolicy, &str)>,
 ) {
-    Box::pin(finish(
-        ctx,
-        publisher,
-        message,
-        event,
-        AckKind::Term,
+    let close = Close {
+        settle: AckKind::Term,
         notify,
-        None,
-    ))
-    .await;
+        called: None,
+    };
+    Box::pin(finish(ctx, publisher, message, event, close)).await;
 }
 
 /// The stages of one attempt, in turn; each returns `None` (or ends the

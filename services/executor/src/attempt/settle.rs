@@ -14,7 +14,7 @@ use super::{hand_back, notify_of, store_budget, Attempt};
 use crate::claims::{self, ClaimHandle};
 use crate::ending::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
 use crate::lease::Delivery;
-use crate::run_events::RunEventPublisher;
+use crate::run_events::{RunEventPublisher, Took};
 use crate::targets::Outcome;
 use crate::tries::{Budget, Ledger};
 use crate::{notify, ExecutorContext};
@@ -73,11 +73,14 @@ pub(super) async fn settle(
         Some(LedgerWrite::LastFailure(n)) => Box::pin(ledger.record_last_failure(n)).await,
         None => {}
     }
+    let took = Took {
+        started_at,
+        finished_at,
+    };
     let mut event = publisher.outcome(
         decision.kind,
         decision.outcome,
-        started_at,
-        finished_at,
+        took,
         &outcome,
         job.max_attempts,
     );
@@ -97,7 +100,12 @@ pub(super) async fn settle(
     let notify = notify_of(&job.spec)
         .filter(|(n, _)| decision.notify || (succeeded && !n.channels.is_empty()));
     let called = decision.called_and_over.map(|failed| (ledger, failed));
-    finish(ctx, publisher, message, event, settle, notify, called).await;
+    let close = Close {
+        settle,
+        notify,
+        called,
+    };
+    finish(ctx, publisher, message, event, close).await;
     if !message.is_ours() {
         return;
     }
@@ -143,6 +151,27 @@ pub(super) async fn release(claim: Option<ClaimHandle>) {
     }
 }
 
+/// How a delivery closes once its event is stored.
+pub(super) struct Close<'a> {
+    /// The message's ack, nak or term.
+    pub settle: AckKind,
+    /// The job's alert policy and schedule line, when its channels are told.
+    pub notify: Option<(&'a job::NotifyPolicy, &'a str)>,
+    /// The ledger and failed tries of a run whose target was called.
+    pub called: Option<(&'a Ledger<'a>, u32)>,
+}
+
+impl Close<'_> {
+    /// Settle with `settle`, telling nobody.
+    pub(super) fn quietly(settle: AckKind) -> Self {
+        Self {
+            settle,
+            notify: None,
+            called: None,
+        }
+    }
+}
+
 /// Publish the outcome event (and queue the failure notification), then
 /// settle the message. If the event cannot be stored, the message is handed
 /// back so the run is not silently lost.
@@ -151,10 +180,13 @@ pub(super) async fn finish(
     publisher: &RunEventPublisher<'_>,
     message: &Delivery,
     event: RunEvent,
-    settle: AckKind,
-    notify: Option<(&job::NotifyPolicy, &str)>,
-    called: Option<(&Ledger<'_>, u32)>,
+    close: Close<'_>,
 ) {
+    let Close {
+        settle,
+        notify,
+        called,
+    } = close;
     if !message.may_record() {
         return;
     }

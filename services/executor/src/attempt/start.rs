@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
 use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
-use super::settle::{finish, release};
+use super::settle::{finish, release, Close};
 use super::{hand_back, notify_of, refuse_for_good, store_budget, Attempt, Slot};
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::lease::Delivery;
@@ -189,14 +189,15 @@ fn book_call<'a>(
     let permit = permits.clone().try_acquire_owned().ok()?;
     let reports = ctx.completions.expect(run.run_id.as_str());
     let (headers, payload) = targets::nats::prepare(target, run);
-    let booking = ctx.instant_calls.book(
-        fire_at,
-        run.run_id.as_str(),
-        target.subject.clone().into(),
+    let request = crate::instant_calls::CallRequest {
+        subject: target.subject.clone().into(),
         headers,
         payload,
-        message.lease().clone(),
-    )?;
+    };
+    let lease = message.lease().clone();
+    let booking = ctx
+        .instant_calls
+        .book(fire_at, run.run_id.as_str(), request, lease)?;
     Some((
         permit,
         BookedCall {
@@ -375,8 +376,15 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
     let max_attempts = job.max_attempts;
     let mut checked = false;
     loop {
+        let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
+        let claimant = claims::Claimant {
+            run_id: due.run_id.as_str().to_string(),
+            executor_id: ctx.config.executor_id.clone(),
+            attempt: number,
+            scheduled_at: due.scheduled_at,
+        };
         let overlap = Box::pin(claims::claim_for_run(
-            ctx, message, job, due, number, policy, checked,
+            ctx, message, key, claimant, policy, checked,
         ))
         .await;
         let claim = match overlap {
@@ -411,16 +419,8 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
                     format!("run {holder} of this job is still going (concurrency: forbid)"),
                     max_attempts,
                 );
-                Box::pin(finish(
-                    ctx,
-                    publisher,
-                    message,
-                    event,
-                    AckKind::Ack,
-                    None,
-                    None,
-                ))
-                .await;
+                let close = Close::quietly(AckKind::Ack);
+                Box::pin(finish(ctx, publisher, message, event, close)).await;
                 return None;
             }
             Err(e) => {
