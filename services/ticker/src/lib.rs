@@ -37,14 +37,13 @@ pub mod share;
 pub mod snapshot;
 mod snapshot_coverage;
 pub mod snapshots;
+mod ticking;
 pub mod tidy;
 pub mod verify;
 pub mod watch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use jetcron_core::clock::Clock;
 use jetcron_io::clock_check::ClockCheck;
@@ -52,18 +51,16 @@ use jetcron_io::job_feed::JobFeed;
 use jetcron_io::nats_connect::OwnThreadConnection;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::LogLimiter;
-use jetcron_io::topology::{self, Need, TopologyOptions};
-use tokio_util::sync::CancellationToken;
+use jetcron_io::topology::{self, TopologyOptions};
 use tracing::{info, warn};
 
 use crate::book::Book;
-use crate::definitions::{Definitions, Resolved};
-use crate::held::{Held, Loader, Recovery};
-use crate::holding::Holdings;
-use crate::load::ShardPass;
-use crate::ownership::{LeaseOptions, Leases, Ownership};
+use crate::definitions::Resolved;
+use crate::held::Held;
+use crate::ownership::{LeaseOptions, Leases};
 use crate::shards::shard_of;
-use crate::tidy::Tidying;
+
+pub use ticking::run;
 
 /// Ticker settings.
 #[derive(Debug, Clone)]
@@ -171,313 +168,6 @@ const PUBLISH_RETRY: Duration = Duration::from_millis(250);
 /// shards before it releases them (sixteen shards of a million jobs take
 /// about a second here).
 const SNAPSHOTS_AT_STOP_WITHIN: Duration = Duration::from_secs(5);
-
-/// The streams and buckets a ticker needs beside its own lease bucket,
-/// made or verified in this order.
-const TOPOLOGY: &[Need] = &[
-    Need::JobsBucket,
-    Need::DueStream,
-    Need::RunsStream,
-    Need::RunningBucket,
-];
-
-/// Run the ticker until `shutdown` is cancelled.
-pub async fn run(
-    config: TickerConfig,
-    client: async_nats::Client,
-    clock: Arc<dyn Clock>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let tjs = topology::context(client.clone());
-    let js = async_nats::jetstream::new(client);
-    let wanted = &config.topology;
-    let mut converging =
-        topology::Converging::start(jetcron_io::readiness::TICKER, &config.readiness, &shutdown);
-    let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
-        return Ok(());
-    };
-    let jobs = ensured.bucket(Need::JobsBucket)?;
-    let due_stream = ensured.stream(Need::DueStream)?;
-    let running = ensured.bucket(Need::RunningBucket)?;
-    let definitions = Definitions::new(
-        tjs.get_stream_no_info(&jobs.stream_name).await?,
-        config.keep_definitions_for,
-        config.lines.clone(),
-    );
-    let lease_js = config
-        .lease_thread
-        .as_ref()
-        .map(|own| topology::context(own.client.clone()));
-    let Some(ticker_bucket) = converging
-        .ensure(|| topology::ensure_ticker_bucket(lease_js.as_ref().unwrap_or(&tjs), wanted))
-        .await?
-    else {
-        return Ok(());
-    };
-    converging.ready();
-    let snapshot_store = if config.snapshot_every.is_zero() {
-        None
-    } else {
-        open_snapshot_store(&tjs, wanted, &jobs).await
-    };
-
-    let watch_stop = CancellationToken::new();
-    let (job_tx, mut job_changes) = tokio::sync::mpsc::channel(4096);
-    let watcher = tokio::spawn(watch::watch_jobs(
-        config.jobs_feed.subscribe(&js.client(), &config.lines),
-        js.clone(),
-        job_tx,
-        watch_stop.clone(),
-    ));
-
-    let leases = Leases::with_clock_check(config.clock_check.clone());
-    let ownership_stop = CancellationToken::new();
-    tokio::spawn({
-        let (check, js, stop) = (
-            config.clock_check.clone(),
-            js.clone(),
-            ownership_stop.clone(),
-        );
-        async move {
-            check
-                .follow(js, jetcron_core::subjects::DUE_STREAM.to_string(), stop)
-                .await
-        }
-    });
-    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-    let (own_tx, mut ownership_changes) = tokio::sync::mpsc::channel(64);
-    let ownership = Ownership::new(
-        ticker_bucket,
-        config.replica_id.clone(),
-        config.leases,
-        config.lookahead,
-        Arc::clone(&clock),
-        leases.clone(),
-        own_tx,
-    );
-    let rounds = ownership.run(ready_rx, ownership_stop.clone());
-    // However `run` ends (a later step of the start failing too), the
-    // ownership task stops: it may run on another runtime.
-    let _stop_ownership = ownership_stop.clone().drop_guard();
-    let owner_task = match &config.lease_thread {
-        Some(own) => own.runtime.spawn(rounds),
-        None => tokio::spawn(rounds),
-    };
-
-    let recovery = Recovery {
-        late_threshold: chrono::Duration::from_std(config.late_threshold).unwrap_or_default(),
-        // Beyond this age a republished fire may outlive JetStream's dedup
-        // memory (the window of the stream as it exists, with a margin).
-        dedup_horizon: {
-            let window =
-                chrono::Duration::from_std(due_stream.cached_info().config.duplicate_window)
-                    .unwrap_or_default();
-            window - (window / 2).min(chrono::Duration::seconds(30))
-        },
-        emitted: verify::EmittedFires::open(&js).await?,
-    };
-    let mut held = Held {
-        book: Book::default(),
-        definitions,
-        // Two TTLs without an ownership change: a cold start's
-        // rebalancing is over.
-        holdings: Holdings::new(config.leases.ttl * 2, std::time::Instant::now()),
-        tidying: Tidying::default(),
-        to_plan: plan_queue::PlanQueue::default(),
-        leases: leases.clone(),
-        snapshots: snapshots::SnapshotWriter::new(snapshot_store.clone(), config.snapshot_every),
-    };
-    let snapshot_coverage =
-        snapshot_coverage::follow(snapshot_store.clone(), watch_stop.child_token());
-    let (passes_tx, mut passes) = tokio::sync::mpsc::channel::<ShardPass>(4);
-    let loader = Loader {
-        client: js.client(),
-        lines: config.lines.clone(),
-        snapshots: snapshot_store,
-        done: passes_tx,
-        stop: watch_stop.child_token(),
-    };
-    let mut in_flight = std::collections::VecDeque::new();
-    let lookahead = chrono::Duration::from_std(config.lookahead).unwrap_or_default();
-    let mut health = PublishHealth::default();
-    let (revoke_tx, revoke_rx) = tokio::sync::mpsc::channel(REVOCATION_QUEUE);
-    let revoker_task = tokio::spawn(revoke::kill_revoked(running, revoke_rx, clock.clone()));
-    let mut revoker = revoke::Revoker::new(revoke_tx, !config.lookahead.is_zero());
-    // From the shards' snapshots when there are: shards are taken at once,
-    // not after the feed's read of the whole bucket (which waits for this
-    // ticker meanwhile, its queue full).
-    let keys = usize::try_from(jobs.stream.cached_info().state.subjects_count).unwrap_or(0);
-    if held::preload(&mut held, &loader, keys, &mut revoker, clock.now()).await {
-        let _ = ready_tx.send(true);
-    }
-    let mut last_planning = std::time::Instant::now();
-    info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
-
-    loop {
-        // Apply what arrived without waiting. Ownership first: a shard
-        // just acquired is not dropped as owned elsewhere.
-        while let Ok(change) = ownership_changes.try_recv() {
-            held::on_ownership(change, &mut held, &loader, clock.now());
-        }
-        while let Ok(change) = job_changes.try_recv() {
-            let now = clock.now();
-            held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
-        }
-        while let Ok(pass) = passes.try_recv() {
-            held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
-        }
-        if *snapshot_coverage.borrow() {
-            held.holdings.every_shard_snapshotted();
-        }
-        held::drop_shards_owned_elsewhere(&mut held);
-        held.tidying.step(&mut held.book, tidy::STEP_BUDGET);
-        // Every ownership change at once, and again last before taking
-        // fires (planning a shard, a pass applied or a step of letting go
-        // above may have taken a while): a shard lost and granted again
-        // must not be fired from its old plan (or its old watermark
-        // recorded) in between.
-        while let Ok(change) = ownership_changes.try_recv() {
-            held::on_ownership(change, &mut held, &loader, clock.now());
-        }
-        if !held.book.has_plans() {
-            health.clear(&leases);
-        }
-
-        // Fires are taken `lookahead` before their publish instant.
-        let horizon = clock.now() + lookahead;
-        // A queued shard is planned below, once every fire due within the
-        // lookahead is out and settled. When a second passes without such a
-        // moment, no fire is taken until what is in flight is settled, so a
-        // load that always has fires due still gets its shards planned.
-        let planning_overdue =
-            !held.to_plan.is_empty() && last_planning.elapsed() >= PLAN_AT_LEAST_EVERY;
-        // Keep the server fed: send the next batch while the previous one's
-        // acks are on their way (at most PIPELINE batches in flight).
-        if in_flight.len() < PIPELINE && !planning_overdue {
-            let batch = config.batch_size.clamp(1, MAX_BATCH / PIPELINE);
-            let fires = take_due_fires(&mut held.book, &leases, horizon, batch);
-            if !fires.is_empty() {
-                let resolved = held.definitions.resolve(&fires).await;
-                // Reading back took time: publish only for shards still held.
-                let (fires, resolved) = still_leased(&mut held.book, &leases, fires, resolved);
-                if !fires.is_empty() {
-                    let acks = publish::send_batch(&js, &fires, &resolved, clock.now()).await;
-                    in_flight.push_back((fires, resolved, acks));
-                }
-                continue;
-            }
-        }
-        if let Some(settled) = settle_oldest(
-            &mut in_flight,
-            &mut held,
-            &mut revoker,
-            &leases,
-            lookahead,
-            clock.as_ref(),
-        )
-        .await
-        {
-            if settled.all_failed() {
-                health.failed(&leases, settled.failed);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(jetcron_io::retry::jittered(PUBLISH_RETRY)) => {}
-                }
-            } else {
-                // Some were stored: the path to the stream works; the rest
-                // are offered again at once.
-                health.stored(&leases);
-            }
-            if shutdown.is_cancelled() {
-                break;
-            }
-            continue;
-        }
-        record_watermarks(&held.book, &leases, horizon);
-        // Every fire due within the lookahead is out and settled (or
-        // planning is overdue and what was in flight is settled): plan one
-        // shard now. Planning one holds this loop (0.2 s at ten million
-        // jobs, a second before shards were planned in place), which the
-        // lookahead covers. Planned before the fires were
-        // out, a job due every second got one fire out per shard planned
-        // and fell behind (a canary was called 2-4 s late while the shards
-        // of a cold start were planned). A shard counts as planned at once
-        // (a replica above its share hands on an unplanned one first); its
-        // watermark is recorded once the changes of its jobs that came
-        // while it was planned are applied, in the next pass.
-        if !held.to_plan.is_empty() {
-            held::plan_next(&mut held, &recovery, clock.now()).await;
-            last_planning = std::time::Instant::now();
-            continue;
-        }
-        // Nothing due within the lookahead, no shard to plan: a planned
-        // shard that changed may be written to its snapshot.
-        held.snapshots.step(&held.book);
-        // Letting go of dropped jobs goes on at once, between fires.
-        let idle = if held.tidying.is_idle() && held.to_plan.is_empty() {
-            held.book
-                .plans()
-                .filter_map(|(_, plan)| plan.next_fire_at())
-                .min()
-                .and_then(|at| (at - horizon).to_std().ok())
-                .map_or(MAX_IDLE, |d| d.min(MAX_IDLE))
-        } else {
-            Duration::ZERO
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            change = ownership_changes.recv() => {
-                if let Some(change) = change {
-                    held::on_ownership(change, &mut held, &loader, clock.now());
-                }
-            }
-            change = job_changes.recv() => match change {
-                Some(change) => {
-                    let now = clock.now();
-                    held::on_job(change, &mut held, &mut revoker, &ready_tx, &recovery, now).await;
-                }
-                None => break,
-            },
-            Some(pass) = passes.recv() => {
-                held::on_loaded(pass, &mut held, &mut revoker, &recovery, clock.now());
-            }
-            _ = tokio::time::sleep(idle) => {}
-        }
-    }
-    // Settle what is in flight, record final watermarks, then release the
-    // shards so a standby resumes at once.
-    while let Some((fires, resolved, acks)) = in_flight.pop_front() {
-        let stored = publish::collect_acks(acks, publish::ACK_DEADLINE).await;
-        settle(
-            &mut held.book,
-            &fires,
-            &done(&stored, &resolved),
-            clock.now(),
-        );
-    }
-    record_watermarks(&held.book, &leases, clock.now() + lookahead);
-    // While the shards are still held here: their next owner reads them
-    // from snapshots with nothing after them to replay.
-    held.snapshots
-        .write_changed_before_stop(&held.book, SNAPSHOTS_AT_STOP_WITHIN)
-        .await;
-    drop(revoker);
-    let _ = tokio::time::timeout(Duration::from_secs(5), revoker_task).await;
-    ownership_stop.cancel();
-    watch_stop.cancel();
-    // A change the ownership task is still sending fails at once.
-    drop(ownership_changes);
-    owner_task
-        .await
-        .context("join ownership")?
-        .context("ownership")?;
-    watcher
-        .await
-        .context("join job watcher")?
-        .context("job watcher")?;
-    info!(jobs = held.book.len(), "ticker stopped");
-    Ok(())
-}
 
 /// The snapshot store, if it can be used: a failure to open it leaves
 /// snapshots off in this process (a shard taken over is then read from the
