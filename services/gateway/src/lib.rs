@@ -49,17 +49,16 @@ pub mod run_control;
 pub mod run_history;
 pub mod run_list;
 pub mod schedule_requests;
+mod service;
 pub mod stats;
 
+pub use service::run;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use jetcron_core::clock::Clock;
-use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_io::clickhouse_schema::ClickHouseOptions;
 use jetcron_io::readiness::Readiness;
-use jetcron_io::topology::{self, Need, TopologyOptions};
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use jetcron_io::topology::TopologyOptions;
 
 /// Gateway settings.
 #[derive(Debug, Clone)]
@@ -101,135 +100,4 @@ pub struct GatewayState {
     pub clock: Arc<dyn Clock>,
     /// Base URL of Grafana, for the console's links.
     pub grafana_url: Option<String>,
-}
-
-/// The streams and buckets the gateway needs, made or verified in this
-/// order: it publishes due events of manual runs and reads run events.
-const TOPOLOGY: &[Need] = &[
-    Need::JobsBucket,
-    Need::DueStream,
-    Need::RunsStream,
-    Need::RunningBucket,
-    Need::ChannelsBucket,
-];
-
-/// Run the gateway on `listener` until `shutdown` is cancelled.
-pub async fn run(
-    config: GatewayConfig,
-    client: async_nats::Client,
-    clock: Arc<dyn Clock>,
-    listener: tokio::net::TcpListener,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let js = async_nats::jetstream::new(client.clone());
-    // Health and readiness answer while the topology converges (a cluster
-    // electing, a stream an admin has not created yet), saying what is awaited.
-    let listener = listener.into_std().context("gateway listener")?;
-    let starting = http::health::serve_while_starting(
-        listener.try_clone().context("gateway listener")?,
-        config.readiness.clone(),
-    )?;
-    let wanted = &config.topology;
-    let tjs = topology::context(client.clone());
-    let ensured = async {
-        let mut converging = topology::Converging::start(
-            jetcron_io::readiness::GATEWAY,
-            &config.readiness,
-            &shutdown,
-        );
-        let Some(ensured) = converging.ensure_needs(&tjs, wanted, TOPOLOGY).await? else {
-            return Ok(None);
-        };
-        let bucket = ensured.bucket(Need::JobsBucket)?;
-        let running = ensured.bucket(Need::RunningBucket)?;
-        let channels = ensured.bucket(Need::ChannelsBucket)?;
-        converging.ready();
-        anyhow::Ok(Some((bucket, running, channels)))
-    }
-    .await;
-    starting.stop().await;
-    let Some((bucket, running, channels)) = ensured? else {
-        return Ok(());
-    };
-    let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
-    let clickhouse = config.clickhouse.client();
-    let catalog = job_catalog::JobCatalog::new(config.lines.clone());
-    let feed = config.jobs_feed.subscribe(&client, &config.lines);
-    let catalog_task = tokio::spawn(catalog.clone().follow(feed, shutdown.clone()));
-    if config.http_auth.has_no_tokens() {
-        warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
-    }
-    let state = Arc::new(GatewayState {
-        running,
-        nats: client.clone(),
-        js: js.clone(),
-        jobs: job_store::JobStore::new(
-            bucket,
-            catalog.clone(),
-            config.limits.max_jobs,
-            config.lines.clone(),
-        ),
-        catalog,
-        channels: channel_requests::ChannelStore::new(channels),
-        runs: run_history::RunHistory::new(clickhouse_reads::ClickHouseReads::new(
-            clickhouse.clone(),
-            config.limits.clickhouse_timeout,
-        )),
-        http_auth: config.http_auth.clone(),
-        limits: config.limits.clone(),
-        // The scan refreshes the gauge; scrapes in between use its counts.
-        missed: missed_gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
-        readiness: config.readiness.clone(),
-        clock,
-        grafana_url: config.grafana_url.clone(),
-    });
-    let scan = tokio::spawn(missed_fire_scan::run(
-        state.clone(),
-        config.limits.missed_scan_interval,
-        shutdown.clone(),
-    ));
-    let schema = {
-        let (mode, shutdown) = (config.clickhouse.schema, shutdown.clone());
-        tokio::spawn(async move {
-            clickhouse_schema::prepare_when_possible(&clickhouse, mode, &shutdown).await
-        })
-    };
-    // The API ending on its own (a bug, a panic) must not leave a process that
-    // looks healthy but answers nothing: it stops the whole gateway.
-    let api = {
-        let shutdown = shutdown.clone();
-        let task = tokio::spawn(nats_api::serve(client, state.clone(), shutdown.clone()));
-        tokio::spawn(async move {
-            let result = task.await;
-            if !shutdown.is_cancelled() {
-                tracing::error!("NATS API stopped unexpectedly, stopping the gateway");
-                shutdown.cancel();
-                return match result {
-                    Ok(Ok(())) => Err(anyhow::anyhow!("NATS API stopped unexpectedly")),
-                    Ok(Err(e)) => Err(e.context("NATS API failed")),
-                    Err(e) => Err(anyhow::anyhow!("NATS API task panicked: {e}")),
-                };
-            }
-            result.context("join NATS API")?
-        })
-    };
-    let addr = listener.local_addr().context("gateway listener address")?;
-    info!(%addr, "gateway listening");
-    let shutdown_http = shutdown.clone();
-    axum::serve(
-        listener,
-        http::router(state.clone()).merge(console::router(state)),
-    )
-    .with_graceful_shutdown(async move { shutdown_http.cancelled().await })
-    .await
-    .context("serve HTTP")?;
-    shutdown.cancel();
-    api.await.context("join NATS API watcher")??;
-    if let Err(e) = scan.await {
-        warn!(error = %e, "missed fire scan task panicked");
-    }
-    schema.abort();
-    catalog_task.abort();
-    info!("gateway stopped");
-    Ok(())
 }
