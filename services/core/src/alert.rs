@@ -2,7 +2,7 @@
 //!
 //! [`Alert`] is what every channel says, in one shape: which rule fired (or
 //! that the job recovered), the job, the run, its schedule and attempt, the
-//! error, the last lines of output and a link to the run. [`http_delivery`]
+//! error, the last lines of output and a link to the run. [`delivery`]
 //! turns it into the request a webhook-like channel expects — the vendor's
 //! body and, where the channel has a secret, the vendor's signature — and
 //! [`delivered`] reads the vendor's answer (Feishu, DingTalk and WeCom say
@@ -18,7 +18,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::channel::{BotChannel, Channel, UrlChannel, WebhookChannel};
+use crate::channel::{BotChannel, Channel, EmailChannel, UrlChannel, WebhookChannel};
 use crate::events::RunEvent;
 use crate::job::NotifyPolicy;
 
@@ -249,18 +249,28 @@ fn json_body(value: &serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-/// The request a webhook-like channel gets for `alert`, sent at `now`;
-/// `message_id` names the delivery (the same on every retry, so a receiver
-/// can drop duplicates). `None` for `email`.
-pub fn http_delivery(
-    channel: &Channel,
+/// How an alert leaves for a channel: an HTTP request (webhooks and chat
+/// bots), or a mail through the channel's SMTP server.
+#[derive(Debug)]
+pub enum Delivery<'a> {
+    Http(HttpDelivery),
+    Mail(&'a EmailChannel),
+    /// The channel cannot be sent to as stored (say, a URL that does not
+    /// parse): why.
+    Unsendable(String),
+}
+
+/// How `channel` gets `alert`, sent at `now`; `message_id` names the
+/// delivery (the same on every retry, so a receiver can drop duplicates).
+pub fn delivery<'a>(
+    channel: &'a Channel,
     alert: &Alert,
     now: DateTime<Utc>,
     message_id: &str,
-) -> Option<HttpDelivery> {
+) -> Delivery<'a> {
     let text = format!("{}\n\n{}", alert.subject(), alert.text());
-    Some(match channel {
-        Channel::Email(_) => return None,
+    Delivery::Http(match channel {
+        Channel::Email(email) => return Delivery::Mail(email),
         Channel::Webhook(WebhookChannel {
             url,
             headers,
@@ -330,7 +340,10 @@ pub fn http_delivery(
             let url = match secret {
                 Some(secret) => {
                     let timestamp = now.timestamp_millis();
-                    let mut signed = url::Url::parse(url).ok()?;
+                    let mut signed = match url::Url::parse(url) {
+                        Ok(signed) => signed,
+                        Err(e) => return Delivery::Unsendable(format!("url {url:?}: {e}")),
+                    };
                     signed
                         .query_pairs_mut()
                         .append_pair("timestamp", &timestamp.to_string())
@@ -381,6 +394,19 @@ pub fn delivered(channel: &Channel, status: u16, body: &[u8]) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The HTTP request of a channel that gets one.
+    fn http_delivery(
+        channel: &Channel,
+        alert: &Alert,
+        now: DateTime<Utc>,
+        message_id: &str,
+    ) -> Option<HttpDelivery> {
+        match delivery(channel, alert, now, message_id) {
+            Delivery::Http(request) => Some(request),
+            Delivery::Mail(_) | Delivery::Unsendable(_) => None,
+        }
+    }
     use crate::channel::parse_channel;
 
     fn alert() -> Alert {

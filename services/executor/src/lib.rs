@@ -39,7 +39,7 @@
 //!   through `helper_pull`.
 
 pub mod ack_deadlines;
-pub mod alerts;
+pub mod alerting;
 pub mod attempt;
 pub mod call_gate;
 pub mod chains;
@@ -56,8 +56,6 @@ mod instant_replies;
 mod kept_alive;
 pub mod kill_markers;
 pub mod lease;
-pub mod mail;
-pub mod notify;
 pub mod run_events;
 pub mod running;
 pub mod runs_pulse;
@@ -368,7 +366,7 @@ impl ExecutorTopology {
             consumers.push((pool.clone(), consumer));
         }
         let Some(notifier) = converging
-            .ensure(|| notify::notifier_consumer(&notify))
+            .ensure(|| alerting::notifications::notifier_consumer(&notify))
             .await?
         else {
             return Ok(None);
@@ -461,7 +459,8 @@ fn spawn_helpers(
         stop.clone(),
     );
     tasks.spawn(Background, "kill listener", kills);
-    let notifier = notify::deliver(ctx.clone(), helpers.notifier, shutdown.clone());
+    let notifier =
+        alerting::notifications::deliver(ctx.clone(), helpers.notifier, shutdown.clone());
     tasks.spawn(Background, "notifier", notifier);
     let (c, s) = (ctx.clone(), stop.clone());
     tasks.spawn(Background, "kill markers", async move {

@@ -11,12 +11,13 @@ use tracing::{info, warn};
 
 use super::start::{BookedCall, Started};
 use super::Attempt;
+use crate::alerting::notifications as notify;
 use crate::claims::{self, ClaimHandle};
 use crate::ending::Ending;
 use crate::lease::Delivery;
 use crate::running::Registration;
 use crate::targets::{self, Outcome, RunContext};
-use crate::{notify, ExecutorContext};
+use crate::ExecutorContext;
 
 /// How the call ended, and whether it ran long enough to be alerted.
 pub(super) struct Called {

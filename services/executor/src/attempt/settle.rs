@@ -11,13 +11,14 @@ use tracing::{debug, info, warn};
 
 use super::start::STARTED_WAIT;
 use super::{hand_back, notify_of, store_budget, Attempt};
+use crate::alerting::notifications as notify;
 use crate::claims::{self, ClaimHandle};
 use crate::ending::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Took};
 use crate::targets::Outcome;
 use crate::tries::{Budget, Ledger};
-use crate::{notify, ExecutorContext};
+use crate::ExecutorContext;
 
 /// Record how the attempt ended and settle its message: [`ending::decide`]
 /// says what follows, this carries it out in order (ledger, run event and

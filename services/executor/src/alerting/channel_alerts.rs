@@ -16,7 +16,7 @@
 //! in `JETCRON_NOTIFY` (`jetcron.notify.deliver.<channel>`, `Nats-Msg-Id` =
 //! run, state and channel), so a channel that fails is retried on its own,
 //! with backoff, without repeating the others; the request itself is
-//! [`jetcron_core::alert::http_delivery`]. Every outcome is counted in
+//! [`jetcron_core::alert::delivery`]. Every outcome is counted in
 //! `jetcron_alert_deliveries_total{channel,result}` and logged.
 
 use std::time::Duration;
@@ -27,7 +27,7 @@ use async_nats::jetstream::message::AckKind;
 use async_nats::jetstream::Message;
 use async_nats::HeaderMap;
 use chrono::{DateTime, Utc};
-use jetcron_core::alert::{delivered, http_delivery, Alert, AlertState, Notification};
+use jetcron_core::alert::{delivered, Alert, AlertState, Delivery, Notification};
 use jetcron_core::channel::{parse_channel, Channel};
 use jetcron_core::events::{RunEvent, RunEventKind};
 use serde::{Deserialize, Serialize};
@@ -567,8 +567,14 @@ async fn channel(ctx: &ExecutorContext, name: &str) -> Result<Channel, String> {
 async fn send(ctx: &ExecutorContext, item: &AlertDelivery) -> Result<(), String> {
     let channel = channel(ctx, &item.channel).await?;
     let now = ctx.clock.now();
-    let Some(request) = http_delivery(&channel, &item.alert, now, &item.message_id) else {
-        return crate::mail::send(&channel, &item.alert, ctx.config.smtp_ca_file.as_deref()).await;
+    let request = match jetcron_core::alert::delivery(&channel, &item.alert, now, &item.message_id)
+    {
+        Delivery::Http(request) => request,
+        Delivery::Mail(_) => {
+            let roots = ctx.config.smtp_ca_file.as_deref();
+            return super::mail::send(&channel, &item.alert, roots).await;
+        }
+        Delivery::Unsendable(why) => return Err(why),
     };
     let mut builder = ctx
         .http

@@ -1,6 +1,6 @@
 //! Notifications: after a run ends badly (failed, timed out, killed), its
 //! job's `notify.webhook` receives a JSON summary by POST, and its alert
-//! channels hear about it through [`crate::alerts`] (which also hears of
+//! channels hear about it through [`super::channel_alerts`] (which also hears of
 //! successes, to close incidents).
 //!
 //! The executor that recorded the ending does not call the webhook itself: it
@@ -114,7 +114,7 @@ pub async fn deliver(
 async fn handle(ctx: &ExecutorContext, message: Message) {
     // `jetcron.notify.deliver.<channel>`: one alert for one channel.
     if message.subject.split('.').count() == 4 {
-        crate::alerts::deliver(ctx, message).await;
+        super::channel_alerts::deliver(ctx, message).await;
         return;
     }
     let delivery = message
@@ -131,7 +131,7 @@ async fn handle(ctx: &ExecutorContext, message: Message) {
     };
     let run = &notification.run;
     if !notification.notify.channels.is_empty() {
-        if let Err(e) = crate::alerts::on_run(ctx, &notification).await {
+        if let Err(e) = super::channel_alerts::on_run(ctx, &notification).await {
             warn!(run_id = %run.run_id, error = %format!("{e:#}"), "cannot decide the alerts of a run, handing it back");
             let _ = message
                 .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
