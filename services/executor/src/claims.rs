@@ -2,7 +2,7 @@
 //! `replace`, shared by every executor through `jetcron_running`.
 //!
 //! A claim is the KV entry `claim.<job>[.<shard>]` (its value and the rules
-//! that read it are in [`crate::claim_state`]). It is taken with
+//! that read it are in [`crate::claim_rules`]). It is taken with
 //! compare-and-swap on the entry's revision, so two executors that receive
 //! two fires at once cannot both win. The holder refreshes the expiry while
 //! it runs (with its in-progress acks) and marks the claim ended when its
@@ -17,8 +17,8 @@ use async_nats::jetstream::kv::{self, Operation};
 use chrono::{DateTime, Utc};
 use tracing::{debug, warn};
 
-use crate::claim_state::{self, waits_for_retry, Current, Decision};
-pub use crate::claim_state::{claim_ttl, Claim, Claimant, History};
+use crate::claim_rules::{self, waits_for_retry, Current, Decision};
+pub use crate::claim_rules::{claim_ttl, Claim, Claimant, History};
 
 /// How long a release is retried while the bucket has no leader.
 const RELEASE_BUDGET: Duration = Duration::from_secs(10);
@@ -63,7 +63,7 @@ pub struct Taking<'a> {
     pub take_over_from: Option<&'a str>,
 }
 
-/// Take `key` for `claimant` as [`claim_state::decide`] allows. A lost
+/// Take `key` for `claimant` as [`claim_rules::decide`] allows. A lost
 /// compare-and-swap is retried at once; a bucket that does not answer (its
 /// leader is being elected) is an error, for the caller to retry later.
 pub async fn acquire(
@@ -95,7 +95,7 @@ pub async fn acquire(
         };
         let revision = entry.as_ref().map(|e| e.revision);
         let history =
-            match claim_state::decide(current, claimant, checked, take_over_from, ttl, now) {
+            match claim_rules::decide(current, claimant, checked, take_over_from, ttl, now) {
                 Decision::Take(history) => history,
                 Decision::Busy => {
                     let holder = holder.expect("busy means held");
@@ -107,7 +107,7 @@ pub async fn acquire(
                 Decision::RanAlready => return Ok(Acquired::RanAlready),
                 Decision::Uncertain => return Ok(Acquired::Uncertain),
             };
-        let claim = claim_state::taken(holder.as_ref(), claimant, ttl, now);
+        let claim = claim_rules::taken(holder.as_ref(), claimant, ttl, now);
         let value: bytes::Bytes = serde_json::to_vec(&claim)?.into();
         let written = match revision {
             Some(revision) => match store.update(key, value, revision).await {
@@ -324,7 +324,7 @@ pub enum Overlap {
     /// without running anything.
     RanAlready,
     /// Another delivery of this run may have run it (see
-    /// [`crate::claim_state`]): check, then ask again with `checked`.
+    /// [`crate::claim_rules`]): check, then ask again with `checked`.
     Uncertain,
 }
 

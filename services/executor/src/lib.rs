@@ -13,49 +13,54 @@
 //! `jetcron.control.kill.*`, takes overlap claims in `jetcron_running`, and
 //! delivers failure notifications from `JETCRON_NOTIFY`.
 //!
-//! Layout, by what each part does:
-//! - a delivery: [`attempt`] handles one, [`hold`] keeps one stored ahead
-//!   until its instant, [`instant_calls`] sends the calls of an instant
-//!   together (with `instant_replies` pairing their answers), [`fanout`]
-//!   splits a sharded fire;
+//! Layout, by what each part does (every module is named here):
+//! - a delivery: [`attempt`] runs one as a pipeline of stages (admit, start,
+//!   call, settle), [`hold`] keeps one stored ahead until its instant,
+//!   [`instant_calls`] sends the calls of an instant together (with
+//!   `instant_replies` pairing their answers), [`fanout`] splits a sharded
+//!   fire;
 //! - how long a delivery is ours: [`lease`] (its lease, checked before every
 //!   act), [`ack_deadlines`] (the ack wait of first deliveries and
 //!   redeliveries), `kept_alive` (keep-alives while it waits), [`tries`]
 //!   (which attempts count against `max_attempts`);
 //! - whether to call: [`call_gate`] (no call through a server that stopped
-//!   answering), [`ended`] (did the run already end?), [`runs_pulse`]
-//!   (is `JETCRON_RUNS` storing at all), [`kill_markers`] (kill requests
-//!   followed in memory), [`claims`] with the pure `claim_state`
-//!   (`concurrency: forbid | replace`), [`running`] (attempts registered so
-//!   kills and probes reach them);
+//!   answering), [`run_end_lookup`] (did the run already end?),
+//!   [`runs_pulse`] (is `JETCRON_RUNS` storing at all), [`kill_markers`]
+//!   (kill requests followed in memory), [`claims`] with the pure
+//!   `claim_rules` (`concurrency: forbid | replace`), [`running`]
+//!   (attempts registered so kills and probes reach them);
 //! - what follows a call: [`targets`] runs the three target types,
-//!   [`completion_reports`] hears asynchronous completions, [`ending`]
-//!   decides what follows an attempt's end (a pure function), [`run_events`]
-//!   publishes run events;
-//! - after a run: [`notify`] takes notifications from `JETCRON_NOTIFY` (the
-//!   job's webhook), [`alerts`] decides and delivers alerts to channels (one
-//!   incident per job and rule), [`mail`] sends the mail ones, [`chains`]
-//!   starts the jobs that follow a run's job when the run ends; both pull
-//!   through `helper_pull`.
+//!   [`completion_reports`] hears asynchronous completions,
+//!   [`end_decision`] decides what follows an attempt's end (a pure
+//!   function), [`run_events`] publishes run events;
+//! - after a run: [`alerting`] (the job's webhook and its alert channels:
+//!   notifications, incidents, mail), [`chains`] starts the jobs that follow
+//!   a run's job when the run ends; both take their work queues through
+//!   `consumer_loop`.
+//!
+//! The service itself ([`run`]): its topology declared as data
+//! ([`jetcron_io::topology::Need`]), its tasks by what stopping means
+//! ([`jetcron_io::tasks`]): attempts drained within the grace, helpers
+//! stopped after them.
 
 pub mod ack_deadlines;
 pub mod alerting;
 pub mod attempt;
 pub mod call_gate;
 pub mod chains;
-mod claim_state;
+mod claim_rules;
 pub mod claims;
 pub mod completion_reports;
-pub mod ended;
-pub mod ending;
+mod consumer_loop;
+pub mod end_decision;
 pub mod fanout;
-mod helper_pull;
 pub mod hold;
 pub mod instant_calls;
 mod instant_replies;
 mod kept_alive;
 pub mod kill_markers;
 pub mod lease;
+pub mod run_end_lookup;
 pub mod run_events;
 pub mod running;
 pub mod runs_pulse;

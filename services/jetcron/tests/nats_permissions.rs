@@ -928,7 +928,7 @@ async fn the_command_line_connects_as_the_user_it_is_given() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
     use jetcron_core::events::{RunEvent, RunEventKind, RunId};
-    use jetcron_executor::ended::{self, Since};
+    use jetcron_executor::run_end_lookup::{self, Since};
 
     init_test_logging();
     let nats = roles_server(ROLES_CONF, "");
@@ -976,7 +976,7 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
     let last_run = last_run.expect("a run");
 
     let executor = connect(&url, &as_role("executor")).await;
-    let ended = ended::run_ended(
+    let ended = run_end_lookup::run_ended(
         &executor.js(),
         "busy",
         last_run.as_str(),
@@ -986,7 +986,7 @@ async fn the_executor_role_reads_a_busy_jobs_run_events_through_a_pass() {
     .await
     .expect("read the job's run events");
     assert_eq!(ended, Some(RunEventKind::Succeeded));
-    let none = ended::run_ended(
+    let none = run_end_lookup::run_ended(
         &executor.js(),
         "busy",
         RunId::for_fire("busy", now - chrono::Duration::days(1)).as_str(),

@@ -104,7 +104,7 @@ pub async fn deliver(
     consumer: jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    crate::helper_pull::each_message(&consumer, "notifications", 16, &shutdown, |message| {
+    crate::consumer_loop::each_message(&consumer, "notifications", 16, &shutdown, |message| {
         handle(&ctx, message)
     })
     .await;

@@ -13,7 +13,7 @@ use super::start::{BookedCall, Started};
 use super::Attempt;
 use crate::alerting::notifications as notify;
 use crate::claims::{self, ClaimHandle};
-use crate::ending::Ending;
+use crate::end_decision::Ending;
 use crate::lease::Delivery;
 use crate::running::Registration;
 use crate::targets::{self, Outcome, RunContext};

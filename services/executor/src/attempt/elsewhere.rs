@@ -10,9 +10,9 @@ use tracing::{info, warn};
 use super::hand_back;
 use super::start::START_AHEAD;
 use crate::claims;
-use crate::ended;
-pub(super) use crate::ended::Since;
 use crate::lease::Delivery;
+use crate::run_end_lookup;
+pub(super) use crate::run_end_lookup::Since;
 use crate::ExecutorContext;
 
 /// Whether another delivery of this run ran it, for a delivery the claim
@@ -92,7 +92,7 @@ pub(super) async fn ended_already(
     // history) must not let the message go to another executor meanwhile,
     // nor one that waits out an election of `JETCRON_RUNS`.
     let ended = crate::kept_alive::through_elections(ctx, message, "run's end", || {
-        ended::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since)
+        run_end_lookup::run_ended(&ctx.js, &due.job_id, due.run_id.as_str(), due.shard, since)
     });
     match Box::pin(ended).await {
         Ok(None) => RunEnd::NotYet,

@@ -1,15 +1,15 @@
 //! One delivery of a due event: one attempt of its run (or of one shard).
 //!
-//! An attempt is a pipeline of stages around one [`Attempt`]:
-//! [`admit`] (decode and check, split a sharded fire into its parts, read
+//! An attempt is a pipeline of stages around one `Attempt`:
+//! `admit` (decode and check, split a sharded fire into its parts, read
 //! the retry budget, refuse deliveries beyond `max_attempts` or of a run
-//! that ended elsewhere) → register (so kills reach us) → [`start`] (honour
+//! that ended elsewhere) → register (so kills reach us) → `start` (honour
 //! an earlier kill request, take the overlap claim of `forbid` / `replace`,
-//! record `started`) → [`call`] (run the target under the job's timeout,
-//! keeping the message and claim alive) → [`settle`] (record the outcome,
+//! record `started`) → `call` (run the target under the job's timeout,
+//! keeping the message and claim alive) → `settle` (record the outcome,
 //! then ack on success, nak with the backoff delay for a retry, or term).
-//! [`elsewhere`] answers, for a redelivery, whether another delivery of its
-//! run ran it; [`checks`] what a due event must hold before anything runs.
+//! `elsewhere` answers, for a redelivery, whether another delivery of its
+//! run ran it; `checks` what a due event must hold before anything runs.
 //! The attempt number in events is JetStream's delivery count, so an attempt
 //! lost with a crashed executor shows as its own attempt; what counts against
 //! `max_attempts` is the retry budget of [`crate::tries`], in which only

@@ -1,4 +1,4 @@
-//! The last stage of an attempt: [`ending::decide`] says what follows its
+//! The last stage of an attempt: [`end_decision::decide`] says what follows its
 //! call, and [`settle`] carries it out in order (retry ledger, run event
 //! and notification, ack / nak / term, overlap claim, ledger clean-up).
 //! [`finish`] is also how refusals and late deliveries end.
@@ -13,14 +13,14 @@ use super::start::STARTED_WAIT;
 use super::{hand_back, notify_of, store_budget, Attempt};
 use crate::alerting::notifications as notify;
 use crate::claims::{self, ClaimHandle};
-use crate::ending::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
+use crate::end_decision::{self, ClaimStep, Decision, Ending, LedgerWrite, Policy, Settle};
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Took};
 use crate::targets::Outcome;
 use crate::tries::{Budget, Ledger};
 use crate::ExecutorContext;
 
-/// Record how the attempt ended and settle its message: [`ending::decide`]
+/// Record how the attempt ended and settle its message: [`end_decision::decide`]
 /// says what follows, this carries it out in order (ledger, run event and
 /// notification, settle, claim, ledger clean-up).
 pub(super) async fn settle(
@@ -41,7 +41,7 @@ pub(super) async fn settle(
     } = *attempt;
     let finished_at = ctx.clock.now();
     let try_number = budget.try_number;
-    let decision = ending::decide(
+    let decision = end_decision::decide(
         &ending,
         try_number,
         Policy {

@@ -359,7 +359,7 @@ async fn start_recorded(
 /// delivery of a run that ended, or handed back.
 ///
 /// When the claim cannot vouch that no other delivery of this run ran it
-/// (see [`crate::claim_state`]), `JETCRON_RUNS` says whether the run ended
+/// (see [`crate::claim_rules`]), `JETCRON_RUNS` says whether the run ended
 /// and a probe whether another delivery still calls its target or records it
 /// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
 /// the job is not held while those answers come. A delivery that waited while

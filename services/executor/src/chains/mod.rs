@@ -53,7 +53,7 @@ use jetcron_io::topology;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::ended::{self, Since};
+use crate::run_end_lookup::{self, Since};
 use crate::ExecutorContext;
 use index::{ChainIndex, ChainedJob};
 
@@ -206,7 +206,7 @@ pub async fn start_children(
             None => return Ok(()),
         },
     };
-    crate::helper_pull::each_message(&consumer, "run endings", 64, &shutdown, |message| {
+    crate::consumer_loop::each_message(&consumer, "run endings", 64, &shutdown, |message| {
         handle(&ctx, &index, message)
     })
     .await;
@@ -298,7 +298,7 @@ async fn parent_ending(
             }),
         );
     }
-    let events = ended::run_events(
+    let events = run_end_lookup::run_events(
         &ctx.js,
         &event.job_id,
         event.run_id.as_str(),
