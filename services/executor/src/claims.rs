@@ -260,7 +260,7 @@ impl ClaimHandle {
     pub async fn release(mut self) {
         let mut delay =
             jetcron_io::retry::RetryDelay::new(Duration::from_millis(100), Duration::from_secs(1));
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         loop {
             self.claim.end();
             let Ok(value) = serde_json::to_vec(&self.claim) else {

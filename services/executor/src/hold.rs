@@ -164,10 +164,19 @@ const GATE_POLL: Duration = Duration::from_millis(50);
 /// Why no call may go out, if the gate ([`crate::call_gate`]) stays closed
 /// for [`GATE_WAIT`] or while the delivery's lease lasts.
 async fn gate_closed_for_long(ctx: &ExecutorContext, message: &Delivery) -> Option<String> {
+    closed_for_long(|| crate::call_gate::closed(ctx), || message.is_ours()).await
+}
+
+/// [`gate_closed_for_long`] from what it reads: why the gate is closed now
+/// (`None`: open), and whether the delivery is still ours.
+async fn closed_for_long(
+    closed: impl Fn() -> Option<String>,
+    ours: impl Fn() -> bool,
+) -> Option<String> {
     let give_up = Instant::now() + GATE_WAIT;
     loop {
-        let why = crate::call_gate::closed(ctx)?;
-        if Instant::now() >= give_up || !message.is_ours() {
+        let why = closed()?;
+        if Instant::now() >= give_up || !ours() {
             return Some(why);
         }
         tokio::time::sleep(GATE_POLL).await;
@@ -241,6 +250,30 @@ pub(crate) async fn hold_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_fire_waits_up_to_a_second_for_the_call_gate_at_its_instant() {
+        let start = Instant::now();
+        let opens_at = start + Duration::from_millis(400);
+        let reconnecting = || (Instant::now() < opens_at).then(|| "reconnecting".to_string());
+        assert_eq!(closed_for_long(reconnecting, || true).await, None);
+        let waited = Instant::now() - start;
+        assert!(waited >= Duration::from_millis(400) && waited < Duration::from_millis(500));
+
+        let start = Instant::now();
+        let never = || Some("clock not trusted".to_string());
+        let why = closed_for_long(never, || true).await;
+        assert_eq!(why.as_deref(), Some("clock not trusted"));
+        assert!(
+            Instant::now() - start >= GATE_WAIT,
+            "gave up before the wait"
+        );
+        assert!(Instant::now() - start < GATE_WAIT + GATE_POLL * 2);
+
+        let start = Instant::now();
+        assert!(closed_for_long(never, || false).await.is_some());
+        assert_eq!(Instant::now(), start, "a lost delivery does not wait");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_held_fire_is_kept_alive_only_when_its_lease_would_not_reach_past_its_instant() {

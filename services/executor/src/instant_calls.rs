@@ -215,7 +215,7 @@ pub async fn dispatch(
             _ = stop.cancelled() => return,
             _ = sleep_for(wait) => {
                 let now = ctx.clock.now();
-                let woke = std::time::Instant::now();
+                let woke = Instant::now();
                 let instant = next.unwrap_or(now);
                 let burst = out.open(Instant::now() + BURST_WAIT);
                 let mut sent = 0usize;

@@ -323,7 +323,7 @@ pub async fn publish_run_event(
 ) -> anyhow::Result<Stored> {
     let payload: bytes::Bytes = fit_to_payload(event, max_payload)?.into();
     let subject = subjects::run_event_subject(&event.job_id, event.kind.as_str());
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut tries = 0u32;
     loop {
