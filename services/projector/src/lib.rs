@@ -29,6 +29,7 @@ use jetcron_core::subjects;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
+use jetcron_io::tasks::{ServiceTasks, TaskKind};
 use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -138,10 +139,12 @@ pub async fn run_counted(
 
     // Sampled beside the loop: while ClickHouse is down the loop waits on a
     // batch that cannot be stored, and that is when the backlog matters.
-    let _sampler = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(sample_backlog(
-        consumer.clone(),
-        shutdown.clone(),
-    )));
+    let mut tasks = ServiceTasks::default();
+    let sampling = sample_backlog(consumer.clone(), shutdown.clone());
+    tasks.spawn(TaskKind::Abort, "backlog sampler", async move {
+        sampling.await;
+        Ok(())
+    });
     let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
     // While the consumer has no leader every fetch fails at once: wait longer
     // each time, and say so once in a while.
