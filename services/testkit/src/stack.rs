@@ -133,99 +133,20 @@ impl Stack {
         let client = nats.client().await;
         let js = jetstream::new(client.clone());
         let shutdown = CancellationToken::new();
-        let mut services = Services::default();
-        let topology = TopologyOptions::default();
-        let readiness = jetcron_io::readiness::Readiness::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway listener");
         let http_base = format!("http://{}", listener.local_addr().expect("gateway address"));
-        // One read of the jobs bucket for the services that follow it, as
-        // in `jetcron all`.
-        let lines = jetcron_core::schedule_lines::SharedLines::default();
-        let jobs_feed = jetcron_io::job_feed::JobFeed::new(
-            [options.gateway, options.executor, options.ticker]
-                .iter()
-                .filter(|on| **on)
-                .count(),
-        );
-        if options.gateway {
-            let config = jetcron_gateway::GatewayConfig {
-                clickhouse: ClickHouseOptions::new(clickhouse.url()),
-                topology: topology.clone(),
-                http_auth: jetcron_gateway::http::auth::HttpAuth::new(
-                    vec![API_TOKEN.to_string()],
-                    options.protect_reads,
-                )
-                .expect("test token"),
-                limits: options.limits.clone(),
-                readiness: readiness.clone(),
-                grafana_url: None,
-                lines: lines.clone(),
-                jobs_feed: jobs_feed.clone(),
-            };
-            let stop = shutdown.child_token();
-            services.spawn(
-                Stage::Gateway,
-                stop.clone(),
-                jetcron_gateway::run(
-                    config,
-                    nats.client().await,
-                    std::sync::Arc::new(jetcron_core::clock::SystemClock),
-                    listener,
-                    stop,
-                ),
-            );
-        }
-        if options.projector {
-            let mut config =
-                jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
-            config.batch_wait = Duration::from_millis(100);
-            config.readiness = readiness.clone();
-            let stop = shutdown.child_token();
-            services.spawn(
-                Stage::Projector,
-                stop.clone(),
-                jetcron_projector::run(config, nats.client().await, stop),
-            );
-        }
-        if options.executor {
-            let mut config = test_executor_config("test-executor", options.enable_shell);
-            config.pools = options.pools.clone();
-            config.console_url = Some(http_base.clone());
-            config.smtp_ca_file = options.smtp_ca_file.clone();
-            config.readiness = readiness.clone();
-            config.lines = lines.clone();
-            config.jobs_feed = jobs_feed.clone();
-            let stop = shutdown.child_token();
-            services.spawn(
-                Stage::Executor,
-                stop.clone(),
-                jetcron_executor::run(
-                    config,
-                    nats.client().await,
-                    std::sync::Arc::new(jetcron_core::clock::SystemClock),
-                    stop,
-                ),
-            );
-        }
-        if options.ticker {
-            let config = jetcron_ticker::TickerConfig {
-                leases: fast_leases(),
-                topology: topology.clone(),
-                readiness: readiness.clone(),
-                lookahead: options.lookahead,
-                lines,
-                jobs_feed,
-                ..Default::default()
-            };
-            let stop = shutdown.child_token();
-            services.spawn(
-                Stage::Ticker,
-                stop.clone(),
-                jetcron_ticker::run(config, nats.client().await, Arc::new(SystemClock), stop),
-            );
-        }
+        let services = spawn_services(
+            &options,
+            &nats,
+            &clickhouse,
+            listener,
+            &http_base,
+            &shutdown,
+        )
+        .await;
+        let topology = TopologyOptions::default();
         // The topology exists once any service made it; make sure for tests
         // that run a subset of services.
         topology::ensure_jobs_bucket(&js, &topology)
@@ -548,6 +469,109 @@ impl Drop for Stack {
         self.shutdown.cancel();
         self.services.abort();
     }
+}
+
+/// The services `options` asks for, in this process, wired as `jetcron all`
+/// wires them (one read of the jobs bucket, one readiness), each with a
+/// stop token of its own under `shutdown`.
+async fn spawn_services(
+    options: &StackOptions,
+    nats: &NatsServer,
+    clickhouse: &ClickHouseServer,
+    listener: tokio::net::TcpListener,
+    http_base: &str,
+    shutdown: &CancellationToken,
+) -> Services {
+    let mut services = Services::default();
+    let topology = TopologyOptions::default();
+    let readiness = jetcron_io::readiness::Readiness::default();
+    // One read of the jobs bucket for the services that follow it, as
+    // in `jetcron all`.
+    let lines = jetcron_core::schedule_lines::SharedLines::default();
+    let jobs_feed = jetcron_io::job_feed::JobFeed::new(
+        [options.gateway, options.executor, options.ticker]
+            .iter()
+            .filter(|on| **on)
+            .count(),
+    );
+    if options.gateway {
+        let config = jetcron_gateway::GatewayConfig {
+            clickhouse: ClickHouseOptions::new(clickhouse.url()),
+            topology: topology.clone(),
+            http_auth: jetcron_gateway::http::auth::HttpAuth::new(
+                vec![API_TOKEN.to_string()],
+                options.protect_reads,
+            )
+            .expect("test token"),
+            limits: options.limits.clone(),
+            readiness: readiness.clone(),
+            grafana_url: None,
+            lines: lines.clone(),
+            jobs_feed: jobs_feed.clone(),
+        };
+        let stop = shutdown.child_token();
+        services.spawn(
+            Stage::Gateway,
+            stop.clone(),
+            jetcron_gateway::run(
+                config,
+                nats.client().await,
+                std::sync::Arc::new(jetcron_core::clock::SystemClock),
+                listener,
+                stop,
+            ),
+        );
+    }
+    if options.projector {
+        let mut config =
+            jetcron_projector::ProjectorConfig::new(ClickHouseOptions::new(clickhouse.url()));
+        config.batch_wait = Duration::from_millis(100);
+        config.readiness = readiness.clone();
+        let stop = shutdown.child_token();
+        services.spawn(
+            Stage::Projector,
+            stop.clone(),
+            jetcron_projector::run(config, nats.client().await, stop),
+        );
+    }
+    if options.executor {
+        let mut config = test_executor_config("test-executor", options.enable_shell);
+        config.pools = options.pools.clone();
+        config.console_url = Some(http_base.to_string());
+        config.smtp_ca_file = options.smtp_ca_file.clone();
+        config.readiness = readiness.clone();
+        config.lines = lines.clone();
+        config.jobs_feed = jobs_feed.clone();
+        let stop = shutdown.child_token();
+        services.spawn(
+            Stage::Executor,
+            stop.clone(),
+            jetcron_executor::run(
+                config,
+                nats.client().await,
+                std::sync::Arc::new(jetcron_core::clock::SystemClock),
+                stop,
+            ),
+        );
+    }
+    if options.ticker {
+        let config = jetcron_ticker::TickerConfig {
+            leases: fast_leases(),
+            topology: topology.clone(),
+            readiness: readiness.clone(),
+            lookahead: options.lookahead,
+            lines,
+            jobs_feed,
+            ..Default::default()
+        };
+        let stop = shutdown.child_token();
+        services.spawn(
+            Stage::Ticker,
+            stop.clone(),
+            jetcron_ticker::run(config, nats.client().await, Arc::new(SystemClock), stop),
+        );
+    }
+    services
 }
 
 /// Wait until a gateway answers `client` on the NATS API (it answers HTTP
