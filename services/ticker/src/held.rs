@@ -124,7 +124,7 @@ pub(crate) fn on_ownership(
 /// What starts a pass that loads shards ([`load::load_shards`]).
 pub(crate) struct Loader {
     pub(crate) client: async_nats::Client,
-    pub(crate) lines: jetcron_core::schedule_lines::SharedLines,
+    pub(crate) lines: jetcron_core::schedule::shared_lines::SharedLines,
     /// Where a pass looks for its shards' snapshots first.
     pub(crate) snapshots: Option<SnapshotStore>,
     pub(crate) done: tokio::sync::mpsc::Sender<ShardPass>,

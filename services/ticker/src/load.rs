@@ -27,7 +27,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::Operation;
 use compact_str::CompactString;
 use futures::StreamExt as _;
-use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_io::job_feed::{self, JobEntry, Needs};
 use jetcron_io::retry::RetryDelay;
 use tokio::sync::mpsc;

@@ -28,10 +28,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
-use jetcron_core::job::fire_times::Timing;
 use jetcron_core::job::MisfirePolicy;
+use jetcron_core::schedule::fire_times::Timing;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_core::schedule::{parse_timezone, Schedule};
-use jetcron_core::schedule_lines::SharedLines;
 use serde::{Deserialize, Serialize};
 
 use crate::held_job::HeldJob;

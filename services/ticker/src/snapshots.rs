@@ -16,7 +16,7 @@ use async_nats::jetstream::object_store::{
     GetErrorKind, InfoErrorKind, ObjectInfo, ObjectMetadata, ObjectStore,
 };
 use async_nats::jetstream::stream;
-use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use tokio::io::AsyncReadExt as _;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};

@@ -161,7 +161,7 @@ impl CronLine {
 
     /// The line in English, without time zone ("At 02:30, Monday through Friday").
     pub fn describe(&self) -> String {
-        crate::schedule_words::describe(&self.text.split(' ').collect::<Vec<_>>())
+        super::words::describe(&self.text.split(' ').collect::<Vec<_>>())
     }
 
     /// The first wall time matching after (or at, when `inclusive`) `wall`.

@@ -11,11 +11,11 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::job::fire_times::never_fires_problem;
+use super::fire_times::never_fires_problem;
+use super::wall_clock::{DroppedMatch, DstEffect};
+use super::{parse_timezone, Schedule};
 use crate::job::FieldError;
-use crate::schedule::{parse_timezone, Schedule};
 use crate::time_format::rfc3339_millis;
-use crate::wall_clock::{DroppedMatch, DstEffect};
 
 /// Fires shown when the request names no count.
 pub const DEFAULT_COUNT: usize = 10;

@@ -11,9 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::wall_clock::CronLine;
-
-use crate::schedule::{Schedule, ScheduleError};
+use super::wall_clock::CronLine;
+use super::{Schedule, ScheduleError};
 
 struct ParsedLines {
     /// Cron lines by text, as long as some job holds them.

@@ -20,7 +20,7 @@ use chrono::{DateTime, SubsecRound, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
-use crate::wall_clock::CronLine;
+use super::wall_clock::CronLine;
 
 /// Shortest `@every` period accepted.
 pub const MIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
