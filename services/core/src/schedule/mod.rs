@@ -12,8 +12,10 @@
 //! - [`words`]: a cron line in English ("At 02:30, Monday through Friday");
 //! - [`wall_clock`]: a cron line on a zone's wall clock ([`CronLine`]) and
 //!   the DST rule (Vixie cron(8)'s) that turns its matches into instants;
-//! - `line`: the parsed schedule line ([`Schedule`]: cron, `@every`, `@at`),
-//!   its parser and its `next_fire` maths;
+//!   inside it, `zone_offsets` (a zone's offsets and transitions, probed)
+//!   and `dst_effects` (what the rule did to each fire, for the preview);
+//! - `line`: the parsed schedule line ([`Schedule`]: cron, `@every`, `@at`)
+//!   and its `next_fire` maths; `parse`: the text to it;
 //! - [`shared_lines`]: parsed lines shared by the jobs that use the same
 //!   line ([`SharedLines`]);
 //! - [`fire_times`]: when a valid job fires ([`Timing`]: its line within
@@ -28,9 +30,14 @@
 
 pub mod fire_times;
 mod line;
+mod parse;
 pub mod preview;
 pub mod shared_lines;
 pub mod wall_clock;
 pub mod words;
 
-pub use line::{parse_timezone, Schedule, ScheduleError, MIN_EVERY};
+pub use line::{Schedule, ScheduleError, MIN_EVERY};
+pub use parse::parse_timezone;
+
+#[cfg(test)]
+mod tests;
