@@ -38,45 +38,42 @@ pub struct Timing {
     rare: Option<Box<RareTiming>>,
 }
 
-/// The parts of a [`Timing`] most jobs leave at their defaults.
+/// The parts of a [`Timing`] most jobs leave at their defaults
+/// ([`RareTiming::default`]): the bounds of its scheduled times, the
+/// jitter of its publishes and how far back `fire_all` recovers.
 #[derive(Debug, Clone, PartialEq)]
-struct RareTiming {
-    start_at: Option<DateTime<Utc>>,
-    end_at: Option<DateTime<Utc>>,
-    jitter: Duration,
-    catchup_window: Duration,
+pub struct RareTiming {
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub jitter: Duration,
+    pub catchup_window: Duration,
+}
+
+impl Default for RareTiming {
+    fn default() -> Self {
+        Self {
+            start_at: None,
+            end_at: None,
+            jitter: Duration::ZERO,
+            catchup_window: crate::job::DEFAULT_CATCHUP_WINDOW,
+        }
+    }
 }
 
 impl Timing {
     /// A jitter over [`crate::job::MAX_JITTER`] (which validation refuses)
     /// counts as that bound: holders of many fires keep each one's jitter in
     /// 32 bits.
-    pub fn new(
-        schedule: Schedule,
-        timezone: Tz,
-        misfire: MisfirePolicy,
-        start_at: Option<DateTime<Utc>>,
-        end_at: Option<DateTime<Utc>>,
-        jitter: Duration,
-        catchup_window: Duration,
-    ) -> Self {
+    pub fn new(schedule: Schedule, timezone: Tz, misfire: MisfirePolicy, rare: RareTiming) -> Self {
         let rare = RareTiming {
-            start_at,
-            end_at,
-            jitter: jitter.min(crate::job::MAX_JITTER),
-            catchup_window,
-        };
-        let default = RareTiming {
-            start_at: None,
-            end_at: None,
-            jitter: Duration::ZERO,
-            catchup_window: crate::job::DEFAULT_CATCHUP_WINDOW,
+            jitter: rare.jitter.min(crate::job::MAX_JITTER),
+            ..rare
         };
         Self {
             schedule,
             timezone,
             misfire,
-            rare: (rare != default).then(|| Box::new(rare)),
+            rare: (rare != RareTiming::default()).then(|| Box::new(rare)),
         }
     }
 
@@ -184,10 +181,12 @@ impl ValidJob {
             self.schedule.clone(),
             self.timezone,
             self.misfire,
-            self.start_at,
-            self.end_at,
-            self.jitter,
-            self.catchup_window,
+            RareTiming {
+                start_at: self.start_at,
+                end_at: self.end_at,
+                jitter: self.jitter,
+                catchup_window: self.catchup_window,
+            },
         )
     }
 
