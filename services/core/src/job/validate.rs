@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 
 use super::spec::*;
 use crate::backoff::{self, Backoff};
+use crate::schedule::fire_times::RareTiming;
 use crate::schedule::{parse_timezone, Schedule, ScheduleError};
 use crate::subjects::DEFAULT_POOL;
 use crate::time_format::duration_text;
@@ -59,11 +61,56 @@ pub fn validate_with(
     spec: JobSpec,
     parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
 ) -> Result<ValidJob, Vec<FieldError>> {
+    // Problems are listed in the order of the fields below.
     let mut problems = Vec::new();
     if let Err(p) = validate_id(&spec.id) {
         problems.push(p);
     }
-    let schedule = match spec.schedule.as_deref() {
+    let schedule = validate_schedule(&spec, parse_schedule, &mut problems);
+    validate_after(&spec.id, &spec.after, &mut problems);
+    let timezone = validate_timezone(spec.timezone.as_deref(), &mut problems);
+    let attempts = validate_attempts(&spec, &mut problems);
+    let placement = validate_placement(&spec, &mut problems);
+    if let Some(notify) = &spec.notify {
+        validate_notify(notify, &mut problems);
+    }
+    let window = validate_fire_window(&spec, &mut problems);
+    validate_target(&spec.target, &mut problems);
+    problems.extend(validate_labels("labels", &spec.labels));
+    validate_description(spec.description.as_deref(), &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    match (schedule, timezone, attempts, placement, window) {
+        (Some(schedule), Some(timezone), Some(attempts), Some(placement), Some(window)) => {
+            Ok(ValidJob {
+                misfire: spec.misfire.unwrap_or_default(),
+                concurrency: spec.concurrency.unwrap_or_default(),
+                spec,
+                schedule,
+                timezone,
+                timeout: attempts.timeout,
+                max_attempts: attempts.max_attempts,
+                backoff: attempts.backoff,
+                pool: placement.pool,
+                shards: placement.shards,
+                start_at: window.start_at,
+                end_at: window.end_at,
+                jitter: window.jitter,
+                catchup_window: window.catchup_window,
+            })
+        }
+        _ => Err(problems),
+    }
+}
+
+/// `schedule`: a line, or none for a job that only runs `after` others.
+fn validate_schedule(
+    spec: &JobSpec,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Schedule> {
+    match spec.schedule.as_deref() {
         None if !spec.after.is_empty() => Some(Schedule::AfterOnly),
         None => {
             problems.push(FieldError::new("schedule", "required", MISSING_SCHEDULE));
@@ -72,14 +119,28 @@ pub fn validate_with(
         Some(line) => parse_schedule(line)
             .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
             .ok(),
-    };
-    validate_after(&spec.id, &spec.after, &mut problems);
-    let timezone = match &spec.timezone {
+    }
+}
+
+/// `timezone`: an IANA name, UTC when absent.
+fn validate_timezone(name: Option<&str>, problems: &mut Vec<FieldError>) -> Option<Tz> {
+    match name {
         None => Some(chrono_tz::UTC),
         Some(name) => parse_timezone(name)
             .map_err(|e| problems.push(FieldError::new("timezone", "invalid_timezone", e.0)))
             .ok(),
-    };
+    }
+}
+
+/// How each run is attempted: its timeout, attempts and the delay between them.
+struct Attempts {
+    timeout: Duration,
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
+/// `timeout` and `retry`.
+fn validate_attempts(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<Attempts> {
     let timeout = match &spec.timeout {
         None => Some(DEFAULT_TIMEOUT),
         Some(text) => parse_bounded_duration("timeout", text, Duration::from_secs(1), MAX_DURATION)
@@ -98,7 +159,22 @@ pub fn validate_with(
             format!("must be between 1 and {MAX_ATTEMPTS}, got {max_attempts}"),
         ));
     }
-    let backoff = validate_backoff(spec.retry.as_ref(), &mut problems);
+    let backoff = validate_backoff(spec.retry.as_ref(), problems);
+    Some(Attempts {
+        timeout: timeout?,
+        max_attempts,
+        backoff: backoff?,
+    })
+}
+
+/// Where the job's runs go: its pool and how many shards a run has.
+struct Placement {
+    pool: String,
+    shards: u32,
+}
+
+/// `pool` and `shards`.
+fn validate_placement(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<Placement> {
     let pool = match &spec.pool {
         None => Some(DEFAULT_POOL.to_string()),
         Some(pool) => validate_token("pool", pool)
@@ -114,11 +190,17 @@ pub fn validate_with(
             format!("must be between 1 and {MAX_SHARDS}, got {shards}"),
         ));
     }
-    if let Some(notify) = &spec.notify {
-        validate_notify(notify, &mut problems);
-    }
-    let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
-    let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
+    Some(Placement {
+        pool: pool?,
+        shards,
+    })
+}
+
+/// `start_at`, `end_at`, `jitter` and `catchup_window`: when the job's
+/// scheduled times may be, and how its fires are spread and recovered.
+fn validate_fire_window(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<RareTiming> {
+    let start_at = parse_instant("start_at", spec.start_at.as_deref(), problems);
+    let end_at = parse_instant("end_at", spec.end_at.as_deref(), problems);
     if let (Some(Some(start)), Some(Some(end))) = (start_at, end_at) {
         if end <= start {
             problems.push(FieldError::new(
@@ -145,9 +227,17 @@ pub fn validate_with(
         .map_err(|p| problems.push(p))
         .ok(),
     };
-    validate_target(&spec.target, &mut problems);
-    problems.extend(validate_labels("labels", &spec.labels));
-    if let Some(d) = &spec.description {
+    Some(RareTiming {
+        start_at: start_at?,
+        end_at: end_at?,
+        jitter: jitter?,
+        catchup_window: catchup_window?,
+    })
+}
+
+/// `description`: at most 4096 bytes.
+fn validate_description(description: Option<&str>, problems: &mut Vec<FieldError>) {
+    if let Some(d) = description {
         if d.len() > 4096 {
             problems.push(FieldError::new(
                 "description",
@@ -155,36 +245,6 @@ pub fn validate_with(
                 format!("must be at most 4096 bytes, got {}", d.len()),
             ));
         }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    match (
-        (schedule, timezone, timeout, backoff),
-        (start_at, end_at, jitter, catchup_window),
-        pool,
-    ) {
-        (
-            (Some(schedule), Some(timezone), Some(timeout), Some(backoff)),
-            (Some(start_at), Some(end_at), Some(jitter), Some(catchup_window)),
-            Some(pool),
-        ) => Ok(ValidJob {
-            misfire: spec.misfire.unwrap_or_default(),
-            concurrency: spec.concurrency.unwrap_or_default(),
-            spec,
-            schedule,
-            timezone,
-            timeout,
-            max_attempts,
-            backoff,
-            pool,
-            shards,
-            start_at,
-            end_at,
-            jitter,
-            catchup_window,
-        }),
-        _ => Err(problems),
     }
 }
 
