@@ -21,18 +21,6 @@ fn upsert(
     );
 }
 
-fn recover(
-    plan: &mut FirePlan,
-    job: ValidJob,
-    revision: u64,
-    defined_at: DateTime<Utc>,
-    done: DateTime<Utc>,
-    now: DateTime<Utc>,
-    late_threshold: chrono::Duration,
-) {
-    plan.recover(held(&job, revision, defined_at), done, now, late_threshold);
-}
-
 fn job_with(id: &str, schedule: &str, extra: &str) -> ValidJob {
     let json = format!(
         r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}{extra}}}"#
@@ -212,11 +200,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     let threshold = chrono::Duration::seconds(60);
     // Failover: done 10s ago → every time fires, even with misfire=skip.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
-        1,
-        t(-1000),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+            1,
+            t(-1000),
+        ),
         t(0),
         t(10),
         threshold,
@@ -224,11 +213,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(10)), [("a".into(), 5), ("a".into(), 10)]);
     // Outage: done 1000s ago → the policy decides.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
-        1,
-        t(-1000),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+            1,
+            t(-1000),
+        ),
         t(0),
         t(1000),
         threshold,
@@ -236,11 +226,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert!(drain(&mut plan, t(1000)).is_empty());
     assert_eq!(plan.next_fire_at(), Some(t(1005)));
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job("a", "*/5 * * * * *"),
-        1,
-        t(-1000),
+    plan.recover(
+        held(&job("a", "*/5 * * * * *"), 1, t(-1000)),
         t(0),
         t(1001),
         threshold,
@@ -248,11 +235,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(1001)), [("a".into(), 1000)]);
     // A job defined during the outage catches up only from its definition.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
-        1,
-        t(990),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
+            1,
+            t(990),
+        ),
         t(0),
         t(1000),
         threshold,
@@ -325,11 +313,8 @@ fn one_shot_fires_once() {
 fn recovery_after_an_owner_that_stored_ahead_resumes_past_its_watermark() {
     // The previous owner stored fires up to 5 with a lookahead; it is 3 now.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job("a", "* * * * * *"),
-        1,
-        t(-1000),
+    plan.recover(
+        held(&job("a", "* * * * * *"), 1, t(-1000)),
         t(5),
         t(3),
         chrono::Duration::seconds(60),
