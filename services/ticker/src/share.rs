@@ -129,6 +129,9 @@ pub fn to_release(
 }
 
 #[cfg(test)]
+mod cluster_properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
