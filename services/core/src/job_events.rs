@@ -245,9 +245,15 @@ impl JobEvent {
 mod tests {
     use super::*;
 
+    fn at() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
+            .expect("instant")
+            .with_timezone(&Utc)
+    }
+
     #[test]
     fn bucket_rejections_of_one_revision_share_an_id() {
-        let at = Utc::now();
+        let at = at();
         let problem = || vec![FieldError::new("schedule", "required", "missing")];
         let a = JobRejected::from_kv("job-a", 7, b"{}", problem(), at);
         let b = JobRejected::from_kv("job-a", 7, b"{}", problem(), at);
@@ -261,7 +267,7 @@ mod tests {
         let mut body = br#"{"id":"nightly","schedule":"nope","pad":""#.to_vec();
         body.extend(std::iter::repeat_n(b'x', 5000));
         body.extend(b"\"}");
-        let event = JobRejected::from_api(&body, vec![], Utc::now());
+        let event = JobRejected::from_api(&body, vec![], at());
         assert_eq!(event.job_id.as_deref(), Some("nightly"));
         assert_eq!(event.size, body.len() as u64);
         let encoded = serde_json::to_string(&event).expect("encode");
@@ -269,15 +275,13 @@ mod tests {
             !encoded.contains("xxxx"),
             "the value is not copied: {encoded}"
         );
-        let garbage = JobRejected::from_api(&[0xff, 0xfe], vec![], Utc::now());
+        let garbage = JobRejected::from_api(&[0xff, 0xfe], vec![], at());
         assert_eq!(garbage.job_id, None);
     }
 
     #[test]
     fn a_missed_fire_is_named_by_its_run_and_decodes_by_kind() {
-        let at = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
-            .expect("instant")
-            .with_timezone(&Utc);
+        let at = at();
         let grace = chrono::Duration::minutes(2);
         let first = FireMissed::new("nightly", at, at + grace, grace);
         let again = FireMissed::new("nightly", at, at + grace * 5, grace);

@@ -2,36 +2,38 @@
 //! and where those words travel.
 //!
 //! Layout:
-//! - [`job`]: the job definition (`JobSpec`), its targets, its validation,
-//!   its JSON Schema and when it fires.
+//! - [`job`]: the job definition (`JobSpec`), its targets, its validation
+//!   and its JSON Schema.
+//! - [`schedule`]: when jobs fire, in one folder: the schedule language
+//!   (cron, `@every`, `@at`) and the pure `next_fire` maths, the DST rule
+//!   (Vixie cron(8)'s) that reads a cron line on a zone's wall clock, a
+//!   job's fire times (bounds, jitter, misfires), parsed lines shared by
+//!   the jobs that use them, and the preview of a line (next fires, DST
+//!   notes, the line in English). No I/O, no clock: callers pass the
+//!   instant.
 //! - [`backoff`]: the delay between attempts (exponential, capped, jittered).
-//! - [`schedule`]: the schedule language (cron, `@every`, `@at`) and the pure
-//!   `next_fire` maths. No I/O, no clock: callers pass the instant.
-//! - [`wall_clock`]: a cron line on a zone's wall clock, and the DST rule
-//!   (Vixie cron(8)'s) that turns its matches into instants.
-//! - [`schedule_preview`]: a line's next fires with wall times, DST notes
-//!   and an English description ([`schedule_words`]), shown before a job
-//!   is saved.
 //! - [`events`]: the due event (ticker → executor) and the run event
 //!   (executor → projector), with the stable run id.
 //! - [`job_events`]: `job.rejected`, for definitions refused with nobody to
 //!   answer, and `fire.missed`, for scheduled times nothing ran for.
 //! - [`run_summary`]: folds a run's events into the one view users query.
+//! - [`chain`]: what chained jobs agree on (the run id of a chained run,
+//!   which endings start it).
+//! - [`control`]: kill requests, kill markers, completions of asynchronous
+//!   targets and failure notices, as messages.
+//! - [`channel`]: alert channels, defined once and named by jobs;
+//!   [`alert`]: an alert and what each kind of channel receives for it.
 //! - [`subjects`]: every subject, stream, bucket, consumer and table name.
 //! - [`api`]: the request/reply envelope and the one table of error codes shared by
 //!   the NATS service and the HTTP gateway.
-//! - [`clock`]: time as a dependency, so tests can control it.
 //! - [`wire_schemas`]: the JSON Schemas in `schemas/`, generated from these types.
-//! - [`control`]: kill requests, kill markers, completions of asynchronous
-//!   targets and failure notices, as messages.
-//! - [`schedule_lines`]: parsed schedule lines shared by the jobs that use
-//!   the same line.
-//! - [`chain`]: what chained jobs agree on (the run id of a chained run,
-//!   which endings start it).
-//! - [`channel`]: alert channels, defined once and named by jobs;
-//!   [`alert`]: an alert and what each kind of channel receives for it.
-//! - [`id_index`]: an index from ids to the numbers of their holders.
+//! - [`clock`]: time as a dependency, so tests can control it.
 //! - [`time_format`]: one textual form for instants and durations.
+//! - [`id_index`]: an index from ids to the numbers of their holders.
+//!
+//! [`schedule_lines`] and [`schedule_preview`] are the paths the other
+//! crates name for [`schedule::shared_lines`] and [`schedule::preview`],
+//! from before the schedule had its folder.
 //!
 //! Nothing here does I/O or reads a clock by itself: the crate builds
 //! without tokio, async-nats or clickhouse. Talking to NATS and ClickHouse
@@ -50,17 +52,13 @@ pub mod job;
 pub mod job_events;
 pub mod run_summary;
 pub mod schedule;
-pub mod schedule_lines;
-pub mod schedule_preview;
-pub mod schedule_words;
 pub mod subjects;
 pub mod time_format;
-pub mod wall_clock;
 pub mod wire_schemas;
 
 pub use events::{DueEvent, RunEvent, RunEventKind, RunId, Trigger};
 pub use job::{JobSpec, Target};
-pub use schedule::Schedule;
+pub use schedule::{preview as schedule_preview, shared_lines as schedule_lines, Schedule};
 
 #[cfg(test)]
 mod tests {

@@ -225,6 +225,11 @@ mod tests {
     use super::*;
     use jetcron_core::job::parse_job;
 
+    /// When the tests' jobs are written: any fixed instant.
+    fn written_at() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).expect("instant")
+    }
+
     fn job(id: &str, schedule: &str) -> ValidJob {
         let json = format!(
             r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}}}"#
@@ -235,7 +240,7 @@ mod tests {
     #[test]
     fn jobs_are_found_replaced_and_removed_by_id_in_their_shard() {
         let mut book = Book::default();
-        let at = Utc::now();
+        let at = written_at();
         for i in 0..200 {
             book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
         }
@@ -259,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_loaded_table_goes_in_whole_or_is_held_job_by_job_beside_what_is_there() {
-        let at = Utc::now();
+        let at = written_at();
         let ids: Vec<String> = (0..400).map(|i| format!("job-{i}")).collect();
         let shard = shard_of(&ids[0]);
         let of_shard: Vec<&String> = ids.iter().filter(|id| shard_of(id) == shard).collect();
@@ -297,7 +302,7 @@ mod tests {
     #[test]
     fn a_moved_id_is_the_same_id_in_a_new_allocation() {
         let mut book = Book::default();
-        let at = Utc::now();
+        let at = written_at();
         for i in 0..100 {
             book.insert(&job(&long_id(i), "@daily"), i + 1, at);
         }
@@ -328,7 +333,7 @@ mod tests {
     #[test]
     fn a_shard_is_planned_in_place_and_unplanned_with_its_jobs_kept() {
         let mut book = Book::default();
-        let at = Utc::now();
+        let at = written_at();
         for i in 0..300 {
             book.insert(&job(&format!("job-{i}"), "* * * * * *"), i + 1, at);
         }
@@ -363,7 +368,7 @@ mod tests {
     #[test]
     fn room_made_for_more_jobs_keeps_the_jobs_held() {
         let mut book = Book::default();
-        let at = Utc::now();
+        let at = written_at();
         for i in 0..300 {
             book.insert(&job(&format!("job-{i}"), "@daily"), i + 1, at);
         }

@@ -22,7 +22,7 @@ use async_nats::jetstream::stream::{
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use jetcron_core::job::{parse_job_with, JobSpec};
-use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_core::subjects;
 use jetcron_io::retry::LogLimiter;
 use serde_json::value::RawValue;

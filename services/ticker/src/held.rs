@@ -11,19 +11,19 @@ use chrono::{DateTime, Utc};
 use compact_str::CompactString;
 use jetcron_core::job::ValidJob;
 use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::book::Book;
 use crate::definitions::Definitions;
 use crate::held_job::HeldJob;
-use crate::holding::{self, Acquisition, Holdings, Route};
+use crate::holding::{Acquisition, Holdings, Route};
+pub(crate) use crate::load::Loader;
 use crate::load::{self, ShardPass};
 use crate::ownership::{Leases, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::plan_queue::PlanQueue;
 use crate::shards::{self, shard_of};
-use crate::snapshots::{SnapshotStore, SnapshotWriter};
+use crate::snapshots::SnapshotWriter;
 use crate::tidy::Tidying;
 use crate::{revoke, verify};
 
@@ -118,31 +118,6 @@ pub(crate) fn on_ownership(
                 loader.start(pass, shards);
             }
         }
-    }
-}
-
-/// What starts a pass that loads shards ([`load::load_shards`]).
-pub(crate) struct Loader {
-    pub(crate) client: async_nats::Client,
-    pub(crate) lines: jetcron_core::schedule_lines::SharedLines,
-    /// Where a pass looks for its shards' snapshots first.
-    pub(crate) snapshots: Option<SnapshotStore>,
-    pub(crate) done: tokio::sync::mpsc::Sender<ShardPass>,
-    pub(crate) stop: CancellationToken,
-}
-
-impl Loader {
-    fn start(&self, pass: holding::PassId, shards: Vec<u32>) {
-        info!(?shards, "loading the jobs of shards taken over");
-        tokio::spawn(load::load_shards(
-            self.client.clone(),
-            self.lines.clone(),
-            self.snapshots.clone(),
-            pass,
-            shards,
-            self.done.clone(),
-            self.stop.clone(),
-        ));
     }
 }
 
@@ -360,7 +335,7 @@ pub(crate) async fn preload(
 }
 
 /// Drop the jobs of shards owned elsewhere once ownership has settled; the
-/// jobs go (and the kept ones move) a piece at a time ([`tidy`]).
+/// jobs go (and the kept ones move) a piece at a time ([`crate::tidy`]).
 pub(crate) fn drop_shards_owned_elsewhere(held: &mut Held) {
     let Held {
         book,
@@ -448,15 +423,14 @@ fn apply_entry(
 ) {
     held.snapshots.changed(shard_of(&entry.key));
     match &entry.written {
-        Written::Valid(job) => hold_job(
-            job,
-            entry.revision,
-            entry.written_at,
-            held,
-            revoker,
-            late_threshold,
-            now,
-        ),
+        Written::Valid(job) => {
+            let definition = Definition {
+                job,
+                revision: entry.revision,
+                defined_at: entry.written_at,
+            };
+            hold_job(definition, held, revoker, late_threshold, now);
+        }
         // An invalid value is not a runnable job: its key is unscheduled.
         Written::Removed | Written::Invalid { .. } => {
             unschedule_job(&entry.key, held, revoker, now);
@@ -479,17 +453,28 @@ fn revoke_if_stopped(entry: &JobEntry, revoker: &mut revoke::Revoker, now: DateT
     }
 }
 
-/// Hold `job` at `revision` (written at `defined_at`) and plan it if its
-/// shard is owned; an older revision than the one held changes nothing.
-fn hold_job(
-    job: &ValidJob,
+/// A valid definition of a job at its revision, written at `defined_at`
+/// (what [`HeldJob::of`] keeps of it).
+struct Definition<'a> {
+    job: &'a ValidJob,
     revision: u64,
     defined_at: DateTime<Utc>,
+}
+
+/// Hold the job of `definition` and plan it if its shard is owned; an
+/// older revision than the one held changes nothing.
+fn hold_job(
+    definition: Definition<'_>,
     held: &mut Held,
     revoker: &mut revoke::Revoker,
     late_threshold: chrono::Duration,
     now: DateTime<Utc>,
 ) {
+    let Definition {
+        job,
+        revision,
+        defined_at,
+    } = definition;
     let Held {
         book, definitions, ..
     } = held;

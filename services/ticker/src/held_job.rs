@@ -10,8 +10,8 @@
 
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
-use jetcron_core::job::fire_times::Timing;
 use jetcron_core::job::ValidJob;
+use jetcron_core::schedule::fire_times::Timing;
 
 use crate::millis::Millis;
 use crate::pool_name::PoolName;

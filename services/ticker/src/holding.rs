@@ -301,11 +301,17 @@ mod tests {
 
     const SETTLE: Duration = Duration::from_secs(10);
 
+    /// Entries are written and shards acquired at this fixed instant: the
+    /// holdings go by revisions and the monotonic instants passed in.
+    fn at() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).expect("instant")
+    }
+
     fn entry(key: &str, revision: u64) -> Arc<JobEntry> {
         Arc::new(JobEntry {
             key: key.to_string(),
             revision,
-            written_at: Utc::now(),
+            written_at: at(),
             written: Written::Removed,
         })
     }
@@ -319,7 +325,7 @@ mod tests {
     }
 
     fn acquisition() -> Acquisition {
-        let at = Utc::now();
+        let at = at();
         Acquisition {
             done: at,
             emitted_before: at,

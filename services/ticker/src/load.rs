@@ -27,12 +27,12 @@ use anyhow::Context as _;
 use async_nats::jetstream::kv::Operation;
 use compact_str::CompactString;
 use futures::StreamExt as _;
-use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_io::job_feed::{self, JobEntry, Needs};
 use jetcron_io::retry::RetryDelay;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::held_job::HeldJob;
 use crate::holding::PassId;
@@ -64,16 +64,36 @@ pub struct ShardPass {
     pub as_snapshots: Option<Vec<u32>>,
 }
 
-/// Read the jobs of `shards` for pass `pass` and hand them to `passes`.
-pub async fn load_shards(
-    client: async_nats::Client,
-    lines: SharedLines,
-    snapshots: Option<SnapshotStore>,
-    pass: PassId,
-    shards: Vec<u32>,
-    passes: mpsc::Sender<ShardPass>,
-    stop: CancellationToken,
-) {
+/// What a pass reads with and where it hands its result: one per ticker,
+/// each pass spawned with a clone ([`Loader::start`]).
+#[derive(Clone)]
+pub(crate) struct Loader {
+    pub(crate) client: async_nats::Client,
+    pub(crate) lines: SharedLines,
+    /// Where a pass looks for its shards' snapshots first.
+    pub(crate) snapshots: Option<SnapshotStore>,
+    pub(crate) done: mpsc::Sender<ShardPass>,
+    pub(crate) stop: CancellationToken,
+}
+
+impl Loader {
+    /// Start pass `pass` over `shards`, beside the ticker's loop.
+    pub(crate) fn start(&self, pass: PassId, shards: Vec<u32>) {
+        info!(?shards, "loading the jobs of shards taken over");
+        tokio::spawn(load_shards(self.clone(), pass, shards));
+    }
+}
+
+/// Read the jobs of `shards` for pass `pass` and hand them to the loader's
+/// `done`.
+async fn load_shards(loader: Loader, pass: PassId, shards: Vec<u32>) {
+    let Loader {
+        client,
+        lines,
+        snapshots,
+        done: passes,
+        stop,
+    } = loader;
     let started = Instant::now();
     let read = tokio::select! {
         _ = stop.cancelled() => return,

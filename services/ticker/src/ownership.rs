@@ -28,9 +28,12 @@
 //!   while it holds shards (its connection is bad, not the cluster): it hands
 //!   its shards and its heartbeat over and sits out one TTL, so that a replica
 //!   that can publish takes over.
+//!
+//! Here the task's rounds (heartbeat, renewals, releases); in `acquire` how
+//! a shard is taken; in `leases` the [`Leases`] the ticker's loop reads.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -38,15 +41,18 @@ use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt as _;
 use jetcron_core::clock::Clock;
-use jetcron_io::clock_check::ClockCheck;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shards::{replica_key, shard_key, ShardRecord, SHARDS};
-use crate::share::{self, RecordState, ShardSeen, Take};
+use crate::share::{self, RecordState, ShardSeen};
 
 pub use crate::lease_options::LeaseOptions;
+pub use leases::Leases;
+
+mod acquire;
+mod leases;
 
 /// What the ticker loop learns from ownership.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,116 +69,6 @@ pub enum OwnershipChange {
     /// A round is over: what it changed has been said (the shards acquired
     /// in one round are loaded together).
     RoundEnded,
-}
-
-#[derive(Debug, Default)]
-struct LeaseTable {
-    valid_until: HashMap<u32, Instant>,
-    watermarks: HashMap<u32, DateTime<Utc>>,
-    /// Shards whose watermark came from a plan of this replica (not only
-    /// from the record it took over).
-    planned: std::collections::HashSet<u32>,
-    /// Since when due events of this replica fail to be stored (`None`: they are stored).
-    publish_failing_since: Option<Instant>,
-}
-
-/// Shared between the ticker loop (reads validity, writes watermarks) and the
-/// ownership task (writes validity, reads watermarks).
-#[derive(Debug, Clone, Default)]
-pub struct Leases {
-    table: Arc<Mutex<LeaseTable>>,
-    /// This host's clock against the servers': no lease is valid while it
-    /// is not trusted.
-    clock_check: ClockCheck,
-}
-
-impl Leases {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Leases checked against `clock_check` as well.
-    pub fn with_clock_check(clock_check: ClockCheck) -> Self {
-        Self {
-            clock_check,
-            ..Self::default()
-        }
-    }
-
-    /// Whether this replica may publish fires of `shard` now: its lease is
-    /// current and this host's clock is trusted.
-    pub fn is_valid(&self, shard: u32) -> bool {
-        self.lock()
-            .valid_until
-            .get(&shard)
-            .is_some_and(|until| *until > Instant::now())
-            && self.clock_check.trusted()
-    }
-
-    /// Whether this host's clock may be acted on now.
-    fn clock_trusted(&self) -> bool {
-        self.clock_check.trusted()
-    }
-
-    /// Record that every fire of `shard` scheduled up to `done` is stored,
-    /// as the shard's plan here says.
-    pub fn set_watermark(&self, shard: u32, done: DateTime<Utc>) {
-        let mut table = self.lock();
-        table.watermarks.insert(shard, done);
-        table.planned.insert(shard);
-    }
-
-    /// `shard` is planned here: handed on after the unplanned ones
-    /// ([`crate::share::to_release`]). Its watermark is recorded with the
-    /// loop's next [`Self::set_watermark`].
-    pub fn mark_planned(&self, shard: u32) {
-        self.lock().planned.insert(shard);
-    }
-
-    /// The watermark a shard taken over starts from (its last owner's).
-    fn start_from(&self, shard: u32, done: DateTime<Utc>) {
-        let mut table = self.lock();
-        table.watermarks.insert(shard, done);
-        table.planned.remove(&shard);
-    }
-
-    fn is_planned(&self, shard: u32) -> bool {
-        self.lock().planned.contains(&shard)
-    }
-
-    fn watermark(&self, shard: u32) -> Option<DateTime<Utc>> {
-        self.lock().watermarks.get(&shard).copied()
-    }
-
-    /// The ticker loop's report: due events fail to be stored since `since`
-    /// (`None`: the last batch was stored).
-    pub fn set_publish_failing_since(&self, since: Option<Instant>) {
-        self.lock().publish_failing_since = since;
-    }
-
-    fn publish_failing_for(&self, now: Instant) -> Duration {
-        self.lock()
-            .publish_failing_since
-            .map_or(Duration::ZERO, |since| now.duration_since(since))
-    }
-
-    fn grant(&self, shard: u32, until: Instant) {
-        self.lock().valid_until.insert(shard, until);
-    }
-
-    /// Keep `shard` valid until `until` unless it already is for longer.
-    fn extend(&self, shard: u32, until: Instant) {
-        let mut table = self.lock();
-        let current = table.valid_until.entry(shard).or_insert(until);
-        *current = (*current).max(until);
-    }
-
-    fn revoke(&self, shard: u32) {
-        let mut table = self.lock();
-        table.valid_until.remove(&shard);
-        table.watermarks.remove(&shard);
-        table.planned.remove(&shard);
-    }
 }
 
 struct Owned {
@@ -616,107 +512,6 @@ impl Ownership {
             Ok(_) => debug!(shard, "shard released"),
             Err(e) => warn!(shard, error = %e, "cannot release shard (it will expire)"),
         }
-    }
-
-    async fn acquire_up_to(
-        &mut self,
-        share: usize,
-        records: &HashMap<u32, kv::Entry>,
-        seen: &[ShardSeen],
-        now: Instant,
-    ) {
-        let owned: std::collections::HashSet<u32> = self.owned.keys().copied().collect();
-        for candidate in share::candidates(seen, |shard| owned.contains(&shard), &self.options) {
-            let shard = candidate.shard;
-            if self.owned.len() >= share && !candidate.beyond_share {
-                continue;
-            }
-            let started = Instant::now();
-            let acquired = match (candidate.take, records.get(&shard)) {
-                (Take::Create, _) => {
-                    let done = self.clock.now();
-                    let value = self.record_bytes(&self.replica_id, done);
-                    self.bucket
-                        .create(shard_key(shard), value)
-                        .await
-                        .ok()
-                        .map(|revision| (revision, done, done))
-                }
-                (Take::Overwrite, Some(entry)) => {
-                    warn!(shard, "unreadable shard record, overwriting from now");
-                    let done = self.clock.now();
-                    let value = self.record_bytes(&self.replica_id, done);
-                    self.bucket
-                        .update(shard_key(shard), value, entry.revision)
-                        .await
-                        .ok()
-                        .map(|revision| (revision, done, done))
-                }
-                (Take::TakeOver, Some(entry)) => {
-                    let Ok(record) = serde_json::from_slice::<ShardRecord>(&entry.value) else {
-                        continue;
-                    };
-                    let value = self.record_bytes(&self.replica_id, record.done);
-                    // The previous owner's horizon bounds which scheduled times
-                    // it published after this record; older records name their
-                    // TTL only; fall back to ours for records without either.
-                    let horizon = record
-                        .emitted_horizon_ms
-                        .or(record.lease_ttl_ms)
-                        .and_then(|ms| i64::try_from(ms).ok())
-                        .map(chrono::Duration::milliseconds)
-                        .unwrap_or_else(|| {
-                            chrono::Duration::from_std(
-                                self.options.publish_horizon() + self.lookahead,
-                            )
-                            .unwrap_or_default()
-                        });
-                    let emitted_before = record.written_at.unwrap_or(entry.created) + horizon;
-                    self.bucket
-                        .update(shard_key(shard), value, entry.revision)
-                        .await
-                        .ok()
-                        .map(|revision| (revision, record.done, emitted_before))
-                }
-                (_, None) => None,
-            };
-            if let Some((revision, done, emitted_before)) = acquired {
-                if self.owned.len() >= share {
-                    self.orphans_taken_at = Some(now);
-                    info!(shard, share, "orphaned shard taken beyond the fair share");
-                }
-                self.take(shard, revision, done, emitted_before, started)
-                    .await;
-            }
-        }
-    }
-
-    async fn take(
-        &mut self,
-        shard: u32,
-        revision: u64,
-        done: DateTime<Utc>,
-        emitted_before: DateTime<Utc>,
-        started: Instant,
-    ) {
-        self.owned.insert(
-            shard,
-            Owned {
-                revision,
-                renewed_at: started,
-            },
-        );
-        self.leases.start_from(shard, done);
-        self.leases.grant(shard, started + self.options.ttl / 2);
-        info!(shard, done = %jetcron_core::time_format::rfc3339_millis(done), "shard acquired");
-        let _ = self
-            .changes
-            .send(OwnershipChange::Acquired {
-                shard,
-                done,
-                emitted_before,
-            })
-            .await;
     }
 
     async fn lose(&mut self, shard: u32, why: &str) {

@@ -57,12 +57,13 @@ impl PlanQueue {
 
 #[cfg(test)]
 mod tests {
-    use chrono::{Duration, Utc};
+    use chrono::{DateTime, Duration};
 
     use super::*;
 
     fn acquisition(seconds_ago: i64) -> Acquisition {
-        let at = Utc::now() - Duration::seconds(seconds_ago);
+        let now = DateTime::from_timestamp(1_800_000_000, 0).expect("instant");
+        let at = now - Duration::seconds(seconds_ago);
         Acquisition {
             done: at,
             emitted_before: at,

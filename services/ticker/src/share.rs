@@ -97,6 +97,12 @@ pub fn candidates(
     out
 }
 
+/// Whether a replica that owns `owned` shards takes `candidate` now: up
+/// to its `share`, and an orphan ([`Candidate::beyond_share`]) beyond it.
+pub fn takes(candidate: &Candidate, owned: usize, share: usize) -> bool {
+    owned < share || candidate.beyond_share
+}
+
 /// The shard to give up this round, if any. A shard not planned here yet
 /// (its jobs still being loaded) goes first: its fires wait for a load
 /// wherever it goes, while a planned one handed on would make its new
@@ -121,6 +127,9 @@ pub fn to_release(
         .copied()
         .max_by_key(|shard| (!planned(*shard), *shard))
 }
+
+#[cfg(test)]
+mod cluster_properties;
 
 #[cfg(test)]
 mod tests {

@@ -28,10 +28,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use chrono::{DateTime, Utc};
 use compact_str::CompactString;
-use jetcron_core::job::fire_times::Timing;
 use jetcron_core::job::MisfirePolicy;
+use jetcron_core::schedule::fire_times::{RareTiming, Timing};
+use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_core::schedule::{parse_timezone, Schedule};
-use jetcron_core::schedule_lines::SharedLines;
 use serde::{Deserialize, Serialize};
 
 use crate::held_job::HeldJob;
@@ -211,15 +211,13 @@ fn held_job_of(record: &JobRecord, lines: &SharedLines) -> anyhow::Result<HeldJo
         ScheduleRecord::AfterOnly => Schedule::AfterOnly,
     };
     let timezone = parse_timezone(record.timezone)?;
-    let timing = Timing::new(
-        schedule,
-        timezone,
-        record.misfire,
-        record.start_at.map(Instant::at).transpose()?,
-        record.end_at.map(Instant::at).transpose()?,
-        record.jitter,
-        record.catchup_window,
-    );
+    let rare = RareTiming {
+        start_at: record.start_at.map(Instant::at).transpose()?,
+        end_at: record.end_at.map(Instant::at).transpose()?,
+        jitter: record.jitter,
+        catchup_window: record.catchup_window,
+    };
+    let timing = Timing::new(schedule, timezone, record.misfire, rare);
     let defined_at =
         DateTime::from_timestamp_millis(record.defined_at_ms).context("write time out of range")?;
     Ok(HeldJob {

@@ -9,16 +9,17 @@
 //! put runs in a task of its own. A failed put is retried at the next turn.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::object_store::{
     GetErrorKind, InfoErrorKind, ObjectInfo, ObjectMetadata, ObjectStore,
 };
 use async_nats::jetstream::stream;
-use jetcron_core::schedule_lines::SharedLines;
+use jetcron_core::schedule::shared_lines::SharedLines;
 use tokio::io::AsyncReadExt as _;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::book::Book;
@@ -206,7 +207,9 @@ pub(crate) fn cpu_bound_here<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
-/// What the loop keeps to write snapshots.
+/// What the loop keeps to write snapshots. Its instants are tokio's, as
+/// the stop's deadline is: the pacing and the deadline follow one clock
+/// (the runtime's, which a test can pause).
 pub struct SnapshotWriter {
     store: Option<SnapshotStore>,
     every: Duration,
@@ -356,7 +359,7 @@ impl SnapshotWriter {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let deadline = tokio::time::Instant::now() + within;
+        let deadline = Instant::now() + within;
         if let Some((shard, _, task)) = self.writing.take() {
             let ended = match tokio::time::timeout_at(deadline, task).await {
                 Ok(joined) => put_of(joined),

@@ -134,8 +134,13 @@ impl Tidying {
 mod tests {
     use super::*;
     use crate::shards::shard_of;
-    use chrono::Utc;
+    use chrono::{DateTime, Utc};
     use jetcron_core::job::parse_job;
+
+    /// When the jobs are written and planned: any fixed instant.
+    fn at() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).expect("instant")
+    }
 
     /// An id longer than a job keeps in itself: its move shows.
     fn long_id(i: usize) -> String {
@@ -147,7 +152,7 @@ mod tests {
             r#"{{"id":"{id}","schedule":"@daily","target":{{"type":"shell","command":"true"}}}}"#
         );
         let job = parse_job(json.as_bytes(), None).expect("valid job");
-        book.insert(&job, 1, Utc::now());
+        book.insert(&job, 1, at());
     }
 
     /// Step `tidying` until it is idle; how many steps that took.
@@ -176,7 +181,7 @@ mod tests {
         }
         let kept = shard_of(&long_id(0));
         let kept_before = ids_of(&book, kept);
-        let now = Utc::now();
+        let now = at();
         let mut table = book.take_to_plan(kept);
         table.plan_all(now, now, chrono::Duration::seconds(60));
         book.put_planned(kept, table);

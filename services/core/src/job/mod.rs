@@ -13,10 +13,11 @@
 //! - [`schema`]: the JSON Schema at work, on the failure path;
 //! - `validate`: the semantic checks of a decoded definition;
 //! - `parse`: bytes to [`ValidJob`], naming every problem at once (uses
-//!   `schema` and `validate`);
-//! - [`fire_times`]: when a valid job fires (bounds, DST, jitter, misfires).
+//!   `schema` and `validate`).
+//!
+//! When a valid job fires (bounds, DST, jitter, misfires) is the schedule's
+//! question: [`crate::schedule::fire_times`].
 
-pub mod fire_times;
 mod parse;
 pub mod patterns;
 pub mod schema;

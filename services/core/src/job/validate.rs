@@ -1,16 +1,24 @@
 //! The semantic checks of a decoded definition: every field, all problems
-//! at once, into a [`ValidJob`].
+//! at once, into a [`ValidJob`]. What a target needs is in `targets`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 
 use super::spec::*;
 use crate::backoff::{self, Backoff};
+use crate::schedule::fire_times::RareTiming;
 use crate::schedule::{parse_timezone, Schedule, ScheduleError};
 use crate::subjects::DEFAULT_POOL;
 use crate::time_format::duration_text;
+
+mod targets;
+
+pub use targets::{is_valid_publish_subject, reserved_subject_prefix, RESERVED_SUBJECT_PREFIXES};
+use targets::{validate_headers, validate_target};
+pub(crate) use targets::{validate_http_headers, validate_http_url};
 
 /// Check a label selector or a job's labels: key syntax and value size.
 pub fn validate_labels(field: &str, labels: &BTreeMap<String, String>) -> Vec<FieldError> {
@@ -59,11 +67,56 @@ pub fn validate_with(
     spec: JobSpec,
     parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
 ) -> Result<ValidJob, Vec<FieldError>> {
+    // Problems are listed in the order of the fields below.
     let mut problems = Vec::new();
     if let Err(p) = validate_id(&spec.id) {
         problems.push(p);
     }
-    let schedule = match spec.schedule.as_deref() {
+    let schedule = validate_schedule(&spec, parse_schedule, &mut problems);
+    validate_after(&spec.id, &spec.after, &mut problems);
+    let timezone = validate_timezone(spec.timezone.as_deref(), &mut problems);
+    let attempts = validate_attempts(&spec, &mut problems);
+    let placement = validate_placement(&spec, &mut problems);
+    if let Some(notify) = &spec.notify {
+        validate_notify(notify, &mut problems);
+    }
+    let window = validate_fire_window(&spec, &mut problems);
+    validate_target(&spec.target, &mut problems);
+    problems.extend(validate_labels("labels", &spec.labels));
+    validate_description(spec.description.as_deref(), &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    match (schedule, timezone, attempts, placement, window) {
+        (Some(schedule), Some(timezone), Some(attempts), Some(placement), Some(window)) => {
+            Ok(ValidJob {
+                misfire: spec.misfire.unwrap_or_default(),
+                concurrency: spec.concurrency.unwrap_or_default(),
+                spec,
+                schedule,
+                timezone,
+                timeout: attempts.timeout,
+                max_attempts: attempts.max_attempts,
+                backoff: attempts.backoff,
+                pool: placement.pool,
+                shards: placement.shards,
+                start_at: window.start_at,
+                end_at: window.end_at,
+                jitter: window.jitter,
+                catchup_window: window.catchup_window,
+            })
+        }
+        _ => Err(problems),
+    }
+}
+
+/// `schedule`: a line, or none for a job that only runs `after` others.
+fn validate_schedule(
+    spec: &JobSpec,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+    problems: &mut Vec<FieldError>,
+) -> Option<Schedule> {
+    match spec.schedule.as_deref() {
         None if !spec.after.is_empty() => Some(Schedule::AfterOnly),
         None => {
             problems.push(FieldError::new("schedule", "required", MISSING_SCHEDULE));
@@ -72,14 +125,28 @@ pub fn validate_with(
         Some(line) => parse_schedule(line)
             .map_err(|e| problems.push(FieldError::new("schedule", "invalid_schedule", e.0)))
             .ok(),
-    };
-    validate_after(&spec.id, &spec.after, &mut problems);
-    let timezone = match &spec.timezone {
+    }
+}
+
+/// `timezone`: an IANA name, UTC when absent.
+fn validate_timezone(name: Option<&str>, problems: &mut Vec<FieldError>) -> Option<Tz> {
+    match name {
         None => Some(chrono_tz::UTC),
         Some(name) => parse_timezone(name)
             .map_err(|e| problems.push(FieldError::new("timezone", "invalid_timezone", e.0)))
             .ok(),
-    };
+    }
+}
+
+/// How each run is attempted: its timeout, attempts and the delay between them.
+struct Attempts {
+    timeout: Duration,
+    max_attempts: u32,
+    backoff: Backoff,
+}
+
+/// `timeout` and `retry`.
+fn validate_attempts(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<Attempts> {
     let timeout = match &spec.timeout {
         None => Some(DEFAULT_TIMEOUT),
         Some(text) => parse_bounded_duration("timeout", text, Duration::from_secs(1), MAX_DURATION)
@@ -98,7 +165,22 @@ pub fn validate_with(
             format!("must be between 1 and {MAX_ATTEMPTS}, got {max_attempts}"),
         ));
     }
-    let backoff = validate_backoff(spec.retry.as_ref(), &mut problems);
+    let backoff = validate_backoff(spec.retry.as_ref(), problems);
+    Some(Attempts {
+        timeout: timeout?,
+        max_attempts,
+        backoff: backoff?,
+    })
+}
+
+/// Where the job's runs go: its pool and how many shards a run has.
+struct Placement {
+    pool: String,
+    shards: u32,
+}
+
+/// `pool` and `shards`.
+fn validate_placement(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<Placement> {
     let pool = match &spec.pool {
         None => Some(DEFAULT_POOL.to_string()),
         Some(pool) => validate_token("pool", pool)
@@ -114,11 +196,17 @@ pub fn validate_with(
             format!("must be between 1 and {MAX_SHARDS}, got {shards}"),
         ));
     }
-    if let Some(notify) = &spec.notify {
-        validate_notify(notify, &mut problems);
-    }
-    let start_at = parse_instant("start_at", spec.start_at.as_deref(), &mut problems);
-    let end_at = parse_instant("end_at", spec.end_at.as_deref(), &mut problems);
+    Some(Placement {
+        pool: pool?,
+        shards,
+    })
+}
+
+/// `start_at`, `end_at`, `jitter` and `catchup_window`: when the job's
+/// scheduled times may be, and how its fires are spread and recovered.
+fn validate_fire_window(spec: &JobSpec, problems: &mut Vec<FieldError>) -> Option<RareTiming> {
+    let start_at = parse_instant("start_at", spec.start_at.as_deref(), problems);
+    let end_at = parse_instant("end_at", spec.end_at.as_deref(), problems);
     if let (Some(Some(start)), Some(Some(end))) = (start_at, end_at) {
         if end <= start {
             problems.push(FieldError::new(
@@ -145,9 +233,17 @@ pub fn validate_with(
         .map_err(|p| problems.push(p))
         .ok(),
     };
-    validate_target(&spec.target, &mut problems);
-    problems.extend(validate_labels("labels", &spec.labels));
-    if let Some(d) = &spec.description {
+    Some(RareTiming {
+        start_at: start_at?,
+        end_at: end_at?,
+        jitter: jitter?,
+        catchup_window: catchup_window?,
+    })
+}
+
+/// `description`: at most 4096 bytes.
+fn validate_description(description: Option<&str>, problems: &mut Vec<FieldError>) {
+    if let Some(d) = description {
         if d.len() > 4096 {
             problems.push(FieldError::new(
                 "description",
@@ -155,36 +251,6 @@ pub fn validate_with(
                 format!("must be at most 4096 bytes, got {}", d.len()),
             ));
         }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    match (
-        (schedule, timezone, timeout, backoff),
-        (start_at, end_at, jitter, catchup_window),
-        pool,
-    ) {
-        (
-            (Some(schedule), Some(timezone), Some(timeout), Some(backoff)),
-            (Some(start_at), Some(end_at), Some(jitter), Some(catchup_window)),
-            Some(pool),
-        ) => Ok(ValidJob {
-            misfire: spec.misfire.unwrap_or_default(),
-            concurrency: spec.concurrency.unwrap_or_default(),
-            spec,
-            schedule,
-            timezone,
-            timeout,
-            max_attempts,
-            backoff,
-            pool,
-            shards,
-            start_at,
-            end_at,
-            jitter,
-            catchup_window,
-        }),
-        _ => Err(problems),
     }
 }
 
@@ -255,114 +321,6 @@ pub fn validate_token(field: &str, id: &str) -> Result<(), FieldError> {
         ));
     }
     Ok(())
-}
-
-fn validate_target(target: &Target, problems: &mut Vec<FieldError>) {
-    match target {
-        Target::Nats(t) => {
-            if !is_valid_publish_subject(&t.subject) {
-                problems.push(FieldError::new(
-                    "target.subject",
-                    "invalid_subject",
-                    format!(
-                        "{:?} is not a NATS subject: dot-separated non-empty tokens without spaces or wildcards",
-                        t.subject
-                    ),
-                ));
-            }
-            if let Some(prefix) = reserved_subject_prefix(&t.subject) {
-                problems.push(FieldError::new(
-                    "target.subject",
-                    "reserved_subject",
-                    format!(
-                        "{:?} is under {prefix:?}, which jetcron and NATS use themselves (a job could forge due or run events through it)",
-                        t.subject
-                    ),
-                ));
-            }
-            validate_headers("target.headers", &t.headers, problems);
-        }
-        Target::Http(t) => {
-            validate_http_url("target.url", &t.url, problems);
-            if let Some(m) = &t.method {
-                if !HTTP_METHODS.contains(&m.as_str()) {
-                    problems.push(FieldError::new(
-                        "target.method",
-                        "invalid_method",
-                        format!("must be one of {}, got {m:?}", HTTP_METHODS.join(" ")),
-                    ));
-                }
-            }
-            validate_headers("target.headers", &t.headers, problems);
-            validate_http_headers("target.headers", &t.headers, problems);
-        }
-        Target::Shell(t) => {
-            if t.command.trim().is_empty() {
-                problems.push(FieldError::new(
-                    "target.command",
-                    "required",
-                    "must not be empty",
-                ));
-            }
-            if t.command.contains('\0') {
-                problems.push(FieldError::new(
-                    "target.command",
-                    "invalid_command",
-                    "must not contain NUL bytes",
-                ));
-            }
-            validate_shell_options(t, problems);
-        }
-    }
-}
-
-fn validate_shell_options(t: &ShellTarget, problems: &mut Vec<FieldError>) {
-    if let Some(dir) = &t.working_dir {
-        if !dir.starts_with('/') || dir.contains('\0') || dir.len() > 4096 {
-            problems.push(FieldError::new(
-                "target.working_dir",
-                "invalid_path",
-                format!(
-                    "must be an absolute path without NUL bytes, at most 4096 bytes, got {dir:?}"
-                ),
-            ));
-        }
-    }
-    if t.env.len() > MAX_ENV_VARS {
-        problems.push(FieldError::new(
-            "target.env",
-            "too_many",
-            format!("at most {MAX_ENV_VARS} variables, got {}", t.env.len()),
-        ));
-    }
-    for (name, value) in &t.env {
-        let field = format!("target.env.{}", name.escape_debug());
-        let name_ok = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !name_ok {
-            problems.push(FieldError::new(
-                field.clone(),
-                "invalid_env",
-                "names must match [A-Za-z_][A-Za-z0-9_]*",
-            ));
-        } else if name.to_ascii_uppercase().starts_with("JETCRON_") {
-            problems.push(FieldError::new(
-                field.clone(),
-                "reserved_env",
-                "JETCRON_* variables are set by the executor (run context)",
-            ));
-        }
-        if value.contains('\0') {
-            problems.push(FieldError::new(
-                field,
-                "invalid_env",
-                "values must not contain NUL bytes",
-            ));
-        }
-    }
 }
 
 /// `notify`: a webhook, channels, or both; the repeat interval.
@@ -441,50 +399,6 @@ fn validate_notify(notify: &NotifyPolicy, problems: &mut Vec<FieldError>) {
     }
 }
 
-pub(crate) fn validate_http_url(field: &str, text: &str, problems: &mut Vec<FieldError>) {
-    // The URL parser drops tabs and line breaks: the stored text would not be
-    // the URL that runs.
-    if text.chars().any(char::is_control) {
-        problems.push(FieldError::new(
-            field,
-            "invalid_url",
-            format!("{text:?} contains control characters"),
-        ));
-        return;
-    }
-    match url::Url::parse(text) {
-        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-        Ok(u) => problems.push(FieldError::new(
-            field,
-            "invalid_url",
-            format!("scheme must be http or https, got {:?}", u.scheme()),
-        )),
-        Err(e) => problems.push(FieldError::new(
-            field,
-            "invalid_url",
-            format!("{text:?} is not a URL: {e}"),
-        )),
-    }
-}
-
-pub(crate) fn validate_http_headers(
-    field: &str,
-    headers: &BTreeMap<String, String>,
-    problems: &mut Vec<FieldError>,
-) {
-    for (name, value) in headers {
-        let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
-            && http::HeaderValue::from_str(value).is_ok();
-        if !ok {
-            problems.push(FieldError::new(
-                format!("{field}.{}", name.escape_debug()),
-                "invalid_header",
-                "not a valid HTTP header: names are tokens (letters, digits, !#$%&'*+-.^_`|~), values visible ASCII, space or tab",
-            ));
-        }
-    }
-}
-
 /// `retry.backoff`, `retry.multiplier`, `retry.max_backoff`, `retry.jitter`.
 fn validate_backoff(
     retry: Option<&RetryPolicy>,
@@ -541,55 +455,6 @@ fn validate_backoff(
         max,
         jitter,
     })
-}
-
-fn validate_headers(
-    field: &str,
-    headers: &BTreeMap<String, String>,
-    problems: &mut Vec<FieldError>,
-) {
-    for (name, value) in headers {
-        let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-        if !name_ok {
-            problems.push(FieldError::new(
-                format!("{field}.{}", name.escape_debug()),
-                "invalid_header",
-                "header names must be visible ASCII without ':'",
-            ));
-        }
-        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-            problems.push(FieldError::new(
-                format!("{field}.{}", name.escape_debug()),
-                "invalid_header",
-                "header values must not contain CR, LF or NUL",
-            ));
-        }
-    }
-}
-
-/// A subject one can publish to: non-empty dot-separated tokens, no wildcards or whitespace.
-/// Subject prefixes a `nats` target may not use: the executor publishes a
-/// target's request with its own permissions, so a job aimed at jetcron's own
-/// subjects (`jetcron.due.…`, `jetcron.runs.…`), the JetStream and system
-/// APIs (`$JS.…`, `$KV.…`, `$SYS.…`) or reply inboxes could forge events.
-pub const RESERVED_SUBJECT_PREFIXES: [&str; 3] = ["jetcron.", "$", "_INBOX."];
-
-/// The reserved prefix `subject` falls under, if any.
-pub fn reserved_subject_prefix(subject: &str) -> Option<&'static str> {
-    RESERVED_SUBJECT_PREFIXES
-        .into_iter()
-        .find(|p| subject.starts_with(p) || subject == p.trim_end_matches('.'))
-}
-
-pub fn is_valid_publish_subject(subject: &str) -> bool {
-    !subject.is_empty()
-        && subject.len() <= 1024
-        && subject.split('.').all(|token| {
-            !token.is_empty()
-                && token != "*"
-                && token != ">"
-                && !token.chars().any(|c| c.is_whitespace() || c.is_control())
-        })
 }
 
 /// `Some(None)`: absent; `Some(Some(t))`: valid; `None`: invalid (problem recorded).

@@ -21,18 +21,6 @@ fn upsert(
     );
 }
 
-fn recover(
-    plan: &mut FirePlan,
-    job: ValidJob,
-    revision: u64,
-    defined_at: DateTime<Utc>,
-    done: DateTime<Utc>,
-    now: DateTime<Utc>,
-    late_threshold: chrono::Duration,
-) {
-    plan.recover(held(&job, revision, defined_at), done, now, late_threshold);
-}
-
 fn job_with(id: &str, schedule: &str, extra: &str) -> ValidJob {
     let json = format!(
         r#"{{"id":"{id}","schedule":"{schedule}","target":{{"type":"shell","command":"true"}}{extra}}}"#
@@ -212,11 +200,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     let threshold = chrono::Duration::seconds(60);
     // Failover: done 10s ago → every time fires, even with misfire=skip.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
-        1,
-        t(-1000),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+            1,
+            t(-1000),
+        ),
         t(0),
         t(10),
         threshold,
@@ -224,11 +213,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(10)), [("a".into(), 5), ("a".into(), 10)]);
     // Outage: done 1000s ago → the policy decides.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
-        1,
-        t(-1000),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"skip""#),
+            1,
+            t(-1000),
+        ),
         t(0),
         t(1000),
         threshold,
@@ -236,11 +226,8 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert!(drain(&mut plan, t(1000)).is_empty());
     assert_eq!(plan.next_fire_at(), Some(t(1005)));
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job("a", "*/5 * * * * *"),
-        1,
-        t(-1000),
+    plan.recover(
+        held(&job("a", "*/5 * * * * *"), 1, t(-1000)),
         t(0),
         t(1001),
         threshold,
@@ -248,11 +235,12 @@ fn recovery_fires_late_times_after_a_failover_and_applies_policy_after_an_outage
     assert_eq!(drain(&mut plan, t(1001)), [("a".into(), 1000)]);
     // A job defined during the outage catches up only from its definition.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
-        1,
-        t(990),
+    plan.recover(
+        held(
+            &job_with("a", "*/5 * * * * *", r#","misfire":"fire_all""#),
+            1,
+            t(990),
+        ),
         t(0),
         t(1000),
         threshold,
@@ -325,11 +313,8 @@ fn one_shot_fires_once() {
 fn recovery_after_an_owner_that_stored_ahead_resumes_past_its_watermark() {
     // The previous owner stored fires up to 5 with a lookahead; it is 3 now.
     let mut plan = FirePlan::default();
-    recover(
-        &mut plan,
-        job("a", "* * * * * *"),
-        1,
-        t(-1000),
+    plan.recover(
+        held(&job("a", "* * * * * *"), 1, t(-1000)),
         t(5),
         t(3),
         chrono::Duration::seconds(60),
@@ -506,94 +491,4 @@ fn a_queue_packed_again_and_again_fires_every_time_once_in_order() {
     assert_eq!(plan.watermark(t(6)), t(6));
 }
 
-mod properties {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// A schedule line every job of a property run may have: every k
-    /// seconds by cron, or by interval.
-    fn any_line() -> impl Strategy<Value = String> {
-        prop_oneof![
-            (1u32..=12).prop_map(|k| format!("*/{k} * * * * *")),
-            (1u32..=9).prop_map(|k| format!("@every {k}s")),
-        ]
-    }
-
-    /// Every scheduled time of `job` in (`from`, `to`], by its schedule.
-    fn scheduled_between(job: &ValidJob, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<i64> {
-        let mut out = Vec::new();
-        let mut after = from;
-        while let Some(next) = job.schedule.next_fire(after, job.timezone) {
-            if next > to {
-                break;
-            }
-            out.push(secs(next));
-            after = next;
-        }
-        out
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        /// Whatever the batch sizes and whichever taken fires fail to be
-        /// stored and are offered again, every scheduled time of every job
-        /// is stored once, and the watermark reaches the end.
-        #[test]
-        fn every_scheduled_time_is_stored_once_whatever_fails_on_the_way(
-            lines in proptest::collection::vec(any_line(), 1..12),
-            batches in proptest::collection::vec(1usize..8, 1..16),
-            failures in proptest::collection::vec(any::<bool>(), 1..32),
-            end in 5i64..40,
-        ) {
-            let mut plan = FirePlan::default();
-            let jobs: Vec<ValidJob> = lines
-                .iter()
-                .enumerate()
-                .map(|(i, line)| job(&format!("j{i}"), line))
-                .collect();
-            for (i, job) in jobs.iter().enumerate() {
-                upsert(&mut plan, job.clone(), i as u64 + 1, None, t(0));
-            }
-            let mut stored: Vec<(String, i64)> = Vec::new();
-            let mut round = 0usize;
-            // One second at a time, as the ticker's clock moves.
-            for now in 1..=end {
-                // A few batches a second; a fire not stored is offered again.
-                for _ in 0..20 {
-                    let limit = batches[round % batches.len()];
-                    let taken = plan.take_due(t(now), limit);
-                    if taken.is_empty() {
-                        break;
-                    }
-                    for fire in &taken {
-                        round += 1;
-                        if failures[round % failures.len()] {
-                            plan.unfired(fire);
-                        } else {
-                            plan.fired(fire);
-                            stored.push((fire.job.id.to_string(), secs(fire.scheduled_at)));
-                        }
-                    }
-                }
-                // What is still due is stored on the second's last try.
-                for fire in plan.take_due(t(now), usize::MAX) {
-                    plan.fired(&fire);
-                    stored.push((fire.job.id.to_string(), secs(fire.scheduled_at)));
-                }
-                prop_assert_eq!(plan.watermark(t(now)), t(now));
-            }
-            let mut expected: Vec<(String, i64)> = jobs
-                .iter()
-                .flat_map(|job| {
-                    scheduled_between(job, t(0), t(end))
-                        .into_iter()
-                        .map(|s| (job.spec.id.to_string(), s))
-                })
-                .collect();
-            stored.sort();
-            expected.sort();
-            prop_assert_eq!(stored, expected);
-        }
-    }
-}
+mod properties;

@@ -5,7 +5,7 @@
 //! Rules (documented in `docs/schedules.md`):
 //! - `start_at` / `end_at` bound the *scheduled* times, both inclusive.
 //! - Cron lines are read in the job's zone under Vixie cron(8)'s DST rule
-//!   ([`crate::wall_clock`]): fixed-time lines fire each match once (after a
+//!   ([`super::wall_clock`]): fixed-time lines fire each match once (after a
 //!   gap, at the first occurrence), wildcard lines follow real time.
 //! - Jitter delays the publish of a fire by an offset in `[0, jitter)` derived
 //!   from the run id, so it is the same on every replica; the scheduled time
@@ -19,6 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use super::Schedule;
 use crate::events::RunId;
 use crate::job::{MisfirePolicy, ValidJob};
 
@@ -31,51 +32,48 @@ pub const MAX_CATCHUP_FIRES: usize = 1000;
 /// jitter and catch-up window live behind one pointer.
 #[derive(Debug, Clone)]
 pub struct Timing {
-    pub schedule: crate::schedule::Schedule,
+    pub schedule: Schedule,
     pub timezone: Tz,
     pub misfire: MisfirePolicy,
     rare: Option<Box<RareTiming>>,
 }
 
-/// The parts of a [`Timing`] most jobs leave at their defaults.
+/// The parts of a [`Timing`] most jobs leave at their defaults
+/// ([`RareTiming::default`]): the bounds of its scheduled times, the
+/// jitter of its publishes and how far back `fire_all` recovers.
 #[derive(Debug, Clone, PartialEq)]
-struct RareTiming {
-    start_at: Option<DateTime<Utc>>,
-    end_at: Option<DateTime<Utc>>,
-    jitter: Duration,
-    catchup_window: Duration,
+pub struct RareTiming {
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub jitter: Duration,
+    pub catchup_window: Duration,
+}
+
+impl Default for RareTiming {
+    fn default() -> Self {
+        Self {
+            start_at: None,
+            end_at: None,
+            jitter: Duration::ZERO,
+            catchup_window: crate::job::DEFAULT_CATCHUP_WINDOW,
+        }
+    }
 }
 
 impl Timing {
     /// A jitter over [`crate::job::MAX_JITTER`] (which validation refuses)
     /// counts as that bound: holders of many fires keep each one's jitter in
     /// 32 bits.
-    pub fn new(
-        schedule: crate::schedule::Schedule,
-        timezone: Tz,
-        misfire: MisfirePolicy,
-        start_at: Option<DateTime<Utc>>,
-        end_at: Option<DateTime<Utc>>,
-        jitter: Duration,
-        catchup_window: Duration,
-    ) -> Self {
+    pub fn new(schedule: Schedule, timezone: Tz, misfire: MisfirePolicy, rare: RareTiming) -> Self {
         let rare = RareTiming {
-            start_at,
-            end_at,
-            jitter: jitter.min(crate::job::MAX_JITTER),
-            catchup_window,
-        };
-        let default = RareTiming {
-            start_at: None,
-            end_at: None,
-            jitter: Duration::ZERO,
-            catchup_window: crate::job::DEFAULT_CATCHUP_WINDOW,
+            jitter: rare.jitter.min(crate::job::MAX_JITTER),
+            ..rare
         };
         Self {
             schedule,
             timezone,
             misfire,
-            rare: (rare != default).then(|| Box::new(rare)),
+            rare: (rare != RareTiming::default()).then(|| Box::new(rare)),
         }
     }
 
@@ -183,10 +181,12 @@ impl ValidJob {
             self.schedule.clone(),
             self.timezone,
             self.misfire,
-            self.start_at,
-            self.end_at,
-            self.jitter,
-            self.catchup_window,
+            RareTiming {
+                start_at: self.start_at,
+                end_at: self.end_at,
+                jitter: self.jitter,
+                catchup_window: self.catchup_window,
+            },
         )
     }
 
@@ -245,12 +245,12 @@ impl ValidJob {
         written_at: DateTime<Utc>,
     ) -> Option<crate::job::FieldError> {
         let repeats = match &self.schedule {
-            crate::schedule::Schedule::Cron(line) => line.repeats_forever(),
-            crate::schedule::Schedule::Every { .. } | crate::schedule::Schedule::AfterOnly => true,
-            crate::schedule::Schedule::At(_) => false,
+            Schedule::Cron(line) => line.repeats_forever(),
+            Schedule::Every { .. } | Schedule::AfterOnly => true,
+            Schedule::At(_) => false,
         };
         if (repeats && self.end_at.is_none() && self.start_at.is_none())
-            || matches!(self.schedule, crate::schedule::Schedule::AfterOnly)
+            || matches!(self.schedule, Schedule::AfterOnly)
             || self.next_scheduled(written_at).is_some()
         {
             return None;
@@ -294,15 +294,13 @@ impl ValidJob {
 /// the job has an `end_at`.
 pub fn never_fires_problem(
     text: &str,
-    schedule: &crate::schedule::Schedule,
+    schedule: &Schedule,
     tz: Tz,
     bounded: bool,
     after: DateTime<Utc>,
 ) -> crate::job::FieldError {
     let only_in_gaps = match schedule {
-        crate::schedule::Schedule::Cron(line) => {
-            !bounded && !line.is_fixed_time() && line.matches_after(after, tz)
-        }
+        Schedule::Cron(line) => !bounded && !line.is_fixed_time() && line.matches_after(after, tz),
         _ => false,
     };
     let why = if only_in_gaps {

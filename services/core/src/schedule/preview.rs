@@ -11,11 +11,11 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::job::fire_times::never_fires_problem;
+use super::fire_times::never_fires_problem;
+use super::wall_clock::{DroppedMatch, DstEffect};
+use super::{parse_timezone, Schedule};
 use crate::job::FieldError;
-use crate::schedule::{parse_timezone, Schedule};
 use crate::time_format::rfc3339_millis;
-use crate::wall_clock::{DroppedMatch, DstEffect};
 
 /// Fires shown when the request names no count.
 pub const DEFAULT_COUNT: usize = 10;
@@ -278,6 +278,13 @@ fn effect_note(effect: DstEffect, tz: Tz) -> String {
 mod tests {
     use super::*;
 
+    /// The request's "now": fires are shown after it when no `from` is given.
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2027-01-01T12:00:00Z")
+            .expect("instant")
+            .with_timezone(&Utc)
+    }
+
     fn request(schedule: &str, tz: Option<&str>, count: usize, from: &str) -> PreviewRequest {
         PreviewRequest {
             schedule: schedule.into(),
@@ -295,7 +302,7 @@ mod tests {
             3,
             "2027-03-13T00:00:00Z",
         );
-        let p = preview(&r.schedule, &r.check(Utc::now()).expect("valid"));
+        let p = preview(&r.schedule, &r.check(now()).expect("valid"));
         assert_eq!(p.kind, "fixed-time");
         assert_eq!(p.fires[1].at, "2027-03-14T07:00:00.000Z");
         assert_eq!(p.fires[1].local, "2027-03-14T03:00:00-04:00");
@@ -321,7 +328,7 @@ mod tests {
             3,
             "2027-11-07T04:30:00Z",
         );
-        let p = preview(&r.schedule, &r.check(Utc::now()).expect("valid"));
+        let p = preview(&r.schedule, &r.check(now()).expect("valid"));
         let dst: Vec<_> = p.fires.iter().map(|f| f.dst).collect();
         assert_eq!(dst, [Some("repeated_first"), Some("repeated_second"), None]);
         let r = request(
@@ -330,11 +337,22 @@ mod tests {
             2,
             "2027-11-06T12:00:00Z",
         );
-        let p = preview(&r.schedule, &r.check(Utc::now()).expect("valid"));
+        let p = preview(&r.schedule, &r.check(now()).expect("valid"));
         assert_eq!(p.fires[0].dst, Some("first_occurrence_only"));
         assert_eq!(p.dropped.len(), 1);
         assert_eq!(p.dropped[0].reason, "second_occurrence");
         assert_eq!(p.dropped[0].at.as_deref(), Some("2027-11-07T06:30:00.000Z"));
+    }
+
+    #[test]
+    fn without_from_the_fires_come_after_now() {
+        let r = PreviewRequest {
+            from: None,
+            ..request("0 12 * * *", None, 2, "unused")
+        };
+        let p = preview(&r.schedule, &r.check(now()).expect("valid"));
+        let at: Vec<&str> = p.fires.iter().map(|f| f.at.as_str()).collect();
+        assert_eq!(at, ["2027-01-02T12:00:00.000Z", "2027-01-03T12:00:00.000Z"]);
     }
 
     #[test]
@@ -346,7 +364,7 @@ mod tests {
             from: Some("yesterday".into()),
         };
         let fields: Vec<_> = r
-            .check(Utc::now())
+            .check(now())
             .err()
             .expect("refused")
             .into_iter()
@@ -359,7 +377,7 @@ mod tests {
             5,
             "2027-01-01T00:00:00Z",
         );
-        let problems = gap_only.check(Utc::now()).err().expect("never fires");
+        let problems = gap_only.check(now()).err().expect("never fires");
         assert_eq!(problems[0].code, "never_fires");
         assert!(
             problems[0].message.contains("daylight-saving gap"),

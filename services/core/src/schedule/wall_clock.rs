@@ -21,23 +21,27 @@
 //! instant, transitions found by probing and bisection, never assumed.
 //! Everything is in whole seconds (cron resolution; every transition of the
 //! time zone database falls on a whole second).
+//!
+//! What the rule did to a fire, for the preview, is in `dst_effects`; how
+//! a zone's offsets and transitions are found, in `zone_offsets`.
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
-/// Probe step when looking for an offset change between two instants. Two
-/// changes closer together than this would be seen as none; in the time
-/// zone database (2025b) no two are less than 6.9 days apart.
-const PROBE_STEP_SECS: i64 = 86_400;
+use zone_offsets::{
+    first_change, instant, naive, offset_secs, resolve_fixed_time, stretch_start, wall_time,
+    PROBE_STEP_SECS,
+};
+
+mod dst_effects;
+mod zone_offsets;
+
+pub use dst_effects::{DroppedMatch, DstEffect};
 
 /// Searches stop after this many steps (segments or skipped matches): far
 /// more than any real line needs, a guard against pathological ones.
 const MAX_STEPS: usize = 10_000;
-
-/// Half-width of the window searched for the end of a gap: wider than any
-/// UTC offset (+-14 h) plus the largest shift.
-const GAP_SEARCH_SECS: i64 = 18 * 3600;
 
 /// A parsed cron line and whether it is fixed-time.
 #[derive(Debug, Clone)]
@@ -89,37 +93,6 @@ impl std::fmt::Debug for LastNext {
     }
 }
 
-/// What the DST rule did to one fire, for the schedule preview.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DstEffect {
-    /// A fixed-time line's match fell in a spring-forward gap; it fires at
-    /// the first instant after the gap. `wall_time` is the (first) wall time
-    /// that did not exist.
-    MovedAfterGap { wall_time: NaiveDateTime },
-    /// The wall time occurs twice (fall back); a fixed-time line fires here,
-    /// at the first occurrence, and not at the second.
-    FirstOccurrenceOnly,
-    /// The wall time occurs twice; a wildcard line fires at both, this is
-    /// the first.
-    RepeatedFirst,
-    /// The wall time occurs twice; a wildcard line fires at both, this is
-    /// the second.
-    RepeatedSecond,
-}
-
-/// A wall time the line matches that does not fire, for the preview.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DroppedMatch {
-    /// A wildcard line's match inside a spring-forward gap.
-    InGap { wall_time: NaiveDateTime },
-    /// A fixed-time line's match in the second copy of a repeated period:
-    /// the wall time fired at its first occurrence.
-    SecondOccurrence {
-        wall_time: NaiveDateTime,
-        at: DateTime<Utc>,
-    },
-}
-
 impl CronLine {
     /// `fields` is the line as written (after macro expansion): its minute
     /// and hour fields decide whether it is fixed-time.
@@ -161,7 +134,7 @@ impl CronLine {
 
     /// The line in English, without time zone ("At 02:30, Monday through Friday").
     pub fn describe(&self) -> String {
-        crate::schedule_words::describe(&self.text.split(' ').collect::<Vec<_>>())
+        super::words::describe(&self.text.split(' ').collect::<Vec<_>>())
     }
 
     /// The first wall time matching after (or at, when `inclusive`) `wall`.
@@ -310,206 +283,6 @@ impl CronLine {
         }
         None
     }
-
-    /// What the DST rule did to `fire` (a fire of this line in `tz`).
-    pub fn dst_effect(&self, fire: DateTime<Utc>, tz: Tz) -> Option<DstEffect> {
-        let at = fire.timestamp();
-        let wall = wall_time(tz, at)?;
-        if self.fixed_time {
-            // Matches in the gap just before `fire` that resolve to it.
-            let mut moved_from = None;
-            let mut cursor = wall;
-            for _ in 0..MAX_STEPS {
-                match self.wall_previous(cursor, false) {
-                    Some(m) if is_in_gap(tz, m) && gap_end(tz, m) == Some(at) => {
-                        moved_from = Some(m);
-                        cursor = m;
-                    }
-                    _ => break,
-                }
-            }
-            if let Some(wall_time) = moved_from {
-                return Some(DstEffect::MovedAfterGap { wall_time });
-            }
-        }
-        match tz.from_local_datetime(&wall) {
-            LocalResult::Ambiguous(..) if self.fixed_time => Some(DstEffect::FirstOccurrenceOnly),
-            LocalResult::Ambiguous(first, second) => {
-                let first = first.timestamp().min(second.timestamp());
-                Some(if at == first {
-                    DstEffect::RepeatedFirst
-                } else {
-                    DstEffect::RepeatedSecond
-                })
-            }
-            _ => None,
-        }
-    }
-
-    /// Matches that would have fired in `(from, to]` but do not: a wildcard
-    /// line's in a gap, a fixed-time line's second occurrences; at most
-    /// `limit`.
-    pub fn dropped_between(
-        &self,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-        tz: Tz,
-        limit: usize,
-    ) -> Vec<DroppedMatch> {
-        let mut dropped = Vec::new();
-        // From the first copy of a repeated period, its wall times behind
-        // `from`'s come again after `from`: start as far back as the clock
-        // will go back within a day.
-        let start = from.timestamp();
-        let back = (offset_secs(tz, start) - offset_secs(tz, start + PROBE_STEP_SECS)).max(0);
-        let (Some(mut wall), Some(end)) = (
-            wall_time(tz, start).map(|w| w - chrono::Duration::seconds(back)),
-            wall_time(tz, to.timestamp()),
-        ) else {
-            return dropped;
-        };
-        for _ in 0..MAX_STEPS {
-            if dropped.len() >= limit {
-                break;
-            }
-            let Some(m) = self.wall_next(wall, false) else {
-                break;
-            };
-            if m > end {
-                break;
-            }
-            match tz.from_local_datetime(&m) {
-                LocalResult::None
-                    if !self.fixed_time && gap_end(tz, m).is_some_and(|end| end > start) =>
-                {
-                    dropped.push(DroppedMatch::InGap { wall_time: m });
-                }
-                LocalResult::Ambiguous(a, b) if self.fixed_time => {
-                    let second = a.max(b).with_timezone(&Utc);
-                    if second > from && second <= to {
-                        dropped.push(DroppedMatch::SecondOccurrence {
-                            wall_time: m,
-                            at: second,
-                        });
-                    }
-                }
-                _ => {}
-            }
-            wall = m;
-        }
-        dropped
-    }
-
-    /// Whether the line has a wall-clock match after `after`'s wall time in
-    /// `tz` at all (in a gap or not): tells "never matches again" from
-    /// "matches only inside gaps".
-    pub fn matches_after(&self, after: DateTime<Utc>, tz: Tz) -> bool {
-        wall_time(tz, after.timestamp())
-            .and_then(|wall| self.wall_next(wall, false))
-            .is_some()
-    }
-}
-
-/// The UTC offset of `tz` at the instant `at` (seconds since the epoch).
-fn offset_secs(tz: Tz, at: i64) -> i64 {
-    match DateTime::from_timestamp(at, 0) {
-        Some(t) => i64::from(
-            tz.offset_from_utc_datetime(&t.naive_utc())
-                .fix()
-                .local_minus_utc(),
-        ),
-        None => 0,
-    }
-}
-
-/// The wall time of `tz` at the instant `at`.
-fn wall_time(tz: Tz, at: i64) -> Option<NaiveDateTime> {
-    naive(at + offset_secs(tz, at))
-}
-
-fn naive(secs: i64) -> Option<NaiveDateTime> {
-    DateTime::from_timestamp(secs, 0).map(|t| t.naive_utc())
-}
-
-fn instant(secs: i64) -> Option<DateTime<Utc>> {
-    DateTime::from_timestamp(secs, 0)
-}
-
-fn is_in_gap(tz: Tz, wall: NaiveDateTime) -> bool {
-    matches!(tz.from_local_datetime(&wall), LocalResult::None)
-}
-
-/// The instant a fixed-time line fires for its match `wall`.
-fn resolve_fixed_time(tz: Tz, wall: NaiveDateTime) -> Option<i64> {
-    match tz.from_local_datetime(&wall) {
-        LocalResult::Single(t) => Some(t.timestamp()),
-        LocalResult::Ambiguous(a, b) => Some(a.timestamp().min(b.timestamp())),
-        LocalResult::None => gap_end(tz, wall),
-    }
-}
-
-/// The first instant after the gap that `wall` (a wall time that does not
-/// exist) falls in: where the wall clock jumps past it.
-fn gap_end(tz: Tz, wall: NaiveDateTime) -> Option<i64> {
-    let as_utc = wall.and_utc().timestamp();
-    let wall_secs = |at: i64| at + offset_secs(tz, at);
-    // wall_secs(lo) < wall < wall_secs(hi), and no instant has `wall`.
-    let (mut lo, mut hi) = (as_utc - GAP_SEARCH_SECS, as_utc + GAP_SEARCH_SECS);
-    if wall_secs(lo) >= as_utc || wall_secs(hi) <= as_utc {
-        return None;
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if wall_secs(mid) < as_utc {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some(hi)
-}
-
-/// The first instant in `(from, to]` whose offset is not `offset` (the
-/// offset at `from`), if any.
-fn first_change(tz: Tz, from: i64, to: i64, offset: i64) -> Option<i64> {
-    let mut same = from;
-    while same < to {
-        let probe = (same + PROBE_STEP_SECS).min(to);
-        if offset_secs(tz, probe) != offset {
-            return Some(boundary(tz, same, probe, offset).1);
-        }
-        same = probe;
-    }
-    None
-}
-
-/// The first instant of the stretch of constant `offset` that ends at `to`,
-/// when it starts after `from`; `None` when `from` is in the same stretch.
-fn stretch_start(tz: Tz, from: i64, to: i64, offset: i64) -> Option<i64> {
-    let mut same = to;
-    while same > from {
-        let probe = (same - PROBE_STEP_SECS).max(from);
-        if offset_secs(tz, probe) != offset {
-            return Some(boundary(tz, same, probe, offset).0);
-        }
-        same = probe;
-    }
-    None
-}
-
-/// Where the offset changes between `same` (at `offset`) and `differs` (not),
-/// which may lie on either side of it: the two adjacent seconds there,
-/// `(at offset, not at offset)`.
-fn boundary(tz: Tz, mut same: i64, mut differs: i64, offset: i64) -> (i64, i64) {
-    while (differs - same).abs() > 1 {
-        let mid = same + (differs - same) / 2;
-        if offset_secs(tz, mid) == offset {
-            same = mid;
-        } else {
-            differs = mid;
-        }
-    }
-    (same, differs)
 }
 
 #[cfg(test)]

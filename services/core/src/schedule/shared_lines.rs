@@ -11,9 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::wall_clock::CronLine;
-
-use crate::schedule::{Schedule, ScheduleError};
+use super::wall_clock::CronLine;
+use super::{Schedule, ScheduleError};
 
 struct ParsedLines {
     /// Cron lines by text, as long as some job holds them.
@@ -165,7 +164,7 @@ mod tests {
             }))
             .expect("spec")
         };
-        let from = chrono::Utc::now();
+        let from = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("instant");
         let next = |job: crate::job::ValidJob| job.schedule.next_fire(from, job.timezone);
         for line in ["*/5 * * * * *", "*/5 * * * * *", "61 * * * *", "61 * * * *"] {
             let alone = crate::job::validate(spec(line)).map(next);
