@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use clap::Parser;
-use jetcron_ticker::held_job::HeldJob;
+use jetcron_ticker::compact_job::HeldJob;
 use jetcron_ticker::plan::FirePlan;
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 

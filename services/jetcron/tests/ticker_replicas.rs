@@ -182,7 +182,7 @@ async fn snapshot_objects(js: &jetstream::Context, shards: &[u32]) -> BTreeMap<u
         return objects;
     };
     for &shard in shards {
-        let name = jetcron_ticker::snapshots::object_name(shard);
+        let name = jetcron_ticker::snapshot_store::object_name(shard);
         if let Ok(info) = store.info(name.as_str()).await {
             objects.insert(shard, info.nuid);
         }
@@ -1164,7 +1164,7 @@ fn refusal<T>(result: Result<T, topology::TopologyError>, why: &str) -> String {
 async fn every_shard_has_a_snapshot_only_once_each_is_written_for_this_bucket() {
     use async_nats::jetstream::object_store::ObjectMetadata;
     use jetcron_ticker::shards::SHARDS;
-    use jetcron_ticker::snapshots::{object_name, SnapshotStore};
+    use jetcron_ticker::snapshot_store::{object_name, SnapshotStore};
     let nats = NatsServer::start();
     let js = setup(&nats, Duration::from_secs(600)).await;
     let options = TopologyOptions::default();

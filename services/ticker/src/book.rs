@@ -1,5 +1,5 @@
 //! The valid jobs of the shards this replica holds, one table per shard
-//! ([`crate::holding`] says which shards: at a start all of them, later
+//! ([`crate::shard_holdings`] says which shards: at a start all of them, later
 //! those it owns). A shard's table is its fire plan too ([`FirePlan`]),
 //! planned while this replica owns the shard and has planned it, else
 //! holding its jobs with no fires. Taking a shard over reads only that
@@ -12,7 +12,7 @@ use compact_str::CompactString;
 #[cfg(test)]
 use jetcron_core::job::ValidJob;
 
-use crate::held_job::HeldJob;
+use crate::compact_job::HeldJob;
 use crate::plan::FirePlan;
 use crate::shards::{shard_of, SHARDS};
 

@@ -3,7 +3,7 @@
 //!
 //! A due event carries its job's whole definition (the executor runs what
 //! the event says), but the ticker holds a million jobs only in their small
-//! form ([`crate::held_job`]). So a definition stays in memory while its job
+//! form ([`crate::compact_job`]). So a definition stays in memory while its job
 //! fires again within [`KEEP_FOR`] (every-second jobs never leave), and
 //! a fire of any other job reads its revision back with one direct get on
 //! the bucket's stream (a KV revision is the sequence of its message), a

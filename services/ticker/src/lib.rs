@@ -15,13 +15,32 @@
 //!
 //! Owns: the `jetcron_ticker` bucket; creates `jetcron_jobs` and `JETCRON_DUE`
 //! if missing.
+//!
+//! Layout, by what each part does (every module is named here):
+//! - the service: `ticking` (`run`: topology, start, the loop, the stop);
+//! - which shards this replica owns and holds: [`shards`] (the split),
+//!   [`ownership`] (lease rounds, with [`lease_options`]), [`share`] (what
+//!   a round takes and gives up, pure), [`shard_holdings`] (which shards'
+//!   jobs are held), [`load`] (the pass that loads a shard taken over),
+//!   [`snapshot_format`] and [`snapshot_store`] (a shard's jobs as one
+//!   object, and where it is kept), `snapshot_coverage` (whether every
+//!   shard has one), [`tidy`] (letting go of jobs owned elsewhere);
+//! - what is held: [`compact_job`] (a job in a few dozen bytes, with
+//!   [`pool_name`] and [`millis`]), [`book`] (the held jobs and their
+//!   plans, per shard), [`definitions`] (the definitions fires carry),
+//!   [`watch`] (the job feed's entries), `replica_changes` (what ownership,
+//!   the feed and loaded passes change), `plan_queue` (shards waiting to be
+//!   planned);
+//! - when jobs fire: [`plan`] (the pure fire plan of a shard), `job_fires`
+//!   (one job's queued fires), [`ahead`] (fires stored ahead of their
+//!   time), [`verify`] (fires a previous owner may have emitted);
+//! - what goes out: [`publish`] (due events, exactly once per fire),
+//!   [`revoke`] (killing fires handed out ahead when their job changes).
 
 pub mod ahead;
 pub mod book;
+pub mod compact_job;
 pub mod definitions;
-mod held;
-pub mod held_job;
-pub mod holding;
 mod job_fires;
 pub mod lease_options;
 pub mod load;
@@ -31,12 +50,14 @@ pub mod plan;
 mod plan_queue;
 pub mod pool_name;
 pub mod publish;
+mod replica_changes;
 pub mod revoke;
+pub mod shard_holdings;
 pub mod shards;
 pub mod share;
-pub mod snapshot;
 mod snapshot_coverage;
-pub mod snapshots;
+pub mod snapshot_format;
+pub mod snapshot_store;
 mod ticking;
 pub mod tidy;
 pub mod verify;
@@ -56,8 +77,8 @@ use tracing::{info, warn};
 
 use crate::book::Book;
 use crate::definitions::Resolved;
-use crate::held::Held;
 use crate::ownership::{LeaseOptions, Leases};
+use crate::replica_changes::Held;
 use crate::shards::shard_of;
 
 pub use ticking::run;
@@ -120,7 +141,7 @@ impl Default for TickerConfig {
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
             lease_thread: None,
-            snapshot_every: snapshots::DEFAULT_EVERY,
+            snapshot_every: snapshot_store::DEFAULT_EVERY,
             clock_check: ClockCheck::off(),
         }
     }
@@ -176,9 +197,9 @@ async fn open_snapshot_store(
     js: &async_nats::jetstream::Context,
     wanted: &TopologyOptions,
     jobs: &async_nats::jetstream::kv::Store,
-) -> Option<snapshots::SnapshotStore> {
+) -> Option<snapshot_store::SnapshotStore> {
     match topology::ensure_ticker_snapshots(js, wanted).await {
-        Ok(store) => snapshots::SnapshotStore::new(store, jobs.stream.cached_info()),
+        Ok(store) => snapshot_store::SnapshotStore::new(store, jobs.stream.cached_info()),
         Err(e) => {
             warn!(error = %format!("{e:#}"), "shard snapshots off: cannot open their object store");
             None

@@ -1,8 +1,8 @@
 //! The pass that loads the jobs of shards acquired but not held
-//! ([`crate::holding`]), run beside the ticker's loop.
+//! ([`crate::shard_holdings`]), run beside the ticker's loop.
 //!
 //! - **From snapshots** when every shard of the pass has a usable one
-//!   ([`crate::snapshots`]): each shard's jobs as its last owner wrote them,
+//!   ([`crate::snapshot_store`]): each shard's jobs as its last owner wrote them,
 //!   then only the bucket's changes after the oldest snapshot's revision,
 //!   each applied to its shard when it is newer than that shard's snapshot.
 //! - **Otherwise from the whole bucket:** every key's current value, only
@@ -34,11 +34,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::held_job::HeldJob;
-use crate::holding::PassId;
+use crate::compact_job::HeldJob;
 use crate::plan::FirePlan;
+use crate::shard_holdings::PassId;
 use crate::shards::{shard_of, SHARDS};
-use crate::snapshots::{cpu_bound_here, SnapshotStore, Unusable};
+use crate::snapshot_store::{cpu_bound_here, SnapshotStore, Unusable};
 
 /// A read of the changes after a snapshot that gets nothing for this long
 /// has stalled (the pass then reads the whole bucket).

@@ -136,16 +136,28 @@ pub struct Ownership {
     clock_sat_out: bool,
 }
 
+/// How this replica holds shard leases: its name in the lease records, the
+/// leases' timing, and how far ahead its fires are stored.
+#[derive(Debug, Clone)]
+pub struct ReplicaLeasing {
+    pub replica_id: String,
+    pub options: LeaseOptions,
+    pub lookahead: Duration,
+}
+
 impl Ownership {
     pub fn new(
         bucket: kv::Store,
-        replica_id: String,
-        options: LeaseOptions,
-        lookahead: Duration,
+        replica: ReplicaLeasing,
         clock: Arc<dyn Clock>,
         leases: Leases,
         changes: mpsc::Sender<OwnershipChange>,
     ) -> Self {
+        let ReplicaLeasing {
+            replica_id,
+            options,
+            lookahead,
+        } = replica;
         Self {
             bucket,
             replica_id,

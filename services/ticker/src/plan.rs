@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use compact_str::CompactString;
 use jetcron_core::id_index::IdIndex;
 
-use crate::held_job::HeldJob;
+use crate::compact_job::HeldJob;
 use crate::job_fires::JobFires;
 use crate::millis::Millis;
 

@@ -1,7 +1,7 @@
 //! The shards owned here, with their jobs held, that wait to be planned.
 //!
 //! The ticker's loop plans one queued shard between its batches of due
-//! events ([`crate::held::plan_next`]), so the fires of a shard planned go
+//! events ([`crate::replica_changes::plan_next`]), so the fires of a shard planned go
 //! out while the next one is planned: at a cold start with a million jobs
 //! the 16 shards took 1.1 s to plan, at ten million jobs 3-4 s each, and
 //! no fire went out meanwhile. Ownership changes are still applied at once:
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::holding::Acquisition;
+use crate::shard_holdings::Acquisition;
 
 /// Queued shards by number, each with the acquisition it is to be planned
 /// from (one entry per shard: the latest acquisition stands).

@@ -1,7 +1,7 @@
 //! Whether every shard has a snapshot in the store, looked at until it has.
 //!
 //! A replica keeps the jobs of shards owned elsewhere until ownership has
-//! settled ([`crate::holding`]). While some shard has no snapshot, taking
+//! settled ([`crate::shard_holdings`]). While some shard has no snapshot, taking
 //! that shard later costs a pass over the whole bucket (minutes at ten
 //! million jobs), so a replica waits out twice its own first read before
 //! it drops anything. Once every shard has one, taking a shard later costs
@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::snapshots::SnapshotStore;
+use crate::snapshot_store::SnapshotStore;
 
 /// How often the store is looked at until every shard has a snapshot
 /// (sixteen lookups of an object's last description each time).

@@ -24,14 +24,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::info;
 
 use crate::book::Book;
-use crate::held::{self, Held, Loader, Recovery};
-use crate::holding::Holdings;
 use crate::load::ShardPass;
-use crate::ownership::{Leases, Ownership};
+use crate::ownership::{Leases, Ownership, ReplicaLeasing};
+use crate::replica_changes::{self, Held, Loader, Recovery};
+use crate::shard_holdings::Holdings;
 use crate::tidy::{self, Tidying};
 use crate::{
     done, open_snapshot_store, plan_queue, publish, record_watermarks, revoke, settle,
-    settle_oldest, snapshot_coverage, snapshots, still_leased, take_due_fires, verify,
+    settle_oldest, snapshot_coverage, snapshot_store, still_leased, take_due_fires, verify,
     watch as job_watch, InFlight, PublishHealth, TickerConfig, MAX_BATCH, MAX_IDLE, PIPELINE,
     PLAN_AT_LEAST_EVERY, PUBLISH_RETRY, REVOCATION_QUEUE, SNAPSHOTS_AT_STOP_WITHIN,
 };
@@ -184,11 +184,14 @@ impl Ticker {
         let leases = Leases::with_clock_check(config.clock_check.clone());
         let (ready, ready_rx) = watch::channel(false);
         let (own_tx, ownership_changes) = mpsc::channel(64);
+        let replica = ReplicaLeasing {
+            replica_id: config.replica_id.clone(),
+            options: config.leases,
+            lookahead: config.lookahead,
+        };
         let ownership = Ownership::new(
             parts.ticker_bucket,
-            config.replica_id.clone(),
-            config.leases,
-            config.lookahead,
+            replica,
             Arc::clone(&clock),
             leases.clone(),
             own_tx,
@@ -210,7 +213,7 @@ impl Ticker {
             tidying: Tidying::default(),
             to_plan: plan_queue::PlanQueue::default(),
             leases: leases.clone(),
-            snapshots: snapshots::SnapshotWriter::new(
+            snapshots: snapshot_store::SnapshotWriter::new(
                 snapshot_store.clone(),
                 config.snapshot_every,
             ),
@@ -270,7 +273,9 @@ impl Ticker {
     async fn preload(&mut self, jobs: &kv::Store) {
         let keys = usize::try_from(jobs.stream.cached_info().state.subjects_count).unwrap_or(0);
         let now = self.clock.now();
-        if held::preload(&mut self.held, &self.loader, keys, &mut self.revoker, now).await {
+        if replica_changes::preload(&mut self.held, &self.loader, keys, &mut self.revoker, now)
+            .await
+        {
             let _ = self.ready.send(true);
         }
     }
@@ -312,7 +317,7 @@ impl Ticker {
         if *self.snapshot_coverage.borrow() {
             self.held.holdings.every_shard_snapshotted();
         }
-        held::drop_shards_owned_elsewhere(&mut self.held);
+        replica_changes::drop_shards_owned_elsewhere(&mut self.held);
         self.held
             .tidying
             .step(&mut self.held.book, tidy::STEP_BUDGET);
@@ -329,7 +334,7 @@ impl Ticker {
 
     fn apply_ownership_changes(&mut self) {
         while let Ok(change) = self.ownership_changes.try_recv() {
-            held::on_ownership(change, &mut self.held, &self.loader, self.clock.now());
+            replica_changes::on_ownership(change, &mut self.held, &self.loader, self.clock.now());
         }
     }
 
@@ -342,12 +347,12 @@ impl Ticker {
             recovery,
             ..
         } = self;
-        held::on_job(change, held, revoker, ready, recovery, now).await;
+        replica_changes::on_job(change, held, revoker, ready, recovery, now).await;
     }
 
     fn on_loaded(&mut self, pass: ShardPass) {
         let now = self.clock.now();
-        held::on_loaded(pass, &mut self.held, &mut self.revoker, &self.recovery, now);
+        replica_changes::on_loaded(pass, &mut self.held, &mut self.revoker, &self.recovery, now);
     }
 
     /// Keep the server fed: send the next batch of fires due by `horizon`
@@ -420,7 +425,7 @@ impl Ticker {
         if self.held.to_plan.is_empty() {
             return false;
         }
-        held::plan_next(&mut self.held, &self.recovery, self.clock.now()).await;
+        replica_changes::plan_next(&mut self.held, &self.recovery, self.clock.now()).await;
         self.last_planning = std::time::Instant::now();
         true
     }
@@ -450,7 +455,7 @@ impl Ticker {
             _ = shutdown.cancelled() => return true,
             change = self.ownership_changes.recv() => {
                 if let Some(change) = change {
-                    held::on_ownership(change, &mut self.held, &self.loader, self.clock.now());
+                    replica_changes::on_ownership(change, &mut self.held, &self.loader, self.clock.now());
                 }
             }
             change = self.job_changes.recv() => match change {

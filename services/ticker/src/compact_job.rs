@@ -1,7 +1,7 @@
 //! A job as the ticker holds it: when it fires and which revision of its
 //! definition a fire carries, not the definition itself.
 //!
-//! A ticker holds every job of the shards it holds ([`crate::holding`]),
+//! A ticker holds every job of the shards it holds ([`crate::shard_holdings`]),
 //! so what it keeps per job decides how many jobs fit: a whole
 //! parsed definition cost about 1,100 bytes, this about a fifth of that.
 //! The definition a due event carries is read back by revision when the

@@ -14,16 +14,16 @@ use jetcron_io::job_feed::{FeedEvent, JobEntry, Written};
 use tracing::{debug, info};
 
 use crate::book::Book;
+use crate::compact_job::HeldJob;
 use crate::definitions::Definitions;
-use crate::held_job::HeldJob;
-use crate::holding::{Acquisition, Holdings, Route};
 pub(crate) use crate::load::Loader;
 use crate::load::{self, ShardPass};
 use crate::ownership::{Leases, OwnershipChange};
 use crate::plan::FirePlan;
 use crate::plan_queue::PlanQueue;
+use crate::shard_holdings::{Acquisition, Holdings, Route};
 use crate::shards::{self, shard_of};
-use crate::snapshots::SnapshotWriter;
+use crate::snapshot_store::SnapshotWriter;
 use crate::tidy::Tidying;
 use crate::{revoke, verify};
 

@@ -1,4 +1,4 @@
-//! Shard snapshots ([`crate::snapshot`]) in the object store
+//! Shard snapshots ([`crate::snapshot_format`]) in the object store
 //! `jetcron_ticker_snapshots`: the owner of a planned shard writes one when
 //! the shard changed, at most every `every`; a replica taking a shard over
 //! reads it ([`crate::load`]).
@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::book::Book;
 use crate::shards::SHARDS;
-use crate::snapshot::{self, ShardSnapshot};
+use crate::snapshot_format::{self, ShardSnapshot};
 
 /// Default of how often a changed shard is written again.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(30);
@@ -144,7 +144,7 @@ impl SnapshotStore {
     /// this jobs bucket.
     fn metadata(&self) -> HashMap<String, String> {
         HashMap::from([
-            (FORMAT_KEY.to_owned(), snapshot::FORMAT.to_string()),
+            (FORMAT_KEY.to_owned(), snapshot_format::FORMAT.to_string()),
             (
                 BUCKET_CREATED_KEY.to_owned(),
                 self.bucket_created.to_string(),
@@ -188,7 +188,7 @@ impl SnapshotStore {
 
 /// Decode `bytes` on this thread ([`cpu_bound_here`]).
 fn decode_here(bytes: &[u8], lines: &SharedLines) -> anyhow::Result<ShardSnapshot> {
-    cpu_bound_here(|| snapshot::decode(bytes, lines))
+    cpu_bound_here(|| snapshot_format::decode(bytes, lines))
 }
 
 /// Run `work` (a shard's worth of jobs: a few hundred milliseconds at
@@ -422,15 +422,19 @@ impl SnapshotWriter {
         let started = Instant::now();
         let jobs: Vec<_> = book.shard(shard).collect();
         let first = self.last_write[shard as usize].is_none();
-        let pieces =
-            match snapshot::encode(shard, self.applied_to, bucket_created, jobs.iter().copied()) {
-                Ok(pieces) => pieces,
-                Err(e) => {
-                    warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
-                    self.last_write[shard as usize] = Some(now);
-                    return None;
-                }
-            };
+        let pieces = match snapshot_format::encode(
+            shard,
+            self.applied_to,
+            bucket_created,
+            jobs.iter().copied(),
+        ) {
+            Ok(pieces) => pieces,
+            Err(e) => {
+                warn!(shard, error = %format!("{e:#}"), "cannot encode a shard snapshot");
+                self.last_write[shard as usize] = Some(now);
+                return None;
+            }
+        };
         let bytes: usize = pieces.iter().map(bytes::Bytes::len).sum();
         debug!(
             shard,

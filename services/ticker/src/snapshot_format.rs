@@ -8,7 +8,7 @@
 //! a planned shard writes the shard's jobs in their held form
 //! ([`HeldJob`]), together with the bucket revision `read_to` they are
 //! current at, into the object store `jetcron_ticker_snapshots`
-//! ([`crate::snapshots`]). The next owner reads that object (about 56 bytes
+//! ([`crate::snapshot_store`]). The next owner reads that object (about 56 bytes
 //! a job) and then only the bucket's changes after `read_to`.
 //!
 //! Why that equals a read of the bucket: the jobs bucket denies deletes,
@@ -34,7 +34,7 @@ use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_core::schedule::{parse_timezone, Schedule};
 use serde::{Deserialize, Serialize};
 
-use crate::held_job::HeldJob;
+use crate::compact_job::HeldJob;
 use crate::millis::Millis;
 use crate::pool_name::PoolName;
 use crate::shards::shard_of;
