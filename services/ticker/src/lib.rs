@@ -118,7 +118,7 @@ pub struct TickerConfig {
     pub lease_thread: Option<OwnThreadConnection>,
     /// A planned shard that changed is written to its snapshot at most
     /// this often; a replica taking a shard over reads the snapshot
-    /// instead of the whole bucket ([`snapshot`]). Zero: none written or
+    /// instead of the whole bucket ([`snapshot_format`]). Zero: none written or
     /// read.
     pub snapshot_every: Duration,
     /// This host's clock against the NATS servers': while it is not
