@@ -104,6 +104,10 @@ pub struct GatewayState {
 }
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the start-up rewrite of issue 40 (another change) shortens it; drop this then"
+)]
 pub async fn run(
     config: GatewayConfig,
     client: async_nats::Client,

@@ -9,6 +9,9 @@ use crate::console::row_figures;
 use crate::run_list::RunFilter;
 use crate::{rejections, run_history, run_list, stats};
 
+/// A query with sample values bound: its name and SQL.
+type Sample = (&'static str, String);
+
 /// (name, SQL with the sample values bound) of every gateway query.
 pub fn samples(
     client: &clickhouse::Client,
@@ -16,8 +19,66 @@ pub fn samples(
     run_id: &str,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> Vec<(&'static str, String)> {
-    let sql = |q: clickhouse::query::Query| q.sql_display().to_string();
+) -> Vec<Sample> {
+    let mut samples = run_history_samples(client, job_id, run_id, to);
+    samples.extend(listing_and_stats_samples(client, job_id, from, to));
+    samples.extend(missed_fire_samples(client, job_id, from, to));
+    samples.extend(rejection_samples(client, job_id));
+    samples.extend(console_samples(client, job_id, to));
+    samples
+}
+
+fn sql(query: clickhouse::query::Query) -> String {
+    query.sql_display().to_string()
+}
+
+/// A run id after every other (a cursor that continues past all runs).
+const LAST_RUN_ID: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
+
+/// The queries of one job's runs and of one run (its events).
+fn run_history_samples(
+    client: &clickhouse::Client,
+    job_id: &str,
+    run_id: &str,
+    to: DateTime<Utc>,
+) -> Vec<Sample> {
+    let after = (to.timestamp_millis(), LAST_RUN_ID.to_string());
+    vec![
+        (
+            "runs of a job (events)",
+            sql(run_history::runs_of_job_query(client, job_id, 50, None)),
+        ),
+        (
+            "runs of a job after a cursor (events)",
+            sql(run_history::runs_of_job_query(
+                client,
+                job_id,
+                50,
+                Some(&after),
+            )),
+        ),
+        (
+            "one run (events)",
+            sql(run_history::run_query(client, run_id)),
+        ),
+        (
+            "existing runs (backfill)",
+            sql(run_history::existing_runs_query(
+                client,
+                job_id,
+                &[run_id.to_string()],
+            )),
+        ),
+    ]
+}
+
+/// The run listing with every filter, and the statistics.
+fn listing_and_stats_samples(
+    client: &clickhouse::Client,
+    job_id: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<Sample> {
     let every_filter = RunFilter {
         job_id: Some(job_id.to_string()),
         statuses: vec!["succeeded".into(), "failed".into()],
@@ -33,41 +94,10 @@ pub fn samples(
         statuses: Vec::new(),
         pool: None,
         error_contains: Some("EXIT".into()),
-        after: Some((
-            to.timestamp_millis(),
-            "ffffffff-ffff-ffff-ffff-ffffffffffff".into(),
-        )),
+        after: Some((to.timestamp_millis(), LAST_RUN_ID.into())),
         ..every_filter.clone()
     };
     vec![
-        (
-            "runs of a job (events)",
-            sql(run_history::runs_of_job_query(client, job_id, 50, None)),
-        ),
-        (
-            "runs of a job after a cursor (events)",
-            sql(run_history::runs_of_job_query(
-                client,
-                job_id,
-                50,
-                Some(&(
-                    to.timestamp_millis(),
-                    "ffffffff-ffff-ffff-ffff-ffffffffffff".into(),
-                )),
-            )),
-        ),
-        (
-            "one run (events)",
-            sql(run_history::run_query(client, run_id)),
-        ),
-        (
-            "existing runs (backfill)",
-            sql(run_history::existing_runs_query(
-                client,
-                job_id,
-                &[run_id.to_string()],
-            )),
-        ),
         (
             "runs, every filter",
             sql(run_list::list_query(client, &every_filter)),
@@ -84,6 +114,18 @@ pub fn samples(
             "stats, one job",
             sql(stats::run_stats_query(client, from, to, Some(job_id))),
         ),
+    ]
+}
+
+/// Failed notifications and the missed fire count and scan.
+fn missed_fire_samples(
+    client: &clickhouse::Client,
+    job_id: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<Sample> {
+    let (from_ms, to_ms) = (from.timestamp_millis(), to.timestamp_millis());
+    vec![
         (
             "failed notifications, all jobs",
             sql(stats::notify_failures_query(client, from, to, None)),
@@ -94,22 +136,23 @@ pub fn samples(
         ),
         (
             "runs present (missed fires)",
-            sql(stats::present_runs_query(
-                client,
-                &[job_id],
-                from.timestamp_millis(),
-                to.timestamp_millis(),
-            )),
+            sql(stats::present_runs_query(client, &[job_id], from_ms, to_ms)),
         ),
         (
             "missed fires already recorded",
             sql(stats::recorded_missed_query(
                 client,
                 &[job_id],
-                from.timestamp_millis(),
-                to.timestamp_millis(),
+                from_ms,
+                to_ms,
             )),
         ),
+    ]
+}
+
+/// The newest rejections, of all jobs and of one.
+fn rejection_samples(client: &clickhouse::Client, job_id: &str) -> Vec<Sample> {
+    vec![
         (
             "rejections",
             sql(rejections::newest_query(client, None, 50)),
@@ -118,6 +161,12 @@ pub fn samples(
             "rejections of a job",
             sql(rejections::newest_query(client, Some(job_id), 50)),
         ),
+    ]
+}
+
+/// The console's figures: a page of jobs, every job, missed fires.
+fn console_samples(client: &clickhouse::Client, job_id: &str, to: DateTime<Utc>) -> Vec<Sample> {
+    vec![
         (
             "console: last runs of a page of jobs",
             sql(row_figures::last_runs_query(client, &[job_id, "other"], to)),

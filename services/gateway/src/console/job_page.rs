@@ -14,13 +14,16 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use jetcron_core::api::ApiError;
+use jetcron_core::schedule_preview::Preview;
 use serde::Deserialize;
 
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
 use crate::clickhouse_reads::Patience;
-use crate::read_requests::{self, GetJobDetail, GetStats, ListJobRuns};
+use crate::job_store::Revision;
+use crate::read_requests::{self, GetJobDetail, GetStats, JobRunsReply, ListJobRuns};
+use crate::rejections::Rejection;
 use crate::GatewayState;
 
 /// Runs listed on a job's page.
@@ -214,55 +217,8 @@ pub async fn show(
             .to_string()
     };
     let preview = detail.schedule_preview.as_ref();
-    let revisions: Vec<RevisionLine> = {
-        let mut previous_put: Option<u64> = None;
-        let mut lines: Vec<RevisionLine> = history
-            .revisions
-            .iter()
-            .map(|r| {
-                let diff_link = match (r.operation, previous_put) {
-                    ("put", Some(before)) => format!(
-                        "/ui/jobs/{}/diff?from={before}&to={}",
-                        url_escape(&id),
-                        r.revision
-                    ),
-                    _ => String::new(),
-                };
-                if r.operation == "put" {
-                    previous_put = Some(r.revision);
-                }
-                RevisionLine {
-                    revision: r.revision,
-                    operation: r.operation,
-                    at: when_text(&r.at),
-                    valid: match r.valid {
-                        Some(true) => "valid".into(),
-                        Some(false) => "invalid".into(),
-                        None => String::new(),
-                    },
-                    diff_link,
-                }
-            })
-            .collect();
-        lines.reverse();
-        lines
-    };
     let now = state.clock.now();
-    let (runs, runs_error, more_runs_link) = match runs {
-        Ok(reply) => (
-            reply.runs.iter().map(RunLine::of).collect(),
-            String::new(),
-            reply
-                .next_cursor
-                .map(|c| format!("/ui/jobs/{}?cursor={}", url_escape(&id), url_escape(&c)))
-                .unwrap_or_default(),
-        ),
-        Err(e) => (
-            Vec::new(),
-            format!("Runs are unavailable: {}", e.message),
-            String::new(),
-        ),
-    };
+    let (runs, runs_error, more_runs_link) = run_lines(runs, &id);
     let page = JobPage {
         frame: viewer
             .frame(format!("Job {id}"))
@@ -287,35 +243,8 @@ pub async fn show(
         schedule: text("schedule"),
         words: preview.map(|p| p.description.clone()).unwrap_or_default(),
         kind: preview.map(|p| p.kind.to_string()).unwrap_or_default(),
-        fires: preview
-            .map(|p| {
-                p.fires
-                    .iter()
-                    .map(|f| FireLine {
-                        at: when_text(&f.at),
-                        local: f.local.clone(),
-                        note: f.note.clone().unwrap_or_default(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        dropped: preview
-            .map(|p| {
-                p.dropped
-                    .iter()
-                    .map(|d| match d.reason {
-                        "in_gap" => format!(
-                            "{} does not fire: it falls in a spring-forward gap",
-                            d.wall_time
-                        ),
-                        _ => format!(
-                            "{} does not fire a second time: the hour repeats at fall-back",
-                            d.wall_time
-                        ),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        fires: preview.map(fire_lines).unwrap_or_default(),
+        dropped: preview.map(dropped_lines).unwrap_or_default(),
         if_resumed: detail.next_fires_if_resumed,
         parents: detail.parents.iter().map(ChainLine::of).collect(),
         children: detail.children.iter().map(ChainLine::of).collect(),
@@ -332,20 +261,8 @@ pub async fn show(
         missed: stats
             .map(|s| s.missed_examples.iter().map(|t| when_text(t)).collect())
             .unwrap_or_default(),
-        revisions,
-        rejections: history
-            .rejections
-            .iter()
-            .map(|r| {
-                let problems: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
-                format!(
-                    "{} ({}): {}",
-                    when_text(&r.at),
-                    r.source,
-                    problems.join("; ")
-                )
-            })
-            .collect(),
+        revisions: revision_lines(&history.revisions, &id),
+        rejections: history.rejections.iter().map(rejection_line).collect(),
         redacted,
         backfill_from: (now - chrono::Duration::hours(1))
             .format("%Y-%m-%dT%H:%M:%SZ")
@@ -354,6 +271,104 @@ pub async fn show(
         id,
     };
     Ok(render(&page).into_response())
+}
+
+/// The recent runs of job `id`, why they are missing, and the link to the
+/// next page of them.
+fn run_lines(runs: Result<JobRunsReply, ApiError>, id: &str) -> (Vec<RunLine>, String, String) {
+    match runs {
+        Ok(reply) => (
+            reply.runs.iter().map(RunLine::of).collect(),
+            String::new(),
+            reply
+                .next_cursor
+                .map(|c| format!("/ui/jobs/{}?cursor={}", url_escape(id), url_escape(&c)))
+                .unwrap_or_default(),
+        ),
+        Err(e) => (
+            Vec::new(),
+            format!("Runs are unavailable: {}", e.message),
+            String::new(),
+        ),
+    }
+}
+
+/// The revisions of job `id`, newest first, each put linked to its diff
+/// against the put before it.
+fn revision_lines(revisions: &[Revision], id: &str) -> Vec<RevisionLine> {
+    let mut previous_put: Option<u64> = None;
+    let mut lines: Vec<RevisionLine> = revisions
+        .iter()
+        .map(|r| {
+            let diff_link = match (r.operation, previous_put) {
+                ("put", Some(before)) => format!(
+                    "/ui/jobs/{}/diff?from={before}&to={}",
+                    url_escape(id),
+                    r.revision
+                ),
+                _ => String::new(),
+            };
+            if r.operation == "put" {
+                previous_put = Some(r.revision);
+            }
+            RevisionLine {
+                revision: r.revision,
+                operation: r.operation,
+                at: when_text(&r.at),
+                valid: match r.valid {
+                    Some(true) => "valid".into(),
+                    Some(false) => "invalid".into(),
+                    None => String::new(),
+                },
+                diff_link,
+            }
+        })
+        .collect();
+    lines.reverse();
+    lines
+}
+
+/// The next fires of a preview with their wall times and DST notes.
+fn fire_lines(preview: &Preview) -> Vec<FireLine> {
+    preview
+        .fires
+        .iter()
+        .map(|f| FireLine {
+            at: when_text(&f.at),
+            local: f.local.clone(),
+            note: f.note.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The wall times a preview's zone skips or repeats, and why they fire once
+/// or not at all.
+fn dropped_lines(preview: &Preview) -> Vec<String> {
+    preview
+        .dropped
+        .iter()
+        .map(|d| match d.reason {
+            "in_gap" => format!(
+                "{} does not fire: it falls in a spring-forward gap",
+                d.wall_time
+            ),
+            _ => format!(
+                "{} does not fire a second time: the hour repeats at fall-back",
+                d.wall_time
+            ),
+        })
+        .collect()
+}
+
+/// A rejected definition of the job: when, from where, and its problems.
+fn rejection_line(rejection: &Rejection) -> String {
+    let problems: Vec<String> = rejection.problems.iter().map(ToString::to_string).collect();
+    format!(
+        "{} ({}): {}",
+        when_text(&rejection.at),
+        rejection.source,
+        problems.join("; ")
+    )
 }
 
 #[derive(Debug, Deserialize)]
