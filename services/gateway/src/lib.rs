@@ -8,7 +8,7 @@
 //!   ([`schedule_requests`]). Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
 //!   bucket (the source of truth), runs from ClickHouse ([`run_history`],
-//!   every read bounded in time by [`clickhouse_reads`]),
+//!   every read bounded in time by [`sql::reads`]),
 //!   pool queues from `JETCRON_DUE` ([`pools`]), each read one typed
 //!   operation of [`read_requests`]; it also takes job writes
 //!   (the same operations as NATS), kills, schedule previews and the
@@ -24,11 +24,10 @@
 //! applies the ClickHouse DDL once it can. A slow or hung ClickHouse holds
 //! nothing but history: history reads answer `503 history_unavailable` within
 //! `--clickhouse-timeout`, and answers built around a definition go out
-//! without their history part ([`clickhouse_reads`]). Every "now" comes from the
+//! without their history part ([`sql::reads`]). Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
 
 pub mod channel_requests;
-pub mod clickhouse_reads;
 pub mod console;
 pub mod http;
 pub mod job_catalog;
@@ -41,7 +40,6 @@ pub mod missed_fire_scan;
 pub mod missed_gauge;
 pub mod nats_api;
 pub mod pools;
-pub mod query_catalog;
 pub mod read_requests;
 pub mod rejections;
 pub mod request_body;
@@ -49,8 +47,12 @@ pub mod run_control;
 pub mod run_history;
 pub mod run_list;
 pub mod schedule_requests;
+pub mod sql;
 pub mod stats;
 
+// Paths the integration tests (services/jetcron/tests) name, from before the
+// statements moved into `sql`.
+pub use sql::{query_catalog, reads as clickhouse_reads};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -191,7 +193,7 @@ pub async fn run(
         ),
         catalog,
         channels: channel_requests::ChannelStore::new(channels),
-        runs: run_history::RunHistory::new(clickhouse_reads::ClickHouseReads::new(
+        runs: run_history::RunHistory::new(sql::reads::ClickHouseReads::new(
             clickhouse.clone(),
             config.limits.clickhouse_timeout,
         )),

@@ -22,7 +22,7 @@ pub struct Limits {
     /// ([`crate::missed_fire_scan`]); zero turns it off; tests shorten it.
     pub missed_scan_interval: Duration,
     /// Longest wait for ClickHouse of a history read
-    /// ([`crate::clickhouse_reads`]); `--clickhouse-timeout`.
+    /// ([`crate::sql::reads`]); `--clickhouse-timeout`.
     pub clickhouse_timeout: Duration,
 }
 
@@ -33,7 +33,7 @@ impl Default for Limits {
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
             missed_grace: crate::stats::MISSED_GRACE,
             missed_scan_interval: crate::missed_fire_scan::DEFAULT_SCAN_INTERVAL,
-            clickhouse_timeout: crate::clickhouse_reads::DEFAULT_TIMEOUT,
+            clickhouse_timeout: crate::sql::reads::DEFAULT_TIMEOUT,
         }
     }
 }

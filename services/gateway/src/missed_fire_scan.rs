@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::missed_gauge::{self, MissedInWindow};
+use crate::sql::job_events::recorded_missed_event_ids;
 use crate::stats::{self, Missed};
 use crate::GatewayState;
 
@@ -211,15 +212,12 @@ async fn recorded(
         return Ok(HashSet::new());
     };
     let ids: Vec<&str> = jobs.iter().map(|(id, _)| *id).collect();
-    let reads = state.runs.reads();
-    let query = stats::recorded_missed_query(
-        reads.client(),
+    let rows = recorded_missed_event_ids(
+        state.runs.reads(),
         &ids,
         from.timestamp_millis(),
         to.timestamp_millis(),
-    );
-    let rows: Vec<String> = reads
-        .fetch_all(query, "query recorded missed fires")
-        .await?;
+    )
+    .await?;
     Ok(rows.into_iter().collect())
 }

@@ -10,7 +10,7 @@
 //! and names what is wrong.
 //!
 //! A history read that ClickHouse does not answer in time is a `503
-//! history_unavailable` ([`crate::clickhouse_reads`]); the history parts of
+//! history_unavailable` ([`crate::sql::reads`]); the history parts of
 //! answers built around a definition ([`job_detail`], [`job_history`]) only
 //! glance at ClickHouse and go out without them, saying why. The console
 //! asks the other reads to glance too where a page shows their history
@@ -24,11 +24,12 @@ use jetcron_core::schedule_preview::{self, Preview};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
-use crate::clickhouse_reads::Patience;
 use crate::job_catalog::{ChainPeer, ChainView};
 use crate::job_store::{Revision, StoredJob};
 use crate::rejections::Rejection;
-use crate::run_list::{self, ListedRun, RunFilter, STATUSES};
+use crate::run_list::{self, ListedRun, STATUSES};
+use crate::sql::reads::Patience;
+use crate::sql::runs_view::RunFilter;
 use crate::stats::{self, CurrentJob, JobStats, MAX_STATS_JOBS};
 use crate::GatewayState;
 

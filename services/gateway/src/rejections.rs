@@ -1,18 +1,14 @@
-//! `job.rejected` history from ClickHouse `jetcron.job_events`: definitions
-//! sent with `nats pub` or written into the bucket that were not applied.
-//!
-//! Values are bound, never pasted into SQL; rows are deduplicated on
-//! `event_id` (`LIMIT 1 BY`), so a replayed projection answers the same. The
-//! table holds other job events too (`fire.missed`), so every query names
-//! the kind.
+//! `job.rejected` history from ClickHouse `jetcron.job_events` (read through
+//! [`crate::sql::job_events`]): definitions sent with `nats pub` or written
+//! into the bucket that were not applied.
 
 use jetcron_core::job::FieldError;
-use jetcron_core::job_events::JOB_REJECTED_KIND;
 use jetcron_core::time_format::rfc3339_millis;
-use jetcron_io::clickhouse_schema::{JobEventRow, JOB_EVENT_COLUMNS};
+use jetcron_io::clickhouse_schema::JobEventRow;
 use serde::Serialize;
 
-use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::job_events;
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
 
 /// One rejection as the API shows it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -48,29 +44,6 @@ pub async fn newest(
     job_id: Option<&str>,
     limit: u32,
 ) -> Result<Vec<Rejection>, HistoryUnavailable> {
-    let query = newest_query(reads.client(), job_id, limit);
-    let rows: Vec<JobEventRow> = reads.fetch_all(query, "query job.rejected events").await?;
+    let rows = job_events::newest_rejections(reads, job_id, limit).await?;
     Ok(rows.into_iter().map(Rejection::from).collect())
-}
-
-/// The query of [`newest`].
-pub fn newest_query(
-    client: &clickhouse::Client,
-    job_id: Option<&str>,
-    limit: u32,
-) -> clickhouse::query::Query {
-    let filter = if job_id.is_some() {
-        "AND job_id = ?"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT {JOB_EVENT_COLUMNS} FROM jetcron.job_events WHERE kind = ? {filter} \
-         ORDER BY at_ms DESC, event_id LIMIT 1 BY event_id LIMIT ?"
-    );
-    let mut query = client.query(&sql).bind(JOB_REJECTED_KIND);
-    if let Some(id) = job_id {
-        query = query.bind(id);
-    }
-    query.bind(limit)
 }

@@ -15,15 +15,17 @@
 //! which records each missed fire as a `fire.missed` job event in ClickHouse
 //! (for Grafana) and feeds the gauge.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use jetcron_core::events::RunId;
 use jetcron_core::job::ValidJob;
 use jetcron_core::time_format::rfc3339_millis;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::run_events;
+use crate::sql::runs_view::{self, JobStatsRow};
 
 /// A fire is missed only once it is this much older than its (jittered) time
 /// (the default of [`crate::limits::Limits::missed_grace`]).
@@ -33,33 +35,6 @@ pub const MAX_EXPECTED_PER_JOB: usize = 10_000;
 /// Most jobs whose missed fires one statistics request (or one lookup of
 /// the scan) checks.
 pub const MAX_STATS_JOBS: usize = 2_000;
-
-/// Counts and percentiles of one job, as ClickHouse aggregates them.
-#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
-struct JobStatsRow {
-    job_id: String,
-    runs: u64,
-    succeeded: u64,
-    failed: u64,
-    timed_out: u64,
-    killed: u64,
-    skipped: u64,
-    in_progress: u64,
-    started: u64,
-    lag: Vec<i64>,
-    finished: u64,
-    duration: Vec<i64>,
-}
-
-const STATS_SQL: &str = "SELECT job_id, count() AS runs, \
-    countIf(status = 'succeeded') AS succeeded, countIf(status = 'failed') AS failed, \
-    countIf(status = 'timed_out') AS timed_out, countIf(status = 'killed') AS killed, \
-    countIf(status = 'skipped') AS skipped, countIf(status IN ('running', 'retrying')) AS in_progress, \
-    countIf(first_started_ms > 0) AS started, \
-    quantilesExactIf(0.5, 0.95, 0.99)(first_started_ms - scheduled_ms, first_started_ms > 0) AS lag, \
-    countIf(finished_ms > 0 AND started_ms > 0) AS finished, \
-    quantilesExactIf(0.5, 0.95, 0.99)(duration_ms, finished_ms > 0 AND started_ms > 0) AS duration \
-    FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ?";
 
 /// p50 / p95 / p99 in milliseconds.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -147,51 +122,8 @@ pub async fn notify_failures(
     to: DateTime<Utc>,
     job_id: Option<&str>,
 ) -> Result<BTreeMap<String, u64>, HistoryUnavailable> {
-    let query = notify_failures_query(reads.client(), from, to, job_id);
-    let rows: Vec<(String, u64)> = reads.fetch_all(query, "query failed notifications").await?;
+    let rows = run_events::notify_failures(reads, from, to, job_id).await?;
     Ok(rows.into_iter().collect())
-}
-
-/// The query of [`notify_failures`] (`notify_failed` events are not in the
-/// `runs` view: they do not change a run's state).
-pub fn notify_failures_query(
-    client: &clickhouse::Client,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    job_id: Option<&str>,
-) -> clickhouse::query::Query {
-    per_job_in_range(
-        client,
-        "SELECT job_id, uniqExact(event_id) AS failures FROM jetcron.run_events \
-         WHERE kind = 'notify_failed' AND scheduled_ms >= ? AND scheduled_ms <= ?",
-        from,
-        to,
-        job_id,
-    )
-}
-
-/// `select` (whose WHERE ends with the scheduled range `>= ? AND <= ?`)
-/// for one job or all, grouped by job.
-fn per_job_in_range(
-    client: &clickhouse::Client,
-    select: &str,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    job_id: Option<&str>,
-) -> clickhouse::query::Query {
-    let mut sql = select.to_string();
-    if job_id.is_some() {
-        sql.push_str(" AND job_id = ?");
-    }
-    sql.push_str(" GROUP BY job_id ORDER BY job_id");
-    let mut query = client
-        .query(&sql)
-        .bind(from.timestamp_millis())
-        .bind(to.timestamp_millis());
-    if let Some(id) = job_id {
-        query = query.bind(id);
-    }
-    query
 }
 
 /// Add the failed notifications to `stats` (a job may have no run in the
@@ -215,58 +147,11 @@ pub async fn run_stats(
     to: DateTime<Utc>,
     job_id: Option<&str>,
 ) -> Result<BTreeMap<String, JobStats>, HistoryUnavailable> {
-    let query = run_stats_query(reads.client(), from, to, job_id);
-    let rows: Vec<JobStatsRow> = reads.fetch_all(query, "query run statistics").await?;
+    let rows = runs_view::run_stats(reads, from, to, job_id).await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.job_id.clone(), JobStats::from_row(r)))
         .collect())
-}
-
-/// The query of [`run_stats`].
-pub fn run_stats_query(
-    client: &clickhouse::Client,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    job_id: Option<&str>,
-) -> clickhouse::query::Query {
-    per_job_in_range(client, STATS_SQL, from, to, job_id)
-}
-
-/// Run ids with events among `job_ids` in a scheduled range (missed fires).
-pub fn present_runs_query(
-    client: &clickhouse::Client,
-    job_ids: &[&str],
-    from_ms: i64,
-    to_ms: i64,
-) -> clickhouse::query::Query {
-    client
-        .query(
-            "SELECT DISTINCT run_id FROM jetcron.run_events \
-             WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id)",
-        )
-        .bind(from_ms)
-        .bind(to_ms)
-        .bind(job_ids)
-}
-
-/// Event ids of `fire.missed` events already stored for `job_ids` with
-/// scheduled times in a range (deduplicated; the scan skips these).
-pub fn recorded_missed_query(
-    client: &clickhouse::Client,
-    job_ids: &[&str],
-    from_ms: i64,
-    to_ms: i64,
-) -> clickhouse::query::Query {
-    client
-        .query(
-            "SELECT DISTINCT event_id FROM jetcron.job_events \
-             WHERE kind = ? AND at_ms >= ? AND at_ms <= ? AND has(?, job_id)",
-        )
-        .bind(jetcron_core::job_events::FIRE_MISSED_KIND)
-        .bind(from_ms)
-        .bind(to_ms)
-        .bind(job_ids)
 }
 
 /// A job as the missed-fire count needs it: its valid definition and when
@@ -382,17 +267,13 @@ pub async fn missed_of(
         return Ok(BTreeMap::new());
     };
     let ids: Vec<&str> = expected.iter().map(|e| e.id.as_str()).collect();
-    let query = present_runs_query(
-        reads.client(),
+    let present = run_events::present_run_ids(
+        reads,
         &ids,
         earliest.timestamp_millis(),
         latest.timestamp_millis(),
-    );
-    let present: HashSet<String> = reads
-        .fetch_all::<String>(query, "query runs of expected fires")
-        .await?
-        .into_iter()
-        .collect();
+    )
+    .await?;
     let mut missed = BTreeMap::new();
     for Expected {
         id,

@@ -20,10 +20,10 @@ use serde::Deserialize;
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::clickhouse_reads::Patience;
 use crate::job_store::Revision;
 use crate::read_requests::{self, GetJobDetail, GetStats, JobRunsReply, ListJobRuns};
 use crate::rejections::Rejection;
+use crate::sql::reads::Patience;
 use crate::GatewayState;
 
 /// Runs listed on a job's page.

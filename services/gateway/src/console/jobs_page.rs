@@ -21,8 +21,8 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, status_class, when, Frame};
 use super::row_figures::{self, RowFigures};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::clickhouse_reads::Patience;
 use crate::job_catalog::{JobRow, RowQuery, RowSort};
+use crate::sql::reads::Patience;
 use crate::GatewayState;
 
 /// Rows per page.

@@ -2,38 +2,20 @@
 //! for all its rows: each job's last run (within a week) and its runs of
 //! the last 24 hours by hour, succeeded against failed (the sparkline).
 //! A ClickHouse outage leaves the figures empty; the table still shows (the
-//! page glances: [`crate::clickhouse_reads::Patience::Glance`]).
+//! page glances: [`crate::sql::reads::Patience::Glance`]).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use serde::Deserialize;
 
-use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::job_events;
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::runs_view::{self, HourRow, LastRunRow};
 
 /// How far back the last run is looked for.
 pub const LAST_RUN_WITHIN: Duration = Duration::days(7);
 /// Hours in a sparkline.
 pub const HOURS: usize = 24;
-
-/// The last run of a job.
-#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
-pub struct LastRun {
-    pub job_id: String,
-    pub last_run_id: String,
-    pub last_status: String,
-    pub last_scheduled_ms: i64,
-    pub last_duration_ms: i64,
-}
-
-#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
-struct HourRow {
-    job_id: String,
-    hours_ago: u32,
-    succeeded: u64,
-    failed: u64,
-    other: u64,
-}
 
 /// One job's (or every job's) last 24 hours, oldest hour first.
 #[derive(Debug, Clone, Default)]
@@ -64,7 +46,7 @@ impl Day {
 /// The figures of a page's rows.
 #[derive(Debug, Default)]
 pub struct RowFigures {
-    pub last: BTreeMap<String, LastRun>,
+    pub last: BTreeMap<String, LastRunRow>,
     pub day: BTreeMap<String, Day>,
 }
 
@@ -77,14 +59,8 @@ pub async fn fetch(
         return Ok(RowFigures::default());
     }
     let (last, hours) = tokio::join!(
-        reads.fetch_all::<LastRun>(
-            last_runs_query(reads.client(), job_ids, now),
-            "query last runs"
-        ),
-        reads.fetch_all::<HourRow>(
-            hours_query(reads.client(), Some(job_ids), now),
-            "query runs by hour"
-        ),
+        runs_view::last_runs(reads, job_ids, now - LAST_RUN_WITHIN, now),
+        runs_view::runs_by_hour(reads, Some(job_ids), now, HOURS as i64),
     );
     let (last, hours) = (last?, hours?);
     let mut day: BTreeMap<String, Day> = BTreeMap::new();
@@ -97,66 +73,15 @@ pub async fn fetch(
     })
 }
 
-/// The newest run of each of `job_ids` within [`LAST_RUN_WITHIN`].
-pub fn last_runs_query(
-    client: &clickhouse::Client,
-    job_ids: &[&str],
-    now: DateTime<Utc>,
-) -> clickhouse::query::Query {
-    client
-        .query(
-            "SELECT job_id, argMax(run_id, scheduled_ms) AS last_run_id, \
-             argMax(status, scheduled_ms) AS last_status, max(scheduled_ms) AS last_scheduled_ms, \
-             argMax(duration_ms, scheduled_ms) AS last_duration_ms \
-             FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ? AND has(?, job_id) \
-             GROUP BY job_id ORDER BY job_id",
-        )
-        .bind((now - LAST_RUN_WITHIN).timestamp_millis())
-        .bind(now.timestamp_millis())
-        .bind(job_ids)
-}
-
 /// Every job's runs of the last 24 hours by hour (the overview).
 pub async fn all_jobs_day(
     reads: &ClickHouseReads,
     now: DateTime<Utc>,
 ) -> Result<Day, HistoryUnavailable> {
-    let query = hours_query(reads.client(), None, now);
-    let rows: Vec<HourRow> = reads.fetch_all(query, "query runs by hour").await?;
+    let rows = runs_view::runs_by_hour(reads, None, now, HOURS as i64).await?;
     let mut day = Day::default();
     rows.iter().for_each(|row| day.add(row));
     Ok(day)
-}
-
-/// Runs of `job_ids` (all jobs: `None`, as one row per hour with an empty
-/// job id) in the last 24 hours, counted by hours before `now`.
-pub fn hours_query(
-    client: &clickhouse::Client,
-    job_ids: Option<&[&str]>,
-    now: DateTime<Utc>,
-) -> clickhouse::query::Query {
-    let now_ms = now.timestamp_millis();
-    let (job, filter, group) = match job_ids {
-        Some(_) => ("job_id", " AND has(?, job_id)", "job_id, hours_ago"),
-        None => ("'' AS job_id", "", "hours_ago"),
-    };
-    let sql = format!(
-        "SELECT {job}, toUInt32(intDiv(? - scheduled_ms, 3600000)) AS hours_ago, \
-         countIf(status = 'succeeded') AS succeeded, \
-         countIf(status IN ('failed', 'timed_out', 'killed')) AS failed, \
-         countIf(status NOT IN ('succeeded', 'failed', 'timed_out', 'killed')) AS other \
-         FROM jetcron.runs WHERE scheduled_ms > ? AND scheduled_ms <= ?{filter} \
-         GROUP BY {group} ORDER BY {group}"
-    );
-    let mut query = client
-        .query(&sql)
-        .bind(now_ms)
-        .bind(now_ms - Duration::hours(HOURS as i64).num_milliseconds())
-        .bind(now_ms);
-    if let Some(ids) = job_ids {
-        query = query.bind(ids);
-    }
-    query
 }
 
 /// `fire.missed` events recorded in the 24 hours before `now`.
@@ -164,23 +89,7 @@ pub async fn missed_fires_recorded(
     reads: &ClickHouseReads,
     now: DateTime<Utc>,
 ) -> Result<u64, HistoryUnavailable> {
-    let query = missed_fires_query(reads.client(), now);
-    reads.fetch_one(query, "count missed fires").await
-}
-
-/// The query of [`missed_fires_recorded`] (events deduplicated by id).
-pub fn missed_fires_query(
-    client: &clickhouse::Client,
-    now: DateTime<Utc>,
-) -> clickhouse::query::Query {
-    client
-        .query(
-            "SELECT toUInt64(uniqExact(event_id)) FROM jetcron.job_events \
-             WHERE kind = ? AND at_ms > ? AND at_ms <= ?",
-        )
-        .bind(jetcron_core::job_events::FIRE_MISSED_KIND)
-        .bind((now - Duration::hours(HOURS as i64)).timestamp_millis())
-        .bind(now.timestamp_millis())
+    job_events::missed_fires_recorded(reads, now - Duration::hours(HOURS as i64), now).await
 }
 
 /// An inline SVG bar chart of `day` (the overview): runs per hour, stacked

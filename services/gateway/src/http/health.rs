@@ -2,7 +2,7 @@
 //!
 //! `/readyz` is 200 only when NATS is connected, ClickHouse answers and every
 //! service of the process has verified its NATS topology. It only glances at
-//! ClickHouse ([`crate::clickhouse_reads::Patience::Glance`]): a hung
+//! ClickHouse ([`crate::sql::reads::Patience::Glance`]): a hung
 //! ClickHouse makes it answer 503 within a second, not hang. Before the
 //! gateway's own topology is there, [`serve_while_starting`] answers the two
 //! probes (503, saying what is awaited) so that an orchestrator sees a live,

@@ -55,7 +55,7 @@ pub struct ApiRoute {
     /// The schema of a successful answer, where the operation has a type.
     pub answer: Option<BodySchema>,
     /// Whether it needs an answer from ClickHouse, and so may answer
-    /// `503 history_unavailable` ([`crate::clickhouse_reads`]).
+    /// `503 history_unavailable` ([`crate::sql::reads`]).
     pub reads_history: bool,
     handler: MethodRouter<Arc<GatewayState>>,
 }

@@ -1,13 +1,13 @@
-//! Every ClickHouse query the gateway sends, built by the same functions the
-//! handlers use, with sample values and every optional filter on: a test
+//! Every ClickHouse query the gateway sends, built by the same builders its
+//! fetches use, with sample values and every optional filter on: a test
 //! runs each on the 18.16 server and on a current ClickHouse (chdb) and
 //! compares the answers. A new query belongs here too.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 
-use crate::console::row_figures;
-use crate::run_list::RunFilter;
-use crate::{rejections, run_history, run_list, stats};
+use super::runs_view::{self, RunFilter};
+use super::{job_events, run_events};
+use crate::console::row_figures::{HOURS, LAST_RUN_WITHIN};
 
 /// A query with sample values bound: its name and SQL.
 type Sample = (&'static str, String);
@@ -46,11 +46,11 @@ fn run_history_samples(
     vec![
         (
             "runs of a job (events)",
-            sql(run_history::runs_of_job_query(client, job_id, 50, None)),
+            sql(run_events::runs_of_job_query(client, job_id, 50, None)),
         ),
         (
             "runs of a job after a cursor (events)",
-            sql(run_history::runs_of_job_query(
+            sql(run_events::runs_of_job_query(
                 client,
                 job_id,
                 50,
@@ -59,11 +59,11 @@ fn run_history_samples(
         ),
         (
             "one run (events)",
-            sql(run_history::run_query(client, run_id)),
+            sql(run_events::run_query(client, run_id)),
         ),
         (
             "existing runs (backfill)",
-            sql(run_history::existing_runs_query(
+            sql(run_events::existing_runs_query(
                 client,
                 job_id,
                 &[run_id.to_string()],
@@ -100,19 +100,19 @@ fn listing_and_stats_samples(
     vec![
         (
             "runs, every filter",
-            sql(run_list::list_query(client, &every_filter)),
+            sql(runs_view::list_query(client, &every_filter)),
         ),
         (
             "runs, text and cursor",
-            sql(run_list::list_query(client, &searching)),
+            sql(runs_view::list_query(client, &searching)),
         ),
         (
             "stats, all jobs",
-            sql(stats::run_stats_query(client, from, to, None)),
+            sql(runs_view::run_stats_query(client, from, to, None)),
         ),
         (
             "stats, one job",
-            sql(stats::run_stats_query(client, from, to, Some(job_id))),
+            sql(runs_view::run_stats_query(client, from, to, Some(job_id))),
         ),
     ]
 }
@@ -128,19 +128,29 @@ fn missed_fire_samples(
     vec![
         (
             "failed notifications, all jobs",
-            sql(stats::notify_failures_query(client, from, to, None)),
+            sql(run_events::notify_failures_query(client, from, to, None)),
         ),
         (
             "failed notifications, one job",
-            sql(stats::notify_failures_query(client, from, to, Some(job_id))),
+            sql(run_events::notify_failures_query(
+                client,
+                from,
+                to,
+                Some(job_id),
+            )),
         ),
         (
             "runs present (missed fires)",
-            sql(stats::present_runs_query(client, &[job_id], from_ms, to_ms)),
+            sql(run_events::present_runs_query(
+                client,
+                &[job_id],
+                from_ms,
+                to_ms,
+            )),
         ),
         (
             "missed fires already recorded",
-            sql(stats::recorded_missed_query(
+            sql(job_events::recorded_missed_query(
                 client,
                 &[job_id],
                 from_ms,
@@ -155,11 +165,15 @@ fn rejection_samples(client: &clickhouse::Client, job_id: &str) -> Vec<Sample> {
     vec![
         (
             "rejections",
-            sql(rejections::newest_query(client, None, 50)),
+            sql(job_events::newest_rejections_query(client, None, 50)),
         ),
         (
             "rejections of a job",
-            sql(rejections::newest_query(client, Some(job_id), 50)),
+            sql(job_events::newest_rejections_query(
+                client,
+                Some(job_id),
+                50,
+            )),
         ),
     ]
 }
@@ -169,23 +183,33 @@ fn console_samples(client: &clickhouse::Client, job_id: &str, to: DateTime<Utc>)
     vec![
         (
             "console: last runs of a page of jobs",
-            sql(row_figures::last_runs_query(client, &[job_id, "other"], to)),
-        ),
-        (
-            "console: a page of jobs by hour",
-            sql(row_figures::hours_query(
+            sql(runs_view::last_runs_query(
                 client,
-                Some(&[job_id, "other"]),
+                &[job_id, "other"],
+                to - LAST_RUN_WITHIN,
                 to,
             )),
         ),
         (
+            "console: a page of jobs by hour",
+            sql(runs_view::hours_query(
+                client,
+                Some(&[job_id, "other"]),
+                to,
+                HOURS as i64,
+            )),
+        ),
+        (
             "console: every job by hour",
-            sql(row_figures::hours_query(client, None, to)),
+            sql(runs_view::hours_query(client, None, to, HOURS as i64)),
         ),
         (
             "console: missed fires recorded",
-            sql(row_figures::missed_fires_query(client, to)),
+            sql(job_events::missed_fires_query(
+                client,
+                to - Duration::hours(HOURS as i64),
+                to,
+            )),
         ),
     ]
 }
