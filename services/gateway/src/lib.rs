@@ -2,21 +2,21 @@
 //!
 //! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
 //!   `jetcron.api.jobs.put` validates a definition and stores it in
-//!   `jetcron_jobs`; `trigger` and `backfill` ([`manual_runs`]) publish due
-//!   events by hand; `jetcron.api.runs.kill` stops a run ([`run_control`]);
+//!   `jetcron_jobs`; `trigger` and `backfill` ([`runs::manual`]) publish due
+//!   events by hand; `jetcron.api.runs.kill` stops a run ([`runs::control`]);
 //!   `jetcron.api.schedules.preview` shows a line's next fires
-//!   ([`schedule_requests`]). Several gateways share the service's queue group.
+//!   ([`jobs::schedule_preview`]). Several gateways share the service's queue group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
-//!   bucket (the source of truth), runs from ClickHouse ([`run_history`],
+//!   bucket (the source of truth), runs from ClickHouse ([`runs::history`],
 //!   every read bounded in time by [`sql::reads`]),
-//!   pool queues from `JETCRON_DUE` ([`pools`]), each read one typed
+//!   pool queues from `JETCRON_DUE` ([`runs::pools`]), each read one typed
 //!   operation of [`read_requests`]; it also takes job writes
 //!   (the same operations as NATS), kills, schedule previews and the
 //!   completion reports of asynchronous targets.
 //! - The operator console ([`console`]) serves HTML pages at `/` and `/ui/`
 //!   on the same port, built from the same operations; its job table reads
-//!   the in-memory [`job_catalog`].
-//! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
+//!   the in-memory [`jobs::catalog`].
+//! - A periodic scan ([`missed_fires::scan`]) records missed fires (scheduled
 //!   times with no run past a grace period) as `fire.missed` job events, so
 //!   ClickHouse and Grafana have them.
 //!
@@ -27,31 +27,21 @@
 //! without their history part ([`sql::reads`]). Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
 
-pub mod channel_requests;
+pub mod channels;
 pub mod console;
 pub mod http;
-pub mod job_catalog;
-pub mod job_pass;
-pub mod job_requests;
-pub mod job_store;
+pub mod jobs;
 pub mod limits;
-pub mod manual_runs;
-pub mod missed_fire_scan;
-pub mod missed_gauge;
+pub mod missed_fires;
 pub mod nats_api;
-pub mod pools;
 pub mod read_requests;
-pub mod rejections;
 pub mod request_body;
-pub mod run_control;
-pub mod run_history;
-pub mod run_list;
-pub mod schedule_requests;
+pub mod runs;
 pub mod sql;
-pub mod stats;
 
 // Paths the integration tests (services/jetcron/tests) name, from before the
-// statements moved into `sql`.
+// gateway was in rooms.
+pub use runs::stats;
 pub use sql::{query_catalog, reads as clickhouse_reads};
 use std::sync::Arc;
 
@@ -85,18 +75,18 @@ pub struct GatewayConfig {
 pub struct GatewayState {
     pub nats: async_nats::Client,
     pub js: async_nats::jetstream::Context,
-    pub jobs: job_store::JobStore,
+    pub jobs: jobs::store::JobStore,
     /// `jetcron_channels`: alert channels.
-    pub channels: channel_requests::ChannelStore,
+    pub channels: channels::store::ChannelStore,
     /// One small row per job, for the console's table and the job limit.
-    pub catalog: job_catalog::JobCatalog,
-    pub runs: run_history::RunHistory,
+    pub catalog: jobs::catalog::JobCatalog,
+    pub runs: runs::history::RunHistory,
     /// `jetcron_running`: kill requests.
     pub running: async_nats::jetstream::kv::Store,
     pub http_auth: http::auth::HttpAuth,
     pub limits: limits::Limits,
     /// Missed fires of the last hour, for `/metrics`.
-    pub missed: missed_gauge::MissedGauge,
+    pub missed: missed_fires::gauge::MissedGauge,
     /// Every service of this process, for `/readyz`.
     pub readiness: Readiness,
     /// Every "now" of the gateway.
@@ -175,7 +165,7 @@ pub async fn run(
     };
     let listener = tokio::net::TcpListener::from_std(listener).context("gateway listener")?;
     let clickhouse = config.clickhouse.client();
-    let catalog = job_catalog::JobCatalog::new(config.lines.clone());
+    let catalog = jobs::catalog::JobCatalog::new(config.lines.clone());
     let feed = config.jobs_feed.subscribe(&client, &config.lines);
     let catalog_task = tokio::spawn(catalog.clone().follow(feed, shutdown.clone()));
     if config.http_auth.has_no_tokens() {
@@ -185,27 +175,27 @@ pub async fn run(
         running,
         nats: client.clone(),
         js: js.clone(),
-        jobs: job_store::JobStore::new(
+        jobs: jobs::store::JobStore::new(
             bucket,
             catalog.clone(),
             config.limits.max_jobs,
             config.lines.clone(),
         ),
         catalog,
-        channels: channel_requests::ChannelStore::new(channels),
-        runs: run_history::RunHistory::new(sql::reads::ClickHouseReads::new(
+        channels: channels::store::ChannelStore::new(channels),
+        runs: runs::history::RunHistory::new(sql::reads::ClickHouseReads::new(
             clickhouse.clone(),
             config.limits.clickhouse_timeout,
         )),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
         // The scan refreshes the gauge; scrapes in between use its counts.
-        missed: missed_gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
+        missed: missed_fires::gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
         readiness: config.readiness.clone(),
         clock,
         grafana_url: config.grafana_url.clone(),
     });
-    let scan = tokio::spawn(missed_fire_scan::run(
+    let scan = tokio::spawn(missed_fires::scan::run(
         state.clone(),
         config.limits.missed_scan_interval,
         shutdown.clone(),

@@ -24,13 +24,14 @@ use jetcron_core::schedule_preview::{self, Preview};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
-use crate::job_catalog::{ChainPeer, ChainView};
-use crate::job_store::{Revision, StoredJob};
-use crate::rejections::Rejection;
-use crate::run_list::{self, ListedRun, STATUSES};
+use crate::jobs::catalog::{ChainPeer, ChainView};
+use crate::jobs::rejections::Rejection;
+use crate::jobs::store::{Revision, StoredJob};
+use crate::runs;
+use crate::runs::listing::{ListedRun, STATUSES};
+use crate::runs::stats::{self, CurrentJob, JobStats, MAX_STATS_JOBS};
 use crate::sql::reads::Patience;
 use crate::sql::runs_view::RunFilter;
-use crate::stats::{self, CurrentJob, JobStats, MAX_STATS_JOBS};
 use crate::GatewayState;
 
 /// How many upcoming fire times a job answer lists by default.
@@ -257,7 +258,7 @@ pub async fn job_runs(
     let before = request
         .cursor
         .as_deref()
-        .map(run_list::decode_cursor)
+        .map(runs::listing::decode_cursor)
         .transpose()?;
     let (runs, next_cursor) = state
         .runs
@@ -363,11 +364,11 @@ pub async fn runs(state: &GatewayState, request: ListRuns) -> Result<RunsReply, 
         after: request
             .cursor
             .as_deref()
-            .map(run_list::decode_cursor)
+            .map(runs::listing::decode_cursor)
             .transpose()?,
         limit: checked_limit(request.limit)?,
     };
-    let (runs, next_cursor) = run_list::list(state.runs.reads(), &filter).await?;
+    let (runs, next_cursor) = runs::listing::list(state.runs.reads(), &filter).await?;
     Ok(RunsReply {
         ok: true,
         from: rfc3339_millis(from),
@@ -460,7 +461,7 @@ pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply
     jobs.truncate(MAX_STATS_JOBS);
     // Only up to where ClickHouse holds every run event (see
     // pools::projected_until); if that cannot be told, up to now.
-    let until = crate::pools::projected_until(state, now)
+    let until = crate::runs::pools::projected_until(state, now)
         .await
         .ok()
         .flatten()

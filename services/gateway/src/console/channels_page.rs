@@ -1,4 +1,4 @@
-//! `GET /ui/channels`: the alert channels ([`crate::channel_requests`]),
+//! `GET /ui/channels`: the alert channels ([`crate::channels::store`]),
 //! with where each sends and whether it is valid. Credentials are hidden
 //! unless the viewer may see them (signed in, or reads protected).
 
@@ -12,7 +12,7 @@ use jetcron_core::channel::Channel;
 
 use super::pages::{render, when_text, Frame};
 use super::viewer::{ConsoleError, Viewer};
-use crate::channel_requests::ListChannels;
+use crate::channels::store::ListChannels;
 use crate::GatewayState;
 
 /// One channel as the table shows it.

@@ -20,9 +20,9 @@ use serde::Deserialize;
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::job_store::Revision;
+use crate::jobs::rejections::Rejection;
+use crate::jobs::store::Revision;
 use crate::read_requests::{self, GetJobDetail, GetStats, JobRunsReply, ListJobRuns};
-use crate::rejections::Rejection;
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 
@@ -131,7 +131,7 @@ pub struct ChainLine {
 }
 
 impl ChainLine {
-    fn of(peer: &crate::job_catalog::ChainPeer) -> Self {
+    fn of(peer: &crate::jobs::catalog::ChainPeer) -> Self {
         Self {
             job: peer.job.clone(),
             link: format!("/ui/jobs/{}", url_escape(&peer.job)),

@@ -1,7 +1,7 @@
 //! `GET /ui/jobs`: every job in a table, filtered by label, text and state,
 //! sorted by a column, 50 to a page.
 //!
-//! Rows come from the [`crate::job_catalog`] in memory; only the page's rows
+//! Rows come from the [`crate::jobs::catalog`] in memory; only the page's rows
 //! are read further: their entries from the bucket (next fire) and their run
 //! figures from ClickHouse ([`super::row_figures`]), each in one round; the
 //! figures only glance at ClickHouse, so a slow one leaves them out.
@@ -21,7 +21,7 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, status_class, when, Frame};
 use super::row_figures::{self, RowFigures};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::job_catalog::{JobRow, RowQuery, RowSort};
+use crate::jobs::catalog::{JobRow, RowQuery, RowSort};
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 

@@ -2,8 +2,8 @@
 //! served by the gateway on its own port.
 //!
 //! Every page is built from the gateway's own operations (the typed reads of
-//! [`crate::read_requests`], the writes of [`crate::job_store`],
-//! [`crate::job_requests`], [`crate::manual_runs`], [`crate::run_control`]),
+//! [`crate::read_requests`], the writes of [`crate::jobs::store`],
+//! [`crate::jobs::requests`], [`crate::runs::manual`], [`crate::runs::control`]),
 //! so the console and the HTTP API cannot disagree. Templates are askama
 //! (compiled in, HTML-escaped by default); the stylesheet and one small
 //! script are files of this crate served from `/ui/assets/`, and a strict

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, when_text, Frame};
 use super::row_figures::{self, Day, HOURS};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::pools::{self, PoolState};
 use crate::read_requests::{self, ListRejections};
+use crate::runs::pools::{self, PoolState};
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 

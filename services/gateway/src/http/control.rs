@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 
 use super::writes::LimitedBody;
 use super::{unavailable, HttpError};
-use crate::{pools, run_control, GatewayState};
+use crate::runs::{control as run_control, pools};
+use crate::GatewayState;
 
 /// Body of `POST /v1/runs/{run_id}/kill` (may be empty).
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -27,7 +28,7 @@ pub async fn kill(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<crate::run_control::KilledReply>, HttpError> {
+) -> Result<Json<crate::runs::control::KilledReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
         KillBody::default()

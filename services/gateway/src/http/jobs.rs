@@ -1,6 +1,6 @@
 //! HTTP adapters of the job reads: `GET /v1/jobs`, `/v1/jobs/{id}`,
 //! `/v1/jobs/{id}/history` and `/v1/rejections`. Each builds the typed
-//! request of [`crate::job_requests`] or [`crate::read_requests`] from the
+//! request of [`crate::jobs::requests`] or [`crate::read_requests`] from the
 //! path and query and encodes the answer, secrets hidden ([`shown`]).
 
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub async fn list(
     q: QueryResult<ListQuery>,
 ) -> Result<Json<Value>, HttpError> {
     let q = query(q)?;
-    let mut request = crate::job_requests::ListJobs::default();
+    let mut request = crate::jobs::requests::ListJobs::default();
     for pair in q
         .labels
         .iter()
@@ -40,7 +40,7 @@ pub async fn list(
         })?;
         request.labels.insert(key.to_string(), value.to_string());
     }
-    let reply = crate::job_requests::list(&state, request).await?;
+    let reply = crate::jobs::requests::list(&state, request).await?;
     shown(&state, &reply)
 }
 

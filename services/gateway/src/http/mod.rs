@@ -184,10 +184,10 @@ fn service_routes() -> Vec<ApiRoute> {
 /// and the preview of a schedule line.
 #[rustfmt::skip]
 fn job_routes() -> Vec<ApiRoute> {
-    use crate::job_requests::{DeletedReply, JobsReply, PausedReply};
-    use crate::job_store::PutReply;
+    use crate::jobs::requests::{DeletedReply, JobsReply, PausedReply};
+    use crate::jobs::store::PutReply;
     use crate::read_requests::{JobDetail, JobHistory};
-    use crate::schedule_requests::PreviewReply;
+    use crate::jobs::schedule_preview::PreviewReply;
     use jetcron_core::job::JobSpec;
     use Access::{Read, Write};
     vec![
@@ -206,8 +206,8 @@ fn job_routes() -> Vec<ApiRoute> {
 /// One job's runs and actions, and the rejected definitions.
 #[rustfmt::skip]
 fn job_action_routes() -> Vec<ApiRoute> {
-    use crate::job_requests::PausedReply;
-    use crate::manual_runs::{BackfilledReply, TriggeredReply};
+    use crate::jobs::requests::PausedReply;
+    use crate::runs::manual::{BackfilledReply, TriggeredReply};
     use crate::read_requests::{JobRunsReply, RejectionsReply};
     use Access::{Read, Write};
     vec![
@@ -224,7 +224,7 @@ fn job_action_routes() -> Vec<ApiRoute> {
 #[rustfmt::skip]
 fn run_routes() -> Vec<ApiRoute> {
     use crate::read_requests::{RunReply, RunsReply, StatsReply};
-    use crate::run_control::KilledReply;
+    use crate::runs::control::KilledReply;
     use jetcron_core::control::Completion;
     use Access::{Read, Write};
     vec![
@@ -239,7 +239,7 @@ fn run_routes() -> Vec<ApiRoute> {
 /// Alert channels.
 #[rustfmt::skip]
 fn channel_routes() -> Vec<ApiRoute> {
-    use crate::channel_requests::{ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply};
+    use crate::channels::store::{ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply};
     use jetcron_core::channel::Channel;
     use Access::{Read, Write};
     vec![

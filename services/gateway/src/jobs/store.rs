@@ -9,8 +9,8 @@ use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
-use crate::job_catalog::{count_keys, JobCatalog};
-use crate::job_pass::JobPass;
+use crate::jobs::catalog::{count_keys, JobCatalog};
+use crate::jobs::pass::JobPass;
 
 /// `put`: a definition as sent; `key`, the id named by the HTTP path (the
 /// body may then leave it out); `expected_revision`, a compare-and-swap

@@ -1,5 +1,5 @@
 //! Missed fires, event-sourced: every `--missed-scan-interval` (30 s) the
-//! gateway computes the missed fires of the last hour ([`crate::stats`]: a
+//! gateway computes the missed fires of the last hour ([`crate::runs::stats`]: a
 //! scheduled time of a job's current definition, older than the grace, with
 //! no run event at all) and publishes one `fire.missed` job event per fire
 //! (`jetcron.jobs.missed` in `JETCRON_RUNS`, projected into
@@ -40,15 +40,16 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::missed_gauge::{self, MissedInWindow};
+use crate::missed_fires;
+use crate::missed_fires::gauge::MissedInWindow;
+use crate::runs::stats::{self, Missed};
 use crate::sql::job_events::recorded_missed_event_ids;
-use crate::stats::{self, Missed};
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 /// How far back each scan looks (the gauge's window).
-pub const SCAN_WINDOW: chrono::Duration = missed_gauge::GAUGE_WINDOW;
+pub const SCAN_WINDOW: chrono::Duration = missed_fires::gauge::GAUGE_WINDOW;
 /// Publishes waiting for their ack at once.
 const PUBLISHES_IN_FLIGHT: usize = 64;
 
@@ -78,7 +79,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
         }
         // Judge fires only up to where ClickHouse is complete: behind a
         // slow or stopped projector, a fire that ran looks missed.
-        let until = match crate::pools::projected_until(&state, state.clock.now()).await {
+        let until = match crate::runs::pools::projected_until(&state, state.clock.now()).await {
             Ok(Some(until)) => until,
             Ok(None) => {
                 debug!("no projector consumer yet, missed fire scan skipped");
@@ -109,7 +110,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
     }
 }
 
-/// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
+/// One scan judging fires up to `until` (see [`crate::runs::pools::projected_until`]):
 /// record every missed fire not yet stored, and give the gauge the counts.
 /// Jobs are judged and recorded a batch at a time
 /// ([`MissedInWindow`]); only the counts of jobs with missed fires

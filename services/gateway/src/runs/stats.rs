@@ -11,7 +11,7 @@
 //! A fire still waiting in a pool nobody serves counts as missed once past
 //! the grace: from the user's side nothing ran.
 //!
-//! The same computation runs periodically in [`crate::missed_fire_scan`],
+//! The same computation runs periodically in [`crate::missed_fires::scan`],
 //! which records each missed fire as a `fire.missed` job event in ClickHouse
 //! (for Grafana) and feeds the gauge.
 

@@ -36,13 +36,13 @@ impl RunHistory {
         }
     }
 
-    /// The newest `job.rejected` events ([`crate::rejections`]).
+    /// The newest `job.rejected` events ([`crate::jobs::rejections`]).
     pub async fn rejections(
         &self,
         job_id: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<crate::rejections::Rejection>, HistoryUnavailable> {
-        crate::rejections::newest(&self.reads, job_id, limit).await
+    ) -> Result<Vec<crate::jobs::rejections::Rejection>, HistoryUnavailable> {
+        crate::jobs::rejections::newest(&self.reads, job_id, limit).await
     }
 
     /// Whether ClickHouse answers `SELECT 1` (a glance: `/readyz` answers
@@ -77,7 +77,10 @@ impl RunHistory {
         let next = if runs.len() > limit as usize {
             runs.truncate(limit as usize);
             runs.last().map(|r| {
-                crate::run_list::encode_cursor(r.scheduled_at.timestamp_millis(), r.run_id.as_str())
+                crate::runs::listing::encode_cursor(
+                    r.scheduled_at.timestamp_millis(),
+                    r.run_id.as_str(),
+                )
             })
         } else {
             None

@@ -134,7 +134,8 @@ impl ChannelStore {
 
     /// Store a definition (checked first; nothing is stored when it is refused).
     pub async fn put(&self, request: PutChannel) -> Result<ChannelPutReply, ApiError> {
-        let (definition, in_body) = crate::job_store::split_expected_revision(&request.definition)?;
+        let (definition, in_body) =
+            crate::jobs::store::split_expected_revision(&request.definition)?;
         let expected_revision = request.expected_revision.or(in_body);
         let body = definition.as_deref().unwrap_or(&request.definition);
         let restored = self.restore_redacted(body, request.key.as_deref()).await?;

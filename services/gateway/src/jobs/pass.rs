@@ -34,7 +34,7 @@ use jetcron_core::job::parse_written_with;
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::stream_pass::{PassOf, StreamPass};
 
-use crate::stats::CurrentJob;
+use crate::runs::stats::CurrentJob;
 
 /// One read of the current definitions of a bucket (see the module docs).
 pub struct JobPass {
