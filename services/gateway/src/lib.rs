@@ -5,14 +5,15 @@
 //!   `jetcron_jobs`; `trigger` and `backfill` ([`runs::manual`]) publish due
 //!   events by hand; `jetcron.api.runs.kill` stops a run ([`runs::control`]);
 //!   `jetcron.api.schedules.preview` shows a line's next fires
-//!   ([`jobs::schedule_preview`]). Several gateways share the service's queue group.
+//!   ([`jobs::schedule_preview`]). Several gateways share the service's queue
+//!   group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
 //!   bucket (the source of truth), runs from ClickHouse ([`runs::history`],
-//!   every read bounded in time by [`sql::reads`]),
-//!   pool queues from `JETCRON_DUE` ([`runs::pools`]), each read one typed
-//!   operation of [`read_requests`]; it also takes job writes
-//!   (the same operations as NATS), kills, schedule previews and the
-//!   completion reports of asynchronous targets.
+//!   every read bounded in time by [`sql::reads`]), pool queues from
+//!   `JETCRON_DUE` ([`runs::pools`]), each read one typed operation
+//!   ([`jobs::reads`], [`runs::reads`], [`runs::stats`], ...); it also takes
+//!   job writes (the same operations as NATS), kills, schedule previews and
+//!   the completion reports of asynchronous targets.
 //! - The operator console ([`console`]) serves HTML pages at `/` and `/ui/`
 //!   on the same port, built from the same operations; its job table reads
 //!   the in-memory [`jobs::catalog`].
@@ -26,6 +27,40 @@
 //! `--clickhouse-timeout`, and answers built around a definition go out
 //! without their history part ([`sql::reads`]). Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
+//!
+//! # Layout
+//!
+//! Rooms by noun, a folder each, whose `mod.rs` says why it exists; an
+//! operation is a function from a typed request to a typed answer or an
+//! `ApiError`, and every door calls the same one:
+//! - [`jobs`]: definitions in `jetcron_jobs`: the bucket's operations
+//!   (`store`), a stored definition as shown (`stored`), the other job
+//!   operations (`requests`), a job's detail and history (`reads`), the
+//!   in-memory table (`catalog`), one read of every definition (`pass`),
+//!   rejected definitions (`rejections`), schedule previews
+//!   (`schedule_preview`);
+//! - [`runs`]: run history and steering: the read operations (`reads`,
+//!   `stats`), runs from their events (`history`) and across jobs
+//!   (`listing`), manual runs (`manual`), kills and completion reports
+//!   (`control`), pools (`pools`), how far ClickHouse is complete
+//!   (`projection`);
+//! - [`missed_fires`]: which fires had no run (`count`), recorded by a
+//!   periodic `scan`, counted by a `gauge`;
+//! - [`channels`]: alert channels (`requests`, `store`);
+//! - [`sql`]: every statement sent to ClickHouse (one file per table) and
+//!   the bounded reads that send them; the query catalog.
+//!
+//! The doors, each turning requests into those operations:
+//! - [`nats_api`]: the NATS micro service;
+//! - [`http`]: the HTTP API (one route table, the OpenAPI document built
+//!   from it, bearer tokens);
+//! - [`console`]: the HTML pages.
+//!
+//! Shared by the doors and the operations:
+//! - [`request_body`]: a body as a typed request, and a put's
+//!   `expected_revision`;
+//! - [`read_params`]: the read operations' parameters, checked;
+//! - [`limits`]: the configured limits.
 
 pub mod channels;
 pub mod console;
@@ -34,7 +69,7 @@ pub mod jobs;
 pub mod limits;
 pub mod missed_fires;
 pub mod nats_api;
-pub mod read_requests;
+pub mod read_params;
 pub mod request_body;
 pub mod runs;
 pub mod sql;
@@ -43,6 +78,7 @@ pub mod sql;
 // gateway was in rooms.
 pub use runs::stats;
 pub use sql::{query_catalog, reads as clickhouse_reads};
+
 use std::sync::Arc;
 
 use anyhow::Context as _;

@@ -31,7 +31,7 @@ impl Default for Limits {
         Self {
             max_jobs: DEFAULT_MAX_JOBS,
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
-            missed_grace: crate::runs::stats::MISSED_GRACE,
+            missed_grace: crate::missed_fires::count::MISSED_GRACE,
             missed_scan_interval: crate::missed_fires::scan::DEFAULT_SCAN_INTERVAL,
             clickhouse_timeout: crate::sql::reads::DEFAULT_TIMEOUT,
         }

@@ -36,7 +36,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::channels::store::PutChannel;
+use crate::channels::requests::PutChannel;
 use crate::jobs::store::PutJob;
 use crate::request_body::parse_body;
 use crate::{jobs, runs, GatewayState};

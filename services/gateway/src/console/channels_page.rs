@@ -12,7 +12,7 @@ use jetcron_core::channel::Channel;
 
 use super::pages::{render, when_text, Frame};
 use super::viewer::{ConsoleError, Viewer};
-use crate::channels::store::ListChannels;
+use crate::channels::requests::ListChannels;
 use crate::GatewayState;
 
 /// One channel as the table shows it.

@@ -3,7 +3,8 @@
 //! history, and its actions. `GET /ui/jobs/{id}/diff?from=&to=` shows what
 //! changed between two revisions.
 //!
-//! Everything comes from the typed reads ([`crate::read_requests`]), read at
+//! Everything comes from the typed reads ([`crate::jobs::reads`],
+//! [`crate::runs::reads`], [`crate::runs::stats`]), read at
 //! once; the run parts are a convenience that only glances at ClickHouse
 //! ([`Patience::Glance`]) and says so when ClickHouse is slow or away.
 
@@ -20,9 +21,11 @@ use serde::Deserialize;
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::jobs::reads::{self as job_reads, GetJobDetail};
 use crate::jobs::rejections::Rejection;
-use crate::jobs::store::Revision;
-use crate::read_requests::{self, GetJobDetail, GetStats, JobRunsReply, ListJobRuns};
+use crate::jobs::stored::Revision;
+use crate::runs::reads::{self as run_reads, JobRunsReply, ListJobRuns};
+use crate::runs::stats::{self, GetStats};
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 
@@ -173,15 +176,15 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
     let (detail, history, runs, stats) = tokio::join!(
-        read_requests::job_detail(
+        job_reads::job_detail(
             &state,
             GetJobDetail {
                 id: id.clone(),
                 next: Some(5),
             },
         ),
-        read_requests::job_history(&state, id.clone()),
-        read_requests::job_runs(
+        job_reads::job_history(&state, id.clone()),
+        run_reads::job_runs(
             &state,
             ListJobRuns {
                 id: id.clone(),
@@ -190,7 +193,7 @@ pub async fn show(
                 patience: Patience::Glance,
             },
         ),
-        read_requests::stats(
+        stats::stats(
             &state,
             GetStats {
                 job: Some(id.clone()),
@@ -398,7 +401,7 @@ pub async fn diff(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
     let Query(query) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
-    let history = read_requests::job_history(&state, id.clone()).await?;
+    let history = job_reads::job_history(&state, id.clone()).await?;
     let pick = |revision: u64| {
         history
             .revisions

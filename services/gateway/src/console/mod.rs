@@ -2,7 +2,8 @@
 //! served by the gateway on its own port.
 //!
 //! Every page is built from the gateway's own operations (the typed reads of
-//! [`crate::read_requests`], the writes of [`crate::jobs::store`],
+//! [`crate::jobs::reads`], [`crate::runs::reads`], [`crate::runs::stats`], the
+//! writes of [`crate::jobs::store`],
 //! [`crate::jobs::requests`], [`crate::runs::manual`], [`crate::runs::control`]),
 //! so the console and the HTTP API cannot disagree. Templates are askama
 //! (compiled in, HTML-escaped by default); the stylesheet and one small

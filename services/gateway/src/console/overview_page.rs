@@ -18,8 +18,9 @@ use serde::Deserialize;
 use super::pages::{duration_ms, render, when_text, Frame};
 use super::row_figures::{self, Day, HOURS};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::read_requests::{self, ListRejections};
+use crate::jobs::rejections::{self, ListRejections};
 use crate::runs::pools::{self, PoolState};
+use crate::runs::projection;
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 
@@ -75,8 +76,8 @@ pub async fn show(
         Err(e) => (Vec::new(), format!("Pools are unavailable: {e:#}")),
     };
     let projector = match (
-        pools::projector_backlog(&state).await,
-        pools::projected_until(&state, now).await,
+        projection::projector_backlog(&state).await,
+        projection::projected_until(&state, now).await,
     ) {
         (Ok(Some(backlog)), Ok(Some(until))) => format!(
             "{backlog} run events waiting; ClickHouse is complete up to {} ago",
@@ -85,7 +86,7 @@ pub async fn show(
         (Ok(None), _) | (_, Ok(None)) => "No projector has run yet.".into(),
         (Err(e), _) | (_, Err(e)) => format!("Projector state is unavailable: {e:#}"),
     };
-    let (rejections, rejections_error) = match read_requests::rejections(
+    let (rejections, rejections_error) = match rejections::rejections(
         &state,
         ListRejections {
             job: None,

@@ -10,7 +10,7 @@ use axum::Json;
 
 use super::writes::{delete_precondition, precondition, DeleteQuery, LimitedBody};
 use super::{query, HttpError, PathResult, QueryResult};
-use crate::channels::store::{
+use crate::channels::requests::{
     ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
     ListChannels, PutChannel,
 };

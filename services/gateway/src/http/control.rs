@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::writes::LimitedBody;
 use super::{unavailable, HttpError};
-use crate::runs::{control as run_control, pools};
+use crate::runs::{control as run_control, pools, projection};
 use crate::GatewayState;
 
 /// Body of `POST /v1/runs/{run_id}/kill` (may be empty).
@@ -71,7 +71,7 @@ pub async fn metrics(
     let recorded = text.contains("\njetcron_projector_backlog ");
     let observed = match recorded {
         true => None,
-        false => pools::projector_backlog(&state).await.ok().flatten(),
+        false => projection::projector_backlog(&state).await.ok().flatten(),
     };
     if let Some(backlog) = observed {
         text.push_str(&format!(

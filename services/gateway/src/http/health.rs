@@ -82,7 +82,7 @@ pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json
     let topology_ok = state.readiness.all_ready();
     let ready = nats_ok && clickhouse.is_ok() && topology_ok;
     // How far the projector is behind: grows while ClickHouse is away.
-    let backlog = crate::runs::pools::projector_backlog(&state)
+    let backlog = crate::runs::projection::projector_backlog(&state)
         .await
         .ok()
         .flatten();

@@ -1,6 +1,7 @@
 //! HTTP adapters of the job reads: `GET /v1/jobs`, `/v1/jobs/{id}`,
 //! `/v1/jobs/{id}/history` and `/v1/rejections`. Each builds the typed
-//! request of [`crate::jobs::requests`] or [`crate::read_requests`] from the
+//! request of [`crate::jobs::requests`], [`crate::jobs::reads`] or
+//! [`crate::jobs::rejections`] from the
 //! path and query and encodes the answer, secrets hidden ([`shown`]).
 
 use std::sync::Arc;
@@ -12,7 +13,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{query, HttpError, PathResult, QueryResult};
-use crate::read_requests::{self, GetJobDetail, ListRejections};
+use crate::jobs::reads::{self, GetJobDetail};
+use crate::jobs::rejections::{self, ListRejections};
 use crate::GatewayState;
 
 #[derive(Debug, serde::Deserialize)]
@@ -51,7 +53,7 @@ pub struct GetQuery {
     next: Option<usize>,
 }
 
-/// `GET /v1/jobs/{id}[?next=N]` ([`read_requests::job_detail`]).
+/// `GET /v1/jobs/{id}[?next=N]` ([`reads::job_detail`]).
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
@@ -60,26 +62,26 @@ pub async fn get_one(
     let Path(id) = id.map_err(super::bad_path)?;
     let q = query(q)?;
     let request = GetJobDetail { id, next: q.next };
-    let reply = read_requests::job_detail(&state, request).await?;
+    let reply = reads::job_detail(&state, request).await?;
     shown(&state, &reply)
 }
 
-/// `GET /v1/jobs/{id}/history` ([`read_requests::job_history`]).
+/// `GET /v1/jobs/{id}/history` ([`reads::job_history`]).
 pub async fn history(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
 ) -> Result<Json<Value>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
-    let reply = read_requests::job_history(&state, id).await?;
+    let reply = reads::job_history(&state, id).await?;
     shown(&state, &reply)
 }
 
-/// `GET /v1/rejections[?job=&limit=]` ([`read_requests::rejections`]).
+/// `GET /v1/rejections[?job=&limit=]` ([`rejections::rejections`]).
 pub async fn rejections(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListRejections>,
 ) -> Result<Json<Value>, HttpError> {
-    let reply = read_requests::rejections(&state, query(q)?).await?;
+    let reply = rejections::rejections(&state, query(q)?).await?;
     super::encoded(&reply)
 }
 

@@ -186,7 +186,7 @@ fn service_routes() -> Vec<ApiRoute> {
 fn job_routes() -> Vec<ApiRoute> {
     use crate::jobs::requests::{DeletedReply, JobsReply, PausedReply};
     use crate::jobs::store::PutReply;
-    use crate::read_requests::{JobDetail, JobHistory};
+    use crate::jobs::reads::{JobDetail, JobHistory};
     use crate::jobs::schedule_preview::PreviewReply;
     use jetcron_core::job::JobSpec;
     use Access::{Read, Write};
@@ -208,7 +208,8 @@ fn job_routes() -> Vec<ApiRoute> {
 fn job_action_routes() -> Vec<ApiRoute> {
     use crate::jobs::requests::PausedReply;
     use crate::runs::manual::{BackfilledReply, TriggeredReply};
-    use crate::read_requests::{JobRunsReply, RejectionsReply};
+    use crate::jobs::rejections::RejectionsReply;
+    use crate::runs::reads::JobRunsReply;
     use Access::{Read, Write};
     vec![
         ApiRoute::get("/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", runs::of_job).query(RUNS_LIMIT).answers::<JobRunsReply>().reads_history(),
@@ -223,7 +224,8 @@ fn job_action_routes() -> Vec<ApiRoute> {
 /// Runs across jobs, statistics, one run and its controls.
 #[rustfmt::skip]
 fn run_routes() -> Vec<ApiRoute> {
-    use crate::read_requests::{RunReply, RunsReply, StatsReply};
+    use crate::runs::reads::{RunReply, RunsReply};
+    use crate::runs::stats::StatsReply;
     use crate::runs::control::KilledReply;
     use jetcron_core::control::Completion;
     use Access::{Read, Write};
@@ -239,7 +241,7 @@ fn run_routes() -> Vec<ApiRoute> {
 /// Alert channels.
 #[rustfmt::skip]
 fn channel_routes() -> Vec<ApiRoute> {
-    use crate::channels::store::{ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply};
+    use crate::channels::requests::{ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply};
     use jetcron_core::channel::Channel;
     use Access::{Read, Write};
     vec![

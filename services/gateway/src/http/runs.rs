@@ -1,6 +1,6 @@
 //! HTTP adapters of the run reads: `GET /v1/jobs/{id}/runs`, `/v1/runs/{run_id}`,
 //! `/v1/runs` and `/v1/stats`, each building the typed request of
-//! [`crate::read_requests`] from the path and query.
+//! [`crate::runs::reads`] or [`crate::runs::stats`] from the path and query.
 
 use std::sync::Arc;
 
@@ -10,7 +10,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{encoded, query, HttpError, PathResult, QueryResult};
-use crate::read_requests::{self, GetStats, ListJobRuns, ListRuns};
+use crate::runs::reads::{self, ListJobRuns, ListRuns};
+use crate::runs::stats::{self, GetStats};
 use crate::GatewayState;
 
 #[derive(Debug, Deserialize)]
@@ -34,7 +35,7 @@ pub async fn of_job(
         cursor,
         ..ListJobRuns::default()
     };
-    encoded(&read_requests::job_runs(&state, request).await?)
+    encoded(&reads::job_runs(&state, request).await?)
 }
 
 /// `GET /v1/runs/{run_id}`.
@@ -43,7 +44,7 @@ pub async fn get_one(
     run_id: PathResult<String>,
 ) -> Result<Json<Value>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
-    encoded(&read_requests::run(&state, &run_id).await?)
+    encoded(&reads::run(&state, &run_id).await?)
 }
 
 /// `GET /v1/runs` with filters and a cursor.
@@ -51,7 +52,7 @@ pub async fn list(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListRuns>,
 ) -> Result<Json<Value>, HttpError> {
-    encoded(&read_requests::runs(&state, query(q)?).await?)
+    encoded(&reads::runs(&state, query(q)?).await?)
 }
 
 /// `GET /v1/stats[?job=&from=&to=]`.
@@ -59,5 +60,5 @@ pub async fn stats(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<GetStats>,
 ) -> Result<Json<Value>, HttpError> {
-    encoded(&read_requests::stats(&state, query(q)?).await?)
+    encoded(&stats::stats(&state, query(q)?).await?)
 }

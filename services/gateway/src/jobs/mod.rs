@@ -4,8 +4,11 @@
 //!
 //! - [`store`]: the bucket with the API's operations on it (put, delete,
 //!   pause, a definition, its history, every definition);
+//! - [`stored`]: a definition and its revisions as the API shows them, and
+//!   how they hide their secrets;
 //! - [`requests`]: the job operations beyond `put` as typed requests and
 //!   answers, shared by NATS and HTTP;
+//! - [`reads`]: a job's detail and history, shared by HTTP and the console;
 //! - [`catalog`]: one small row per job in memory (the console's table, the
 //!   job limit, chains), kept by a watch of the bucket;
 //! - [`pass`]: one streamed read of every current definition (statistics,
@@ -15,7 +18,9 @@
 
 pub mod catalog;
 pub mod pass;
+pub mod reads;
 pub mod rejections;
 pub mod requests;
 pub mod schedule_preview;
 pub mod store;
+pub mod stored;

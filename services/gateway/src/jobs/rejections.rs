@@ -1,14 +1,19 @@
 //! `job.rejected` history from ClickHouse `jetcron.job_events` (read through
 //! [`crate::sql::job_events`]): definitions sent with `nats pub` or written
-//! into the bucket that were not applied.
+//! into the bucket that were not applied; and [`rejections`], the read
+//! operation of `GET /v1/rejections` (a typed request to a typed answer or
+//! an [`ApiError`]).
 
+use jetcron_core::api::ApiError;
 use jetcron_core::job::FieldError;
 use jetcron_core::time_format::rfc3339_millis;
 use jetcron_io::clickhouse_schema::JobEventRow;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::read_params;
 use crate::sql::job_events;
-use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable, Patience};
+use crate::GatewayState;
 
 /// One rejection as the API shows it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -46,4 +51,45 @@ pub async fn newest(
 ) -> Result<Vec<Rejection>, HistoryUnavailable> {
     let rows = job_events::newest_rejections(reads, job_id, limit).await?;
     Ok(rows.into_iter().map(Rejection::from).collect())
+}
+
+/// Newest rejections, of one job when `job` is given.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListRejections {
+    pub job: Option<String>,
+    pub limit: Option<u32>,
+    /// How long to wait for ClickHouse (not a parameter).
+    #[serde(skip)]
+    pub patience: Patience,
+}
+
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RejectionsReply {
+    pub ok: bool,
+    pub rejections: Vec<Rejection>,
+}
+
+pub async fn rejections(
+    state: &GatewayState,
+    request: ListRejections,
+) -> Result<RejectionsReply, ApiError> {
+    let limit = read_params::checked_limit(request.limit)?;
+    if let Some(job) = &request.job {
+        if job.is_empty() || job.len() > 256 {
+            return Err(ApiError::invalid_field(
+                "job",
+                "must be 1 to 256 characters",
+            ));
+        }
+    }
+    let rejections = state
+        .runs
+        .with(request.patience)
+        .rejections(request.job.as_deref(), limit)
+        .await?;
+    Ok(RejectionsReply {
+        ok: true,
+        rejections,
+    })
 }

@@ -12,7 +12,7 @@ use jetcron_core::job::{validate_id, validate_labels};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::jobs::store::StoredJob;
+use crate::jobs::stored::StoredJob;
 use crate::GatewayState;
 
 /// `get` `{"id"}`.

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 
 use crate::jobs::pass::JobPass;
-use crate::runs::stats::{counts_of, expected_of, missed_of, Expected, Missed, MAX_STATS_JOBS};
+use crate::missed_fires::count::{counts_of, expected_of, missed_of, Expected, Missed};
+use crate::runs::stats::MAX_STATS_JOBS;
 
 /// Missed fires of the last hour per job for `/metrics`. The periodic scan
 /// ([`crate::missed_fires::scan`]) records its counts here; a scrape

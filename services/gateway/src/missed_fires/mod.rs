@@ -5,8 +5,10 @@
 //! own room because three users share one computation: `/v1/stats`, the
 //! scan and the gauge.
 //!
+//! - [`count`]: which expected fires have no run;
 //! - [`scan`]: the periodic scan that records them;
 //! - [`gauge`]: the counts of the last hour, for `/metrics`.
 
+pub mod count;
 pub mod gauge;
 pub mod scan;

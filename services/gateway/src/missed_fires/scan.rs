@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::missed_fires;
+use crate::missed_fires::count::{self, Missed};
 use crate::missed_fires::gauge::MissedInWindow;
-use crate::runs::stats::{self, Missed};
 use crate::sql::job_events::recorded_missed_event_ids;
 use crate::GatewayState;
 
@@ -79,7 +79,8 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
         }
         // Judge fires only up to where ClickHouse is complete: behind a
         // slow or stopped projector, a fire that ran looks missed.
-        let until = match crate::runs::pools::projected_until(&state, state.clock.now()).await {
+        let until = match crate::runs::projection::projected_until(&state, state.clock.now()).await
+        {
             Ok(Some(until)) => until,
             Ok(None) => {
                 debug!("no projector consumer yet, missed fire scan skipped");
@@ -110,7 +111,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
     }
 }
 
-/// One scan judging fires up to `until` (see [`crate::runs::pools::projected_until`]):
+/// One scan judging fires up to `until` (see [`crate::runs::projection::projected_until`]):
 /// record every missed fire not yet stored, and give the gauge the counts.
 /// Jobs are judged and recorded a batch at a time
 /// ([`MissedInWindow`]); only the counts of jobs with missed fires
@@ -120,7 +121,7 @@ pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<
     let mut counts = BTreeMap::new();
     let mut report = ScanReport::default();
     while let Some(missed) = batches.next_batch(state).await? {
-        counts.extend(stats::counts_of(&missed));
+        counts.extend(count::counts_of(&missed));
         record(state, &missed, &mut report).await?;
     }
     state.missed.record(counts).await;

@@ -1,40 +1,31 @@
-//! `GET /v1/stats` and the missed-fires gauge.
-//!
-//! Per job over a range of scheduled times: runs by status, success rate,
-//! fire lag (first start − scheduled time) and duration percentiles, all from
-//! the `jetcron.runs` view; and **missed fires**: times the job's current
-//! definition says it should have fired, older than a grace period, with no
-//! run event at all. Run ids of scheduled fires are derived from (job id,
-//! time), so "no run" is an exact lookup, not a guess. Only the current
-//! definition is asked, from when it was written: an edit or a pause starts
-//! the count afresh, so a changed schedule never reports the old one's times.
-//! A fire still waiting in a pool nobody serves counts as missed once past
-//! the grace: from the user's side nothing ran.
-//!
-//! The same computation runs periodically in [`crate::missed_fires::scan`],
-//! which records each missed fire as a `fire.missed` job event in ClickHouse
-//! (for Grafana) and feeds the gauge.
+//! `GET /v1/stats`: per job over a range of scheduled times, runs by status,
+//! success rate, fire lag (first start − scheduled time) and duration
+//! percentiles, all from the `jetcron.runs` view; the notifications given
+//! up; and the missed fires ([`crate::missed_fires::count`]) of the current
+//! definitions. [`stats`] is the read operation (a typed request to a typed
+//! answer or an [`ApiError`]); the job page shows the same answer.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use jetcron_core::events::RunId;
-use jetcron_core::job::ValidJob;
+use jetcron_core::api::ApiError;
 use jetcron_core::time_format::rfc3339_millis;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
+use crate::jobs::pass::CurrentJob;
+use crate::missed_fires::count::{self as missed, Missed};
+use crate::read_params;
+use crate::runs::projection;
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable, Patience};
 use crate::sql::run_events;
 use crate::sql::runs_view::{self, JobStatsRow};
+use crate::GatewayState;
 
-/// A fire is missed only once it is this much older than its (jittered) time
-/// (the default of [`crate::limits::Limits::missed_grace`]).
-pub const MISSED_GRACE: Duration = Duration::minutes(2);
-/// Most expected fires enumerated per job and request.
-pub const MAX_EXPECTED_PER_JOB: usize = 10_000;
 /// Most jobs whose missed fires one statistics request (or one lookup of
 /// the scan) checks.
 pub const MAX_STATS_JOBS: usize = 2_000;
+/// Longest range of one statistics request.
+pub const MAX_STATS_RANGE: Duration = Duration::days(31);
 
 /// p50 / p95 / p99 in milliseconds.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -154,142 +145,6 @@ pub async fn run_stats(
         .collect())
 }
 
-/// A job as the missed-fire count needs it: its valid definition and when
-/// that revision was written.
-pub struct CurrentJob {
-    pub job: ValidJob,
-    pub written_at: DateTime<Utc>,
-}
-
-/// What the missed-fire count found for one job.
-#[derive(Debug, Clone, Default)]
-pub struct Missed {
-    pub times: Vec<DateTime<Utc>>,
-    pub truncated: bool,
-}
-
-/// The expected scheduled fires of `job` in `[from, to]` that are due by `now`.
-fn expected_fires(
-    current: &CurrentJob,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    now: DateTime<Utc>,
-    grace: Duration,
-) -> (Vec<DateTime<Utc>>, bool) {
-    let job = &current.job;
-    if job.spec.paused {
-        return (Vec::new(), false);
-    }
-    let jitter = Duration::from_std(job.jitter).unwrap_or_default();
-    let start = from.max(current.written_at);
-    let end = to.min(now - grace - jitter);
-    if end < start {
-        return (Vec::new(), false);
-    }
-    match job.scheduled_between(start, end, MAX_EXPECTED_PER_JOB) {
-        Ok(times) => (times, false),
-        // Too many: check the newest ones only.
-        Err(_) => {
-            let timing = job.timing();
-            let mut times = Vec::with_capacity(MAX_EXPECTED_PER_JOB);
-            let mut at = end;
-            while times.len() < MAX_EXPECTED_PER_JOB {
-                match timing.previous_scheduled(at) {
-                    Some(t) if t >= start => {
-                        times.push(t);
-                        at = t - Duration::milliseconds(1);
-                    }
-                    _ => break,
-                }
-            }
-            times.reverse();
-            (times, true)
-        }
-    }
-}
-
-/// The fires one job was expected to have had, before ClickHouse is asked
-/// which of them ran: what a job costs while its batch is gathered.
-pub struct Expected {
-    id: String,
-    times: Vec<DateTime<Utc>>,
-    truncated: bool,
-}
-
-impl Expected {
-    /// How many fires the job was expected to have had.
-    pub fn fires(&self) -> usize {
-        self.times.len()
-    }
-}
-
-/// The expected fires in `[from, to]` due by `now` of those of `jobs` that
-/// have any.
-pub fn expected_of(
-    jobs: &[CurrentJob],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    now: DateTime<Utc>,
-    grace: Duration,
-) -> Vec<Expected> {
-    jobs.iter()
-        .filter_map(|current| {
-            let (times, truncated) = expected_fires(current, from, to, now, grace);
-            (!times.is_empty()).then(|| Expected {
-                id: current.job.spec.id.clone(),
-                times,
-                truncated,
-            })
-        })
-        .collect()
-}
-
-/// Scheduled fires in `[from, to]` of `jobs` that have no run event.
-pub async fn missed_fires(
-    reads: &ClickHouseReads,
-    jobs: &[CurrentJob],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    now: DateTime<Utc>,
-    grace: Duration,
-) -> Result<BTreeMap<String, Missed>, HistoryUnavailable> {
-    missed_of(reads, expected_of(jobs, from, to, now, grace)).await
-}
-
-/// Which of the `expected` fires have no run event (one ClickHouse query).
-pub async fn missed_of(
-    reads: &ClickHouseReads,
-    expected: Vec<Expected>,
-) -> Result<BTreeMap<String, Missed>, HistoryUnavailable> {
-    let earliest = expected.iter().filter_map(|e| e.times.first()).min();
-    let latest = expected.iter().filter_map(|e| e.times.last()).max();
-    let (Some(earliest), Some(latest)) = (earliest, latest) else {
-        return Ok(BTreeMap::new());
-    };
-    let ids: Vec<&str> = expected.iter().map(|e| e.id.as_str()).collect();
-    let present = run_events::present_run_ids(
-        reads,
-        &ids,
-        earliest.timestamp_millis(),
-        latest.timestamp_millis(),
-    )
-    .await?;
-    let mut missed = BTreeMap::new();
-    for Expected {
-        id,
-        times,
-        truncated,
-    } in expected
-    {
-        let times: Vec<_> = times
-            .into_iter()
-            .filter(|t| !present.contains(RunId::for_fire(&id, *t).as_str()))
-            .collect();
-        missed.insert(id, Missed { times, truncated });
-    }
-    Ok(missed)
-}
-
 /// Merge missed fires into the stats (jobs without runs get an entry too).
 pub fn with_missed(
     mut stats: BTreeMap<String, JobStats>,
@@ -312,82 +167,111 @@ pub fn with_missed(
     stats.into_values().collect()
 }
 
-/// Missed fires per job with any, as the gauge counts them (a job with
-/// none is not shown, so not kept).
-pub fn counts_of(missed: &BTreeMap<String, Missed>) -> BTreeMap<String, u64> {
-    missed
-        .iter()
-        .filter(|(_, m)| !m.times.is_empty())
-        .map(|(id, m)| (id.clone(), m.times.len() as u64))
-        .collect()
+/// Per job: runs by status, success rate, percentiles and missed fires.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetStats {
+    pub job: Option<String>,
+    /// RFC 3339 range (default: the last 24 hours).
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// How long to wait for ClickHouse (not a parameter).
+    #[serde(skip)]
+    pub patience: Patience,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use jetcron_core::job::parse_job;
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StatsReply {
+    pub ok: bool,
+    pub from: String,
+    pub to: String,
+    pub jobs: Vec<JobStats>,
+    /// Set when more jobs exist than missed fires were counted for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_fires_checked_jobs: Option<usize>,
+}
 
-    fn current(definition: &str, written_at: DateTime<Utc>) -> CurrentJob {
-        CurrentJob {
-            job: parse_job(definition.as_bytes(), None).expect("valid"),
-            written_at,
+pub async fn stats(state: &GatewayState, request: GetStats) -> Result<StatsReply, ApiError> {
+    let now = state.clock.now();
+    let (from, to) = read_params::range(
+        request.from.as_deref(),
+        request.to.as_deref(),
+        now,
+        Duration::hours(24),
+        MAX_STATS_RANGE,
+    )?;
+    let job = read_params::job_param(request.job)?;
+    let reads = state.runs.reads().with(request.patience);
+    let (counts, failures) = tokio::join!(
+        run_stats(&reads, from, to, job.as_deref()),
+        notify_failures(&reads, from, to, job.as_deref()),
+    );
+    let mut counts = counts?;
+    with_notify_failures(&mut counts, failures?);
+    let (jobs, truncated) = jobs_to_check(state, job.as_deref()).await?;
+    // Only up to where ClickHouse holds every run event (see
+    // projection::projected_until); if that cannot be told, up to now.
+    let until = projection::projected_until(state, now)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(now);
+    let grace = state.limits.missed_grace;
+    let missed = missed::missed_fires(&reads, &jobs, from, to, until, grace).await?;
+    Ok(StatsReply {
+        ok: true,
+        from: rfc3339_millis(from),
+        to: rfc3339_millis(to),
+        jobs: with_missed(counts, missed),
+        missed_fires_checked_jobs: truncated.then_some(MAX_STATS_JOBS),
+    })
+}
+
+/// The current definitions whose missed fires are counted: `job`'s, or
+/// the first [`MAX_STATS_JOBS`] valid ones, and whether there were more.
+async fn jobs_to_check(
+    state: &GatewayState,
+    job: Option<&str>,
+) -> Result<(Vec<CurrentJob>, bool), ApiError> {
+    let mut jobs: Vec<CurrentJob> = match job {
+        Some(id) => state
+            .jobs
+            .get(id)
+            .await
+            .map_err(ApiError::unavailable)?
+            .and_then(|(stored, valid)| {
+                let written_at = DateTime::parse_from_rfc3339(&stored.updated_at).ok()?;
+                Some(CurrentJob {
+                    job: valid?,
+                    written_at: written_at.with_timezone(&Utc),
+                })
+            })
+            .into_iter()
+            .collect(),
+        // The first MAX_STATS_JOBS valid jobs, and one more to tell that
+        // there are more: the rest of the bucket is not read.
+        None => {
+            let mut pass = state
+                .jobs
+                .pass(&state.js)
+                .await
+                .map_err(ApiError::unavailable)?;
+            let mut jobs = Vec::new();
+            while jobs.len() <= MAX_STATS_JOBS {
+                let wanted = MAX_STATS_JOBS + 1 - jobs.len();
+                match pass
+                    .next_chunk(wanted)
+                    .await
+                    .map_err(ApiError::unavailable)?
+                {
+                    Some(chunk) => jobs.extend(chunk),
+                    None => break,
+                }
+            }
+            jobs
         }
-    }
-
-    fn at(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .expect("instant")
-            .with_timezone(&Utc)
-    }
-
-    #[test]
-    fn expected_fires_start_at_the_definition_and_stop_before_the_grace() {
-        let job = current(
-            r#"{"id":"a","schedule":"0 * * * * *","target":{"type":"nats","subject":"s"}}"#,
-            at("2026-01-01T10:00:30Z"),
-        );
-        let (times, truncated) = expected_fires(
-            &job,
-            at("2026-01-01T09:00:00Z"),
-            at("2026-01-01T11:00:00Z"),
-            at("2026-01-01T10:10:00Z"),
-            MISSED_GRACE,
-        );
-        assert!(!truncated);
-        // 10:01 .. 10:08 (10:09 and 10:10 are within the 2-minute grace).
-        assert_eq!(times.first(), Some(&at("2026-01-01T10:01:00Z")));
-        assert_eq!(times.last(), Some(&at("2026-01-01T10:08:00Z")));
-        assert_eq!(times.len(), 8);
-        let paused = current(
-            r#"{"id":"a","schedule":"0 * * * * *","paused":true,"target":{"type":"nats","subject":"s"}}"#,
-            at("2026-01-01T10:00:30Z"),
-        );
-        assert!(expected_fires(
-            &paused,
-            at("2026-01-01T09:00:00Z"),
-            at("2026-01-01T11:00:00Z"),
-            at("2026-01-01T10:10:00Z"),
-            MISSED_GRACE
-        )
-        .0
-        .is_empty());
-    }
-
-    #[test]
-    fn too_many_expected_fires_keeps_the_newest() {
-        let job = current(
-            r#"{"id":"a","schedule":"* * * * * *","target":{"type":"nats","subject":"s"}}"#,
-            at("2026-01-01T00:00:00Z"),
-        );
-        let (times, truncated) = expected_fires(
-            &job,
-            at("2026-01-01T00:00:00Z"),
-            at("2026-01-02T00:00:00Z"),
-            at("2026-01-02T00:00:00Z"),
-            MISSED_GRACE,
-        );
-        assert!(truncated);
-        assert_eq!(times.len(), MAX_EXPECTED_PER_JOB);
-        assert_eq!(times.last(), Some(&at("2026-01-01T23:58:00Z")));
-    }
+    };
+    let truncated = jobs.len() > MAX_STATS_JOBS;
+    jobs.truncate(MAX_STATS_JOBS);
+    Ok((jobs, truncated))
 }
