@@ -3,7 +3,7 @@
 //!
 //! Rows come from the [`crate::jobs::catalog`] in memory; only the page's rows
 //! are read further: their entries from the bucket (next fire) and their run
-//! figures from ClickHouse ([`super::row_figures`]), each in one round; the
+//! figures ([`crate::runs::figures::row_figures`]), each in one round; the
 //! figures only glance at ClickHouse, so a slow one leaves them out.
 
 use std::collections::BTreeMap;
@@ -18,10 +18,11 @@ use futures::StreamExt as _;
 use jetcron_core::job::ValidJob;
 use serde::Deserialize;
 
+use super::charts;
 use super::pages::{duration_ms, render, status_class, when, Frame};
-use super::row_figures::{self, RowFigures};
 use super::viewer::{url_escape, ConsoleError, Viewer};
 use crate::jobs::catalog::{JobRow, RowQuery, RowSort};
+use crate::runs::figures::{self, GetRowFigures, RowFigures};
 use crate::sql::reads::Patience;
 use crate::GatewayState;
 
@@ -233,9 +234,11 @@ pub async fn show(
     let page = state.catalog.page(&table.row_query());
     let now = state.clock.now();
     let valid = valid_jobs(&state, &page.rows).await;
-    let ids: Vec<&str> = page.rows.iter().map(|r| r.id.as_str()).collect();
-    let glance = state.runs.reads().with(Patience::Glance);
-    let (figures, figures_error) = match row_figures::fetch(&glance, &ids, now).await {
+    let request = GetRowFigures {
+        jobs: page.rows.iter().map(|r| r.id.clone()).collect(),
+        patience: Patience::Glance,
+    };
+    let (figures, figures_error) = match figures::row_figures(&state, request).await {
         Ok(f) => (f, String::new()),
         Err(e) => (
             RowFigures::default(),
@@ -324,22 +327,22 @@ fn table_row(
         state: row.state(),
         updated: when(row.updated_at),
         next_fire: next_fire(valid, now),
-        last_status: last.map(|l| l.last_status.clone()).unwrap_or_default(),
-        last_class: last.map_or("", |l| status_class(&l.last_status)),
+        last_status: last.map(|l| l.status.clone()).unwrap_or_default(),
+        last_class: last.map_or("", |l| status_class(&l.status)),
         last_when: last
-            .and_then(|l| DateTime::from_timestamp_millis(l.last_scheduled_ms))
+            .and_then(|l| DateTime::from_timestamp_millis(l.scheduled_ms))
             .map(when)
             .unwrap_or_default(),
         last_duration: last
-            .filter(|l| l.last_duration_ms > 0)
-            .map(|l| duration_ms(l.last_duration_ms))
+            .filter(|l| l.duration_ms > 0)
+            .map(|l| duration_ms(l.duration_ms))
             .unwrap_or_default(),
         last_link: last
-            .map(|l| format!("/ui/runs/{}", l.last_run_id))
+            .map(|l| format!("/ui/runs/{}", l.run_id))
             .unwrap_or_default(),
         succeeded_24h,
         failed_24h,
-        sparkline: row_figures::sparkline(&day),
+        sparkline: charts::sparkline(&day),
         labels: row
             .labels
             .iter()

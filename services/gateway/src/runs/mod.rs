@@ -8,12 +8,14 @@
 //! - [`history`]: runs from their events (a run, a job's runs, which exist);
 //! - [`listing`]: runs across jobs, filtered, with a cursor;
 //! - [`stats`]: figures per job over a range (`/v1/stats`);
+//! - [`figures`]: the run figures the console shows beside jobs;
 //! - [`manual`]: runs asked for by hand (trigger, backfill);
 //! - [`control`]: steering runs in progress (kill, completion reports);
 //! - [`pools`]: where due events wait;
 //! - [`projection`]: how far the history in ClickHouse is complete.
 
 pub mod control;
+pub mod figures;
 pub mod history;
 pub mod listing;
 pub mod manual;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::runs_view::{self, RunFilter};
 use super::{job_events, run_events};
-use crate::console::row_figures::{HOURS, LAST_RUN_WITHIN};
+use crate::runs::figures::{HOURS, LAST_RUN_WITHIN};
 
 /// A query with sample values bound: its name and SQL.
 type Sample = (&'static str, String);
