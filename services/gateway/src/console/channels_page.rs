@@ -55,7 +55,7 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read("/ui/channels")?;
     let reply = state.channels.list(ListChannels {}).await?;
-    let shows_secrets = viewer.session.is_some() || viewer.reads_protected;
+    let shows_secrets = viewer.sees_secrets();
     let channels = reply
         .channels
         .into_iter()

@@ -150,21 +150,12 @@ pub struct JobQuery {
     cursor: Option<String>,
 }
 
-/// The definition as this viewer may see it: anonymous viewers of a gateway
-/// with open reads see secrets redacted, as the API shows them.
-pub fn shown_definition(viewer: &Viewer, definition: Option<&serde_json::Value>) -> (String, bool) {
-    let Some(definition) = definition else {
-        return (String::new(), false);
-    };
-    let mut definition = definition.clone();
-    let redact = viewer.session.is_none() && !viewer.reads_protected;
-    if redact {
-        crate::http::redact::redact_definitions(&mut definition);
-    }
-    (
-        serde_json::to_string_pretty(&definition).unwrap_or_default(),
-        redact,
-    )
+/// A definition as the page shows it, pretty-printed; empty when the
+/// stored value is not JSON.
+fn pretty(definition: Option<&serde_json::Value>) -> String {
+    definition
+        .and_then(|d| serde_json::to_string_pretty(d).ok())
+        .unwrap_or_default()
 }
 
 pub async fn show(
@@ -211,7 +202,15 @@ pub async fn show(
     let stats = stats
         .ok()
         .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
-    let (definition, redacted) = shown_definition(&viewer, detail.job.job.as_ref());
+    // Anonymous viewers of a gateway with open reads see secrets hidden, as
+    // the API shows them.
+    let hides_secrets = !viewer.sees_secrets();
+    let detail = match hides_secrets {
+        true => detail.redacted(),
+        false => detail,
+    };
+    let redacted = hides_secrets && detail.job.job.is_some();
+    let definition = pretty(detail.job.job.as_ref());
     let spec = detail.job.job.as_ref();
     let text = |name: &str| {
         spec.and_then(|d| d.get(name))
@@ -401,13 +400,16 @@ pub async fn diff(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
     let Query(query) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
-    let history = job_reads::job_history(&state, id.clone()).await?;
+    let history = match viewer.sees_secrets() {
+        true => job_reads::job_history(&state, id.clone()).await?,
+        false => job_reads::job_history(&state, id.clone()).await?.redacted(),
+    };
     let pick = |revision: u64| {
         history
             .revisions
             .iter()
             .find(|r| r.revision == revision)
-            .map(|r| shown_definition(&viewer, r.job.as_ref()).0)
+            .map(|r| pretty(r.job.as_ref()))
             .ok_or_else(|| {
                 ApiError::not_found(
                     "revision",

@@ -1,8 +1,16 @@
 //! HTTP adapters of the job reads: `GET /v1/jobs`, `/v1/jobs/{id}`,
 //! `/v1/jobs/{id}/history` and `/v1/rejections`. Each builds the typed
 //! request of [`crate::jobs::requests`], [`crate::jobs::reads`] or
-//! [`crate::jobs::rejections`] from the
-//! path and query and encodes the answer, secrets hidden ([`shown`]).
+//! [`crate::jobs::rejections`] from the path and query and encodes the
+//! answer, secrets hidden ([`shown`]).
+//!
+//! Why hidden: target and notification headers (`Authorization: Bearer …`)
+//! and shell environment values are where definitions carry credentials,
+//! and HTTP reads are open unless the gateway runs with `--protect-reads`;
+//! so their answers show those values as `"<redacted>"` (the names stay).
+//! With protected reads the caller holds an API token, which already allows
+//! writing the job, and sees everything; so does the NATS API, which NATS
+//! permissions guard.
 
 use std::sync::Arc;
 
@@ -13,8 +21,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{query, HttpError, PathResult, QueryResult};
-use crate::jobs::reads::{self, GetJobDetail};
+use crate::jobs::reads::{self, GetJobDetail, JobDetail, JobHistory};
 use crate::jobs::rejections::{self, ListRejections};
+use crate::jobs::requests::JobsReply;
 use crate::GatewayState;
 
 #[derive(Debug, serde::Deserialize)]
@@ -43,7 +52,7 @@ pub async fn list(
         request.labels.insert(key.to_string(), value.to_string());
     }
     let reply = crate::jobs::requests::list(&state, request).await?;
-    shown(&state, &reply)
+    shown(&state, reply, JobsReply::redacted)
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -63,7 +72,7 @@ pub async fn get_one(
     let q = query(q)?;
     let request = GetJobDetail { id, next: q.next };
     let reply = reads::job_detail(&state, request).await?;
-    shown(&state, &reply)
+    shown(&state, reply, JobDetail::redacted)
 }
 
 /// `GET /v1/jobs/{id}/history` ([`reads::job_history`]).
@@ -73,7 +82,7 @@ pub async fn history(
 ) -> Result<Json<Value>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let reply = reads::job_history(&state, id).await?;
-    shown(&state, &reply)
+    shown(&state, reply, JobHistory::redacted)
 }
 
 /// `GET /v1/rejections[?job=&limit=]` ([`rejections::rejections`]).
@@ -85,12 +94,15 @@ pub async fn rejections(
     super::encoded(&reply)
 }
 
-/// `answer` as an HTTP read may show it: secrets hidden unless reads need a
-/// token ([`super::redact`]).
-fn shown<T: Serialize>(state: &GatewayState, answer: &T) -> Result<Json<Value>, HttpError> {
-    let Json(mut answer) = super::encoded(answer)?;
-    if !state.http_auth.reads_protected() {
-        super::redact::redact_definitions(&mut answer);
+/// `answer` as an HTTP read may show it: `redacted` (its secrets hidden)
+/// unless reads need a token.
+fn shown<T: Serialize>(
+    state: &GatewayState,
+    answer: T,
+    redacted: fn(T) -> T,
+) -> Result<Json<Value>, HttpError> {
+    match state.http_auth.reads_protected() {
+        true => super::encoded(&answer),
+        false => super::encoded(&redacted(answer)),
     }
-    Ok(Json(answer))
 }

@@ -14,7 +14,6 @@ mod control;
 pub mod health;
 mod jobs;
 pub mod openapi;
-pub(crate) mod redact;
 mod runs;
 mod schedules;
 mod writes;

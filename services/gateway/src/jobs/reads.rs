@@ -65,6 +65,14 @@ pub struct JobDetail {
     pub children: Vec<ChainPeer>,
 }
 
+impl JobDetail {
+    /// This answer with the definition's secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        self.job = self.job.redacted();
+        self
+    }
+}
+
 pub async fn job_detail(
     state: &GatewayState,
     request: GetJobDetail,
@@ -140,6 +148,14 @@ pub struct JobHistory {
     pub rejections: Vec<Rejection>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejections_unavailable: Option<String>,
+}
+
+impl JobHistory {
+    /// This answer with every revision's secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        self.revisions = self.revisions.into_iter().map(Revision::redacted).collect();
+        self
+    }
 }
 
 pub async fn job_history(state: &GatewayState, id: String) -> Result<JobHistory, ApiError> {

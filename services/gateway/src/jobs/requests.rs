@@ -60,6 +60,14 @@ pub struct JobsReply {
     pub jobs: Vec<StoredJob>,
 }
 
+impl JobsReply {
+    /// This answer with every definition's secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        self.jobs = self.jobs.into_iter().map(StoredJob::redacted).collect();
+        self
+    }
+}
+
 /// The answer of `delete`: the revision deleted and the delete marker's.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct DeletedReply {

@@ -1,13 +1,16 @@
 //! A stored definition and its revisions as the API shows them
-//! ([`StoredJob`], [`Revision`]), and the answers that carry them hiding
-//! their secrets.
+//! ([`StoredJob`], [`Revision`]), each able to hide its secrets for an
+//! open read (`redacted`), as a channel does
+//! ([`jetcron_core::channel::Channel::redacted`]).
 //!
 //! A stored value is shown as written (it may be a definition that does
-//! not validate, or not even decode as one), so it is kept as JSON; its
-//! problems, if any, are listed beside it.
+//! not validate, or not even decode as one), so it is kept as JSON, and
+//! hidden as [`jetcron_core::job::redact_written`] says (the same values
+//! as [`jetcron_core::job::JobSpec::redacted`]); its problems, if any, are
+//! listed beside it.
 
 use async_nats::jetstream::kv::{self, Operation};
-use jetcron_core::job::{parse_written, FieldError, ValidJob};
+use jetcron_core::job::{parse_written, redact_written, FieldError, ValidJob};
 use serde::Serialize;
 
 /// A stored definition as the API shows it.
@@ -41,6 +44,14 @@ impl StoredJob {
             problems,
         };
         (stored, parsed.ok())
+    }
+
+    /// This definition with its secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        if let Some(definition) = &mut self.job {
+            redact_written(definition);
+        }
+        self
     }
 }
 
@@ -91,5 +102,64 @@ impl Revision {
             valid: Some(problems.is_empty()),
             problems,
         }
+    }
+
+    /// This revision with its secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        if let Some(definition) = &mut self.job {
+            redact_written(definition);
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jetcron_core::job::REDACTED;
+    use serde_json::json;
+
+    use super::*;
+
+    fn stored(definition: serde_json::Value) -> StoredJob {
+        StoredJob {
+            id: "a".into(),
+            revision: 3,
+            updated_at: "2026-01-01T00:00:00.000Z".into(),
+            job: Some(definition),
+            valid: true,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn header_and_env_values_are_hidden_names_and_the_rest_kept() {
+        let jobs = [
+            stored(json!({
+                "id": "a",
+                "target": { "type": "http", "url": "https://x", "headers": { "Authorization": "Bearer s3cret" } },
+                "notify": { "webhook": "https://hook", "headers": { "X-Token": "t0ken" } }
+            })),
+            stored(json!({ "target": { "type": "shell", "command": "run", "env": { "DB_PASSWORD": "pa55" } } })),
+            stored(json!({ "target": { "type": "nats", "subject": "s", "headers": { "Authorization": "n4ts" } } })),
+        ]
+        .map(StoredJob::redacted);
+        let text = serde_json::to_string(&jobs).expect("encode");
+        for secret in ["s3cret", "t0ken", "pa55", "n4ts"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let [http, shell, _] = jobs.map(|j| j.job.expect("a definition"));
+        assert_eq!(http["target"]["headers"]["Authorization"], REDACTED);
+        assert_eq!(shell["target"]["env"]["DB_PASSWORD"], REDACTED);
+        assert_eq!(http["target"]["url"], "https://x");
+        let revision = Revision {
+            revision: 4,
+            operation: "put",
+            at: "2026-01-01T00:00:00.000Z".into(),
+            job: Some(json!("not an object")),
+            valid: Some(false),
+            problems: Vec::new(),
+        }
+        .redacted();
+        assert_eq!(revision.job, Some(json!("not an object")));
     }
 }
