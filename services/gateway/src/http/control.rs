@@ -9,11 +9,12 @@ use axum::response::IntoResponse;
 use axum::Json;
 use jetcron_core::api::ApiError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::writes::LimitedBody;
-use super::{unavailable, HttpError};
-use crate::runs::{control as run_control, pools, projection};
+use super::{unavailable, HttpError, SortedJson};
+use crate::runs::control::{self as run_control, CompletedReply};
+use crate::runs::pools::{self, PoolsReply};
+use crate::runs::projection;
 use crate::GatewayState;
 
 /// Body of `POST /v1/runs/{run_id}/kill` (may be empty).
@@ -46,15 +47,17 @@ pub async fn complete(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Value>), HttpError> {
+) -> Result<(StatusCode, Json<CompletedReply>), HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let reply = run_control::complete(&state, &run_id, &body).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
-pub async fn pools(State(state): State<Arc<GatewayState>>) -> Result<Json<Value>, HttpError> {
+pub async fn pools(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<SortedJson<PoolsReply>, HttpError> {
     let pools = pools::pools(&state).await.map_err(unavailable)?;
-    Ok(Json(json!({ "pools": pools })))
+    Ok(SortedJson(PoolsReply { pools }))
 }
 
 pub async fn metrics(

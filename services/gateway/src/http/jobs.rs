@@ -15,14 +15,11 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::Json;
 use jetcron_core::api::ApiError;
-use serde::Serialize;
-use serde_json::Value;
 
-use super::{query, HttpError, PathResult, QueryResult};
+use super::{query, HttpError, PathResult, QueryResult, SortedJson};
 use crate::jobs::reads::{self, GetJobDetail, JobDetail, JobHistory};
-use crate::jobs::rejections::{self, ListRejections};
+use crate::jobs::rejections::{self, ListRejections, RejectionsReply};
 use crate::jobs::requests::JobsReply;
 use crate::GatewayState;
 
@@ -37,7 +34,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobsReply>, HttpError> {
     let q = query(q)?;
     let mut request = crate::jobs::requests::ListJobs::default();
     for pair in q
@@ -52,7 +49,7 @@ pub async fn list(
         request.labels.insert(key.to_string(), value.to_string());
     }
     let reply = crate::jobs::requests::list(&state, request).await?;
-    shown(&state, reply, JobsReply::redacted)
+    Ok(shown(&state, reply, JobsReply::redacted))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -67,42 +64,37 @@ pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
     q: QueryResult<GetQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobDetail>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let q = query(q)?;
     let request = GetJobDetail { id, next: q.next };
     let reply = reads::job_detail(&state, request).await?;
-    shown(&state, reply, JobDetail::redacted)
+    Ok(shown(&state, reply, JobDetail::redacted))
 }
 
 /// `GET /v1/jobs/{id}/history` ([`reads::job_history`]).
 pub async fn history(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobHistory>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let reply = reads::job_history(&state, id).await?;
-    shown(&state, reply, JobHistory::redacted)
+    Ok(shown(&state, reply, JobHistory::redacted))
 }
 
 /// `GET /v1/rejections[?job=&limit=]` ([`rejections::rejections`]).
 pub async fn rejections(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListRejections>,
-) -> Result<Json<Value>, HttpError> {
-    let reply = rejections::rejections(&state, query(q)?).await?;
-    super::encoded(&reply)
+) -> Result<SortedJson<RejectionsReply>, HttpError> {
+    Ok(SortedJson(rejections::rejections(&state, query(q)?).await?))
 }
 
 /// `answer` as an HTTP read may show it: `redacted` (its secrets hidden)
 /// unless reads need a token.
-fn shown<T: Serialize>(
-    state: &GatewayState,
-    answer: T,
-    redacted: fn(T) -> T,
-) -> Result<Json<Value>, HttpError> {
+fn shown<T>(state: &GatewayState, answer: T, redacted: fn(T) -> T) -> SortedJson<T> {
     match state.http_auth.reads_protected() {
-        true => super::encoded(&answer),
-        false => super::encoded(&redacted(answer)),
+        true => SortedJson(answer),
+        false => SortedJson(redacted(answer)),
     }
 }

@@ -345,11 +345,22 @@ pub fn query<T>(q: QueryResult<T>) -> Result<T, HttpError> {
         .map_err(|e| HttpError(ApiError::malformed(e.body_text())))
 }
 
-/// A typed answer as the JSON body of a reply.
-pub fn encoded<T: serde::Serialize>(answer: &T) -> Result<Json<serde_json::Value>, HttpError> {
-    serde_json::to_value(answer)
-        .map(Json)
-        .map_err(|e| HttpError(ApiError::internal("encode the answer", e)))
+/// A typed answer as a JSON body whose objects list their keys in
+/// alphabetical order: the bytes the API's reads have always answered, as
+/// they were encoded through `serde_json::Value`, which keeps its keys
+/// sorted (the workspace does not enable serde_json's `preserve_order`).
+/// `Json<T>` would list them in field order instead, changing the bytes of
+/// every such answer; the NATS service encodes its replies the same way.
+#[derive(Debug)]
+pub struct SortedJson<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for SortedJson<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_value(&self.0) {
+            Ok(answer) => Json(answer).into_response(),
+            Err(e) => HttpError(ApiError::internal("encode the answer", e)).into_response(),
+        }
+    }
 }
 
 async fn not_found() -> HttpError {

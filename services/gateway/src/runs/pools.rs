@@ -24,6 +24,12 @@ pub struct PoolState {
     pub in_flight: usize,
 }
 
+/// The answer of `GET /v1/pools`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolsReply {
+    pub pools: Vec<PoolState>,
+}
+
 /// Every pool that has due events or a consumer.
 pub async fn pools(state: &GatewayState) -> anyhow::Result<Vec<PoolState>> {
     let stream = state
