@@ -40,10 +40,10 @@
 //!   rejected definitions (`rejections`), schedule previews
 //!   (`schedule_preview`);
 //! - [`runs`]: run history and steering: the read operations (`reads`,
-//!   `stats`), runs from their events (`history`) and across jobs
-//!   (`listing`), manual runs (`manual`), kills and completion reports
-//!   (`control`), pools (`pools`), how far ClickHouse is complete
-//!   (`projection`);
+//!   `stats`, the console's `figures`), runs from their events (`history`)
+//!   and across jobs (`listing`), manual runs (`manual`), kills and
+//!   completion reports (`control`), pools (`pools`), how far ClickHouse is
+//!   complete (`projection`);
 //! - [`missed_fires`]: which fires had no run (`count`), recorded by a
 //!   periodic `scan`, counted by a `gauge`;
 //! - [`channels`]: alert channels (`requests`, `store`);
@@ -54,7 +54,8 @@
 //! - [`nats_api`]: the NATS micro service;
 //! - [`http`]: the HTTP API (one route table, the OpenAPI document built
 //!   from it, bearer tokens);
-//! - [`console`]: the HTML pages.
+//! - [`console`]: the HTML pages over the same operations (no SQL of its
+//!   own).
 //!
 //! Shared by the doors and the operations:
 //! - [`request_body`]: a body as a typed request, and a put's
