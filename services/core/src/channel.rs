@@ -22,8 +22,9 @@ pub const MAX_CHANNEL_BYTES: usize = 16 * 1024;
 pub const MAX_RECIPIENTS: usize = 50;
 /// Shortest signing secret accepted for a `webhook` channel.
 pub const MIN_SECRET_LEN: usize = 16;
-/// What replaces a hidden value.
-pub const REDACTED: &str = "<redacted>";
+/// What replaces a hidden value (the one constant, beside the job
+/// definition's: [`crate::job::JobSpec::redacted`]).
+pub use crate::job::REDACTED;
 
 /// How an SMTP connection is secured.
 #[derive(

@@ -2,21 +2,22 @@
 //!
 //! - The NATS micro service `jetcron` ([`nats_api`]) takes job writes:
 //!   `jetcron.api.jobs.put` validates a definition and stores it in
-//!   `jetcron_jobs`; `trigger` and `backfill` ([`manual_runs`]) publish due
-//!   events by hand; `jetcron.api.runs.kill` stops a run ([`run_control`]);
+//!   `jetcron_jobs`; `trigger` and `backfill` ([`runs::manual`]) publish due
+//!   events by hand; `jetcron.api.runs.kill` stops a run ([`runs::control`]);
 //!   `jetcron.api.schedules.preview` shows a line's next fires
-//!   ([`schedule_requests`]). Several gateways share the service's queue group.
+//!   ([`jobs::schedule_preview`]). Several gateways share the service's queue
+//!   group.
 //! - The axum HTTP server ([`http`]) answers reads: job definitions from the
-//!   bucket (the source of truth), runs from ClickHouse ([`run_history`],
-//!   every read bounded in time by [`clickhouse_reads`]),
-//!   pool queues from `JETCRON_DUE` ([`pools`]), each read one typed
-//!   operation of [`read_requests`]; it also takes job writes
-//!   (the same operations as NATS), kills, schedule previews and the
-//!   completion reports of asynchronous targets.
+//!   bucket (the source of truth), runs from ClickHouse ([`runs::history`],
+//!   every read bounded in time by [`sql::reads`]), pool queues from
+//!   `JETCRON_DUE` ([`runs::pools`]), each read one typed operation
+//!   ([`jobs::reads`], [`runs::reads`], [`runs::stats`], ...); it also takes
+//!   job writes (the same operations as NATS), kills, schedule previews and
+//!   the completion reports of asynchronous targets.
 //! - The operator console ([`console`]) serves HTML pages at `/` and `/ui/`
 //!   on the same port, built from the same operations; its job table reads
-//!   the in-memory [`job_catalog`].
-//! - A periodic scan ([`missed_fire_scan`]) records missed fires (scheduled
+//!   the in-memory [`jobs::catalog`].
+//! - A periodic scan ([`missed_fires::scan`]) records missed fires (scheduled
 //!   times with no run past a grace period) as `fire.missed` job events, so
 //!   ClickHouse and Grafana have them.
 //!
@@ -24,33 +25,65 @@
 //! applies the ClickHouse DDL once it can. A slow or hung ClickHouse holds
 //! nothing but history: history reads answer `503 history_unavailable` within
 //! `--clickhouse-timeout`, and answers built around a definition go out
-//! without their history part ([`clickhouse_reads`]). Every "now" comes from the
+//! without their history part ([`sql::reads`]). Every "now" comes from the
 //! injected clock ([`GatewayState::clock`]).
+//!
+//! # Layout
+//!
+//! Rooms by noun, a folder each, whose `mod.rs` says why it exists; an
+//! operation is a function from a typed request to a typed answer or an
+//! `ApiError`, and every door calls the same one:
+//! - [`jobs`]: definitions in `jetcron_jobs`: the bucket's operations
+//!   (`store`), a stored definition as shown (`stored`), the other job
+//!   operations (`requests`), a job's detail and history (`reads`), the
+//!   in-memory table (`catalog`), one read of every definition (`pass`),
+//!   rejected definitions (`rejections`), schedule previews
+//!   (`schedule_preview`);
+//! - [`runs`]: run history and steering: the read operations (`reads`,
+//!   `stats`, the console's `figures`), runs from their events (`history`)
+//!   and across jobs (`listing`), manual runs (`manual`), kills and
+//!   completion reports (`control`), pools (`pools`), how far ClickHouse is
+//!   complete (`projection`);
+//! - [`missed_fires`]: which fires had no run (`count`), recorded by a
+//!   periodic `scan`, counted by a `gauge`;
+//! - [`channels`]: alert channels (`requests`, `store`);
+//! - [`sql`]: every statement sent to ClickHouse (one file per table) and
+//!   the bounded reads that send them; the query catalog.
+//!
+//! The doors, each turning requests into those operations:
+//! - [`nats_api`]: the NATS micro service;
+//! - [`http`]: the HTTP API (one route table, the OpenAPI document built
+//!   from it, bearer tokens);
+//! - [`console`]: the HTML pages over the same operations (no SQL of its
+//!   own).
+//!
+//! Shared by the doors and the operations:
+//! - [`request_body`]: a body as a typed request, and a put's
+//!   `expected_revision`;
+//! - [`read_params`]: the read operations' parameters, checked;
+//! - [`limits`]: the configured limits.
+//!
+//! The service itself, `service` ([`run`]): its topology while health
+//! answers, the state every request shares, its background tasks by what
+//! stopping means, the NATS API's watch and the HTTP server.
 
-pub mod channel_requests;
-pub mod clickhouse_reads;
+pub mod channels;
 pub mod console;
 pub mod http;
-pub mod job_catalog;
-pub mod job_pass;
-pub mod job_requests;
-pub mod job_store;
+pub mod jobs;
 pub mod limits;
-pub mod manual_runs;
-pub mod missed_fire_scan;
-pub mod missed_gauge;
+pub mod missed_fires;
 pub mod nats_api;
-pub mod pools;
-pub mod query_catalog;
-pub mod read_requests;
-pub mod rejections;
+pub mod read_params;
 pub mod request_body;
-pub mod run_control;
-pub mod run_history;
-pub mod run_list;
-pub mod schedule_requests;
+pub mod runs;
 mod service;
-pub mod stats;
+pub mod sql;
+
+// Paths the integration tests (services/jetcron/tests) name, from before the
+// gateway was in rooms.
+pub use runs::stats;
+pub use sql::{query_catalog, reads as clickhouse_reads};
 
 pub use service::run;
 use std::sync::Arc;
@@ -82,18 +115,18 @@ pub struct GatewayConfig {
 pub struct GatewayState {
     pub nats: async_nats::Client,
     pub js: async_nats::jetstream::Context,
-    pub jobs: job_store::JobStore,
+    pub jobs: jobs::store::JobStore,
     /// `jetcron_channels`: alert channels.
-    pub channels: channel_requests::ChannelStore,
+    pub channels: channels::store::ChannelStore,
     /// One small row per job, for the console's table and the job limit.
-    pub catalog: job_catalog::JobCatalog,
-    pub runs: run_history::RunHistory,
+    pub catalog: jobs::catalog::JobCatalog,
+    pub runs: runs::history::RunHistory,
     /// `jetcron_running`: kill requests.
     pub running: async_nats::jetstream::kv::Store,
     pub http_auth: http::auth::HttpAuth,
     pub limits: limits::Limits,
     /// Missed fires of the last hour, for `/metrics`.
-    pub missed: missed_gauge::MissedGauge,
+    pub missed: missed_fires::gauge::MissedGauge,
     /// Every service of this process, for `/readyz`.
     pub readiness: Readiness,
     /// Every "now" of the gateway.

@@ -1,5 +1,5 @@
 //! Configured limits of the gateway. The live job count that enforces
-//! `max_jobs` is kept by [`crate::job_catalog`].
+//! `max_jobs` is kept by [`crate::jobs::catalog`].
 
 use std::time::Duration;
 
@@ -16,13 +16,13 @@ pub struct Limits {
     /// Largest HTTP request body in bytes.
     pub http_body_limit: usize,
     /// How long after its time a fire without a run counts as missed
-    /// ([`crate::stats`]); tests shorten it.
+    /// ([`crate::runs::stats`]); tests shorten it.
     pub missed_grace: chrono::Duration,
     /// How often missed fires are recorded as `fire.missed` events
-    /// ([`crate::missed_fire_scan`]); zero turns it off; tests shorten it.
+    /// ([`crate::missed_fires::scan`]); zero turns it off; tests shorten it.
     pub missed_scan_interval: Duration,
     /// Longest wait for ClickHouse of a history read
-    /// ([`crate::clickhouse_reads`]); `--clickhouse-timeout`.
+    /// ([`crate::sql::reads`]); `--clickhouse-timeout`.
     pub clickhouse_timeout: Duration,
 }
 
@@ -31,9 +31,9 @@ impl Default for Limits {
         Self {
             max_jobs: DEFAULT_MAX_JOBS,
             http_body_limit: DEFAULT_HTTP_BODY_LIMIT,
-            missed_grace: crate::stats::MISSED_GRACE,
-            missed_scan_interval: crate::missed_fire_scan::DEFAULT_SCAN_INTERVAL,
-            clickhouse_timeout: crate::clickhouse_reads::DEFAULT_TIMEOUT,
+            missed_grace: crate::missed_fires::count::MISSED_GRACE,
+            missed_scan_interval: crate::missed_fires::scan::DEFAULT_SCAN_INTERVAL,
+            clickhouse_timeout: crate::sql::reads::DEFAULT_TIMEOUT,
         }
     }
 }

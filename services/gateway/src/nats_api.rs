@@ -3,14 +3,14 @@
 //! Endpoints, all request/reply with JSON bodies:
 //! - `jetcron.api.jobs.put`: a job definition (optionally with a top-level
 //!   `expected_revision`) → `{"ok":true,"job":{...},"revision":N}`;
-//! - `jetcron.api.jobs.get | list | delete | pause | resume` ([`job_requests`]);
+//! - `jetcron.api.jobs.get | list | delete | pause | resume` ([`jobs::requests`]);
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
 //! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
 //! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`;
 //! - `jetcron.api.channels.put | get | list | delete`: alert channels
-//!   ([`crate::channel_requests`]);
+//!   ([`crate::channels::store`]);
 //! - `jetcron.api.schedules.preview`: `{"schedule","timezone"?,"count"?,"from"?}`
-//!   → `{"ok":true,"fires":[...],"description",...}` ([`schedule_requests`]).
+//!   → `{"ok":true,"fires":[...],"description",...}` ([`jobs::schedule_preview`]).
 //!
 //! Requests are answered one at a time, in order, except those that read
 //! ClickHouse (`backfill`, which looks up the runs a range has already):
@@ -36,10 +36,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::channel_requests::PutChannel;
-use crate::job_store::PutJob;
+use crate::channels::requests::PutChannel;
+use crate::jobs::store::PutJob;
 use crate::request_body::parse_body;
-use crate::{job_requests, manual_runs, run_control, schedule_requests, GatewayState};
+use crate::{jobs, runs, GatewayState};
 
 #[derive(Debug, Clone, Copy)]
 enum Endpoint {
@@ -186,26 +186,28 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             encode(stored)
         }
         Endpoint::Trigger => {
-            let reply = manual_runs::trigger(state, parse_body(body)?).await?;
+            let reply = runs::manual::trigger(state, parse_body(body)?).await?;
             info!(job_id = %reply.job_id, run_id = %reply.run_id.as_str(), "manual run triggered");
             encode(reply)
         }
-        Endpoint::Backfill => encode(manual_runs::backfill(state, parse_body(body)?).await?),
-        Endpoint::Get => encode(job_requests::get(state, parse_body(body)?).await?),
+        Endpoint::Backfill => encode(runs::manual::backfill(state, parse_body(body)?).await?),
+        Endpoint::Get => encode(jobs::requests::get(state, parse_body(body)?).await?),
         Endpoint::List => {
-            encode(job_requests::list(state, parse_body(body_or_empty_object(body))?).await?)
+            encode(jobs::requests::list(state, parse_body(body_or_empty_object(body))?).await?)
         }
         Endpoint::Delete => {
-            let reply = job_requests::delete(state, parse_body(body)?).await?;
+            let reply = jobs::requests::delete(state, parse_body(body)?).await?;
             info!(job_id = %reply.id, "job deleted");
             encode(reply)
         }
-        Endpoint::Pause => encode(job_requests::set_paused(state, parse_body(body)?, true).await?),
-        Endpoint::Resume => {
-            encode(job_requests::set_paused(state, parse_body(body)?, false).await?)
+        Endpoint::Pause => {
+            encode(jobs::requests::set_paused(state, parse_body(body)?, true).await?)
         }
-        Endpoint::Kill => encode(run_control::kill(state, parse_body(body)?).await?),
-        Endpoint::Preview => encode(schedule_requests::preview(
+        Endpoint::Resume => {
+            encode(jobs::requests::set_paused(state, parse_body(body)?, false).await?)
+        }
+        Endpoint::Kill => encode(runs::control::kill(state, parse_body(body)?).await?),
+        Endpoint::Preview => encode(jobs::schedule_preview::preview(
             &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,
         )?),

@@ -14,10 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{
-    channel_requests, clickhouse_reads, console, http, job_catalog, job_store, missed_fire_scan,
-    missed_gauge, nats_api, run_history, GatewayConfig, GatewayState,
-};
+use crate::{channels, console, http, jobs, missed_fires, nats_api, runs, sql};
+use crate::{GatewayConfig, GatewayState};
 
 /// The streams and buckets the gateway needs, made or verified in this
 /// order: it publishes due events of manual runs and reads run events.
@@ -124,14 +122,14 @@ fn state(
     tasks: &mut ServiceTasks,
     shutdown: &CancellationToken,
 ) -> GatewayState {
-    let catalog = job_catalog::JobCatalog::new(config.lines.clone());
+    let catalog = jobs::catalog::JobCatalog::new(config.lines.clone());
     let feed = config.jobs_feed.subscribe(client, &config.lines);
     let following = catalog.clone().follow(feed, shutdown.clone());
     tasks.spawn(TaskKind::Abort, "job catalog", async move {
         following.await;
         Ok(())
     });
-    let reads = clickhouse_reads::ClickHouseReads::new(
+    let reads = sql::reads::ClickHouseReads::new(
         config.clickhouse.client(),
         config.limits.clickhouse_timeout,
     );
@@ -139,19 +137,19 @@ fn state(
         running: parts.running,
         nats: client.clone(),
         js: async_nats::jetstream::new(client.clone()),
-        jobs: job_store::JobStore::new(
+        jobs: jobs::store::JobStore::new(
             parts.jobs,
             catalog.clone(),
             config.limits.max_jobs,
             config.lines.clone(),
         ),
         catalog,
-        channels: channel_requests::ChannelStore::new(parts.channels),
-        runs: run_history::RunHistory::new(reads),
+        channels: channels::store::ChannelStore::new(parts.channels),
+        runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
         // The scan refreshes the gauge; scrapes in between use its counts.
-        missed: missed_gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
+        missed: missed_fires::gauge::MissedGauge::new(config.limits.missed_scan_interval * 2),
         readiness: config.readiness.clone(),
         clock,
         grafana_url: config.grafana_url.clone(),
@@ -166,7 +164,7 @@ fn spawn_background(
     tasks: &mut ServiceTasks,
     shutdown: &CancellationToken,
 ) {
-    let scan = missed_fire_scan::run(
+    let scan = missed_fires::scan::run(
         state.clone(),
         config.limits.missed_scan_interval,
         shutdown.clone(),

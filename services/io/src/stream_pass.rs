@@ -5,7 +5,7 @@
 //!
 //! Used where a service must see *every* matching message, however many:
 //! the gateway's pass over every job definition
-//! (`jetcron_gateway::job_pass`), and the executor's search for the end of
+//! (`jetcron_gateway::jobs::pass`), and the executor's search for the end of
 //! a run among a busy job's run events (`jetcron_executor::run_end_lookup`). One
 //! request per message (direct or `MSG.GET`) costs a round trip each; a
 //! KV watch or a plain push consumer leaves what the reader has not taken

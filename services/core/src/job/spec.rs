@@ -36,6 +36,10 @@ pub const MAX_ENV_VARS: usize = 64;
 pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
 /// Most attempts of a run.
 pub const MAX_ATTEMPTS: u32 = 100;
+/// What replaces a hidden value: a credential in a definition shown to
+/// someone who may not see it (a job's header and environment values, an
+/// alert channel's passwords, secrets and tokens).
+pub const REDACTED: &str = "<redacted>";
 
 /// A job definition as users write it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -409,6 +413,59 @@ impl JobSpec {
     pub fn schedule_line(&self) -> &str {
         self.schedule.as_deref().unwrap_or_default()
     }
+
+    /// This definition as an open read shows it: the values of its target's
+    /// headers (`http`, `nats`) or environment (`shell`) and of its
+    /// notification headers, where definitions carry credentials, are
+    /// [`REDACTED`]; their names and everything else stay. A definition as
+    /// written, which may not decode, hides the same with [`redact_written`].
+    pub fn redacted(&self) -> JobSpec {
+        let mut spec = self.clone();
+        match &mut spec.target {
+            Target::Http(http) => hide_values(&mut http.headers),
+            Target::Nats(nats) => hide_values(&mut nats.headers),
+            Target::Shell(shell) => hide_values(&mut shell.env),
+        }
+        if let Some(notify) = &mut spec.notify {
+            hide_values(&mut notify.headers);
+        }
+        spec
+    }
+}
+
+fn hide_values(values: &mut BTreeMap<String, String>) {
+    values.values_mut().for_each(|v| *v = REDACTED.into());
+}
+
+/// Hide in `definition`, a definition as written (JSON that may not decode
+/// as a [`JobSpec`]: a stored value is shown as it is), what
+/// [`JobSpec::redacted`] hides: every value of `target.headers`,
+/// `target.env` and `notify.headers` that is an object. A definition is an
+/// object with a `target` object; any other value is searched for
+/// definitions inside it, at any depth, so that a value of an unknown shape
+/// hides no less.
+pub fn redact_written(definition: &mut serde_json::Value) {
+    use serde_json::Value;
+    match definition {
+        Value::Object(fields) if fields.get("target").is_some_and(Value::is_object) => {
+            for (object, field) in [
+                ("target", "headers"),
+                ("target", "env"),
+                ("notify", "headers"),
+            ] {
+                if let Some(Value::Object(values)) =
+                    fields.get_mut(object).and_then(|o| o.get_mut(field))
+                {
+                    values
+                        .values_mut()
+                        .for_each(|v| *v = Value::String(REDACTED.into()));
+                }
+            }
+        }
+        Value::Object(fields) => fields.values_mut().for_each(redact_written),
+        Value::Array(items) => items.iter_mut().for_each(redact_written),
+        _ => {}
+    }
 }
 
 impl Target {
@@ -485,3 +542,75 @@ impl ValidJob {
 /// of bad fields, and their list must still fit a NATS reply and a
 /// `job.rejected` event.
 pub const MAX_PROBLEMS: usize = 50;
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(definition: serde_json::Value) -> JobSpec {
+        serde_json::from_value(definition).expect("a definition")
+    }
+
+    #[test]
+    fn a_redacted_spec_hides_header_and_env_values_and_keeps_their_names() {
+        let http = spec(json!({
+            "id": "a", "schedule": "@daily",
+            "target": { "type": "http", "url": "https://x", "headers": { "Authorization": "Bearer s3cret" } },
+            "notify": { "webhook": "https://hook", "headers": { "X-Token": "t0ken" } }
+        }));
+        let shell = spec(json!({
+            "id": "b", "schedule": "@daily",
+            "target": { "type": "shell", "command": "run", "env": { "DB_PASSWORD": "pa55" } }
+        }));
+        let nats = spec(json!({
+            "id": "c", "schedule": "@daily",
+            "target": { "type": "nats", "subject": "s", "headers": { "Authorization": "n4ts" } }
+        }));
+        for (spec, secrets) in [
+            (http, ["s3cret", "t0ken"]),
+            (shell, ["pa55", "pa55"]),
+            (nats, ["n4ts", "n4ts"]),
+        ] {
+            let shown = serde_json::to_value(spec.redacted()).expect("encode");
+            let text = shown.to_string();
+            for secret in secrets {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            // The typed and the written definition hide the same values.
+            let mut written = serde_json::to_value(&spec).expect("encode");
+            redact_written(&mut written);
+            assert_eq!(shown, written);
+        }
+        let shown = serde_json::to_value(spec(json!({
+            "id": "a", "schedule": "@daily",
+            "target": { "type": "http", "url": "https://x", "headers": { "Authorization": "Bearer s3cret" } }
+        })).redacted()).expect("encode");
+        assert_eq!(shown["target"]["headers"]["Authorization"], REDACTED);
+        assert_eq!(shown["target"]["url"], "https://x");
+    }
+
+    #[test]
+    fn a_written_definition_that_does_not_decode_hides_the_same_values() {
+        let mut weird = json!({
+            "id": "a",
+            "target": { "type": "http", "headers": { "A": "s" }, "env": "not an object" },
+            "notify": { "headers": { "X-Token": "t0ken" } },
+            "labels": { "team": "a" }
+        });
+        redact_written(&mut weird);
+        assert_eq!(weird["target"]["headers"]["A"], REDACTED);
+        assert_eq!(weird["target"]["env"], "not an object");
+        assert_eq!(weird["notify"]["headers"]["X-Token"], REDACTED);
+        assert_eq!(weird["labels"]["team"], "a");
+        // No target object here: the definitions inside it are found.
+        let mut nested = json!({ "foo": { "target": { "headers": { "x": "y" } } }, "list": [{ "target": { "env": { "K": "v" } } }] });
+        redact_written(&mut nested);
+        assert_eq!(nested["foo"]["target"]["headers"]["x"], REDACTED);
+        assert_eq!(nested["list"][0]["target"]["env"]["K"], REDACTED);
+        let mut text = json!("not an object");
+        redact_written(&mut text);
+        assert_eq!(text, "not an object");
+    }
+}

@@ -15,10 +15,10 @@ use serde::Deserialize;
 
 use super::pages::{render, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::job_requests::{self, DeleteJob, SelectJobs};
-use crate::manual_runs::{self, BackfillJob, TriggerJob};
-use crate::run_control;
+use crate::jobs::requests::{DeleteJob, SelectJobs};
+use crate::runs::manual::{BackfillJob, TriggerJob};
 use crate::GatewayState;
+use crate::{jobs, runs};
 use jetcron_core::control::KillRequest;
 
 #[derive(Debug, Deserialize)]
@@ -39,7 +39,7 @@ async fn set_paused(
     back: String,
     paused: bool,
 ) -> Result<Response, ConsoleError> {
-    let reply = job_requests::set_paused(state, select, paused).await?;
+    let reply = jobs::requests::set_paused(state, select, paused).await?;
     let done = match (reply.changed.is_empty(), paused) {
         (true, _) => "unchanged",
         (false, true) => "paused",
@@ -139,7 +139,7 @@ pub async fn trigger(
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
-    manual_runs::trigger(&state, TriggerJob { id }).await?;
+    runs::manual::trigger(&state, TriggerJob { id }).await?;
     Ok(Redirect::to(&format!("{back}?done=triggered")).into_response())
 }
 
@@ -160,7 +160,7 @@ pub async fn backfill(
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
-    manual_runs::backfill(
+    runs::manual::backfill(
         &state,
         BackfillJob {
             id,
@@ -192,7 +192,7 @@ pub async fn confirm_delete(
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn(format!("{back}/delete")));
     }
-    let job = job_requests::get(&state, job_requests::GetJob { id: id.clone() }).await?;
+    let job = jobs::requests::get(&state, jobs::requests::GetJob { id: id.clone() }).await?;
     let page = DeletePage {
         frame: viewer.frame(format!("Delete {id}?")),
         id_link: url_escape(&id),
@@ -218,7 +218,7 @@ pub async fn delete(
     Form(form): Form<DeleteForm>,
 ) -> Result<Response, ConsoleError> {
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &job_path(&id))?;
-    job_requests::delete(
+    jobs::requests::delete(
         &state,
         DeleteJob {
             id,
@@ -247,7 +247,7 @@ pub async fn kill(
     let back = format!("/ui/runs/{}", url_escape(&run_id));
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
     let reason = form.reason.trim();
-    run_control::kill(
+    runs::control::kill(
         &state,
         KillRequest {
             run_id,

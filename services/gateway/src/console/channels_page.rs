@@ -1,4 +1,4 @@
-//! `GET /ui/channels`: the alert channels ([`crate::channel_requests`]),
+//! `GET /ui/channels`: the alert channels ([`crate::channels::store`]),
 //! with where each sends and whether it is valid. Credentials are hidden
 //! unless the viewer may see them (signed in, or reads protected).
 
@@ -12,7 +12,7 @@ use jetcron_core::channel::Channel;
 
 use super::pages::{render, when_text, Frame};
 use super::viewer::{ConsoleError, Viewer};
-use crate::channel_requests::ListChannels;
+use crate::channels::requests::ListChannels;
 use crate::GatewayState;
 
 /// One channel as the table shows it.
@@ -55,7 +55,7 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read("/ui/channels")?;
     let reply = state.channels.list(ListChannels {}).await?;
-    let shows_secrets = viewer.session.is_some() || viewer.reads_protected;
+    let shows_secrets = viewer.sees_secrets();
     let channels = reply
         .channels
         .into_iter()

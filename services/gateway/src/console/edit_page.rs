@@ -1,5 +1,5 @@
 //! Creating and editing a job: the form ([`super::job_form`]) and the raw
-//! JSON editor, both saved through [`crate::job_store::JobStore::put`] with
+//! JSON editor, both saved through [`crate::jobs::store::JobStore::put`] with
 //! a compare-and-swap on the revision the edit started from (0: create
 //! only), so two people editing at once get a conflict, not a lost update.
 //! A refused definition comes back with each problem next to its field.
@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::job_form::{errors_by_field, JobForm};
 use super::pages::{render, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::job_store::PutJob;
+use crate::jobs::store::PutJob;
 use crate::GatewayState;
 
 /// Fires in the live preview.
@@ -51,7 +51,7 @@ impl PreviewFragment {
             count: Some(PREVIEW_FIRES),
             from: None,
         };
-        match crate::schedule_requests::preview(&request, state.clock.now()) {
+        match crate::jobs::schedule_preview::preview(&request, state.clock.now()) {
             Ok(reply) => Self {
                 description: reply.preview.description,
                 fires: reply
@@ -171,9 +171,10 @@ pub async fn edit_form(
             url_escape(&id)
         )));
     }
-    let stored = crate::job_requests::get(&state, crate::job_requests::GetJob { id: id.clone() })
-        .await?
-        .job;
+    let stored =
+        crate::jobs::requests::get(&state, crate::jobs::requests::GetJob { id: id.clone() })
+            .await?
+            .job;
     let form = JobForm::of(stored.job.as_ref(), stored.revision);
     let json = stored
         .job
@@ -247,9 +248,9 @@ pub async fn save_form(
     let base = if editing.is_empty() {
         None
     } else {
-        crate::job_requests::get(
+        crate::jobs::requests::get(
             &state,
-            crate::job_requests::GetJob {
+            crate::jobs::requests::GetJob {
                 id: editing.clone(),
             },
         )

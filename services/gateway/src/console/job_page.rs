@@ -3,7 +3,8 @@
 //! history, and its actions. `GET /ui/jobs/{id}/diff?from=&to=` shows what
 //! changed between two revisions.
 //!
-//! Everything comes from the typed reads ([`crate::read_requests`]), read at
+//! Everything comes from the typed reads ([`crate::jobs::reads`],
+//! [`crate::runs::reads`], [`crate::runs::stats`]), read at
 //! once; the run parts are a convenience that only glances at ClickHouse
 //! ([`Patience::Glance`]) and says so when ClickHouse is slow or away.
 
@@ -14,13 +15,18 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use jetcron_core::api::ApiError;
+use jetcron_core::schedule_preview::Preview;
 use serde::Deserialize;
 
 use super::diff::{self, DiffLine};
 use super::pages::{duration_ms, render, status_class, when, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::clickhouse_reads::Patience;
-use crate::read_requests::{self, GetJobDetail, GetStats, ListJobRuns};
+use crate::jobs::reads::{self as job_reads, GetJobDetail};
+use crate::jobs::rejections::Rejection;
+use crate::jobs::stored::Revision;
+use crate::runs::reads::{self as run_reads, JobRunsReply, ListJobRuns};
+use crate::runs::stats::{self, GetStats};
+use crate::sql::reads::Patience;
 use crate::GatewayState;
 
 /// Runs listed on a job's page.
@@ -128,7 +134,7 @@ pub struct ChainLine {
 }
 
 impl ChainLine {
-    fn of(peer: &crate::job_catalog::ChainPeer) -> Self {
+    fn of(peer: &crate::jobs::catalog::ChainPeer) -> Self {
         Self {
             job: peer.job.clone(),
             link: format!("/ui/jobs/{}", url_escape(&peer.job)),
@@ -144,21 +150,12 @@ pub struct JobQuery {
     cursor: Option<String>,
 }
 
-/// The definition as this viewer may see it: anonymous viewers of a gateway
-/// with open reads see secrets redacted, as the API shows them.
-pub fn shown_definition(viewer: &Viewer, definition: Option<&serde_json::Value>) -> (String, bool) {
-    let Some(definition) = definition else {
-        return (String::new(), false);
-    };
-    let mut definition = definition.clone();
-    let redact = viewer.session.is_none() && !viewer.reads_protected;
-    if redact {
-        crate::http::redact::redact_definitions(&mut definition);
-    }
-    (
-        serde_json::to_string_pretty(&definition).unwrap_or_default(),
-        redact,
-    )
+/// A definition as the page shows it, pretty-printed; empty when the
+/// stored value is not JSON.
+fn pretty(definition: Option<&serde_json::Value>) -> String {
+    definition
+        .and_then(|d| serde_json::to_string_pretty(d).ok())
+        .unwrap_or_default()
 }
 
 pub async fn show(
@@ -170,15 +167,15 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
     let (detail, history, runs, stats) = tokio::join!(
-        read_requests::job_detail(
+        job_reads::job_detail(
             &state,
             GetJobDetail {
                 id: id.clone(),
                 next: Some(5),
             },
         ),
-        read_requests::job_history(&state, id.clone()),
-        read_requests::job_runs(
+        job_reads::job_history(&state, id.clone()),
+        run_reads::job_runs(
             &state,
             ListJobRuns {
                 id: id.clone(),
@@ -187,7 +184,7 @@ pub async fn show(
                 patience: Patience::Glance,
             },
         ),
-        read_requests::stats(
+        stats::stats(
             &state,
             GetStats {
                 job: Some(id.clone()),
@@ -205,7 +202,15 @@ pub async fn show(
     let stats = stats
         .ok()
         .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
-    let (definition, redacted) = shown_definition(&viewer, detail.job.job.as_ref());
+    // Anonymous viewers of a gateway with open reads see secrets hidden, as
+    // the API shows them.
+    let hides_secrets = !viewer.sees_secrets();
+    let detail = match hides_secrets {
+        true => detail.redacted(),
+        false => detail,
+    };
+    let redacted = hides_secrets && detail.job.job.is_some();
+    let definition = pretty(detail.job.job.as_ref());
     let spec = detail.job.job.as_ref();
     let text = |name: &str| {
         spec.and_then(|d| d.get(name))
@@ -214,55 +219,8 @@ pub async fn show(
             .to_string()
     };
     let preview = detail.schedule_preview.as_ref();
-    let revisions: Vec<RevisionLine> = {
-        let mut previous_put: Option<u64> = None;
-        let mut lines: Vec<RevisionLine> = history
-            .revisions
-            .iter()
-            .map(|r| {
-                let diff_link = match (r.operation, previous_put) {
-                    ("put", Some(before)) => format!(
-                        "/ui/jobs/{}/diff?from={before}&to={}",
-                        url_escape(&id),
-                        r.revision
-                    ),
-                    _ => String::new(),
-                };
-                if r.operation == "put" {
-                    previous_put = Some(r.revision);
-                }
-                RevisionLine {
-                    revision: r.revision,
-                    operation: r.operation,
-                    at: when_text(&r.at),
-                    valid: match r.valid {
-                        Some(true) => "valid".into(),
-                        Some(false) => "invalid".into(),
-                        None => String::new(),
-                    },
-                    diff_link,
-                }
-            })
-            .collect();
-        lines.reverse();
-        lines
-    };
     let now = state.clock.now();
-    let (runs, runs_error, more_runs_link) = match runs {
-        Ok(reply) => (
-            reply.runs.iter().map(RunLine::of).collect(),
-            String::new(),
-            reply
-                .next_cursor
-                .map(|c| format!("/ui/jobs/{}?cursor={}", url_escape(&id), url_escape(&c)))
-                .unwrap_or_default(),
-        ),
-        Err(e) => (
-            Vec::new(),
-            format!("Runs are unavailable: {}", e.message),
-            String::new(),
-        ),
-    };
+    let (runs, runs_error, more_runs_link) = run_lines(runs, &id);
     let page = JobPage {
         frame: viewer
             .frame(format!("Job {id}"))
@@ -287,35 +245,8 @@ pub async fn show(
         schedule: text("schedule"),
         words: preview.map(|p| p.description.clone()).unwrap_or_default(),
         kind: preview.map(|p| p.kind.to_string()).unwrap_or_default(),
-        fires: preview
-            .map(|p| {
-                p.fires
-                    .iter()
-                    .map(|f| FireLine {
-                        at: when_text(&f.at),
-                        local: f.local.clone(),
-                        note: f.note.clone().unwrap_or_default(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        dropped: preview
-            .map(|p| {
-                p.dropped
-                    .iter()
-                    .map(|d| match d.reason {
-                        "in_gap" => format!(
-                            "{} does not fire: it falls in a spring-forward gap",
-                            d.wall_time
-                        ),
-                        _ => format!(
-                            "{} does not fire a second time: the hour repeats at fall-back",
-                            d.wall_time
-                        ),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        fires: preview.map(fire_lines).unwrap_or_default(),
+        dropped: preview.map(dropped_lines).unwrap_or_default(),
         if_resumed: detail.next_fires_if_resumed,
         parents: detail.parents.iter().map(ChainLine::of).collect(),
         children: detail.children.iter().map(ChainLine::of).collect(),
@@ -332,20 +263,8 @@ pub async fn show(
         missed: stats
             .map(|s| s.missed_examples.iter().map(|t| when_text(t)).collect())
             .unwrap_or_default(),
-        revisions,
-        rejections: history
-            .rejections
-            .iter()
-            .map(|r| {
-                let problems: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
-                format!(
-                    "{} ({}): {}",
-                    when_text(&r.at),
-                    r.source,
-                    problems.join("; ")
-                )
-            })
-            .collect(),
+        revisions: revision_lines(&history.revisions, &id),
+        rejections: history.rejections.iter().map(rejection_line).collect(),
         redacted,
         backfill_from: (now - chrono::Duration::hours(1))
             .format("%Y-%m-%dT%H:%M:%SZ")
@@ -354,6 +273,104 @@ pub async fn show(
         id,
     };
     Ok(render(&page).into_response())
+}
+
+/// The recent runs of job `id`, why they are missing, and the link to the
+/// next page of them.
+fn run_lines(runs: Result<JobRunsReply, ApiError>, id: &str) -> (Vec<RunLine>, String, String) {
+    match runs {
+        Ok(reply) => (
+            reply.runs.iter().map(RunLine::of).collect(),
+            String::new(),
+            reply
+                .next_cursor
+                .map(|c| format!("/ui/jobs/{}?cursor={}", url_escape(id), url_escape(&c)))
+                .unwrap_or_default(),
+        ),
+        Err(e) => (
+            Vec::new(),
+            format!("Runs are unavailable: {}", e.message),
+            String::new(),
+        ),
+    }
+}
+
+/// The revisions of job `id`, newest first, each put linked to its diff
+/// against the put before it.
+fn revision_lines(revisions: &[Revision], id: &str) -> Vec<RevisionLine> {
+    let mut previous_put: Option<u64> = None;
+    let mut lines: Vec<RevisionLine> = revisions
+        .iter()
+        .map(|r| {
+            let diff_link = match (r.operation, previous_put) {
+                ("put", Some(before)) => format!(
+                    "/ui/jobs/{}/diff?from={before}&to={}",
+                    url_escape(id),
+                    r.revision
+                ),
+                _ => String::new(),
+            };
+            if r.operation == "put" {
+                previous_put = Some(r.revision);
+            }
+            RevisionLine {
+                revision: r.revision,
+                operation: r.operation,
+                at: when_text(&r.at),
+                valid: match r.valid {
+                    Some(true) => "valid".into(),
+                    Some(false) => "invalid".into(),
+                    None => String::new(),
+                },
+                diff_link,
+            }
+        })
+        .collect();
+    lines.reverse();
+    lines
+}
+
+/// The next fires of a preview with their wall times and DST notes.
+fn fire_lines(preview: &Preview) -> Vec<FireLine> {
+    preview
+        .fires
+        .iter()
+        .map(|f| FireLine {
+            at: when_text(&f.at),
+            local: f.local.clone(),
+            note: f.note.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The wall times a preview's zone skips or repeats, and why they fire once
+/// or not at all.
+fn dropped_lines(preview: &Preview) -> Vec<String> {
+    preview
+        .dropped
+        .iter()
+        .map(|d| match d.reason {
+            "in_gap" => format!(
+                "{} does not fire: it falls in a spring-forward gap",
+                d.wall_time
+            ),
+            _ => format!(
+                "{} does not fire a second time: the hour repeats at fall-back",
+                d.wall_time
+            ),
+        })
+        .collect()
+}
+
+/// A rejected definition of the job: when, from where, and its problems.
+fn rejection_line(rejection: &Rejection) -> String {
+    let problems: Vec<String> = rejection.problems.iter().map(ToString::to_string).collect();
+    format!(
+        "{} ({}): {}",
+        when_text(&rejection.at),
+        rejection.source,
+        problems.join("; ")
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -383,13 +400,16 @@ pub async fn diff(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
     let Query(query) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
-    let history = read_requests::job_history(&state, id.clone()).await?;
+    let history = match viewer.sees_secrets() {
+        true => job_reads::job_history(&state, id.clone()).await?,
+        false => job_reads::job_history(&state, id.clone()).await?.redacted(),
+    };
     let pick = |revision: u64| {
         history
             .revisions
             .iter()
             .find(|r| r.revision == revision)
-            .map(|r| shown_definition(&viewer, r.job.as_ref()).0)
+            .map(|r| pretty(r.job.as_ref()))
             .ok_or_else(|| {
                 ApiError::not_found(
                     "revision",

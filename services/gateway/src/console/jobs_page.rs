@@ -1,9 +1,9 @@
 //! `GET /ui/jobs`: every job in a table, filtered by label, text and state,
 //! sorted by a column, 50 to a page.
 //!
-//! Rows come from the [`crate::job_catalog`] in memory; only the page's rows
+//! Rows come from the [`crate::jobs::catalog`] in memory; only the page's rows
 //! are read further: their entries from the bucket (next fire) and their run
-//! figures from ClickHouse ([`super::row_figures`]), each in one round; the
+//! figures ([`crate::runs::figures::row_figures`]), each in one round; the
 //! figures only glance at ClickHouse, so a slow one leaves them out.
 
 use std::collections::BTreeMap;
@@ -13,14 +13,17 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
+use jetcron_core::job::ValidJob;
 use serde::Deserialize;
 
+use super::charts;
 use super::pages::{duration_ms, render, status_class, when, Frame};
-use super::row_figures::{self, RowFigures};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::clickhouse_reads::Patience;
-use crate::job_catalog::{RowQuery, RowSort};
+use crate::jobs::catalog::{JobRow, RowQuery, RowSort};
+use crate::runs::figures::{self, GetRowFigures, RowFigures};
+use crate::sql::reads::Patience;
 use crate::GatewayState;
 
 /// Rows per page.
@@ -111,6 +114,115 @@ pub(super) fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, Strin
         .collect()
 }
 
+/// The table as the query asks for it: filters, sort and page number.
+struct TableView {
+    /// The text filter, trimmed.
+    text: String,
+    /// The label filter as typed.
+    labels_text: String,
+    labels: BTreeMap<String, String>,
+    /// Why the label filter was ignored (empty when it was not).
+    problem: String,
+    /// `active`, `paused`, `invalid`, or empty.
+    state: String,
+    sort: RowSort,
+    descending: bool,
+    /// 1-based.
+    page_number: usize,
+}
+
+impl TableView {
+    fn of(query: &JobsQuery) -> Self {
+        let (labels, problem) = match parse_labels(&query.labels) {
+            Ok(labels) => (labels, String::new()),
+            Err(why) => (BTreeMap::new(), format!("label filter {why}")),
+        };
+        Self {
+            text: query.q.trim().to_string(),
+            labels_text: query.labels.clone(),
+            labels,
+            problem,
+            state: match query.state.as_str() {
+                s @ ("active" | "paused" | "invalid") => s.to_string(),
+                _ => String::new(),
+            },
+            sort: RowSort::parse(&query.sort).unwrap_or_default(),
+            descending: query.dir == "desc",
+            page_number: query.page.unwrap_or(1).max(1),
+        }
+    }
+
+    /// Rows before this page.
+    fn offset(&self) -> usize {
+        (self.page_number - 1) * PAGE_SIZE
+    }
+
+    fn row_query(&self) -> RowQuery {
+        RowQuery {
+            labels: self.labels.clone(),
+            text: self.text.clone(),
+            state: self.state.clone(),
+            sort: self.sort,
+            descending: self.descending,
+            offset: self.offset(),
+            limit: PAGE_SIZE,
+        }
+    }
+
+    /// The link to this table sorted by `sort` and showing page `page`.
+    fn link(&self, sort: RowSort, descending: bool, page: usize) -> String {
+        let mut url = format!(
+            "/ui/jobs?q={}&labels={}&state={}&sort={}",
+            url_escape(&self.text),
+            url_escape(&self.labels_text),
+            url_escape(&self.state),
+            sort.name()
+        );
+        if descending {
+            url.push_str("&dir=desc");
+        }
+        if page > 1 {
+            url.push_str(&format!("&page={page}"));
+        }
+        url
+    }
+
+    /// The sortable column headers; a click on the sorted one reverses it.
+    fn columns(&self) -> Vec<Column> {
+        [
+            ("Job", RowSort::Id),
+            ("Schedule", RowSort::Schedule),
+            ("Zone", RowSort::Timezone),
+            ("State", RowSort::State),
+            ("Changed", RowSort::Updated),
+        ]
+        .into_iter()
+        .map(|(label, column)| Column {
+            label,
+            link: self.link(column, column == self.sort && !self.descending, 1),
+            aria_sort: match (column == self.sort, self.descending) {
+                (false, _) => "none",
+                (true, false) => "ascending",
+                (true, true) => "descending",
+            },
+        })
+        .collect()
+    }
+
+    /// The links to the pages before and after this one (empty at the ends).
+    fn page_links(&self, shown: usize, matched: usize) -> (String, String) {
+        let prev = match self.page_number > 1 {
+            true => self.link(self.sort, self.descending, self.page_number - 1),
+            false => String::new(),
+        };
+        let next = match self.offset() + shown < matched {
+            true => self.link(self.sort, self.descending, self.page_number + 1),
+            false => String::new(),
+        };
+        (prev, next)
+    }
+}
+
 pub async fn show(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
@@ -118,50 +230,15 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read("/ui/jobs")?;
-    let (labels, problem) = match parse_labels(&query.labels) {
-        Ok(labels) => (labels, String::new()),
-        Err(why) => (BTreeMap::new(), format!("label filter {why}")),
-    };
-    let sort = RowSort::parse(&query.sort).unwrap_or_default();
-    let descending = query.dir == "desc";
-    let state_filter = match query.state.as_str() {
-        s @ ("active" | "paused" | "invalid") => s.to_string(),
-        _ => String::new(),
-    };
-    let page_number = query.page.unwrap_or(1).max(1);
-    let page = state.catalog.page(&RowQuery {
-        labels,
-        text: query.q.trim().to_string(),
-        state: state_filter.clone(),
-        sort,
-        descending,
-        offset: (page_number - 1) * PAGE_SIZE,
-        limit: PAGE_SIZE,
-    });
+    let table = TableView::of(&query);
+    let page = state.catalog.page(&table.row_query());
     let now = state.clock.now();
-    // The page's entries, for the next fire of each.
-    let page_ids: Vec<String> = page.rows.iter().map(|r| r.id.clone()).collect();
-    let entries: BTreeMap<String, Option<jetcron_core::job::ValidJob>> =
-        futures::stream::iter(page_ids)
-            .map(|id| {
-                let state = state.clone();
-                async move {
-                    let valid = state
-                        .jobs
-                        .get(&id)
-                        .await
-                        .ok()
-                        .flatten()
-                        .and_then(|(_, v)| v);
-                    (id, valid)
-                }
-            })
-            .buffered(READS_IN_FLIGHT)
-            .collect()
-            .await;
-    let ids: Vec<&str> = page.rows.iter().map(|r| r.id.as_str()).collect();
-    let glance = state.runs.reads().with(Patience::Glance);
-    let (figures, figures_error) = match row_figures::fetch(&glance, &ids, now).await {
+    let valid = valid_jobs(&state, &page.rows).await;
+    let request = GetRowFigures {
+        jobs: page.rows.iter().map(|r| r.id.clone()).collect(),
+        patience: Patience::Glance,
+    };
+    let (figures, figures_error) = match figures::row_figures(&state, request).await {
         Ok(f) => (f, String::new()),
         Err(e) => (
             RowFigures::default(),
@@ -172,131 +249,134 @@ pub async fn show(
         .rows
         .iter()
         .map(|row| {
-            let valid = entries.get(&row.id).and_then(Option::as_ref);
-            let next_fire = match valid {
-                Some(job) if job.spec.paused => "paused".to_string(),
-                Some(job) => job
-                    .next_scheduled(now)
-                    .map(when)
-                    .unwrap_or_else(|| "none".into()),
-                None => "—".into(),
-            };
-            let parents: Vec<&str> = row.after.iter().map(|l| l.job.as_str()).collect();
-            let words = valid
-                .map(|job| {
-                    let timed = jetcron_core::schedule_preview::describe(
-                        job.spec.schedule_line(),
-                        &job.schedule,
-                        job.timezone,
-                        &[],
-                    )
-                    .description;
-                    match (parents.is_empty(), &job.spec.schedule) {
-                        (true, _) => timed,
-                        (false, None) => format!("after {}", parents.join(", ")),
-                        (false, Some(_)) => format!("{timed}; and after {}", parents.join(", ")),
-                    }
-                })
-                .unwrap_or_default();
-            let last = figures.last.get(&row.id);
-            let day = figures.day.get(&row.id).cloned().unwrap_or_default();
-            let (succeeded_24h, failed_24h) = day.totals();
-            Row {
-                id: row.id.clone(),
-                link: format!("/ui/jobs/{}", url_escape(&row.id)),
-                schedule: row.schedule.clone(),
-                words,
-                timezone: if row.timezone.is_empty() {
-                    "UTC".into()
-                } else {
-                    row.timezone.clone()
-                },
-                state: row.state(),
-                updated: when(row.updated_at),
-                next_fire,
-                last_status: last.map(|l| l.last_status.clone()).unwrap_or_default(),
-                last_class: last.map_or("", |l| status_class(&l.last_status)),
-                last_when: last
-                    .and_then(|l| chrono::DateTime::from_timestamp_millis(l.last_scheduled_ms))
-                    .map(when)
-                    .unwrap_or_default(),
-                last_duration: last
-                    .filter(|l| l.last_duration_ms > 0)
-                    .map(|l| duration_ms(l.last_duration_ms))
-                    .unwrap_or_default(),
-                last_link: last
-                    .map(|l| format!("/ui/runs/{}", l.last_run_id))
-                    .unwrap_or_default(),
-                succeeded_24h,
-                failed_24h,
-                sparkline: row_figures::sparkline(&day),
-                labels: row
-                    .labels
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            }
+            let valid = valid.get(&row.id).and_then(Option::as_ref);
+            table_row(row, valid, &figures, now)
         })
         .collect();
-    let link = |sort: RowSort, descending: bool, page: usize| {
-        let mut url = format!(
-            "/ui/jobs?q={}&labels={}&state={}&sort={}",
-            url_escape(query.q.trim()),
-            url_escape(&query.labels),
-            url_escape(&state_filter),
-            sort.name()
-        );
-        if descending {
-            url.push_str("&dir=desc");
-        }
-        if page > 1 {
-            url.push_str(&format!("&page={page}"));
-        }
-        url
-    };
-    let columns = [
-        ("Job", RowSort::Id),
-        ("Schedule", RowSort::Schedule),
-        ("Zone", RowSort::Timezone),
-        ("State", RowSort::State),
-        ("Changed", RowSort::Updated),
-    ]
-    .into_iter()
-    .map(|(label, column)| Column {
-        label,
-        link: link(column, column == sort && !descending, 1),
-        aria_sort: match (column == sort, descending) {
-            (false, _) => "none",
-            (true, false) => "ascending",
-            (true, true) => "descending",
-        },
-    })
-    .collect();
-    let first = (page_number - 1) * PAGE_SIZE;
+    let first = table.offset();
+    let (prev_link, next_link) = table.page_links(page.rows.len(), page.matched);
     let page_html = JobsPage {
         frame: viewer.frame("Jobs").with_done(query.done.as_deref()),
         q: query.q.clone(),
         labels: query.labels.clone(),
-        state: state_filter.clone(),
-        columns,
+        state: table.state.clone(),
+        columns: table.columns(),
         matched: page.matched,
         total: page.total,
         first: (first + 1).min(page.matched),
         last: (first + page.rows.len()).min(page.matched),
-        prev_link: if page_number > 1 {
-            link(sort, descending, page_number - 1)
-        } else {
-            String::new()
-        },
-        next_link: if first + page.rows.len() < page.matched {
-            link(sort, descending, page_number + 1)
-        } else {
-            String::new()
-        },
+        prev_link,
+        next_link,
         loading: !state.catalog.synced(),
         rows,
         figures_error,
-        problem,
+        problem: table.problem,
     };
     Ok(render(&page_html).into_response())
+}
+
+/// The valid definitions of `rows` from the bucket (for their next fires),
+/// [`READS_IN_FLIGHT`] at a time; `None` for one that is invalid or gone.
+async fn valid_jobs(
+    state: &Arc<GatewayState>,
+    rows: &[JobRow],
+) -> BTreeMap<String, Option<ValidJob>> {
+    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    futures::stream::iter(ids)
+        .map(|id| {
+            let state = state.clone();
+            async move {
+                let valid = state
+                    .jobs
+                    .get(&id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|(_, v)| v);
+                (id, valid)
+            }
+        })
+        .buffered(READS_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// One row of the table: the catalog's `row`, its definition when valid,
+/// and its run figures.
+fn table_row(
+    row: &JobRow,
+    valid: Option<&ValidJob>,
+    figures: &RowFigures,
+    now: DateTime<Utc>,
+) -> Row {
+    let last = figures.last.get(&row.id);
+    let day = figures.day.get(&row.id).cloned().unwrap_or_default();
+    let (succeeded_24h, failed_24h) = day.totals();
+    Row {
+        id: row.id.clone(),
+        link: format!("/ui/jobs/{}", url_escape(&row.id)),
+        schedule: row.schedule.clone(),
+        words: valid
+            .map(|job| schedule_words(job, row))
+            .unwrap_or_default(),
+        timezone: if row.timezone.is_empty() {
+            "UTC".into()
+        } else {
+            row.timezone.clone()
+        },
+        state: row.state(),
+        updated: when(row.updated_at),
+        next_fire: next_fire(valid, now),
+        last_status: last.map(|l| l.status.clone()).unwrap_or_default(),
+        last_class: last.map_or("", |l| status_class(&l.status)),
+        last_when: last
+            .and_then(|l| DateTime::from_timestamp_millis(l.scheduled_ms))
+            .map(when)
+            .unwrap_or_default(),
+        last_duration: last
+            .filter(|l| l.duration_ms > 0)
+            .map(|l| duration_ms(l.duration_ms))
+            .unwrap_or_default(),
+        last_link: last
+            .map(|l| format!("/ui/runs/{}", l.run_id))
+            .unwrap_or_default(),
+        succeeded_24h,
+        failed_24h,
+        sparkline: charts::sparkline(&day),
+        labels: row
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// The next fire of a valid job (`paused` for a paused one), `—` otherwise.
+fn next_fire(valid: Option<&ValidJob>, now: DateTime<Utc>) -> String {
+    match valid {
+        Some(job) if job.spec.paused => "paused".to_string(),
+        Some(job) => job
+            .next_scheduled(now)
+            .map(when)
+            .unwrap_or_else(|| "none".into()),
+        None => "—".into(),
+    }
+}
+
+/// When a valid job runs, in words: its schedule line, and the parents it
+/// runs after.
+fn schedule_words(job: &ValidJob, row: &JobRow) -> String {
+    let parents: Vec<&str> = row.after.iter().map(|l| l.job.as_str()).collect();
+    let timed = jetcron_core::schedule_preview::describe(
+        job.spec.schedule_line(),
+        &job.schedule,
+        job.timezone,
+        &[],
+    )
+    .description;
+    match (parents.is_empty(), &job.spec.schedule) {
+        (true, _) => timed,
+        (false, None) => format!("after {}", parents.join(", ")),
+        (false, Some(_)) => format!("{timed}; and after {}", parents.join(", ")),
+    }
 }

@@ -1,10 +1,13 @@
 //! The operator console: server-rendered HTML pages at `/ui/...` (and `/`),
 //! served by the gateway on its own port.
 //!
-//! Every page is built from the gateway's own operations (the typed reads of
-//! [`crate::read_requests`], the writes of [`crate::job_store`],
-//! [`crate::job_requests`], [`crate::manual_runs`], [`crate::run_control`]),
-//! so the console and the HTTP API cannot disagree. Templates are askama
+//! Every page is HTML over the gateway's own operations: the typed reads of
+//! [`crate::jobs::reads`], [`crate::jobs::rejections`], [`crate::runs::reads`],
+//! [`crate::runs::stats`] and [`crate::runs::figures`] (the console never
+//! sends SQL), the in-memory [`crate::jobs::catalog`] for the job table, and
+//! the writes of [`crate::jobs::store`], [`crate::jobs::requests`],
+//! [`crate::runs::manual`] and [`crate::runs::control`]; so the console and
+//! the HTTP API cannot disagree. Templates are askama
 //! (compiled in, HTML-escaped by default); the stylesheet and one small
 //! script are files of this crate served from `/ui/assets/`, and a strict
 //! Content-Security-Policy allows no other script, so a job field can never
@@ -18,6 +21,7 @@
 mod actions;
 mod assets;
 mod channels_page;
+mod charts;
 mod diff;
 mod edit_page;
 mod job_form;
@@ -25,7 +29,6 @@ mod job_page;
 mod jobs_page;
 mod overview_page;
 mod pages;
-pub(crate) mod row_figures;
 mod run_page;
 mod runs_page;
 pub mod session;

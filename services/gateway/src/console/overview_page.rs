@@ -3,7 +3,9 @@
 //! the projector's lag, recent rejected definitions, and links to the
 //! Grafana dashboards when a Grafana URL is configured.
 //!
-//! Each part is read on its own; one that fails (ClickHouse away) says so
+//! Each part is one read operation of its own ([`crate::runs::figures`],
+//! [`crate::runs::pools`], [`crate::runs::projection`],
+//! [`crate::jobs::rejections`]); one that fails (ClickHouse away) says so
 //! and the others still show. The ClickHouse parts only glance
 //! ([`Patience::Glance`]): a slow ClickHouse leaves them out at once.
 
@@ -15,12 +17,14 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::charts;
 use super::pages::{duration_ms, render, when_text, Frame};
-use super::row_figures::{self, Day, HOURS};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::clickhouse_reads::Patience;
-use crate::pools::{self, PoolState};
-use crate::read_requests::{self, ListRejections};
+use crate::jobs::rejections::{self, ListRejections};
+use crate::runs::figures::{self, Day, HOURS};
+use crate::runs::pools::{self, PoolState};
+use crate::runs::projection;
+use crate::sql::reads::Patience;
 use crate::GatewayState;
 
 #[derive(Template)]
@@ -56,8 +60,7 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read("/ui/")?;
     let now = state.clock.now();
-    let glance = state.runs.reads().with(Patience::Glance);
-    let (day, runs_error) = match row_figures::all_jobs_day(&glance, now).await {
+    let (day, runs_error) = match figures::all_jobs_day(&state, Patience::Glance).await {
         Ok(day) => (day, String::new()),
         Err(e) => (Day::default(), format!("Run figures are unavailable: {e}")),
     };
@@ -66,7 +69,7 @@ pub async fn show(
         .map(|h| day.succeeded[h] + day.failed[h] + day.other[h])
         .sum();
     let last_hour = day.succeeded[HOURS - 1] + day.failed[HOURS - 1] + day.other[HOURS - 1];
-    let missed_24h = match row_figures::missed_fires_recorded(&glance, now).await {
+    let missed_24h = match figures::missed_fires_recorded(&state, Patience::Glance).await {
         Ok(n) => n.to_string(),
         Err(_) => "—".into(),
     };
@@ -75,8 +78,8 @@ pub async fn show(
         Err(e) => (Vec::new(), format!("Pools are unavailable: {e:#}")),
     };
     let projector = match (
-        pools::projector_backlog(&state).await,
-        pools::projected_until(&state, now).await,
+        projection::projector_backlog(&state).await,
+        projection::projected_until(&state, now).await,
     ) {
         (Ok(Some(backlog)), Ok(Some(until))) => format!(
             "{backlog} run events waiting; ClickHouse is complete up to {} ago",
@@ -85,7 +88,7 @@ pub async fn show(
         (Ok(None), _) | (_, Ok(None)) => "No projector has run yet.".into(),
         (Err(e), _) | (_, Err(e)) => format!("Projector state is unavailable: {e:#}"),
     };
-    let (rejections, rejections_error) = match read_requests::rejections(
+    let (rejections, rejections_error) = match rejections::rejections(
         &state,
         ListRejections {
             job: None,
@@ -140,7 +143,7 @@ pub async fn show(
             "—".into()
         },
         fires_per_minute: format!("{:.1}", last_hour as f64 / 60.0),
-        chart: row_figures::chart(&day),
+        chart: charts::chart(&day),
         missed_24h,
         runs_error,
         pools,

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::pages::{duration_ms, render, status_class, when, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::read_requests;
+use crate::runs::reads;
 use crate::GatewayState;
 
 /// One line of the timeline.
@@ -81,7 +81,7 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let viewer = Viewer::of(&state, &headers);
     viewer.may_read(&format!("/ui/runs/{}", url_escape(&run_id)))?;
-    let run = read_requests::run(&state, &run_id).await?.run;
+    let run = reads::run(&state, &run_id).await?.run;
     let trigger = run.trigger.as_str().to_string();
     let mut events = vec![EventLine {
         at: when(run.scheduled_at),

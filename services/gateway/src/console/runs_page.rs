@@ -1,5 +1,5 @@
 //! `GET /ui/runs`: runs across jobs, newest first, filtered by job, status
-//! and error text, with a cursor ([`crate::read_requests::runs`]).
+//! and error text, with a cursor ([`crate::runs::reads::runs`]).
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::pages::{duration_ms, render, status_class, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
-use crate::read_requests::{self, ListRuns};
+use crate::runs::reads::{self, ListRuns};
 use crate::GatewayState;
 
 pub struct ListedLine {
@@ -67,7 +67,7 @@ pub async fn show(
         cursor: query.cursor.clone(),
         ..ListRuns::default()
     };
-    let (runs, next_link, problem) = match read_requests::runs(&state, request).await {
+    let (runs, next_link, problem) = match reads::runs(&state, request).await {
         Ok(reply) => (
             reply
                 .runs

@@ -36,6 +36,12 @@ impl Viewer {
         }
     }
 
+    /// Whether this viewer sees secrets (credentials in definitions): when
+    /// signed in, or when reads are protected (then every reader is).
+    pub fn sees_secrets(&self) -> bool {
+        self.session.is_some() || self.reads_protected
+    }
+
     /// The frame of a page titled `title`.
     pub fn frame(&self, title: impl Into<String>) -> Frame {
         Frame {

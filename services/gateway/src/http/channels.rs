@@ -1,4 +1,4 @@
-//! HTTP adapters of the alert channel operations ([`crate::channel_requests`]):
+//! HTTP adapters of the alert channel operations ([`crate::channels::store`]):
 //! `GET/POST /v1/channels`, `GET/PUT/DELETE /v1/channels/{name}`. Reads hide
 //! credentials unless the gateway protects reads, as job reads do.
 
@@ -10,7 +10,7 @@ use axum::Json;
 
 use super::writes::{delete_precondition, precondition, DeleteQuery, LimitedBody};
 use super::{query, HttpError, PathResult, QueryResult};
-use crate::channel_requests::{
+use crate::channels::requests::{
     ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
     ListChannels, PutChannel,
 };

@@ -9,11 +9,13 @@ use axum::response::IntoResponse;
 use axum::Json;
 use jetcron_core::api::ApiError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::writes::LimitedBody;
-use super::{unavailable, HttpError};
-use crate::{pools, run_control, GatewayState};
+use super::{unavailable, HttpError, SortedJson};
+use crate::runs::control::{self as run_control, CompletedReply};
+use crate::runs::pools::{self, PoolsReply};
+use crate::runs::projection;
+use crate::GatewayState;
 
 /// Body of `POST /v1/runs/{run_id}/kill` (may be empty).
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -27,7 +29,7 @@ pub async fn kill(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
-) -> Result<Json<crate::run_control::KilledReply>, HttpError> {
+) -> Result<Json<crate::runs::control::KilledReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let request: KillBody = if body.iter().all(u8::is_ascii_whitespace) {
         KillBody::default()
@@ -45,15 +47,17 @@ pub async fn complete(
     State(state): State<Arc<GatewayState>>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
-) -> Result<(StatusCode, Json<Value>), HttpError> {
+) -> Result<(StatusCode, Json<CompletedReply>), HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
     let reply = run_control::complete(&state, &run_id, &body).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
-pub async fn pools(State(state): State<Arc<GatewayState>>) -> Result<Json<Value>, HttpError> {
+pub async fn pools(
+    State(state): State<Arc<GatewayState>>,
+) -> Result<SortedJson<PoolsReply>, HttpError> {
     let pools = pools::pools(&state).await.map_err(unavailable)?;
-    Ok(Json(json!({ "pools": pools })))
+    Ok(SortedJson(PoolsReply { pools }))
 }
 
 pub async fn metrics(
@@ -70,7 +74,7 @@ pub async fn metrics(
     let recorded = text.contains("\njetcron_projector_backlog ");
     let observed = match recorded {
         true => None,
-        false => pools::projector_backlog(&state).await.ok().flatten(),
+        false => projection::projector_backlog(&state).await.ok().flatten(),
     };
     if let Some(backlog) = observed {
         text.push_str(&format!(

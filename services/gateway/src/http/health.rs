@@ -2,7 +2,7 @@
 //!
 //! `/readyz` is 200 only when NATS is connected, ClickHouse answers and every
 //! service of the process has verified its NATS topology. It only glances at
-//! ClickHouse ([`crate::clickhouse_reads::Patience::Glance`]): a hung
+//! ClickHouse ([`crate::sql::reads::Patience::Glance`]): a hung
 //! ClickHouse makes it answer 503 within a second, not hang. Before the
 //! gateway's own topology is there, [`serve_while_starting`] answers the two
 //! probes (503, saying what is awaited) so that an orchestrator sees a live,
@@ -82,7 +82,10 @@ pub async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json
     let topology_ok = state.readiness.all_ready();
     let ready = nats_ok && clickhouse.is_ok() && topology_ok;
     // How far the projector is behind: grows while ClickHouse is away.
-    let backlog = crate::pools::projector_backlog(&state).await.ok().flatten();
+    let backlog = crate::runs::projection::projector_backlog(&state)
+        .await
+        .ok()
+        .flatten();
     let body = json!({
         "ok": ready,
         "projector_backlog": backlog,

@@ -1,18 +1,26 @@
 //! HTTP adapters of the job reads: `GET /v1/jobs`, `/v1/jobs/{id}`,
 //! `/v1/jobs/{id}/history` and `/v1/rejections`. Each builds the typed
-//! request of [`crate::job_requests`] or [`crate::read_requests`] from the
-//! path and query and encodes the answer, secrets hidden ([`shown`]).
+//! request of [`crate::jobs::requests`], [`crate::jobs::reads`] or
+//! [`crate::jobs::rejections`] from the path and query and encodes the
+//! answer, secrets hidden ([`shown`]).
+//!
+//! Why hidden: target and notification headers (`Authorization: Bearer …`)
+//! and shell environment values are where definitions carry credentials,
+//! and HTTP reads are open unless the gateway runs with `--protect-reads`;
+//! so their answers show those values as `"<redacted>"` (the names stay).
+//! With protected reads the caller holds an API token, which already allows
+//! writing the job, and sees everything; so does the NATS API, which NATS
+//! permissions guard.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::Json;
 use jetcron_core::api::ApiError;
-use serde::Serialize;
-use serde_json::Value;
 
-use super::{query, HttpError, PathResult, QueryResult};
-use crate::read_requests::{self, GetJobDetail, ListRejections};
+use super::{query, HttpError, PathResult, QueryResult, SortedJson};
+use crate::jobs::reads::{self, GetJobDetail, JobDetail, JobHistory};
+use crate::jobs::rejections::{self, ListRejections, RejectionsReply};
+use crate::jobs::requests::JobsReply;
 use crate::GatewayState;
 
 #[derive(Debug, serde::Deserialize)]
@@ -26,9 +34,9 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobsReply>, HttpError> {
     let q = query(q)?;
-    let mut request = crate::job_requests::ListJobs::default();
+    let mut request = crate::jobs::requests::ListJobs::default();
     for pair in q
         .labels
         .iter()
@@ -40,8 +48,8 @@ pub async fn list(
         })?;
         request.labels.insert(key.to_string(), value.to_string());
     }
-    let reply = crate::job_requests::list(&state, request).await?;
-    shown(&state, &reply)
+    let reply = crate::jobs::requests::list(&state, request).await?;
+    Ok(shown(&state, reply, JobsReply::redacted))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -51,44 +59,42 @@ pub struct GetQuery {
     next: Option<usize>,
 }
 
-/// `GET /v1/jobs/{id}[?next=N]` ([`read_requests::job_detail`]).
+/// `GET /v1/jobs/{id}[?next=N]` ([`reads::job_detail`]).
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
     q: QueryResult<GetQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobDetail>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let q = query(q)?;
     let request = GetJobDetail { id, next: q.next };
-    let reply = read_requests::job_detail(&state, request).await?;
-    shown(&state, &reply)
+    let reply = reads::job_detail(&state, request).await?;
+    Ok(shown(&state, reply, JobDetail::redacted))
 }
 
-/// `GET /v1/jobs/{id}/history` ([`read_requests::job_history`]).
+/// `GET /v1/jobs/{id}/history` ([`reads::job_history`]).
 pub async fn history(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobHistory>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
-    let reply = read_requests::job_history(&state, id).await?;
-    shown(&state, &reply)
+    let reply = reads::job_history(&state, id).await?;
+    Ok(shown(&state, reply, JobHistory::redacted))
 }
 
-/// `GET /v1/rejections[?job=&limit=]` ([`read_requests::rejections`]).
+/// `GET /v1/rejections[?job=&limit=]` ([`rejections::rejections`]).
 pub async fn rejections(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListRejections>,
-) -> Result<Json<Value>, HttpError> {
-    let reply = read_requests::rejections(&state, query(q)?).await?;
-    super::encoded(&reply)
+) -> Result<SortedJson<RejectionsReply>, HttpError> {
+    Ok(SortedJson(rejections::rejections(&state, query(q)?).await?))
 }
 
-/// `answer` as an HTTP read may show it: secrets hidden unless reads need a
-/// token ([`super::redact`]).
-fn shown<T: Serialize>(state: &GatewayState, answer: &T) -> Result<Json<Value>, HttpError> {
-    let Json(mut answer) = super::encoded(answer)?;
-    if !state.http_auth.reads_protected() {
-        super::redact::redact_definitions(&mut answer);
+/// `answer` as an HTTP read may show it: `redacted` (its secrets hidden)
+/// unless reads need a token.
+fn shown<T>(state: &GatewayState, answer: T, redacted: fn(T) -> T) -> SortedJson<T> {
+    match state.http_auth.reads_protected() {
+        true => SortedJson(answer),
+        false => SortedJson(redacted(answer)),
     }
-    Ok(Json(answer))
 }

@@ -14,13 +14,13 @@ mod control;
 pub mod health;
 mod jobs;
 pub mod openapi;
-pub(crate) mod redact;
 mod runs;
 mod schedules;
 mod writes;
 
 use std::sync::Arc;
 
+use axum::handler::Handler;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
@@ -54,12 +54,92 @@ pub struct ApiRoute {
     /// The schema of a successful answer, where the operation has a type.
     pub answer: Option<BodySchema>,
     /// Whether it needs an answer from ClickHouse, and so may answer
-    /// `503 history_unavailable` ([`crate::clickhouse_reads`]).
+    /// `503 history_unavailable` ([`crate::sql::reads`]).
     pub reads_history: bool,
     handler: MethodRouter<Arc<GatewayState>>,
 }
 
 impl ApiRoute {
+    /// `GET path`, open to `access`: answers 200, takes no query parameters
+    /// and no body until told otherwise.
+    fn get<H: Handler<T, Arc<GatewayState>>, T: 'static>(
+        path: &'static str,
+        access: Access,
+        summary: &'static str,
+        handler: H,
+    ) -> Self {
+        Self::new(Method::GET, path, access, summary, get(handler))
+    }
+
+    /// `POST path` (see [`ApiRoute::get`]).
+    fn post<H: Handler<T, Arc<GatewayState>>, T: 'static>(
+        path: &'static str,
+        access: Access,
+        summary: &'static str,
+        handler: H,
+    ) -> Self {
+        Self::new(Method::POST, path, access, summary, post(handler))
+    }
+
+    /// `PUT path` (see [`ApiRoute::get`]).
+    fn put<H: Handler<T, Arc<GatewayState>>, T: 'static>(
+        path: &'static str,
+        access: Access,
+        summary: &'static str,
+        handler: H,
+    ) -> Self {
+        Self::new(Method::PUT, path, access, summary, put(handler))
+    }
+
+    /// `DELETE path` (see [`ApiRoute::get`]).
+    fn delete<H: Handler<T, Arc<GatewayState>>, T: 'static>(
+        path: &'static str,
+        access: Access,
+        summary: &'static str,
+        handler: H,
+    ) -> Self {
+        Self::new(Method::DELETE, path, access, summary, delete(handler))
+    }
+
+    fn new(
+        method: Method,
+        path: &'static str,
+        access: Access,
+        summary: &'static str,
+        handler: MethodRouter<Arc<GatewayState>>,
+    ) -> Self {
+        Self {
+            method,
+            path,
+            access,
+            summary,
+            query: &[],
+            body: None,
+            ok_status: 200,
+            answer: None,
+            reads_history: false,
+            handler,
+        }
+    }
+
+    /// It takes these query parameters: (name, description).
+    fn query(mut self, parameters: &'static [(&'static str, &'static str)]) -> Self {
+        self.query = parameters;
+        self
+    }
+
+    /// It reads a JSON body that is a `T`, described as `description`.
+    fn body<T: JsonSchema>(mut self, description: &'static str) -> Self {
+        self.body = Some((body::<T>, description));
+        self
+    }
+
+    /// A successful answer has this status (not 200).
+    fn status(mut self, ok_status: u16) -> Self {
+        self.ok_status = ok_status;
+        self
+    }
+
     /// The successful answer is a `T` (the operation's reply type).
     fn answers<T: JsonSchema>(mut self) -> Self {
         self.answer = Some(body::<T>);
@@ -73,69 +153,102 @@ impl ApiRoute {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn route(
-    method: Method,
-    path: &'static str,
-    access: Access,
-    summary: &'static str,
-    query: &'static [(&'static str, &'static str)],
-    body: Option<(BodySchema, &'static str)>,
-    ok_status: u16,
-    handler: MethodRouter<Arc<GatewayState>>,
-) -> ApiRoute {
-    ApiRoute {
-        method,
-        path,
-        access,
-        summary,
-        query,
-        body,
-        ok_status,
-        answer: None,
-        reads_history: false,
-        handler,
-    }
-}
-
 const RUNS_LIMIT: &[(&str, &str)] = &[("limit", "page size, 1 to 500 (default 50)")];
 
-/// Every route of the gateway.
+/// Every route of the gateway. The tables below keep one route a line
+/// (`rustfmt::skip`), so that they read down like the API's index.
 pub fn routes() -> Vec<ApiRoute> {
-    use jetcron_core::control::Completion;
-    use jetcron_core::job::JobSpec;
-    use Access::{Public, Read, Write};
+    let mut routes = service_routes();
+    routes.extend(job_routes());
+    routes.extend(job_action_routes());
+    routes.extend(run_routes());
+    routes.extend(channel_routes());
+    routes
+}
+
+/// The process's own routes (probes, metrics, this document) and the pools.
+#[rustfmt::skip]
+fn service_routes() -> Vec<ApiRoute> {
+    use Access::{Public, Read};
     vec![
-        route(Method::GET, "/healthz", Public, "Liveness: the process answers", &[], None, 200, get(health::healthz)),
-        route(Method::GET, "/readyz", Public, "Readiness: NATS and ClickHouse reachable", &[], None, 200, get(health::readyz)),
-        route(Method::GET, "/metrics", Public, "Prometheus metrics (pool queues)", &[], None, 200, get(control::metrics)),
-        route(Method::GET, "/openapi.json", Public, "This document", &[], None, 200, get(openapi::serve)),
-        route(Method::GET, "/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", &[("labels", "label selector: key=value pairs separated by commas")], None, 200, get(jobs::list)).answers::<crate::job_requests::JobsReply>(),
-        route(Method::POST, "/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", &[], Some((body::<JobSpec>, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)")), 201, post(writes::create)).answers::<crate::job_store::PutReply>(),
-        route(Method::POST, "/v1/jobs:pause", Write, "Pause every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::pause_selected)).answers::<crate::job_requests::PausedReply>(),
-        route(Method::POST, "/v1/jobs:resume", Write, "Resume every job matching a label selector", &[], Some((body::<LabelSelector>, "the selector")), 200, post(writes::resume_selected)).answers::<crate::job_requests::PausedReply>(),
-        route(Method::GET, "/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", &[("next", "how many next fires, 1 to 1000 (default 5)")], None, 200, get(jobs::get_one)).answers::<crate::read_requests::JobDetail>(),
-        route(Method::PUT, "/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<JobSpec>, "a job definition; its id, if given, must be {id}")), 200, put(writes::replace)).answers::<crate::job_store::PutReply>(),
-        route(Method::DELETE, "/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(writes::delete)).answers::<crate::job_requests::DeletedReply>(),
-        route(Method::GET, "/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", &[], None, 200, get(jobs::history)).answers::<crate::read_requests::JobHistory>(),
-        route(Method::GET, "/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", RUNS_LIMIT, None, 200, get(runs::of_job)).answers::<crate::read_requests::JobRunsReply>().reads_history(),
-        route(Method::POST, "/v1/jobs/{id}/pause", Write, "Pause job {id}", &[], None, 200, post(writes::pause)).answers::<crate::job_requests::PausedReply>(),
-        route(Method::POST, "/v1/jobs/{id}/resume", Write, "Resume job {id}", &[], None, 200, post(writes::resume)).answers::<crate::job_requests::PausedReply>(),
-        route(Method::POST, "/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", &[], None, 202, post(writes::trigger)).answers::<crate::manual_runs::TriggeredReply>(),
-        route(Method::POST, "/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", &[], Some((body::<BackfillBody>, "the range")), 202, post(writes::backfill)).answers::<crate::manual_runs::BackfilledReply>().reads_history(),
-        route(Method::GET, "/v1/rejections", Read, "Definitions that were not applied (job.rejected)", &[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(jobs::rejections)).answers::<crate::read_requests::RejectionsReply>().reads_history(),
-        route(Method::GET, "/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", &[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")], None, 200, get(runs::list)).answers::<crate::read_requests::RunsReply>().reads_history(),
-        route(Method::GET, "/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", &[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")], None, 200, get(runs::stats)).answers::<crate::read_requests::StatsReply>().reads_history(),
-        route(Method::GET, "/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", &[], None, 200, get(runs::get_one)).answers::<crate::read_requests::RunReply>().reads_history(),
-        route(Method::POST, "/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", &[], Some((body::<control::KillBody>, "optional reason")), 200, post(control::kill)).answers::<crate::run_control::KilledReply>(),
-        route(Method::POST, "/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", &[], Some((body::<Completion>, "the result")), 202, post(control::complete)),
-        route(Method::GET, "/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", &[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")], None, 200, get(schedules::preview)).answers::<crate::schedule_requests::PreviewReply>(),
-        route(Method::GET, "/v1/channels", Read, "Alert channels (as jetcron.api.channels.list); credentials hidden unless reads are protected", &[], None, 200, get(channels::list)).answers::<crate::channel_requests::ChannelsReply>(),
-        route(Method::POST, "/v1/channels", Write, "Create (201) or replace (200) an alert channel (as jetcron.api.channels.put)", &[], Some((body::<jetcron_core::channel::Channel>, "a channel definition")), 201, post(channels::create)).answers::<crate::channel_requests::ChannelPutReply>(),
-        route(Method::GET, "/v1/channels/{name}", Read, "An alert channel", &[], None, 200, get(channels::get_one)).answers::<crate::channel_requests::ChannelReply>(),
-        route(Method::PUT, "/v1/channels/{name}", Write, "Create or replace channel {name}; If-Match: <revision> or If-None-Match: * for compare-and-swap", &[], Some((body::<jetcron_core::channel::Channel>, "a channel definition; its name, if given, must be {name}")), 200, put(channels::replace)).answers::<crate::channel_requests::ChannelPutReply>(),
-        route(Method::DELETE, "/v1/channels/{name}", Write, "Delete channel {name} (its history stays)", &[("expected_revision", "delete only if this is still the current revision")], None, 200, delete(channels::delete)).answers::<crate::channel_requests::ChannelDeletedReply>(),
-        route(Method::GET, "/v1/pools", Read, "Pools: queued due events and consumers", &[], None, 200, get(control::pools)),
+        ApiRoute::get("/healthz", Public, "Liveness: the process answers", health::healthz),
+        ApiRoute::get("/readyz", Public, "Readiness: NATS and ClickHouse reachable", health::readyz),
+        ApiRoute::get("/metrics", Public, "Prometheus metrics (pool queues)", control::metrics),
+        ApiRoute::get("/openapi.json", Public, "This document", openapi::serve),
+        ApiRoute::get("/v1/pools", Read, "Pools: queued due events and consumers", control::pools),
+    ]
+}
+
+/// Job definitions: list, put, read, delete, history, pause by selector;
+/// and the preview of a schedule line.
+#[rustfmt::skip]
+fn job_routes() -> Vec<ApiRoute> {
+    use crate::jobs::requests::{DeletedReply, JobsReply, PausedReply};
+    use crate::jobs::store::PutReply;
+    use crate::jobs::reads::{JobDetail, JobHistory};
+    use crate::jobs::schedule_preview::PreviewReply;
+    use jetcron_core::job::JobSpec;
+    use Access::{Read, Write};
+    vec![
+        ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query(&[("labels", "label selector: key=value pairs separated by commas")]).answers::<JobsReply>(),
+        ApiRoute::post("/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", writes::create).body::<JobSpec>("a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)").status(201).answers::<PutReply>(),
+        ApiRoute::post("/v1/jobs:pause", Write, "Pause every job matching a label selector", writes::pause_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
+        ApiRoute::post("/v1/jobs:resume", Write, "Resume every job matching a label selector", writes::resume_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
+        ApiRoute::get("/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", jobs::get_one).query(&[("next", "how many next fires, 1 to 1000 (default 5)")]).answers::<JobDetail>(),
+        ApiRoute::put("/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", writes::replace).body::<JobSpec>("a job definition; its id, if given, must be {id}").answers::<PutReply>(),
+        ApiRoute::delete("/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", writes::delete).query(&[("expected_revision", "delete only if this is still the current revision")]).answers::<DeletedReply>(),
+        ApiRoute::get("/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", jobs::history).answers::<JobHistory>(),
+        ApiRoute::get("/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", schedules::preview).query(&[("schedule", "the schedule line, as in a job"), ("timezone", "IANA zone (default UTC)"), ("count", "fires, 1 to 1000 (default 10)"), ("from", "RFC 3339; fires after it (default now)")]).answers::<PreviewReply>(),
+    ]
+}
+
+/// One job's runs and actions, and the rejected definitions.
+#[rustfmt::skip]
+fn job_action_routes() -> Vec<ApiRoute> {
+    use crate::jobs::requests::PausedReply;
+    use crate::runs::manual::{BackfilledReply, TriggeredReply};
+    use crate::jobs::rejections::RejectionsReply;
+    use crate::runs::reads::JobRunsReply;
+    use Access::{Read, Write};
+    vec![
+        ApiRoute::get("/v1/jobs/{id}/runs", Read, "Runs of job {id}, newest first", runs::of_job).query(RUNS_LIMIT).answers::<JobRunsReply>().reads_history(),
+        ApiRoute::post("/v1/jobs/{id}/pause", Write, "Pause job {id}", writes::pause).answers::<PausedReply>(),
+        ApiRoute::post("/v1/jobs/{id}/resume", Write, "Resume job {id}", writes::resume).answers::<PausedReply>(),
+        ApiRoute::post("/v1/jobs/{id}/trigger", Write, "Run job {id} now (a manual run)", writes::trigger).status(202).answers::<TriggeredReply>(),
+        ApiRoute::post("/v1/jobs/{id}/backfill", Write, "Run the scheduled times of job {id} in a past range", writes::backfill).body::<BackfillBody>("the range").status(202).answers::<BackfilledReply>().reads_history(),
+        ApiRoute::get("/v1/rejections", Read, "Definitions that were not applied (job.rejected)", jobs::rejections).query(&[("job", "only those naming this job id"), ("limit", "page size, 1 to 500 (default 50)")]).answers::<RejectionsReply>().reads_history(),
+    ]
+}
+
+/// Runs across jobs, statistics, one run and its controls.
+#[rustfmt::skip]
+fn run_routes() -> Vec<ApiRoute> {
+    use crate::runs::reads::{RunReply, RunsReply};
+    use crate::runs::stats::StatsReply;
+    use crate::runs::control::KilledReply;
+    use jetcron_core::control::Completion;
+    use Access::{Read, Write};
+    vec![
+        ApiRoute::get("/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", runs::list).query(&[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")]).answers::<RunsReply>().reads_history(),
+        ApiRoute::get("/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", runs::stats).query(&[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")]).answers::<StatsReply>().reads_history(),
+        ApiRoute::get("/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", runs::get_one).answers::<RunReply>().reads_history(),
+        ApiRoute::post("/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", control::kill).body::<control::KillBody>("optional reason").answers::<KilledReply>(),
+        ApiRoute::post("/v1/runs/{run_id}/complete", Write, "Report the result of an asynchronous target", control::complete).body::<Completion>("the result").status(202),
+    ]
+}
+
+/// Alert channels.
+#[rustfmt::skip]
+fn channel_routes() -> Vec<ApiRoute> {
+    use crate::channels::requests::{ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply};
+    use jetcron_core::channel::Channel;
+    use Access::{Read, Write};
+    vec![
+        ApiRoute::get("/v1/channels", Read, "Alert channels (as jetcron.api.channels.list); credentials hidden unless reads are protected", channels::list).answers::<ChannelsReply>(),
+        ApiRoute::post("/v1/channels", Write, "Create (201) or replace (200) an alert channel (as jetcron.api.channels.put)", channels::create).body::<Channel>("a channel definition").status(201).answers::<ChannelPutReply>(),
+        ApiRoute::get("/v1/channels/{name}", Read, "An alert channel", channels::get_one).answers::<ChannelReply>(),
+        ApiRoute::put("/v1/channels/{name}", Write, "Create or replace channel {name}; If-Match: <revision> or If-None-Match: * for compare-and-swap", channels::replace).body::<Channel>("a channel definition; its name, if given, must be {name}").answers::<ChannelPutReply>(),
+        ApiRoute::delete("/v1/channels/{name}", Write, "Delete channel {name} (its history stays)", channels::delete).query(&[("expected_revision", "delete only if this is still the current revision")]).answers::<ChannelDeletedReply>(),
     ]
 }
 
@@ -232,11 +345,22 @@ pub fn query<T>(q: QueryResult<T>) -> Result<T, HttpError> {
         .map_err(|e| HttpError(ApiError::malformed(e.body_text())))
 }
 
-/// A typed answer as the JSON body of a reply.
-pub fn encoded<T: serde::Serialize>(answer: &T) -> Result<Json<serde_json::Value>, HttpError> {
-    serde_json::to_value(answer)
-        .map(Json)
-        .map_err(|e| HttpError(ApiError::internal("encode the answer", e)))
+/// A typed answer as a JSON body whose objects list their keys in
+/// alphabetical order: the bytes the API's reads have always answered, as
+/// they were encoded through `serde_json::Value`, which keeps its keys
+/// sorted (the workspace does not enable serde_json's `preserve_order`).
+/// `Json<T>` would list them in field order instead, changing the bytes of
+/// every such answer; the NATS service encodes its replies the same way.
+#[derive(Debug)]
+pub struct SortedJson<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for SortedJson<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_value(&self.0) {
+            Ok(answer) => Json(answer).into_response(),
+            Err(e) => HttpError(ApiError::internal("encode the answer", e)).into_response(),
+        }
+    }
 }
 
 async fn not_found() -> HttpError {

@@ -1,16 +1,15 @@
 //! HTTP adapters of the run reads: `GET /v1/jobs/{id}/runs`, `/v1/runs/{run_id}`,
 //! `/v1/runs` and `/v1/stats`, each building the typed request of
-//! [`crate::read_requests`] from the path and query.
+//! [`crate::runs::reads`] or [`crate::runs::stats`] from the path and query.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
 
-use super::{encoded, query, HttpError, PathResult, QueryResult};
-use crate::read_requests::{self, GetStats, ListJobRuns, ListRuns};
+use super::{query, HttpError, PathResult, QueryResult, SortedJson};
+use crate::runs::reads::{self, JobRunsReply, ListJobRuns, ListRuns, RunReply, RunsReply};
+use crate::runs::stats::{self, GetStats, StatsReply};
 use crate::GatewayState;
 
 #[derive(Debug, Deserialize)]
@@ -25,7 +24,7 @@ pub async fn of_job(
     State(state): State<Arc<GatewayState>>,
     id: PathResult<String>,
     q: QueryResult<JobRunsQuery>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<JobRunsReply>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
     let JobRunsQuery { limit, cursor } = query(q)?;
     let request = ListJobRuns {
@@ -34,30 +33,30 @@ pub async fn of_job(
         cursor,
         ..ListJobRuns::default()
     };
-    encoded(&read_requests::job_runs(&state, request).await?)
+    Ok(SortedJson(reads::job_runs(&state, request).await?))
 }
 
 /// `GET /v1/runs/{run_id}`.
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
     run_id: PathResult<String>,
-) -> Result<Json<Value>, HttpError> {
+) -> Result<SortedJson<RunReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
-    encoded(&read_requests::run(&state, &run_id).await?)
+    Ok(SortedJson(reads::run(&state, &run_id).await?))
 }
 
 /// `GET /v1/runs` with filters and a cursor.
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListRuns>,
-) -> Result<Json<Value>, HttpError> {
-    encoded(&read_requests::runs(&state, query(q)?).await?)
+) -> Result<SortedJson<RunsReply>, HttpError> {
+    Ok(SortedJson(reads::runs(&state, query(q)?).await?))
 }
 
 /// `GET /v1/stats[?job=&from=&to=]`.
 pub async fn stats(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<GetStats>,
-) -> Result<Json<Value>, HttpError> {
-    encoded(&read_requests::stats(&state, query(q)?).await?)
+) -> Result<SortedJson<StatsReply>, HttpError> {
+    Ok(SortedJson(stats::stats(&state, query(q)?).await?))
 }

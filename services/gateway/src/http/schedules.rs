@@ -1,5 +1,5 @@
 //! `GET /v1/schedules/preview`: the HTTP door of the schedule preview
-//! ([`crate::schedule_requests`]), the same request and answer as
+//! ([`crate::jobs::schedule_preview`]), the same request and answer as
 //! `jetcron.api.schedules.preview`.
 
 use std::sync::Arc;
@@ -9,7 +9,8 @@ use axum::Json;
 use jetcron_core::schedule_preview::PreviewRequest;
 
 use super::HttpError;
-use crate::schedule_requests::{self, PreviewReply};
+use crate::jobs;
+use crate::jobs::schedule_preview::PreviewReply;
 use crate::GatewayState;
 
 /// `GET /v1/schedules/preview?schedule=…&timezone=…&count=N&from=RFC3339`.
@@ -18,7 +19,7 @@ pub async fn preview(
     query: super::QueryResult<PreviewRequest>,
 ) -> Result<Json<PreviewReply>, HttpError> {
     let request = super::query(query)?;
-    Ok(Json(schedule_requests::preview(
+    Ok(Json(jobs::schedule_preview::preview(
         &request,
         state.clock.now(),
     )?))

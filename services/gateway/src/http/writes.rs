@@ -22,11 +22,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::HttpError;
-use crate::job_requests::{self, DeleteJob, DeletedReply, PausedReply, SelectJobs};
-use crate::job_store::{PutJob, PutReply};
-use crate::manual_runs::{self, BackfilledReply, TriggeredReply};
+use crate::jobs::requests::{DeleteJob, DeletedReply, PausedReply, SelectJobs};
+use crate::jobs::store::{PutJob, PutReply};
 use crate::request_body::parse_body;
+use crate::runs::manual::{BackfilledReply, TriggeredReply};
 use crate::GatewayState;
+use crate::{jobs, runs};
 
 /// Largest oversized body read to the end before the 413 is sent.
 const DRAIN_OVERSIZED_UP_TO: usize = 8 * 1024 * 1024;
@@ -307,7 +308,7 @@ pub async fn delete(
         id: id.clone(),
         expected_revision: expected,
     };
-    let reply = job_requests::delete(&state, request).await?;
+    let reply = jobs::requests::delete(&state, request).await?;
     tracing::info!(job_id = %id, "job deleted over HTTP");
     Ok(Json(reply))
 }
@@ -339,7 +340,7 @@ async fn set_paused(
     let id = path_id(id)?;
     let request: SelectJobs = action_body(body, &id)?;
     Ok(Json(
-        job_requests::set_paused(state, request, paused).await?,
+        jobs::requests::set_paused(state, request, paused).await?,
     ))
 }
 
@@ -349,7 +350,7 @@ pub async fn pause_selected(
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
     Ok(Json(
-        job_requests::set_paused(&state, parse_body(&body)?, true).await?,
+        jobs::requests::set_paused(&state, parse_body(&body)?, true).await?,
     ))
 }
 
@@ -359,7 +360,7 @@ pub async fn resume_selected(
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
     Ok(Json(
-        job_requests::set_paused(&state, parse_body(&body)?, false).await?,
+        jobs::requests::set_paused(&state, parse_body(&body)?, false).await?,
     ))
 }
 
@@ -370,7 +371,7 @@ pub async fn trigger(
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<TriggeredReply>), HttpError> {
     let id = path_id(id)?;
-    let reply = manual_runs::trigger(&state, action_body(&body, &id)?).await?;
+    let reply = runs::manual::trigger(&state, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
@@ -381,7 +382,7 @@ pub async fn backfill(
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<BackfilledReply>), HttpError> {
     let id = path_id(id)?;
-    let reply = manual_runs::backfill(&state, action_body(&body, &id)?).await?;
+    let reply = runs::manual::backfill(&state, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
@@ -391,14 +392,14 @@ mod tests {
 
     #[test]
     fn the_path_names_the_job_and_a_body_naming_another_is_refused() {
-        let trigger: crate::manual_runs::TriggerJob = action_body(b"", "a").expect("empty body");
+        let trigger: crate::runs::manual::TriggerJob = action_body(b"", "a").expect("empty body");
         assert_eq!(trigger.id, "a");
         let select: SelectJobs = action_body(b"{\"id\":\"a\"}", "a").expect("same id");
         assert_eq!(select.id.as_deref(), Some("a"));
         let err =
             same_id(&body_object(b"{\"id\":\"b\"}").expect("object"), "a").expect_err("mismatch");
         assert_eq!(err.0.field.as_deref(), Some("id"));
-        let err = action_body::<crate::manual_runs::TriggerJob>(b"{\"colour\":1}", "a")
+        let err = action_body::<crate::runs::manual::TriggerJob>(b"{\"colour\":1}", "a")
             .expect_err("unknown field");
         assert!(err.0.message.contains("unknown field"), "{}", err.0.message);
         assert!(body_object(b"[1]").is_err());

@@ -10,7 +10,6 @@ use jetcron_core::api::ApiError;
 use jetcron_core::control::{is_run_id, Completion, KillRequest, MAX_REASON_BYTES};
 use jetcron_core::subjects;
 use jetcron_io::control;
-use serde_json::{json, Value};
 
 use crate::GatewayState;
 
@@ -70,8 +69,19 @@ pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledRe
     })
 }
 
+/// The answer of a completion report: the run it was stored for.
+#[derive(Debug, serde::Serialize)]
+pub struct CompletedReply {
+    pub ok: bool,
+    pub run_id: String,
+}
+
 /// Store a completion report of `run_id` where waiting executors hear it.
-pub async fn complete(state: &GatewayState, run_id: &str, body: &[u8]) -> Result<Value, ApiError> {
+pub async fn complete(
+    state: &GatewayState,
+    run_id: &str,
+    body: &[u8],
+) -> Result<CompletedReply, ApiError> {
     check_run_id(run_id)?;
     let report = Completion::parse(body)
         .map_err(|why| ApiError::malformed(format!("completion report: {why}")))?;
@@ -88,5 +98,8 @@ pub async fn complete(state: &GatewayState, run_id: &str, body: &[u8]) -> Result
         .map_err(|e| ApiError::unavailable(format!("publish completion: {e}")))?
         .await
         .map_err(|e| ApiError::unavailable(format!("store completion: {e}")))?;
-    Ok(json!({ "ok": true, "run_id": run_id }))
+    Ok(CompletedReply {
+        ok: true,
+        run_id: run_id.to_string(),
+    })
 }

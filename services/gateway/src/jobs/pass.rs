@@ -30,11 +30,17 @@
 //! markers and definitions that do not validate are skipped.
 
 use async_nats::jetstream::{self, consumer, kv};
-use jetcron_core::job::parse_written_with;
+use chrono::{DateTime, Utc};
+use jetcron_core::job::{parse_written_with, ValidJob};
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_io::stream_pass::{PassOf, StreamPass};
 
-use crate::stats::CurrentJob;
+/// A valid definition as a pass reads it, with the time its revision was
+/// written (from when the missed fire count asks it).
+pub struct CurrentJob {
+    pub job: ValidJob,
+    pub written_at: DateTime<Utc>,
+}
 
 /// One read of the current definitions of a bucket (see the module docs).
 pub struct JobPass {

@@ -1,5 +1,5 @@
 //! Missed fires of the last hour, for the `jetcron_missed_fires` gauge and
-//! the periodic scan that records them ([`crate::missed_fire_scan`]): every
+//! the periodic scan that records them ([`crate::missed_fires::scan`]): every
 //! valid job is read from the bucket a few at a time and judged against
 //! ClickHouse a batch at a time ([`MissedInWindow`]), so neither holds
 //! every job.
@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::job_pass::JobPass;
-use crate::stats::{counts_of, expected_of, missed_of, Expected, Missed, MAX_STATS_JOBS};
+use crate::jobs::pass::JobPass;
+use crate::missed_fires::count::{counts_of, expected_of, missed_of, Expected, Missed};
+use crate::runs::stats::MAX_STATS_JOBS;
 
 /// Missed fires of the last hour per job for `/metrics`. The periodic scan
-/// ([`crate::missed_fire_scan`]) records its counts here; a scrape
+/// ([`crate::missed_fires::scan`]) records its counts here; a scrape
 /// recomputes only when the last counts are older than `fresh_for`, so
 /// frequent scrapes do not enumerate schedules each time.
 pub struct MissedGauge {
@@ -87,9 +88,9 @@ const MAX_BATCH_FIRES: usize = 100_000;
 
 /// The missed fires of every valid job in the last [`GAUGE_WINDOW`]
 /// before `now`, a batch at a time: jobs are read and parsed
-/// [`PARSED_AT_ONCE`] at a time and only those with expected fires are
+/// `PARSED_AT_ONCE` at a time and only those with expected fires are
 /// kept, at most [`MAX_STATS_JOBS`] of them to a batch (one ClickHouse
-/// query), and no more chunks once it holds [`MAX_BATCH_FIRES`] fires.
+/// query), and no more chunks once it holds `MAX_BATCH_FIRES` fires.
 pub struct MissedInWindow {
     jobs: JobPass,
     now: DateTime<Utc>,

@@ -164,7 +164,7 @@ async fn a_pass_waits_for_its_reader_and_loses_nothing() {
 
 #[tokio::test]
 async fn the_gateway_role_may_run_a_pass() {
-    const ROLES_CONF: &str = include_str!("../../../../infra/nats/roles.conf");
+    const ROLES_CONF: &str = include_str!("../../../../../infra/nats/roles.conf");
     // Every password roles.conf reads from the environment.
     let vars: BTreeSet<&str> = ROLES_CONF
         .split('$')

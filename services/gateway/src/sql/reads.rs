@@ -4,9 +4,9 @@
 //! ClickHouse must not hold an answer that does not need it, nor hold a
 //! history read for longer than its caller will wait. So every read goes
 //! through [`ClickHouseReads`], the only holder of the gateway's ClickHouse
-//! client that fetches rows (the query builders of the other modules only
-//! build SQL), and ends within its time as rows or as [`HistoryUnavailable`]
-//! (`503 history_unavailable`).
+//! client that fetches rows (the builders of this room only build SQL, and
+//! only this room may fetch), and ends within its time as rows or as
+//! [`HistoryUnavailable`] (`503 history_unavailable`).
 //!
 //! Two kinds of wait ([`Patience`]):
 //! - [`Patience::Full`]: a history read (`/v1/runs`, `/v1/stats`, a run's
@@ -153,12 +153,12 @@ impl ClickHouseReads {
     }
 
     /// The client, to build queries with; fetch them with [`Self::fetch_all`].
-    pub fn client(&self) -> &clickhouse::Client {
+    pub(super) fn client(&self) -> &clickhouse::Client {
         &self.client
     }
 
     /// Every row of `query`; `doing` says what it is for (in errors).
-    pub async fn fetch_all<T>(
+    pub(super) async fn fetch_all<T>(
         &self,
         query: Query,
         doing: impl Into<String>,
@@ -170,7 +170,7 @@ impl ClickHouseReads {
     }
 
     /// The one row of `query`.
-    pub async fn fetch_one<T>(
+    pub(super) async fn fetch_one<T>(
         &self,
         query: Query,
         doing: impl Into<String>,

@@ -9,8 +9,10 @@ use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
-use crate::job_catalog::{count_keys, JobCatalog};
-use crate::job_pass::JobPass;
+use crate::jobs::catalog::{count_keys, JobCatalog};
+use crate::jobs::pass::JobPass;
+use crate::jobs::stored::{Revision, StoredJob};
+use crate::request_body::split_expected_revision;
 
 /// `put`: a definition as sent; `key`, the id named by the HTTP path (the
 /// body may then leave it out); `expected_revision`, a compare-and-swap
@@ -29,90 +31,6 @@ pub struct PutReply {
     pub job: JobSpec,
     pub revision: u64,
     pub created: bool,
-}
-
-/// A stored definition as the API shows it.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct StoredJob {
-    pub id: String,
-    pub revision: u64,
-    /// When this revision was written.
-    pub updated_at: String,
-    /// The definition, when it parses as JSON.
-    pub job: Option<serde_json::Value>,
-    /// Whether the definition validates (only valid ones are scheduled).
-    pub valid: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<FieldError>,
-}
-
-impl StoredJob {
-    fn from_entry(entry: kv::Entry) -> (Self, Option<ValidJob>) {
-        let parsed = parse_written(&entry.value, Some(&entry.key), entry.created);
-        let (valid, problems) = match &parsed {
-            Ok(_) => (true, Vec::new()),
-            Err(p) => (false, p.clone()),
-        };
-        let stored = StoredJob {
-            id: entry.key,
-            revision: entry.revision,
-            updated_at: jetcron_core::time_format::rfc3339_millis(entry.created),
-            job: serde_json::from_slice(&entry.value).ok(),
-            valid,
-            problems,
-        };
-        (stored, parsed.ok())
-    }
-}
-
-/// One revision of a key, as `GET /v1/jobs/{id}/history` shows it.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Revision {
-    pub revision: u64,
-    /// `put`, `delete` or `purge`.
-    pub operation: &'static str,
-    /// When the server stored it.
-    pub at: String,
-    /// The definition written (puts that parse as JSON).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<serde_json::Value>,
-    /// Whether that definition validates (puts only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub valid: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<FieldError>,
-}
-
-impl Revision {
-    fn from_entry(entry: kv::Entry) -> Self {
-        let at = jetcron_core::time_format::rfc3339_millis(entry.created);
-        let operation = match entry.operation {
-            Operation::Put => "put",
-            Operation::Delete => "delete",
-            Operation::Purge => "purge",
-        };
-        if entry.operation != Operation::Put {
-            return Self {
-                revision: entry.revision,
-                operation,
-                at,
-                job: None,
-                valid: None,
-                problems: Vec::new(),
-            };
-        }
-        let problems = parse_written(&entry.value, Some(&entry.key), entry.created)
-            .err()
-            .unwrap_or_default();
-        Self {
-            revision: entry.revision,
-            operation,
-            at,
-            job: serde_json::from_slice(&entry.value).ok(),
-            valid: Some(problems.is_empty()),
-            problems,
-        }
-    }
 }
 
 /// The job bucket, with the API's operations on it.
@@ -465,53 +383,4 @@ fn conflict(id: &str, expected: u64, why: &str) -> ApiError {
         "expected_revision",
         format!("job {id:?} is not at revision {expected}: {why}"),
     )
-}
-
-/// Take a top-level `expected_revision` out of a put body: the definition to
-/// store (re-encoded, only when the field was there) and the revision.
-pub(crate) fn split_expected_revision(
-    body: &[u8],
-) -> Result<(Option<Vec<u8>>, Option<u64>), ApiError> {
-    // Cheap check first: most bodies do not carry the field.
-    if !body.windows(17).any(|w| w == b"expected_revision") {
-        return Ok((None, None));
-    }
-    let Ok(serde_json::Value::Object(mut definition)) = serde_json::from_slice(body) else {
-        // Not an object: the parser reports it.
-        return Ok((None, None));
-    };
-    let Some(value) = definition.remove("expected_revision") else {
-        return Ok((None, None));
-    };
-    let revision = value.as_u64().ok_or_else(|| {
-        ApiError::invalid_field(
-            "expected_revision",
-            format!("must be a revision number (0: the job must not exist yet), got {value}"),
-        )
-    })?;
-    let bytes = serde_json::to_vec(&definition)
-        .map_err(|e| ApiError::internal("encode the definition", e))?;
-    Ok((Some(bytes), Some(revision)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expected_revision_is_taken_out_of_the_definition() {
-        let (stored, revision) =
-            split_expected_revision(br#"{"id":"a","expected_revision":4,"schedule":"@daily"}"#)
-                .expect("valid");
-        assert_eq!(revision, Some(4));
-        let stored: serde_json::Value =
-            serde_json::from_slice(&stored.expect("re-encoded")).expect("json");
-        assert_eq!(stored, serde_json::json!({"id":"a","schedule":"@daily"}));
-        assert_eq!(
-            split_expected_revision(br#"{"id":"a"}"#).expect("valid"),
-            (None, None)
-        );
-        let err = split_expected_revision(br#"{"expected_revision":"4"}"#).expect_err("string");
-        assert_eq!(err.field.as_deref(), Some("expected_revision"));
-    }
 }

@@ -1,5 +1,5 @@
 //! Missed fires, event-sourced: every `--missed-scan-interval` (30 s) the
-//! gateway computes the missed fires of the last hour ([`crate::stats`]: a
+//! gateway computes the missed fires of the last hour ([`crate::runs::stats`]: a
 //! scheduled time of a job's current definition, older than the grace, with
 //! no run event at all) and publishes one `fire.missed` job event per fire
 //! (`jetcron.jobs.missed` in `JETCRON_RUNS`, projected into
@@ -40,14 +40,16 @@ use jetcron_io::job_events;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::missed_gauge::{self, MissedInWindow};
-use crate::stats::{self, Missed};
+use crate::missed_fires;
+use crate::missed_fires::count::{self, Missed};
+use crate::missed_fires::gauge::MissedInWindow;
+use crate::sql::job_events::recorded_missed_event_ids;
 use crate::GatewayState;
 
 /// Default of `--missed-scan-interval`.
 pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(30);
 /// How far back each scan looks (the gauge's window).
-pub const SCAN_WINDOW: chrono::Duration = missed_gauge::GAUGE_WINDOW;
+pub const SCAN_WINDOW: chrono::Duration = missed_fires::gauge::GAUGE_WINDOW;
 /// Publishes waiting for their ack at once.
 const PUBLISHES_IN_FLIGHT: usize = 64;
 
@@ -77,7 +79,8 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
         }
         // Judge fires only up to where ClickHouse is complete: behind a
         // slow or stopped projector, a fire that ran looks missed.
-        let until = match crate::pools::projected_until(&state, state.clock.now()).await {
+        let until = match crate::runs::projection::projected_until(&state, state.clock.now()).await
+        {
             Ok(Some(until)) => until,
             Ok(None) => {
                 debug!("no projector consumer yet, missed fire scan skipped");
@@ -108,7 +111,7 @@ pub async fn run(state: Arc<GatewayState>, interval: Duration, shutdown: Cancell
     }
 }
 
-/// One scan judging fires up to `until` (see [`crate::pools::projected_until`]):
+/// One scan judging fires up to `until` (see [`crate::runs::projection::projected_until`]):
 /// record every missed fire not yet stored, and give the gauge the counts.
 /// Jobs are judged and recorded a batch at a time
 /// ([`MissedInWindow`]); only the counts of jobs with missed fires
@@ -118,7 +121,7 @@ pub async fn scan(state: &GatewayState, until: DateTime<Utc>) -> anyhow::Result<
     let mut counts = BTreeMap::new();
     let mut report = ScanReport::default();
     while let Some(missed) = batches.next_batch(state).await? {
-        counts.extend(stats::counts_of(&missed));
+        counts.extend(count::counts_of(&missed));
         record(state, &missed, &mut report).await?;
     }
     state.missed.record(counts).await;
@@ -211,15 +214,12 @@ async fn recorded(
         return Ok(HashSet::new());
     };
     let ids: Vec<&str> = jobs.iter().map(|(id, _)| *id).collect();
-    let reads = state.runs.reads();
-    let query = stats::recorded_missed_query(
-        reads.client(),
+    let rows = recorded_missed_event_ids(
+        state.runs.reads(),
         &ids,
         from.timestamp_millis(),
         to.timestamp_millis(),
-    );
-    let rows: Vec<String> = reads
-        .fetch_all(query, "query recorded missed fires")
-        .await?;
+    )
+    .await?;
     Ok(rows.into_iter().collect())
 }

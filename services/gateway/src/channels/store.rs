@@ -1,118 +1,26 @@
-//! The alert channel operations (`jetcron.api.channels.put | get | list |
-//! delete` and `/v1/channels`): each one function from a typed request to a
-//! typed answer or an [`ApiError`], on the `jetcron_channels` bucket. A put
-//! is checked by [`jetcron_core::channel::parse_channel`], so a refused
-//! definition names its field and stores nothing; an optional
-//! `expected_revision` makes it a compare-and-swap (0: create only).
-//!
-//! Answers carry the whole definition; the HTTP adapters hide credentials
-//! for open reads ([`jetcron_core::channel::Channel::redacted`]).
+//! The alert channel operations on the `jetcron_channels` bucket: each one
+//! function from a typed request to a typed answer or an [`ApiError`]
+//! ([`super::requests`]). A put is checked by
+//! [`jetcron_core::channel::parse_channel`], so a refused definition names
+//! its field and stores nothing; an optional `expected_revision` makes it a
+//! compare-and-swap (0: create only); the placeholders of a redacted read
+//! written back stand for the stored credentials.
 
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
 use jetcron_core::api::ApiError;
-use jetcron_core::channel::{parse_channel, restore_redacted, Channel, REDACTED};
-use jetcron_core::job::{validate_token, FieldError};
-use jetcron_core::time_format::rfc3339_millis;
-use serde::{Deserialize, Serialize};
+use jetcron_core::channel::{parse_channel, restore_redacted, REDACTED};
+use jetcron_core::job::validate_token;
+
+use super::requests::{
+    ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
+    ListChannels, PutChannel, StoredChannel,
+};
 
 /// The channels bucket.
 #[derive(Clone)]
 pub struct ChannelStore {
     bucket: kv::Store,
-}
-
-/// `put`: a definition as sent; `key`, the name given by the HTTP path.
-#[derive(Debug, Default)]
-pub struct PutChannel {
-    pub definition: Vec<u8>,
-    pub key: Option<String>,
-    pub expected_revision: Option<u64>,
-}
-
-/// `get` `{"name"}`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GetChannel {
-    pub name: String,
-}
-
-/// `list` `{}`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListChannels {}
-
-/// `delete` `{"name","expected_revision"?}`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeleteChannel {
-    pub name: String,
-    pub expected_revision: Option<u64>,
-}
-
-/// A stored channel as the API shows it; a value written straight into the
-/// bucket that does not validate is listed with its problems.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct StoredChannel {
-    pub name: String,
-    pub revision: u64,
-    pub updated_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub channel: Option<Channel>,
-    pub valid: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<FieldError>,
-}
-
-impl StoredChannel {
-    fn from_entry(entry: kv::Entry) -> Self {
-        let parsed = parse_channel(&entry.value, Some(&entry.key));
-        Self {
-            name: entry.key,
-            revision: entry.revision,
-            updated_at: rfc3339_millis(entry.created),
-            valid: parsed.is_ok(),
-            problems: parsed.clone().err().unwrap_or_default(),
-            channel: parsed.ok(),
-        }
-    }
-
-    /// This answer with credentials hidden.
-    pub fn redacted(mut self) -> Self {
-        self.channel = self.channel.map(|c| c.redacted());
-        self
-    }
-}
-
-/// The answer of `put`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ChannelPutReply {
-    pub ok: bool,
-    pub channel: Channel,
-    pub revision: u64,
-    pub created: bool,
-}
-
-/// The answer of `get`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ChannelReply {
-    pub ok: bool,
-    pub channel: StoredChannel,
-}
-
-/// The answer of `list`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ChannelsReply {
-    pub ok: bool,
-    pub channels: Vec<StoredChannel>,
-}
-
-/// The answer of `delete`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ChannelDeletedReply {
-    pub ok: bool,
-    pub name: String,
-    pub deleted_revision: u64,
 }
 
 fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> ApiError {
@@ -134,7 +42,8 @@ impl ChannelStore {
 
     /// Store a definition (checked first; nothing is stored when it is refused).
     pub async fn put(&self, request: PutChannel) -> Result<ChannelPutReply, ApiError> {
-        let (definition, in_body) = crate::job_store::split_expected_revision(&request.definition)?;
+        let (definition, in_body) =
+            crate::request_body::split_expected_revision(&request.definition)?;
         let expected_revision = request.expected_revision.or(in_body);
         let body = definition.as_deref().unwrap_or(&request.definition);
         let restored = self.restore_redacted(body, request.key.as_deref()).await?;

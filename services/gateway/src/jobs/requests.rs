@@ -12,7 +12,7 @@ use jetcron_core::job::{validate_id, validate_labels};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::job_store::StoredJob;
+use crate::jobs::stored::StoredJob;
 use crate::GatewayState;
 
 /// `get` `{"id"}`.
@@ -58,6 +58,14 @@ pub struct JobReply {
 pub struct JobsReply {
     pub ok: bool,
     pub jobs: Vec<StoredJob>,
+}
+
+impl JobsReply {
+    /// This answer with every definition's secrets hidden.
+    pub fn redacted(mut self) -> Self {
+        self.jobs = self.jobs.into_iter().map(StoredJob::redacted).collect();
+        self
+    }
 }
 
 /// The answer of `delete`: the revision deleted and the delete marker's.

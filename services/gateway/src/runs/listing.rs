@@ -1,45 +1,17 @@
 //! `GET /v1/runs`: runs across jobs from the `jetcron.runs` view (one row per
-//! run, kept by ClickHouse from the run events), filtered, newest first, with
-//! a cursor.
+//! run, kept by ClickHouse from the run events; read through
+//! [`crate::sql::runs_view`]), filtered, newest first, with a cursor.
 //!
-//! Every filter is a fixed SQL fragment with bound values; nothing from the
-//! request is pasted into SQL. The cursor is the last row's (scheduled time,
-//! run id), the sort key, so a page never repeats or skips a run when newer
-//! runs arrive meanwhile.
+//! The cursor is the last row's (scheduled time, run id), the sort key, so a
+//! page never repeats or skips a run when newer runs arrive meanwhile.
 
 use chrono::DateTime;
 use jetcron_core::api::ApiError;
 use jetcron_core::time_format::rfc3339_millis;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::clickhouse_reads::{ClickHouseReads, HistoryUnavailable};
-
-/// Columns of [`RunRow`], in order (the client does not check them: ClickHouse 18.16).
-pub const RUN_ROW_COLUMNS: &str = "job_id, scheduled_ms, run_id, trigger, pool, target_type, \
-    shards, attempt, max_attempts, first_started_ms, started_ms, finished_ms, status, error, \
-    duration_ms, retries, executor_id";
-
-/// One row of `jetcron.runs`.
-#[derive(Debug, Clone, clickhouse::Row, Deserialize)]
-pub struct RunRow {
-    pub job_id: String,
-    pub scheduled_ms: i64,
-    pub run_id: String,
-    pub trigger: String,
-    pub pool: String,
-    pub target_type: String,
-    pub shards: u32,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub first_started_ms: i64,
-    pub started_ms: i64,
-    pub finished_ms: i64,
-    pub status: String,
-    pub error: String,
-    pub duration_ms: i64,
-    pub retries: u64,
-    pub executor_id: String,
-}
+use crate::sql::reads::{ClickHouseReads, HistoryUnavailable};
+use crate::sql::runs_view::{self, RunFilter, RunRow};
 
 /// A run in a listing.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -109,22 +81,6 @@ pub const STATUSES: [&str; 7] = [
     "skipped",
 ];
 
-/// The filters of a listing, checked.
-#[derive(Debug, Clone, Default)]
-pub struct RunFilter {
-    pub job_id: Option<String>,
-    pub statuses: Vec<String>,
-    pub pool: Option<String>,
-    /// Scheduled time range, inclusive, in ms.
-    pub from_ms: i64,
-    pub to_ms: i64,
-    /// Case-insensitive text the error must contain.
-    pub error_contains: Option<String>,
-    /// Continue after this (scheduled_ms, run_id).
-    pub after: Option<(i64, String)>,
-    pub limit: u32,
-}
-
 /// An opaque cursor for the row after which the next page starts.
 pub fn encode_cursor(scheduled_ms: i64, run_id: &str) -> String {
     format!("{scheduled_ms}_{run_id}")
@@ -145,8 +101,7 @@ pub async fn list(
     filter: &RunFilter,
 ) -> Result<(Vec<ListedRun>, Option<String>), HistoryUnavailable> {
     // One more than asked tells whether a next page exists.
-    let query = list_query(reads.client(), filter);
-    let rows: Vec<RunRow> = reads.fetch_all(query, "query runs").await?;
+    let rows = runs_view::runs(reads, filter).await?;
     let more = rows.len() > filter.limit as usize;
     let runs: Vec<ListedRun> = rows
         .into_iter()
@@ -164,46 +119,6 @@ pub async fn list(
         None
     };
     Ok((runs, next))
-}
-
-/// The query of [`list`]: `limit + 1` rows.
-pub fn list_query(client: &clickhouse::Client, filter: &RunFilter) -> clickhouse::query::Query {
-    let mut sql = format!(
-        "SELECT {RUN_ROW_COLUMNS} FROM jetcron.runs WHERE scheduled_ms >= ? AND scheduled_ms <= ?"
-    );
-    if filter.job_id.is_some() {
-        sql.push_str(" AND job_id = ?");
-    }
-    if !filter.statuses.is_empty() {
-        sql.push_str(" AND has(?, status)");
-    }
-    if filter.pool.is_some() {
-        sql.push_str(" AND pool = ?");
-    }
-    if filter.error_contains.is_some() {
-        sql.push_str(" AND positionCaseInsensitive(error, ?) > 0");
-    }
-    if filter.after.is_some() {
-        sql.push_str(" AND (scheduled_ms < ? OR (scheduled_ms = ? AND run_id < ?))");
-    }
-    sql.push_str(" ORDER BY scheduled_ms DESC, run_id DESC LIMIT ?");
-    let mut query = client.query(&sql).bind(filter.from_ms).bind(filter.to_ms);
-    if let Some(job) = &filter.job_id {
-        query = query.bind(job);
-    }
-    if !filter.statuses.is_empty() {
-        query = query.bind(&filter.statuses);
-    }
-    if let Some(pool) = &filter.pool {
-        query = query.bind(pool);
-    }
-    if let Some(text) = &filter.error_contains {
-        query = query.bind(text);
-    }
-    if let Some((ms, run_id)) = &filter.after {
-        query = query.bind(ms).bind(ms).bind(run_id);
-    }
-    query.bind(filter.limit + 1)
 }
 
 #[cfg(test)]
