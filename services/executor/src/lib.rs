@@ -222,7 +222,7 @@ pub struct ExecutorContext {
     pub http: reqwest::Client,
     /// `jetcron_running`: overlap claims and kill requests.
     pub running: kv::Store,
-    /// `jetcron_incidents`: open alert incidents ([`alerts`]).
+    /// `jetcron_incidents`: open alert incidents ([`alerting::channel_alerts`]).
     pub incidents: kv::Store,
     /// `jetcron_channels`: where alerts go.
     pub channels: kv::Store,
