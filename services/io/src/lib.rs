@@ -11,6 +11,8 @@
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
 //! - [`control`]: records and broadcasts kill requests.
 //! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
+//! - [`notify`]: stores a notification in `JETCRON_NOTIFY` for the
+//!   executors' notifier (the gateway's missed fires).
 //! - [`stream_pass`]: reads every message of a stream on a filter, at the
 //!   reader's pace (one consumer, flow control, no message dropped).
 //! - [`clickhouse_schema`]: the rows jetcron writes to ClickHouse and the

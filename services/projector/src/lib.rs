@@ -9,7 +9,8 @@
 //! batch stays unacked and is retried with backoff, so nothing is lost and
 //! JetStream holds the backlog. Delivery is at least once; rows carry
 //! `event_id` and every table and query dedups on it, so a replay does not
-//! change answers. What cannot be stored ([`insert`] tells a refusal from an
+//! change answers. A fetched batch is decoded into rows by subject
+//! ([`batch`]). What cannot be stored ([`insert`] tells a refusal from an
 //! outage) is parked in the dead letter stream ([`dead_letter`]) and counted.
 //!
 //! Owns: the `projector` consumer and the rows of `jetcron.run_events` and
