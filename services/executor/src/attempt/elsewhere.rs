@@ -8,7 +8,7 @@ use jetcron_core::events::DueEvent;
 use tracing::{info, warn};
 
 use super::hand_back;
-use super::start::START_AHEAD;
+use super::START_AHEAD;
 use crate::claims;
 use crate::lease::Delivery;
 use crate::run_end_lookup;

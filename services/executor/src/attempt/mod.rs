@@ -133,6 +133,19 @@ async fn refuse_for_good(
     Box::pin(finish(ctx, publisher, message, event, close)).await;
 }
 
+/// How long before its instant a held fire of a job that allows overlap
+/// records its start (longer than [`STARTED_WAIT`], so that the call at
+/// the instant does not wait for it). Far enough that the projector's
+/// batch of these `started` events (it waits `--batch-wait`, 200 ms, for
+/// more) is in ClickHouse well before the instant: at 250 ms it landed in
+/// the last 100 ms before it, and the seconds whose calls were handed over
+/// two to three times slower than usual were those (docs/benchmarks.md).
+const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
+
+/// How long the call of the target waits for the `started` event to be
+/// stored (it is stored meanwhile, before the outcome, when this is not enough).
+const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The stages of one attempt, in turn; each returns `None` (or ends the
 /// attempt itself) when the delivery is done with.
 async fn run_attempt(

@@ -9,7 +9,7 @@ use jetcron_core::events::{AttemptOutcome, RunEvent, RunEventKind};
 use jetcron_core::job;
 use tracing::{debug, info, warn};
 
-use super::start::STARTED_WAIT;
+use super::STARTED_WAIT;
 use super::{hand_back, notify_of, store_budget, Attempt};
 use crate::alerting::notifications as notify;
 use crate::claims::{self, ClaimHandle};

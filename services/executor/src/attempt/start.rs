@@ -17,7 +17,9 @@ use tracing::{info, warn};
 
 use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
 use super::settle::{finish, release, Close};
-use super::{hand_back, notify_of, refuse_for_good, store_budget, Attempt, Slot};
+use super::{
+    hand_back, notify_of, refuse_for_good, store_budget, Attempt, Slot, STARTED_WAIT, START_AHEAD,
+};
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Stored};
@@ -496,19 +498,6 @@ async fn killed_before_start(
         }
     }
 }
-
-/// How long before its instant a held fire of a job that allows overlap
-/// records its start (longer than [`STARTED_WAIT`], so that the call at
-/// the instant does not wait for it). Far enough that the projector's
-/// batch of these `started` events (it waits `--batch-wait`, 200 ms, for
-/// more) is in ClickHouse well before the instant: at 250 ms it landed in
-/// the last 100 ms before it, and the seconds whose calls were handed over
-/// two to three times slower than usual were those (docs/benchmarks.md).
-pub(super) const START_AHEAD: chrono::Duration = chrono::Duration::milliseconds(600);
-
-/// How long the call of the target waits for the `started` event to be
-/// stored (it is stored meanwhile, before the outcome, when this is not enough).
-pub(super) const STARTED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {
