@@ -44,7 +44,11 @@ fn thousands_of_bad_fields_give_a_bounded_answer() {
     assert!(last.message.ends_with("more problems not listed"), "{last}");
     let answer = serde_json::to_vec(&errs).expect("json");
     assert!(answer.len() < 64 * 1024, "{} bytes", answer.len());
-    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    // A guard against work that grows with the square of the fields (a
+    // quadratic pass over 4,000 fields takes minutes), not a timing claim:
+    // 0.4 s alone, and 2.4 s once on a machine busy with other tests, so
+    // the bound leaves room for a loaded CI machine.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
 
 #[test]
