@@ -352,13 +352,16 @@ mod tests {
                 .starts_with("ClickHouse did not answer within 300ms (--clickhouse-timeout)"),
             "{first}"
         );
-        assert!(started.elapsed() < Duration::from_millis(600));
-        // While the probe runs, a glance does not wait.
+        // Bounded by the timeout (with room for a busy machine), not left
+        // to the client's own.
+        assert!(started.elapsed() < Duration::from_millis(1_500));
+        // While the probe runs, a glance does not wait (well under the
+        // 300 ms a read would have waited).
         let glance = reads.with(Patience::Glance);
         let started = Instant::now();
         let slow = glance.ping().await.expect_err("slow");
         assert!(matches!(slow, HistoryUnavailable::Slow { .. }), "{slow}");
-        assert!(started.elapsed() < Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_millis(250));
         // The probe runs out of time: ClickHouse is silent.
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(reads.health().silent_since.is_some());
@@ -374,7 +377,7 @@ mod tests {
             matches!(refused, HistoryUnavailable::Silent { .. }),
             "{refused}"
         );
-        assert!(started.elapsed() < Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_millis(250));
         let scouted = scout.await.expect("scout").expect_err("still silent");
         assert!(
             matches!(scouted, HistoryUnavailable::TimedOut { .. }),
