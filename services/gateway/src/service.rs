@@ -45,7 +45,7 @@ pub async fn run(
     }
     let mut tasks = ServiceTasks::default();
     let state = Arc::new(state(&config, &client, clock, parts, &mut tasks, &shutdown));
-    spawn_background(&state, &config, &mut tasks, &shutdown);
+    spawn_missed_fire_scan(&state, &config, &mut tasks, &shutdown);
     let api = watch_nats_api(client, state.clone(), &shutdown);
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
@@ -112,8 +112,9 @@ impl GatewayTopology {
     }
 }
 
-/// The state every request shares; the job catalog follows the process's
-/// job feed as a task of `tasks`.
+/// The state every request shares. As tasks of `tasks`: the job catalog
+/// follows the process's job feed, and the ClickHouse schema is prepared
+/// (aborted at the stop) through the same client the reads use.
 fn state(
     config: &GatewayConfig,
     client: &async_nats::Client,
@@ -129,10 +130,17 @@ fn state(
         following.await;
         Ok(())
     });
-    let reads = sql::reads::ClickHouseReads::new(
-        config.clickhouse.client(),
-        config.limits.clickhouse_timeout,
+    let clickhouse = config.clickhouse.client();
+    let (schema_client, mode, stop) = (
+        clickhouse.clone(),
+        config.clickhouse.schema,
+        shutdown.clone(),
     );
+    tasks.spawn(TaskKind::Abort, "ClickHouse schema", async move {
+        clickhouse_schema::prepare_when_possible(&schema_client, mode, &stop).await;
+        Ok(())
+    });
+    let reads = sql::reads::ClickHouseReads::new(clickhouse, config.limits.clickhouse_timeout);
     GatewayState {
         running: parts.running,
         nats: client.clone(),
@@ -156,9 +164,8 @@ fn state(
     }
 }
 
-/// The missed-fire scan (it stops with `shutdown`) and the ClickHouse
-/// schema's preparation (aborted at the stop).
-fn spawn_background(
+/// The missed-fire scan (it stops with `shutdown`).
+fn spawn_missed_fire_scan(
     state: &Arc<GatewayState>,
     config: &GatewayConfig,
     tasks: &mut ServiceTasks,
@@ -171,15 +178,6 @@ fn spawn_background(
     );
     tasks.spawn(TaskKind::Background, "missed fire scan", async move {
         scan.await;
-        Ok(())
-    });
-    let (clickhouse, mode, stop) = (
-        config.clickhouse.client(),
-        config.clickhouse.schema,
-        shutdown.clone(),
-    );
-    tasks.spawn(TaskKind::Abort, "ClickHouse schema", async move {
-        clickhouse_schema::prepare_when_possible(&clickhouse, mode, &stop).await;
         Ok(())
     });
 }
