@@ -24,16 +24,17 @@
 //! act, and the second by which a consumer's stored state rounds its
 //! timestamps down, which a new consumer leader starts from.
 //!
-//! Keep-alives are not confirmed. Counting only confirmed ones, every
+//! Keep-alives are not waited for. Counting only confirmed ones, every
 //! attempt lost its lease while the consumer elected a leader or its server
 //! was cut off, recorded nothing of a call it had made, and the next
 //! delivery called again (426 fires twice in the first trial of the
 //! partition test). Only a nak or a term, which hand the fire on, count
-//! just the keep-alives sent while JetStream answered ([`Delivery`]). Other NATS faults are met elsewhere: no call goes out
-//! through a server that does not answer ([`crate::call_gate`]), none whose
-//! start could not be recorded while JetStream does not answer
-//! (`attempt.rs`), and a later delivery of a run whose outcome is recorded
-//! does not call.
+//! just the keep-alives a consumer leader answered, when the answer comes
+//! ([`Delivery`], [`crate::ack_replies`]). Other NATS faults are met
+//! elsewhere: no call goes out through a server that does not answer
+//! ([`crate::call_gate`]), none whose start could not be recorded while
+//! JetStream does not answer (`attempt/start.rs`), and a later delivery of
+//! a run whose outcome is recorded does not call.
 
 //! What a lease cannot cover: a stall that falls between the last check and
 //! the act itself (a few instructions), and a host whose monotonic clock
@@ -159,23 +160,26 @@ pub struct PoolWaits {
 ///   A process that stalled tried nothing meanwhile and records nothing.
 ///
 /// And a third for the acts that hand the fire on (a nak or a term): the
-/// *settling* lease, renewed like the held one but only by keep-alives sent
-/// while JetStream answered through this executor's connection (within
-/// [`JETSTREAM_FRESH`]). A keep-alive sent while the consumer elects a
-/// leader after a node's death reaches none, and the new leader, counting
-/// the delivery from its last replicated time, hands the fire out again
-/// when it is elected; a nak sent after that (a retry's, once the outcome
-/// of a failed call was stored) is taken as a nak of the new delivery,
-/// whose call the server then hands out a third time: attempts 2 and 3
-/// called 40-130 ms apart (the crash tests, once a run). Not sent, the
-/// retry comes when the ack wait of the last keep-alive that landed ends.
+/// *settling* lease, renewed like the held one but only by keep-alives a
+/// consumer leader answered ([`crate::ack_replies`]), once the answer
+/// comes. A keep-alive sent while the consumer elects a leader after a
+/// node's death reaches none, and the new leader, counting the delivery
+/// from its last replicated time, hands the fire out again when it is
+/// elected; a nak sent after that (a retry's, once the outcome of a failed
+/// call was stored) is taken as a nak of the new delivery, whose call the
+/// server then hands out a third time: attempts 2 and 3 called 40-130 ms
+/// apart (the crash tests, once a run). Not sent, the retry comes when the
+/// ack wait of the last keep-alive that landed ends. (Counting keep-alives
+/// sent while JetStream answered instead, a nak sent again while nobody
+/// took it reached a new consumer leader that had handed the fire out
+/// again: a chain of 48 fires came at attempt 3, 23-24 s late.)
 pub struct Delivery {
     message: Message,
     held: Arc<Lease>,
     alive: Lease,
-    settling: Lease,
-    /// Whether JetStream answers through the executor's connection.
-    jetstream: jetcron_io::nats_failover::ConnectionHealth,
+    settling: Arc<Lease>,
+    /// Where the answers of keep-alives are routed.
+    replies: Arc<crate::ack_replies::AckReplies>,
     /// The connection the acks go out on (whether it is up).
     client: async_nats::Client,
     /// The loss was logged (once per delivery).
@@ -189,21 +193,20 @@ pub struct Delivery {
 /// commands (full while its server hangs, before the client gives it up).
 const HAND_OVER_WITHIN: Duration = Duration::from_millis(100);
 
-/// How recently JetStream must have answered (asked every 500 ms) for a
-/// keep-alive to renew the settling lease.
-const JETSTREAM_FRESH: Duration = Duration::from_secs(1);
+/// How long a nak or term waits for the consumer leader's answer.
+const SETTLE_ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 impl Delivery {
     /// `message`, brought by a pull request sent at `requested_at` through
     /// `client` on a consumer with `waits`: its lease is the wait of its
-    /// delivery's number. `jetstream` tells whether JetStream answers
-    /// through `client` (the settling lease).
+    /// delivery's number. `replies` routes the answers of its keep-alives
+    /// (the settling lease).
     pub fn pulled(
         message: Message,
         requested_at: Instant,
         waits: PoolWaits,
         client: async_nats::Client,
-        jetstream: jetcron_io::nats_failover::ConnectionHealth,
+        replies: Arc<crate::ack_replies::AckReplies>,
     ) -> Self {
         let delivered = message.info().map_or(1, |info| info.delivered);
         let ack_wait = waits.leases.for_delivery(delivered);
@@ -211,8 +214,8 @@ impl Delivery {
             message,
             held: Arc::new(Lease::new(requested_at, ack_wait)),
             alive: Lease::new(requested_at, ack_wait),
-            settling: Lease::new(requested_at, ack_wait),
-            jetstream,
+            settling: Arc::new(Lease::new(requested_at, ack_wait)),
+            replies,
             client,
             lost: AtomicBool::new(false),
             nak_extra: waits.consumer.nak_extra(delivered),
@@ -261,24 +264,36 @@ impl Delivery {
     /// be recorded. Each lease counts from this keep-alive when it still
     /// held (a delivery whose lease ran out may be another's already, and
     /// nothing revives it); the held lease only when the connection is up,
-    /// the settling lease only when JetStream answered a moment ago too.
+    /// the settling lease only when a consumer leader answers it.
     pub async fn keep_alive(&self) -> bool {
         if !self.may_record() {
             return false;
         }
         let tried = Instant::now();
         let held = self.held.holds();
-        let settling =
-            self.settling.holds() && !self.jetstream.jetstream_silent_for(JETSTREAM_FRESH);
+        let settling = self.settling.holds();
         let connected = self.client.connection_state() == async_nats::connection::State::Connected;
         self.alive.restarted_at(tried);
-        let sent =
-            tokio::time::timeout(HAND_OVER_WITHIN, self.message.ack_with(AckKind::Progress)).await;
+        let Some(subject) = self.message.reply.clone() else {
+            return self.may_record();
+        };
+        let expected = self.replies.expect();
+        let progress = self.client.publish_with_reply(
+            subject,
+            expected.reply.clone(),
+            AckKind::Progress.into(),
+        );
+        let sent = tokio::time::timeout(HAND_OVER_WITHIN, progress).await;
         match sent {
             Ok(Ok(())) if held && connected => {
                 self.held.restarted_at(tried);
                 if settling {
-                    self.settling.restarted_at(tried);
+                    let settling = self.settling.clone();
+                    tokio::spawn(async move {
+                        if expected.taken().await {
+                            settling.restarted_at(tried);
+                        }
+                    });
                 }
             }
             Ok(Ok(())) => {}
@@ -355,9 +370,11 @@ impl Delivery {
     /// confirmation and is retried while it does not come (the consumer's
     /// leader is being elected) and the lease holds: a lost nak would bring
     /// the retry back after `ack_wait` instead of its backoff. Neither is
-    /// sent once the settling lease is gone ([`Delivery`]). A nak is
-    /// retried only within the first half of its delay ([`nak_retry_until`]):
-    /// a nak whose confirmation alone was lost has handed the fire on, and
+    /// sent once the settling lease is gone ([`Delivery`]). A nak nobody
+    /// took (no consumer leader: [`Delivery::settle_once`]) is sent again
+    /// while the leases hold; one that went unanswered, only within the
+    /// first half of its delay ([`nak_retry_until`]): a nak whose
+    /// confirmation alone was lost has handed the fire on, and
     /// once its delay is over the server takes a retry of it as a nak of the
     /// next delivery, whose call it hands out again (the leader-kill test: a
     /// retry's success at attempt 2, then attempt 3's call 130 ms later).
@@ -389,22 +406,43 @@ impl Delivery {
         let retry_until = nak_retry_until(started, &asked);
         let mut delay = RetryDelay::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            let error = match self.message.double_ack_with(kind).await {
+            let unheard = match self.settle_once(kind).await {
                 Ok(()) => return,
                 Err(e) => e,
             };
             let wait = delay.next_delay();
             let retry_at = Instant::now() + wait;
+            // Sent again where no leader can have taken it, or within half a
+            // nak's delay.
+            let may_send_again = unheard.kind() == async_nats::RequestErrorKind::NoResponders
+                || retry_until.is_none_or(|until| retry_at < until);
             if started.elapsed() + wait > SETTLE_BUDGET
                 || !self.held.holds_at(retry_at)
                 || !self.settling.holds_at(retry_at)
-                || retry_until.is_some_and(|until| retry_at >= until)
+                || !may_send_again
             {
-                warn!(error = %error, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
+                warn!(error = %unheard, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
                 return;
             }
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Send a nak or a term once, as a request the consumer's leader
+    /// answers. While the consumer elects a leader nobody subscribes to its
+    /// acks, and the server answers "no responders" at once: then nothing
+    /// took it, and it may be sent again. (async-nats' `double_ack_with`
+    /// takes that answer for a confirmation: every nak sent during an
+    /// election was lost, and its fire came back only after the ack wait,
+    /// 11 s late in the leader-kill runs.)
+    async fn settle_once(&self, kind: AckKind) -> Result<(), async_nats::RequestError> {
+        let Some(reply) = self.message.reply.clone() else {
+            return Ok(());
+        };
+        let request = async_nats::Request::new()
+            .payload(kind.into())
+            .timeout(Some(SETTLE_ANSWER_WITHIN));
+        self.client.send_request(reply, request).await.map(drop)
     }
 }
 

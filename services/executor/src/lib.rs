@@ -21,7 +21,8 @@
 //!   fire;
 //! - how long a delivery is ours: [`lease`] (its lease, checked before every
 //!   act), [`ack_deadlines`] (the ack wait of first deliveries and
-//!   redeliveries), `kept_alive` (keep-alives while it waits), [`tries`]
+//!   redeliveries), [`ack_replies`] (which keep-alives a consumer leader
+//!   took), `kept_alive` (keep-alives while it waits), [`tries`]
 //!   (which attempts count against `max_attempts`);
 //! - whether to call: [`call_gate`] (no call through a server that stopped
 //!   answering), [`run_end_lookup`] (did the run already end?),
@@ -46,6 +47,7 @@
 //! stopped after them.
 
 pub mod ack_deadlines;
+pub mod ack_replies;
 pub mod alerting;
 pub mod attempt;
 pub mod call_gate;
@@ -241,4 +243,6 @@ pub struct ExecutorContext {
     pub instant_calls: instant_calls::InstantCalls,
     /// When `JETCRON_RUNS` last stored a run event of this executor.
     pub runs_pulse: runs_pulse::RunsPulse,
+    /// The answers of keep-alives sent on `nats`.
+    pub ack_replies: Arc<ack_replies::AckReplies>,
 }

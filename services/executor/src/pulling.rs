@@ -157,7 +157,7 @@ pub(crate) async fn pull_loop(
                         requested_at,
                         waits,
                         ctx.nats.clone(),
-                        ctx.config.jetstream_health.clone(),
+                        ctx.ack_replies.clone(),
                     );
                     let Some(permit) = reserved.pop() else {
                         // More than asked for: hand it straight back.

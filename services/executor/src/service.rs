@@ -20,8 +20,8 @@ use tracing::{info, warn};
 use crate::pulling::{deadlines, pull_loop, PoolPull, PullStops};
 use crate::running::RunningAttempts;
 use crate::{
-    alerting, chains, completion_reports, instant_calls, kill_markers, running, runs_pulse,
-    ExecutorConfig, ExecutorContext, PULL_BATCH,
+    ack_replies, alerting, chains, completion_reports, instant_calls, kill_markers, running,
+    runs_pulse, ExecutorConfig, ExecutorContext, PULL_BATCH,
 };
 
 /// The streams and buckets an executor needs, made or verified in this
@@ -52,12 +52,13 @@ pub async fn run(
         return Ok(());
     };
     let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
-    let (ctx, booked_calls) = context(config, client, clock, &topology).await?;
+    let (ctx, feeds) = context(config, client, clock, &topology).await?;
     let ctx = Arc::new(ctx);
     let mut tasks = ServiceTasks::default();
     let helpers = Helpers {
         completion_subscription,
-        booked_calls,
+        booked_calls: feeds.booked_calls,
+        ack_answers: feeds.ack_answers,
         notifier: topology.notifier,
         chain_ends: topology.chain_ends,
         runs: topology.runs,
@@ -174,14 +175,20 @@ impl ExecutorTopology {
     }
 }
 
-/// The context every attempt shares, and the queue of the calls booked for
-/// their instants.
+/// What the context's helpers read: the calls booked for their instants,
+/// and the answers of keep-alives.
+struct ContextFeeds {
+    booked_calls: instant_calls::BookedCalls,
+    ack_answers: async_nats::Subscriber,
+}
+
+/// The context every attempt shares, and what its helpers read.
 async fn context(
     config: ExecutorConfig,
     client: async_nats::Client,
     clock: Arc<dyn Clock>,
     topology: &ExecutorTopology,
-) -> anyhow::Result<(ExecutorContext, instant_calls::BookedCalls)> {
+) -> anyhow::Result<(ExecutorContext, ContextFeeds)> {
     let http = reqwest::Client::builder()
         .user_agent(concat!("jetcron/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -191,6 +198,7 @@ async fn context(
         .clone()
         .unwrap_or_else(|| client.clone());
     let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls).await?;
+    let (ack_replies, ack_answers) = ack_replies::AckReplies::subscribe(&client).await?;
     let kill_markers =
         kill_markers::KillMarkers::keeping_for(config.topology.running_max_age, clock.clone());
     let ctx = ExecutorContext {
@@ -209,14 +217,20 @@ async fn context(
         completions: Default::default(),
         instant_calls,
         runs_pulse: runs_pulse::RunsPulse::default(),
+        ack_replies,
     };
-    Ok((ctx, booked_calls))
+    let feeds = ContextFeeds {
+        booked_calls,
+        ack_answers,
+    };
+    Ok((ctx, feeds))
 }
 
 /// What the executor's helpers start from.
 struct Helpers {
     completion_subscription: async_nats::Subscriber,
     booked_calls: instant_calls::BookedCalls,
+    ack_answers: async_nats::Subscriber,
     notifier: jetstream::consumer::PullConsumer,
     chain_ends: Option<jetstream::consumer::PullConsumer>,
     runs: jetstream::stream::Stream,
@@ -253,6 +267,11 @@ fn spawn_helpers(
     let (check, js, s) = (ctx.config.clock_check.clone(), ctx.js.clone(), stop.clone());
     tasks.spawn(Background, "clock check", async move {
         check.follow(js, subjects::DUE_STREAM.to_string(), s).await;
+        Ok(())
+    });
+    let (c, s, answers) = (ctx.clone(), stop.clone(), helpers.ack_answers);
+    tasks.spawn(Background, "keep-alive answers", async move {
+        c.ack_replies.route(answers, s).await;
         Ok(())
     });
     let (c, s, reports) = (ctx.clone(), stop.clone(), helpers.completion_subscription);

@@ -10,6 +10,7 @@
 
 #![allow(clippy::too_many_lines)]
 
+mod ack_answers;
 mod alerts;
 mod api;
 mod bad_input;
