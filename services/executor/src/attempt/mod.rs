@@ -214,6 +214,19 @@ async fn hand_back(message: &Delivery) {
     Box::pin(message.settle(AckKind::Nak(Some(tries::handback_delay(delivery))))).await;
 }
 
+/// Hand the due event back because JetStream does not answer through this
+/// executor's server: it comes again after
+/// [`tries::silence_handback_delay`], which grows by a second a delivery.
+async fn hand_back_for_silence(message: &Delivery) {
+    let delivery = message
+        .message()
+        .info()
+        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    let delay = tries::silence_handback_delay(delivery);
+    Box::pin(message.settle(AckKind::Nak(Some(delay)))).await;
+}
+
 /// How long a run event may take to be stored before the attempt gives up
 /// and hands its run back: longer than an election (4-9 s); the delivery is
 /// kept alive meanwhile, and nothing is stored once its lease is gone.

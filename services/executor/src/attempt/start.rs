@@ -18,7 +18,8 @@ use tracing::{info, warn};
 use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
 use super::settle::{finish, release, Close};
 use super::{
-    hand_back, notify_of, refuse_for_good, store_budget, Attempt, Slot, STARTED_WAIT, START_AHEAD,
+    hand_back, hand_back_for_silence, notify_of, refuse_for_good, store_budget, Attempt, Slot,
+    STARTED_WAIT, START_AHEAD,
 };
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::lease::Delivery;
@@ -262,7 +263,7 @@ async fn record_start(
         Err(_) => {
             warn!("start not stored and JetStream does not answer through this executor's NATS server: not calling, handing the fire back");
             drop(booked.take());
-            hand_back(attempt.message).await;
+            hand_back_for_silence(attempt.message).await;
             None
         }
     }
