@@ -80,11 +80,6 @@ pub mod runs;
 mod service;
 pub mod sql;
 
-// Paths the integration tests (services/jetcron/tests) name, from before the
-// gateway was in rooms.
-pub use runs::stats;
-pub use sql::{query_catalog, reads as clickhouse_reads};
-
 pub use service::run;
 use std::sync::Arc;
 

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 /// How long ClickHouse is stopped.
 const HANG: Duration = Duration::from_secs(20);
 /// The gateway's `--clickhouse-timeout` (the default).
-const CLICKHOUSE_TIMEOUT: Duration = jetcron_gateway::clickhouse_reads::DEFAULT_TIMEOUT;
+const CLICKHOUSE_TIMEOUT: Duration = jetcron_gateway::sql::reads::DEFAULT_TIMEOUT;
 /// How fast an answer that needs no history must come.
 const PROMPT: Duration = Duration::from_secs(2);
 /// History reads sent at once during the hang.

@@ -1,4 +1,4 @@
-//! Every ClickHouse query of the gateway (`jetcron_gateway::query_catalog`)
+//! Every ClickHouse query of the gateway (`jetcron_gateway::sql::query_catalog`)
 //! on both engines: the 18.16 server the harness runs and a current one
 //! (chdb 26.x), over the same projected history, with the same answers. The
 //! run list, which ClickHouse folds, says what a run's own page says when an
@@ -90,7 +90,7 @@ async fn every_gateway_query_answers_the_same_on_18_16_and_current_clickhouse() 
     let client = ClickHouseOptions::new(stack.clickhouse.url()).client();
     let to = chrono::Utc::now() + chrono::Duration::minutes(1);
     let samples =
-        jetcron_gateway::query_catalog::samples(&client, "broken", &broken_run, started, to);
+        jetcron_gateway::sql::query_catalog::samples(&client, "broken", &broken_run, started, to);
     let mut old = Vec::new();
     for (name, sql) in &samples {
         let text = stack.clickhouse_sql(&format!("{sql} FORMAT JSON")).await;

@@ -630,7 +630,7 @@ async fn a_scan_over_more_jobs_than_one_batch_records_every_jobs_missed_fires() 
         ..StackOptions::with_shell()
     })
     .await;
-    let jobs = jetcron_gateway::stats::MAX_STATS_JOBS + 300;
+    let jobs = jetcron_gateway::runs::stats::MAX_STATS_JOBS + 300;
     for i in 0..jobs {
         stack
             .put_job(&format!(

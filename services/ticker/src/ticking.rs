@@ -17,12 +17,16 @@ use async_nats::jetstream::{self, kv, stream};
 use jetcron_core::clock::Clock;
 use jetcron_io::job_feed::FeedEvent;
 use jetcron_io::tasks::{ServiceTasks, TaskKind};
-use jetcron_io::topology::{self, Need};
+use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use tracing::info;
+use tracing::{info, warn};
 
+use crate::batches::{
+    done, record_watermarks, settle, settle_oldest, still_leased, take_due_fires, InFlight,
+    PublishHealth,
+};
 use crate::book::Book;
 use crate::load::ShardPass;
 use crate::ownership::{Leases, Ownership, ReplicaLeasing};
@@ -30,10 +34,9 @@ use crate::replica_changes::{self, Held, Loader, Recovery};
 use crate::shard_holdings::Holdings;
 use crate::tidy::{self, Tidying};
 use crate::{
-    done, open_snapshot_store, plan_queue, publish, record_watermarks, revoke, settle,
-    settle_oldest, snapshot_coverage, snapshot_store, still_leased, take_due_fires, verify,
-    watch as job_watch, InFlight, PublishHealth, TickerConfig, MAX_BATCH, MAX_IDLE, PIPELINE,
-    PLAN_AT_LEAST_EVERY, PUBLISH_RETRY, REVOCATION_QUEUE, SNAPSHOTS_AT_STOP_WITHIN,
+    plan_queue, publish, revoke, snapshot_coverage, snapshot_store, verify, watch as job_watch,
+    TickerConfig, MAX_BATCH, MAX_IDLE, PIPELINE, PLAN_AT_LEAST_EVERY, PUBLISH_RETRY,
+    REVOCATION_QUEUE, SNAPSHOTS_AT_STOP_WITHIN,
 };
 
 /// The streams and buckets a ticker needs beside its own lease bucket,
@@ -532,4 +535,21 @@ async fn recovery(
         },
         emitted: verify::EmittedFires::open(js).await?,
     })
+}
+
+/// The snapshot store, if it can be used: a failure to open it leaves
+/// snapshots off in this process (a shard taken over is then read from the
+/// whole bucket, as before there were snapshots), not the ticker stopped.
+async fn open_snapshot_store(
+    js: &async_nats::jetstream::Context,
+    wanted: &TopologyOptions,
+    jobs: &async_nats::jetstream::kv::Store,
+) -> Option<snapshot_store::SnapshotStore> {
+    match topology::ensure_ticker_snapshots(js, wanted).await {
+        Ok(store) => snapshot_store::SnapshotStore::new(store, jobs.stream.cached_info()),
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "shard snapshots off: cannot open their object store");
+            None
+        }
+    }
 }

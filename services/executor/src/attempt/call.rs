@@ -44,7 +44,17 @@ pub(super) async fn call(
         ..
     } = started;
     let permit = permit.take();
-    let supervised = supervise(attempt, run, registration, claim.as_mut(), booked.take());
+    // Boxed: the target's call is most of an attempt's state, and carried
+    // inline through the alerting and the join below it was laid out more
+    // than once (an attempt's future grew from 21 to 32 KB, copied whole
+    // as it moves into its task).
+    let supervised = Box::pin(supervise(
+        attempt,
+        run,
+        registration,
+        claim.as_mut(),
+        booked.take(),
+    ));
     let work = async {
         let called = alerted_when_long(attempt, event, supervised).await;
         registration.recording();

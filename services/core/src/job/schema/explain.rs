@@ -68,9 +68,6 @@ pub(super) fn explain(schema: &Value, error: &ValidationError<'_>, out: &mut Vec
             "required",
             MISSING_SCHEDULE.into(),
         )),
-        // The definition's own anyOf (a schedule, a parent in after, or
-        // both): the validation says it with the field named.
-        ValidationErrorKind::AnyOf { .. } if path.is_empty() => {}
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
             explain_alternatives(schema, error, path, context, out);
         }
