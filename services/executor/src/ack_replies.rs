@@ -13,7 +13,8 @@
 //! (`<inbox>.<number>`), the leader's empty answer confirms it, and
 //! nats-server's "no responders" status (nobody subscribed to the
 //! consumer's acks: no leader) says it reached nobody. One subscription
-//! routes every answer by its number.
+//! routes every answer by its number, the way the replies of booked calls
+//! are found ([`instant_replies::number_of`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,8 @@ use async_nats::StatusCode;
 use futures::StreamExt as _;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+use crate::instant_replies;
 
 /// How long a keep-alive's answer is waited for; later ones are dropped.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
@@ -88,7 +91,7 @@ impl AckReplies {
                     None => return,
                 },
             };
-            let Some(number) = answer_number(&message.subject) else {
+            let Some(number) = instant_replies::number_of(&message.subject, &self.inbox) else {
                 continue;
             };
             if let Some(sender) = self.lock().remove(&number) {
@@ -119,11 +122,6 @@ impl Drop for Expected {
     }
 }
 
-/// The number an answer's subject ends with.
-fn answer_number(subject: &str) -> Option<u64> {
-    subject.rsplit('.').next()?.parse().ok()
-}
-
 /// Whether an answer with `status` means a consumer leader took the ack:
 /// any answer but "no responders".
 fn taken(status: Option<StatusCode>) -> bool {
@@ -135,9 +133,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_answer_is_found_by_its_number_and_no_responders_is_not_taken() {
-        assert_eq!(answer_number("_INBOX.abc.17"), Some(17));
-        assert_eq!(answer_number("_INBOX.abc.x"), None);
+    fn any_answer_but_no_responders_is_taken() {
         assert!(taken(None));
         assert!(taken(Some(StatusCode::OK)));
         assert!(!taken(Some(StatusCode::NO_RESPONDERS)));

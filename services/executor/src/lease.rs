@@ -270,24 +270,31 @@ impl Delivery {
             return false;
         }
         let tried = Instant::now();
-        let held = self.held.holds();
-        let settling = self.settling.holds();
         let connected = self.client.connection_state() == async_nats::connection::State::Connected;
+        let renews_held = self.held.holds() && connected;
         self.alive.restarted_at(tried);
         let Some(subject) = self.message.reply.clone() else {
             return self.may_record();
         };
-        let expected = self.replies.expect();
-        let progress = self.client.publish_with_reply(
-            subject,
-            expected.reply.clone(),
-            AckKind::Progress.into(),
-        );
+        // An answer is asked for only where it can renew the settling lease.
+        let expected = (renews_held && self.settling.holds()).then(|| self.replies.expect());
+        let progress = async {
+            let payload = AckKind::Progress.into();
+            match &expected {
+                Some(expected) => {
+                    let reply = expected.reply.clone();
+                    self.client
+                        .publish_with_reply(subject, reply, payload)
+                        .await
+                }
+                None => self.client.publish(subject, payload).await,
+            }
+        };
         let sent = tokio::time::timeout(HAND_OVER_WITHIN, progress).await;
         match sent {
-            Ok(Ok(())) if held && connected => {
+            Ok(Ok(())) if renews_held => {
                 self.held.restarted_at(tried);
-                if settling {
+                if let Some(expected) = expected {
                     let settling = self.settling.clone();
                     tokio::spawn(async move {
                         if expected.taken().await {
@@ -412,14 +419,10 @@ impl Delivery {
             };
             let wait = delay.next_delay();
             let retry_at = Instant::now() + wait;
-            // Sent again where no leader can have taken it, or within half a
-            // nak's delay.
-            let may_send_again = unheard.kind() == async_nats::RequestErrorKind::NoResponders
-                || retry_until.is_none_or(|until| retry_at < until);
             if started.elapsed() + wait > SETTLE_BUDGET
                 || !self.held.holds_at(retry_at)
                 || !self.settling.holds_at(retry_at)
-                || !may_send_again
+                || !may_send_again(unheard.kind(), retry_at, retry_until)
             {
                 warn!(error = %unheard, tried_ms = started.elapsed().as_millis() as u64, "cannot settle due message; it will be handed out again");
                 return;
@@ -457,9 +460,35 @@ fn nak_retry_until(sent: Instant, kind: &AckKind) -> Option<Instant> {
     }
 }
 
+/// Whether a nak or term whose sending ended with `unheard` may be sent
+/// again at `retry_at`: where nobody took it (no consumer leader), or
+/// before `retry_until` ([`nak_retry_until`]); an unanswered one may have
+/// been taken.
+fn may_send_again(
+    unheard: async_nats::RequestErrorKind,
+    retry_at: Instant,
+    retry_until: Option<Instant>,
+) -> bool {
+    unheard == async_nats::RequestErrorKind::NoResponders
+        || retry_until.is_none_or(|until| retry_at < until)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_settle_nobody_took_is_sent_again_and_an_unanswered_nak_only_within_its_window() {
+        use async_nats::RequestErrorKind::{NoResponders, TimedOut};
+        let now = Instant::now();
+        let until = Some(now + Duration::from_secs(1));
+        let later = now + Duration::from_secs(2);
+        assert!(may_send_again(NoResponders, later, until));
+        assert!(may_send_again(TimedOut, now, until));
+        assert!(!may_send_again(TimedOut, later, until));
+        // A term: as long as the leases hold.
+        assert!(may_send_again(TimedOut, later, None));
+    }
 
     #[test]
     fn a_nak_is_retried_only_within_half_its_delay_and_a_term_while_the_lease_holds() {

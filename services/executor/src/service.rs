@@ -51,14 +51,11 @@ pub async fn run(
     else {
         return Ok(());
     };
-    let completion_subscription = completion_reports::CompletionReports::subscribe(&client).await?;
     let (ctx, feeds) = context(config, client, clock, &topology).await?;
     let ctx = Arc::new(ctx);
     let mut tasks = ServiceTasks::default();
     let helpers = Helpers {
-        completion_subscription,
-        booked_calls: feeds.booked_calls,
-        ack_answers: feeds.ack_answers,
+        feeds,
         notifier: topology.notifier,
         chain_ends: topology.chain_ends,
         runs: topology.runs,
@@ -175,9 +172,10 @@ impl ExecutorTopology {
     }
 }
 
-/// What the context's helpers read: the calls booked for their instants,
-/// and the answers of keep-alives.
+/// What the context's helpers read: completion reports, the calls booked
+/// for their instants, and the answers of keep-alives.
 struct ContextFeeds {
+    completion_reports: async_nats::Subscriber,
     booked_calls: instant_calls::BookedCalls,
     ack_answers: async_nats::Subscriber,
 }
@@ -197,6 +195,7 @@ async fn context(
         .calls_client
         .clone()
         .unwrap_or_else(|| client.clone());
+    let completion_reports = completion_reports::CompletionReports::subscribe(&client).await?;
     let (instant_calls, booked_calls) = instant_calls::InstantCalls::new(&calls).await?;
     let (ack_replies, ack_answers) = ack_replies::AckReplies::subscribe(&client).await?;
     let kill_markers =
@@ -220,6 +219,7 @@ async fn context(
         ack_replies,
     };
     let feeds = ContextFeeds {
+        completion_reports,
         booked_calls,
         ack_answers,
     };
@@ -228,9 +228,7 @@ async fn context(
 
 /// What the executor's helpers start from.
 struct Helpers {
-    completion_subscription: async_nats::Subscriber,
-    booked_calls: instant_calls::BookedCalls,
-    ack_answers: async_nats::Subscriber,
+    feeds: ContextFeeds,
     notifier: jetstream::consumer::PullConsumer,
     chain_ends: Option<jetstream::consumer::PullConsumer>,
     runs: jetstream::stream::Stream,
@@ -269,19 +267,19 @@ fn spawn_helpers(
         check.follow(js, subjects::DUE_STREAM.to_string(), s).await;
         Ok(())
     });
-    let (c, s, answers) = (ctx.clone(), stop.clone(), helpers.ack_answers);
+    let (c, s, answers) = (ctx.clone(), stop.clone(), helpers.feeds.ack_answers);
     tasks.spawn(Background, "keep-alive answers", async move {
         c.ack_replies.route(answers, s).await;
         Ok(())
     });
-    let (c, s, reports) = (ctx.clone(), stop.clone(), helpers.completion_subscription);
+    let (c, s, reports) = (ctx.clone(), stop.clone(), helpers.feeds.completion_reports);
     tasks.spawn(Background, "completion reports", async move {
         c.completions.route(reports, s).await;
         Ok(())
     });
     // Outside tokio's cooperative budget, so that the calls of one instant
     // go out in one go rather than 128 at a time between other tasks.
-    let dispatch = instant_calls::dispatch(ctx.clone(), helpers.booked_calls, stop.clone());
+    let dispatch = instant_calls::dispatch(ctx.clone(), helpers.feeds.booked_calls, stop.clone());
     tasks.spawn(Background, "instant calls", async move {
         tokio::task::unconstrained(dispatch).await;
         Ok(())

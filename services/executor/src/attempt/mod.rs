@@ -206,25 +206,24 @@ fn notify_of(spec: &job::JobSpec) -> Option<(&job::NotifyPolicy, &str)> {
 /// Hand the due event back because NATS failed us (not the target): it
 /// comes again after [`tries::handback_delay`], growing with each delivery.
 async fn hand_back(message: &Delivery) {
-    let delivery = message
-        .message()
-        .info()
-        .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
-        .unwrap_or(1);
-    Box::pin(message.settle(AckKind::Nak(Some(tries::handback_delay(delivery))))).await;
+    hand_back_after(message, tries::handback_delay).await;
 }
 
 /// Hand the due event back because JetStream does not answer through this
 /// executor's server: it comes again after
 /// [`tries::silence_handback_delay`], which grows by a second a delivery.
 async fn hand_back_for_silence(message: &Delivery) {
+    hand_back_after(message, tries::silence_handback_delay).await;
+}
+
+/// Nak the due event with the delay `delay_of` gives its delivery number.
+async fn hand_back_after(message: &Delivery, delay_of: fn(u32) -> std::time::Duration) {
     let delivery = message
         .message()
         .info()
         .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
         .unwrap_or(1);
-    let delay = tries::silence_handback_delay(delivery);
-    Box::pin(message.settle(AckKind::Nak(Some(delay)))).await;
+    Box::pin(message.settle(AckKind::Nak(Some(delay_of(delivery))))).await;
 }
 
 /// How long a run event may take to be stored before the attempt gives up
