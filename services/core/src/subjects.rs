@@ -70,9 +70,15 @@ pub const CHAINS_CONSUMER: &str = "chains";
 
 /// The run events that can start chained runs: a run's endings.
 pub fn chain_filter_subjects() -> Vec<String> {
+    // A job's name is one token or two (`export`, `billing.export`).
     ["succeeded", "failed", "timed_out", "killed"]
         .iter()
-        .map(|kind| format!("jetcron.runs.*.{kind}"))
+        .flat_map(|kind| {
+            [
+                format!("jetcron.runs.*.{kind}"),
+                format!("jetcron.runs.*.*.{kind}"),
+            ]
+        })
         .collect()
 }
 
@@ -106,10 +112,14 @@ pub fn notify_subject(job_id: &str) -> String {
     format!("jetcron.notify.{job_id}")
 }
 
+/// What every [`alert_delivery_subject`] starts with (no job's
+/// [`notify_subject`] does: namespace `deliver` is reserved).
+pub const ALERT_DELIVERY_PREFIX: &str = "jetcron.notify.deliver.";
+
 /// Subject of one alert's delivery to one channel (inside
 /// [`NOTIFY_STREAM`]).
 pub fn alert_delivery_subject(channel: &str) -> String {
-    format!("jetcron.notify.deliver.{channel}")
+    format!("{ALERT_DELIVERY_PREFIX}{channel}")
 }
 
 /// Subject telling every executor to stop `run_id` (request/reply: running
@@ -138,11 +148,16 @@ pub fn run_of_complete_subject(subject: &str) -> Option<&str> {
         .filter(|run_id| !run_id.is_empty() && !run_id.contains('.'))
 }
 
-/// KV key of the overlap claim of `job_id` (of one shard of it).
+/// KV key of the overlap claim of `job_id` (of one shard of it). A job of
+/// the default namespace has `claim.<job>[.<shard>]`, as before namespaces;
+/// a namespaced one always four tokens, `claim.<ns>.<job>.<shard or all>`,
+/// so that `billing.7` and shard 7 of `billing` never share a claim.
 pub fn claim_key(job_id: &str, shard: Option<u32>) -> String {
-    match shard {
-        None => format!("claim.{job_id}"),
-        Some(k) => format!("claim.{job_id}.{k}"),
+    let namespaced = job_id.contains('.');
+    match (shard, namespaced) {
+        (None, false) => format!("claim.{job_id}"),
+        (None, true) => format!("claim.{job_id}.all"),
+        (Some(k), _) => format!("claim.{job_id}.{k}"),
     }
 }
 
@@ -206,15 +221,17 @@ pub fn run_event_subject(job_id: &str, event: &str) -> String {
     format!("jetcron.runs.{job_id}.{event}")
 }
 
-/// The job and kind of a run event's subject (`jetcron.runs.<job>.<kind>`).
+/// The job and kind of a run event's subject (`jetcron.runs.<job>.<kind>`,
+/// the job's name one token or two).
 pub fn run_event_parts(subject: &str) -> Option<(&str, &str)> {
     subject
         .strip_prefix("jetcron.runs.")?
-        .split_once('.')
-        .filter(|(_, kind)| !kind.contains('.'))
+        .rsplit_once('.')
+        .filter(|(job, _)| job.matches('.').count() <= 1)
 }
 
-/// KV key of a job: the job id itself (ids are restricted to key-safe characters).
+/// KV key of a job: its name itself (`export`, `billing.export`; names are
+/// restricted to key-safe characters).
 pub fn job_key(job_id: &str) -> &str {
     job_id
 }
@@ -230,8 +247,37 @@ mod tests {
             run_event_parts(&subject),
             Some(("nightly-export", "succeeded"))
         );
-        assert_eq!(run_event_parts("jetcron.runs.a.b.c"), None);
+        let namespaced = run_event_subject("billing.export", "failed");
+        assert_eq!(namespaced, "jetcron.runs.billing.export.failed");
+        assert_eq!(
+            run_event_parts(&namespaced),
+            Some(("billing.export", "failed"))
+        );
+        assert_eq!(run_event_parts("jetcron.runs.a.b.c.d"), None);
         assert_eq!(run_event_parts("jetcron.due.default.a"), None);
+    }
+
+    #[test]
+    fn claims_of_names_and_shards_never_meet() {
+        let keys = [
+            claim_key("billing", None),
+            claim_key("billing", Some(7)),
+            claim_key("billing.7", None),
+            claim_key("billing.7", Some(7)),
+            claim_key("billing.all", None),
+        ];
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        assert_eq!(claim_key("export", None), "claim.export");
+        assert_eq!(claim_key("export", Some(2)), "claim.export.2");
+    }
+
+    #[test]
+    fn chains_hear_endings_of_names_of_either_shape() {
+        let filters = chain_filter_subjects();
+        assert!(filters.contains(&"jetcron.runs.*.succeeded".to_string()));
+        assert!(filters.contains(&"jetcron.runs.*.*.succeeded".to_string()));
+        assert_eq!(filters.len(), 8);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use jetcron_core::api::ApiError;
-use jetcron_core::job::validate_id;
+use jetcron_core::job::{validate_id, validate_namespace};
 
 /// Page size bounds of run listings and rejections.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -69,4 +69,16 @@ pub(crate) fn job_param(job: Option<String>) -> Result<Option<String>, ApiError>
             .map_err(|p| ApiError::invalid_field("job", p.message))
     })
     .transpose()
+}
+
+/// A namespace given as the `namespace` parameter, checked (`default`
+/// selects the names without a dot).
+pub(crate) fn namespace_param(namespace: Option<String>) -> Result<Option<String>, ApiError> {
+    namespace
+        .map(|ns| {
+            validate_namespace("namespace", &ns)
+                .map(|()| ns)
+                .map_err(|p| ApiError::invalid_field("namespace", p.message))
+        })
+        .transpose()
 }

@@ -21,9 +21,9 @@ async fn invalid_definitions_are_refused_with_field_errors_and_nothing_is_stored
             "target.url: scheme must be http or https, got \"ftp\"",
         ),
         (
-            r#"{"id":"a.b","schedule":"@daily","target":{"type":"nats","subject":"a.b"}}"#,
+            r#"{"id":"a.b.c","schedule":"@daily","target":{"type":"nats","subject":"a.b"}}"#,
             "id",
-            "id: \"a.b\" must start with a letter or digit and contain only letters, digits, '-' and '_'",
+            "id: \"a.b.c\" has more than one '.': a job's name is <job> or <namespace>.<job>",
         ),
         (
             r#"{"id":"x","schedule":"@daily","timezone":"Mars/Base","target":{"type":"nats","subject":"a.b"}}"#,

@@ -232,7 +232,8 @@ async fn a_jobs_runs_page_with_a_cursor_and_bad_parameters_get_400s() {
             "from",
         ),
         ("/v1/stats?from=yesterday", "from"),
-        ("/v1/stats?job=a.b", "job"),
+        ("/v1/stats?job=a.b.c", "job"),
+        ("/v1/runs?namespace=a.b", "namespace"),
         ("/v1/stats?window=1h", ""),
     ] {
         let (status, reply) = stack.get(path).await;

@@ -124,7 +124,9 @@ async fn get_and_list_answer_with_revisions_and_filter_by_labels() {
     );
     for (body, status, field) in [
         (r#"{"id":"nope"}"#, "404", "id"),
-        (r#"{"id":"a.b"}"#, "400", "id"),
+        (r#"{"id":"a.b.c"}"#, "400", "id"),
+        (r#"{"id":"default.invoice"}"#, "400", "id"),
+        (r#"{"id":"billing.nope"}"#, "404", "id"),
         (r#"{"id":7}"#, "400", "id"),
         (r#"{"job":"invoice"}"#, "400", ""),
     ] {

@@ -30,7 +30,7 @@ async fn trigger_runs_a_job_now_marked_manual() {
 
     for (body, code, field) in [
         (r#"{"id":"nope"}"#, "404", "id"),
-        (r#"{"id":"a.b"}"#, "400", "id"),
+        (r#"{"id":"a.b.c"}"#, "400", "id"),
         (r#"{"id":"yearly","now":true}"#, "400", ""),
         ("[]", "400", ""),
     ] {

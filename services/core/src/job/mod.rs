@@ -8,6 +8,7 @@
 //!
 //! The files, imports going one way:
 //! - [`patterns`]: the regular expressions of the JSON Schema (no imports);
+//! - [`name`]: a job's name and its namespace (`billing.export`);
 //! - `spec`: the definition's types ([`JobSpec`], targets, policies,
 //!   [`FieldError`], [`ValidJob`]) with the schema's rules attached;
 //! - [`schema`]: the JSON Schema at work, on the failure path;
@@ -18,12 +19,17 @@
 //! When a valid job fires (bounds, DST, jitter, misfires) is the schedule's
 //! question: [`crate::schedule::fire_times`].
 
+pub mod name;
 mod parse;
 pub mod patterns;
 pub mod schema;
 mod spec;
 mod validate;
 
+pub use name::{
+    job_name, namespace_of, validate_job_name, validate_namespace, validate_token, JobName,
+    DEFAULT_NAMESPACE,
+};
 pub use parse::{parse_job, parse_job_with, parse_written, parse_written_with};
 pub use spec::*;
 pub use validate::*;

@@ -1,8 +1,12 @@
 //! The regular expressions the job's JSON Schema states (`schemas/job.schema.json`);
 //! the validator ([`super::validate`]) checks the same rules in code.
 
-/// A job id or pool: a subject token and a KV key.
+/// A pool or a channel: a subject token and a KV key.
 pub const ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$";
+/// A job's name: `<job>` or `<namespace>.<job>`, each part an
+/// [`ID_PATTERN`], the namespaces `default` and `deliver` not written out
+/// ([`super::name`]).
+pub const JOB_NAME_PATTERN: &str = r"^(?!(?:default|deliver)\.)[A-Za-z0-9][A-Za-z0-9_-]{0,127}(?:\.[A-Za-z0-9][A-Za-z0-9_-]{0,127})?$";
 /// A label key.
 pub const LABEL_KEY_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$";
 /// Text without control characters (Unicode `Cc`: C0, DEL, C1).

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::patterns::{
     COMMAND_PATTERN, DURATION_PATTERN, ENV_NAME_PATTERN, HTTP_HEADER_NAME_PATTERN,
-    HTTP_HEADER_VALUE_PATTERN, HTTP_URL_PATTERN, ID_PATTERN, INSTANT_PATTERN, LABEL_KEY_PATTERN,
-    NATS_HEADER_NAME_PATTERN, NATS_HEADER_VALUE_PATTERN, NO_CONTROL_PATTERN, NO_NUL_PATTERN,
-    SCHEDULE_PATTERN, SUBJECT_PATTERN, WORKING_DIR_PATTERN,
+    HTTP_HEADER_VALUE_PATTERN, HTTP_URL_PATTERN, ID_PATTERN, INSTANT_PATTERN, JOB_NAME_PATTERN,
+    LABEL_KEY_PATTERN, NATS_HEADER_NAME_PATTERN, NATS_HEADER_VALUE_PATTERN, NO_CONTROL_PATTERN,
+    NO_NUL_PATTERN, SCHEDULE_PATTERN, SUBJECT_PATTERN, WORKING_DIR_PATTERN,
 };
 use crate::backoff::Backoff;
 use crate::schedule::Schedule;
@@ -49,10 +49,12 @@ pub const REDACTED: &str = "<redacted>";
     {"required": ["after"], "properties": {"after": {"minItems": 1}}},
 ]))]
 pub struct JobSpec {
-    /// Job id: `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`, safe as a KV key and a subject token.
-    /// May be omitted in a direct KV write, where the key is the id.
+    /// Job id, its name: `<job>` or `<namespace>.<job>` (`billing.export`),
+    /// each part `[A-Za-z0-9][A-Za-z0-9_-]{0,127}`; a name without a dot is
+    /// in namespace `default`. Its key in the jobs bucket. May be omitted in
+    /// a direct KV write, where the key is the id.
     #[serde(default)]
-    #[schemars(regex(pattern = ID_PATTERN))]
+    #[schemars(regex(pattern = JOB_NAME_PATTERN))]
     pub id: String,
     /// Free text, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,8 +148,8 @@ pub const MAX_PARENTS: usize = 10;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChainLink {
-    /// Id of the parent job.
-    #[schemars(regex(pattern = ID_PATTERN))]
+    /// Id (name) of the parent job, of any namespace.
+    #[schemars(regex(pattern = JOB_NAME_PATTERN))]
     pub job: String,
     /// Which ending of a parent run starts this job (default `success`).
     #[serde(default)]

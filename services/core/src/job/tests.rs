@@ -161,7 +161,19 @@ fn structural_errors_name_the_field() {
 #[test]
 fn ids_are_subject_and_key_safe() {
     assert!(validate_id("backup-db_01").is_ok());
-    for bad in ["", "a.b", "a b", "a*", ">", "-lead", "é", &"x".repeat(129)] {
+    assert!(validate_id("billing.backup-db_01").is_ok());
+    for bad in [
+        "",
+        "a.b.c",
+        "default.a",
+        "a.",
+        "a b",
+        "a*",
+        ">",
+        "-lead",
+        "é",
+        &"x".repeat(129),
+    ] {
         assert!(validate_id(bad).is_err(), "{bad:?} accepted");
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use super::name::{validate_job_name, validate_token};
 use super::spec::*;
 use crate::backoff::{self, Backoff};
 use crate::schedule::fire_times::RareTiming;
@@ -268,7 +269,7 @@ fn validate_after(id: &str, after: &[ChainLink], problems: &mut Vec<FieldError>)
     let mut seen = std::collections::BTreeSet::new();
     for (i, link) in after.iter().enumerate() {
         let field = format!("after[{i}].job");
-        if let Err(p) = validate_token(&field, &link.job) {
+        if let Err(p) = validate_job_name(&field, &link.job) {
             problems.push(p);
         } else if link.job == id {
             problems.push(FieldError::new(
@@ -289,38 +290,9 @@ fn validate_after(id: &str, after: &[ChainLink], problems: &mut Vec<FieldError>)
     }
 }
 
-/// Check a job id against the documented character set and length.
+/// Check a job's id (its name: `<job>` or `<namespace>.<job>`).
 pub fn validate_id(id: &str) -> Result<(), FieldError> {
-    validate_token("id", id)
-}
-
-/// Check a name that becomes a subject token and a KV key (job id, pool).
-pub fn validate_token(field: &str, id: &str) -> Result<(), FieldError> {
-    if id.is_empty() {
-        return Err(FieldError::new(field, "required", "must not be empty"));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(FieldError::new(
-            field,
-            "too_long",
-            format!("must be at most {MAX_ID_LEN} characters, got {}", id.len()),
-        ));
-    }
-    let mut chars = id.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let rest_ok = id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !first_ok || !rest_ok {
-        return Err(FieldError::new(
-            field,
-            "invalid_id",
-            format!(
-                "{id:?} must start with a letter or digit and contain only letters, digits, '-' and '_'"
-            ),
-        ));
-    }
-    Ok(())
+    validate_job_name("id", id)
 }
 
 /// `notify`: a webhook, channels, or both; the repeat interval.

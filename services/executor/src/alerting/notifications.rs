@@ -112,8 +112,13 @@ pub async fn deliver(
 }
 
 async fn handle(ctx: &ExecutorContext, message: Message) {
-    // `jetcron.notify.deliver.<channel>`: one alert for one channel.
-    if message.subject.split('.').count() == 4 {
+    // `jetcron.notify.deliver.<channel>`: one alert for one channel (a
+    // job's notification is `jetcron.notify.<job>`, whose name may be two
+    // tokens, but never in namespace `deliver`).
+    if message
+        .subject
+        .starts_with(jetcron_core::subjects::ALERT_DELIVERY_PREFIX)
+    {
         super::channel_alerts::deliver(ctx, message).await;
         return;
     }

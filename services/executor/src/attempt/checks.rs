@@ -17,7 +17,7 @@ pub(super) fn check_due_event(due: &DueEvent, subject: &str) -> Result<(), Strin
         ));
     }
     job::validate_id(&due.job_id).map_err(|e| format!("job_id: {}", e.message))?;
-    job::validate_id(&due.pool).map_err(|e| format!("pool: {}", e.message))?;
+    job::validate_token("pool", &due.pool).map_err(|e| format!("pool: {}", e.message))?;
     if due.job.id != due.job_id {
         return Err(format!(
             "job.id {:?} differs from job_id {:?}",

@@ -79,7 +79,7 @@ pub async fn existing_chains_consumer(
         .get_consumer::<pull::Config>(subjects::CHAINS_CONSUMER)
         .await
     {
-        Ok(consumer) => Ok(Some(consumer)),
+        Ok(consumer) => Ok(Some(with_current_filters(stream, consumer).await?)),
         Err(e)
             if e.downcast_ref::<ConsumerInfoError>()
                 .is_some_and(|e| e.kind() == ConsumerInfoErrorKind::NotFound) =>
@@ -102,7 +102,7 @@ pub async fn chains_consumer(
     stream: &jetstream::stream::Stream,
     start: DeliverPolicy,
 ) -> topology::Result<jetstream::consumer::PullConsumer> {
-    topology::ensure_consumer(
+    let consumer = topology::ensure_consumer(
         stream,
         pull::Config {
             durable_name: Some(subjects::CHAINS_CONSUMER.to_string()),
@@ -115,7 +115,43 @@ pub async fn chains_consumer(
             ..Default::default()
         },
     )
-    .await
+    .await?;
+    with_current_filters(stream, consumer).await
+}
+
+/// `consumer` (`chains`) with the filters of
+/// [`subjects::chain_filter_subjects`]: one made before namespaces heard
+/// only one-token job names, and gets the two-token filters added, its
+/// place in the stream kept.
+async fn with_current_filters(
+    stream: &jetstream::stream::Stream,
+    consumer: jetstream::consumer::PullConsumer,
+) -> topology::Result<jetstream::consumer::PullConsumer> {
+    let filters = subjects::chain_filter_subjects();
+    let had = &consumer.cached_info().config;
+    if had.filter_subjects == filters {
+        return Ok(consumer);
+    }
+    info!(from = ?had.filter_subjects, to = ?filters, "the chains consumer hears two-token job names from now on");
+    let mut config = pull_config_of(had);
+    config.filter_subjects = filters;
+    config.filter_subject = String::new();
+    topology::update_consumer(stream, config).await
+}
+
+/// A pull consumer's settings, as the server holds them.
+fn pull_config_of(had: &jetstream::consumer::Config) -> pull::Config {
+    pull::Config {
+        durable_name: had.durable_name.clone(),
+        description: had.description.clone(),
+        filter_subjects: had.filter_subjects.clone(),
+        filter_subject: had.filter_subject.clone(),
+        deliver_policy: had.deliver_policy,
+        ack_policy: had.ack_policy,
+        ack_wait: had.ack_wait,
+        max_deliver: had.max_deliver,
+        ..Default::default()
+    }
 }
 
 /// Where the consumer made for the first chained job starts, worked out

@@ -28,15 +28,21 @@ use crate::GatewayState;
 pub struct ListQuery {
     /// A label selector, `key=value` pairs separated by commas.
     labels: Option<String>,
+    /// Only this namespace's jobs (`default`: names without a dot).
+    namespace: Option<String>,
 }
 
-/// `GET /v1/jobs[?labels=team=billing,env=prod]` (as `jobs.list`).
+/// `GET /v1/jobs[?labels=team=billing,env=prod][&namespace=billing]` (as
+/// `jobs.list`).
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     q: QueryResult<ListQuery>,
 ) -> Result<SortedJson<JobsReply>, HttpError> {
     let q = query(q)?;
-    let mut request = crate::jobs::requests::ListJobs::default();
+    let mut request = crate::jobs::requests::ListJobs {
+        namespace: q.namespace,
+        ..Default::default()
+    };
     for pair in q
         .labels
         .iter()

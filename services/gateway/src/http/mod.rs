@@ -190,7 +190,7 @@ fn job_routes() -> Vec<ApiRoute> {
     use jetcron_core::job::JobSpec;
     use Access::{Read, Write};
     vec![
-        ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query(&[("labels", "label selector: key=value pairs separated by commas")]).answers::<JobsReply>(),
+        ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query(&[("labels", "label selector: key=value pairs separated by commas"), ("namespace", "only this namespace's jobs (default: the names without a dot)")]).answers::<JobsReply>(),
         ApiRoute::post("/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", writes::create).body::<JobSpec>("a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)").status(201).answers::<PutReply>(),
         ApiRoute::post("/v1/jobs:pause", Write, "Pause every job matching a label selector", writes::pause_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
         ApiRoute::post("/v1/jobs:resume", Write, "Resume every job matching a label selector", writes::resume_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
@@ -229,7 +229,7 @@ fn run_routes() -> Vec<ApiRoute> {
     use jetcron_core::control::Completion;
     use Access::{Read, Write};
     vec![
-        ApiRoute::get("/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", runs::list).query(&[("job", "job id"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")]).answers::<RunsReply>().reads_history(),
+        ApiRoute::get("/v1/runs", Read, "Runs across jobs, newest first, with filters and a cursor", runs::list).query(&[("job", "job id"), ("namespace", "only the runs of this namespace's jobs (default: the names without a dot)"), ("status", "statuses, comma separated"), ("pool", "pool"), ("from", "RFC 3339, scheduled time (default: to − 7 days)"), ("to", "RFC 3339, scheduled time (default: now); at most 92 days after from"), ("q", "text the error contains (case-insensitive)"), ("cursor", "next_cursor of the previous page"), ("limit", "page size, 1 to 500 (default 50)")]).answers::<RunsReply>().reads_history(),
         ApiRoute::get("/v1/stats", Read, "Per job: runs by status, success rate, fire lag and duration percentiles, missed fires", runs::stats).query(&[("job", "one job"), ("from", "RFC 3339 (default: to − 24h)"), ("to", "RFC 3339 (default: now); at most 31 days after from")]).answers::<StatsReply>().reads_history(),
         ApiRoute::get("/v1/runs/{run_id}", Read, "A run with its event timeline and attempts", runs::get_one).answers::<RunReply>().reads_history(),
         ApiRoute::post("/v1/runs/{run_id}/kill", Write, "Stop run {run_id} wherever it runs (as jetcron.api.runs.kill)", control::kill).body::<control::KillBody>("optional reason").answers::<KilledReply>(),

@@ -28,6 +28,9 @@ pub struct GetJob {
 pub struct ListJobs {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Only this namespace's jobs (`default`: names without a dot).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// `delete` `{"id","expected_revision"?}`.
@@ -149,12 +152,18 @@ fn matches(job: &Value, selector: &BTreeMap<String, String>) -> bool {
 /// `list`: every stored definition, or those the selector matches.
 pub async fn list(state: &GatewayState, request: ListJobs) -> Result<JobsReply, ApiError> {
     checked_selector(&request.labels)?;
+    let namespace = crate::read_params::namespace_param(request.namespace)?;
     let jobs: Vec<_> = state
         .jobs
         .list()
         .await
         .map_err(ApiError::unavailable)?
         .into_iter()
+        .filter(|j| {
+            namespace
+                .as_deref()
+                .is_none_or(|ns| jetcron_core::job::namespace_of(&j.id) == ns)
+        })
         .filter(|j| {
             request.labels.is_empty() || j.job.as_ref().is_some_and(|d| matches(d, &request.labels))
         })

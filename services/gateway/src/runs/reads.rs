@@ -12,7 +12,7 @@
 
 use chrono::Duration;
 use jetcron_core::api::ApiError;
-use jetcron_core::job::validate_id;
+use jetcron_core::job::{validate_id, validate_token};
 use jetcron_core::run_summary::RunSummary;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
@@ -98,6 +98,8 @@ pub async fn run(state: &GatewayState, run_id: &str) -> Result<RunReply, ApiErro
 #[serde(deny_unknown_fields)]
 pub struct ListRuns {
     pub job: Option<String>,
+    /// Only the runs of this namespace's jobs (`default`: names without a dot).
+    pub namespace: Option<String>,
     /// Statuses, comma-separated.
     pub status: Option<String>,
     pub pool: Option<String>,
@@ -141,7 +143,7 @@ pub async fn runs(state: &GatewayState, request: ListRuns) -> Result<RunsReply, 
         ));
     }
     if let Some(pool) = &request.pool {
-        validate_id(pool).map_err(|p| ApiError::invalid_field("pool", p.message))?;
+        validate_token("pool", pool).map_err(|p| ApiError::invalid_field("pool", p.message))?;
     }
     if request
         .q
@@ -155,6 +157,7 @@ pub async fn runs(state: &GatewayState, request: ListRuns) -> Result<RunsReply, 
     }
     let filter = RunFilter {
         job_id: read_params::job_param(request.job)?,
+        namespace: read_params::namespace_param(request.namespace)?,
         statuses,
         pool: request.pool,
         from_ms: from.timestamp_millis(),

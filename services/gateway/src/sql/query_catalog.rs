@@ -81,6 +81,7 @@ fn listing_and_stats_samples(
 ) -> Vec<Sample> {
     let every_filter = RunFilter {
         job_id: Some(job_id.to_string()),
+        namespace: Some(jetcron_core::job::namespace_of(job_id).to_string()),
         statuses: vec!["succeeded".into(), "failed".into()],
         pool: Some("default".into()),
         from_ms: from.timestamp_millis(),
@@ -91,6 +92,7 @@ fn listing_and_stats_samples(
     };
     let searching = RunFilter {
         job_id: None,
+        namespace: None,
         statuses: Vec::new(),
         pool: None,
         error_contains: Some("EXIT".into()),

@@ -56,7 +56,11 @@ fn the_schema_refuses_what_the_validator_refuses() {
     };
     for patch in [
         json!({"id": "bad id"}),
-        json!({"id": "a.b"}),
+        json!({"id": "a.b.c"}),
+        json!({"id": "default.a"}),
+        json!({"id": "deliver.a"}),
+        json!({"id": "a."}),
+        json!({"after": [{"job": "a.b.c"}]}),
         json!({"id": "-lead"}),
         json!({"id": "é"}),
         json!({"id": "x".repeat(129)}),
