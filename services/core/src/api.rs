@@ -31,6 +31,9 @@ pub enum ErrorCode {
     TooLarge,
     /// A bearer token is missing or wrong.
     Unauthorized,
+    /// The caller's role does not allow this here; `namespace` and `needs`
+    /// say where and which role would.
+    Forbidden,
     /// A dependency (NATS, ClickHouse) is not reachable.
     Unavailable,
     /// The run history (ClickHouse) did not answer in time or failed; job
@@ -50,6 +53,7 @@ impl ErrorCode {
             ErrorCode::LimitExceeded => "limit_exceeded",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::HistoryUnavailable => "history_unavailable",
             ErrorCode::Internal => "internal",
@@ -64,10 +68,20 @@ impl ErrorCode {
             ErrorCode::Conflict | ErrorCode::LimitExceeded => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::Unavailable | ErrorCode::HistoryUnavailable => 503,
             ErrorCode::Internal => 500,
         }
     }
+}
+
+/// Where a `forbidden` request was refused, and the role it needs there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Refusal {
+    /// The namespace (`*`: every one).
+    pub namespace: String,
+    /// The role it needs there.
+    pub needs: String,
 }
 
 /// What an error came from, kept for [`std::error::Error::source`] (logs
@@ -84,6 +98,10 @@ pub struct ApiError {
     /// Every problem, when there are field-level ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<FieldError>,
+    /// Where a `forbidden` request was refused, and the role it needs
+    /// there (`"namespace"`, `"needs"` beside the code).
+    #[serde(flatten, default)]
+    pub refused: Option<Box<Refusal>>,
     /// The failure underneath (NATS, ClickHouse), not sent.
     #[serde(skip)]
     #[schemars(skip)]
@@ -120,6 +138,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             problems: Vec::new(),
+            refused: None,
             source: None,
         }
     }
@@ -140,6 +159,7 @@ impl ApiError {
             message,
             field,
             problems,
+            refused: None,
             source: None,
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! Layout:
 //! - [`job`]: the job definition (`JobSpec`), its targets, its validation
-//!   and its JSON Schema.
+//!   and its JSON Schema; a job's name and namespace (`job::name`).
+//! - [`access`]: roles per namespace, and the refusal of what a role does
+//!   not allow.
 //! - [`schedule`]: when jobs fire, in one folder: the schedule language
 //!   (cron, `@every`, `@at`) and the pure `next_fire` maths, the DST rule
 //!   (Vixie cron(8)'s) that reads a cron line on a zone's wall clock, a
@@ -39,6 +41,7 @@
 //! without tokio, async-nats or clickhouse. Talking to NATS and ClickHouse
 //! (topology, publishing, DDL, connection, telemetry) is `jetcron-io`.
 
+pub mod access;
 pub mod alert;
 pub mod api;
 pub mod backoff;

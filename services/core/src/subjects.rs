@@ -9,6 +9,8 @@ pub const JOBS_BUCKET: &str = "jetcron_jobs";
 pub const CHANNELS_BUCKET: &str = "jetcron_channels";
 /// KV bucket of open alert incidents (key = `<job id>.<rule>`).
 pub const INCIDENTS_BUCKET: &str = "jetcron_incidents";
+/// KV bucket of the scoped API tokens (key = token id; hashes only).
+pub const TOKENS_BUCKET: &str = "jetcron_tokens";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.

@@ -47,6 +47,7 @@
 //! - [`missed_fires`]: which fires had no run (`count`), recorded by a
 //!   periodic `scan`, counted by a `gauge`;
 //! - [`channels`]: alert channels (`requests`, `store`);
+//! - [`tokens`]: scoped API tokens (`record`, `store`, `requests`);
 //! - [`sql`]: every statement sent to ClickHouse (one file per table) and
 //!   the bounded reads that send them; the query catalog.
 //!
@@ -58,6 +59,8 @@
 //!   own).
 //!
 //! Shared by the doors and the operations:
+//! - [`caller`]: who calls and what their grant allows (checked by the
+//!   operations);
 //! - [`request_body`]: a body as a typed request, and a put's
 //!   `expected_revision`;
 //! - [`read_params`]: the read operations' parameters, checked;
@@ -67,6 +70,7 @@
 //! answers, the state every request shares, its background tasks by what
 //! stopping means, the NATS API's watch and the HTTP server.
 
+pub mod caller;
 pub mod channels;
 pub mod console;
 pub mod http;
@@ -79,6 +83,7 @@ pub mod request_body;
 pub mod runs;
 mod service;
 pub mod sql;
+pub mod tokens;
 
 pub use service::run;
 use std::sync::Arc;
@@ -113,6 +118,8 @@ pub struct GatewayState {
     pub jobs: jobs::store::JobStore,
     /// `jetcron_channels`: alert channels.
     pub channels: channels::store::ChannelStore,
+    /// `jetcron_tokens`: the scoped API tokens.
+    pub tokens: tokens::store::TokenStore,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: jobs::catalog::JobCatalog,
     pub runs: runs::history::RunHistory,

@@ -36,6 +36,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::caller::Caller;
 use crate::channels::requests::PutChannel;
 use crate::jobs::store::PutJob;
 use crate::request_body::parse_body;
@@ -181,32 +182,43 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
                 definition: body.to_vec(),
                 ..PutJob::default()
             };
-            let stored = state.jobs.put(request, now).await?;
+            let stored = state.jobs.put(&Caller::nats(), request, now).await?;
             info!(job_id = %stored.job.id, revision = stored.revision, "job stored");
             encode(stored)
         }
         Endpoint::Trigger => {
-            let reply = runs::manual::trigger(state, parse_body(body)?).await?;
+            let reply = runs::manual::trigger(state, &Caller::nats(), parse_body(body)?).await?;
             info!(job_id = %reply.job_id, run_id = %reply.run_id.as_str(), "manual run triggered");
             encode(reply)
         }
-        Endpoint::Backfill => encode(runs::manual::backfill(state, parse_body(body)?).await?),
-        Endpoint::Get => encode(jobs::requests::get(state, parse_body(body)?).await?),
-        Endpoint::List => {
-            encode(jobs::requests::list(state, parse_body(body_or_empty_object(body))?).await?)
+        Endpoint::Backfill => {
+            encode(runs::manual::backfill(state, &Caller::nats(), parse_body(body)?).await?)
         }
+        Endpoint::Get => {
+            encode(jobs::requests::get(state, &Caller::nats(), parse_body(body)?).await?)
+        }
+        Endpoint::List => encode(
+            jobs::requests::list(
+                state,
+                &Caller::nats(),
+                parse_body(body_or_empty_object(body))?,
+            )
+            .await?,
+        ),
         Endpoint::Delete => {
-            let reply = jobs::requests::delete(state, parse_body(body)?).await?;
+            let reply = jobs::requests::delete(state, &Caller::nats(), parse_body(body)?).await?;
             info!(job_id = %reply.id, "job deleted");
             encode(reply)
         }
-        Endpoint::Pause => {
-            encode(jobs::requests::set_paused(state, parse_body(body)?, true).await?)
+        Endpoint::Pause => encode(
+            jobs::requests::set_paused(state, &Caller::nats(), parse_body(body)?, true).await?,
+        ),
+        Endpoint::Resume => encode(
+            jobs::requests::set_paused(state, &Caller::nats(), parse_body(body)?, false).await?,
+        ),
+        Endpoint::Kill => {
+            encode(runs::control::kill(state, &Caller::nats(), parse_body(body)?).await?)
         }
-        Endpoint::Resume => {
-            encode(jobs::requests::set_paused(state, parse_body(body)?, false).await?)
-        }
-        Endpoint::Kill => encode(runs::control::kill(state, parse_body(body)?).await?),
         Endpoint::Preview => encode(jobs::schedule_preview::preview(
             &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{channels, console, http, jobs, missed_fires, nats_api, runs, sql};
+use crate::{channels, console, http, jobs, missed_fires, nats_api, runs, sql, tokens};
 use crate::{GatewayConfig, GatewayState};
 
 /// The streams and buckets the gateway needs, made or verified in this
@@ -25,6 +25,7 @@ const TOPOLOGY: &[Need] = &[
     Need::RunsStream,
     Need::RunningBucket,
     Need::ChannelsBucket,
+    Need::TokensBucket,
 ];
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -69,6 +70,7 @@ struct GatewayTopology {
     jobs: async_nats::jetstream::kv::Store,
     running: async_nats::jetstream::kv::Store,
     channels: async_nats::jetstream::kv::Store,
+    tokens: async_nats::jetstream::kv::Store,
 }
 
 impl GatewayTopology {
@@ -104,6 +106,7 @@ impl GatewayTopology {
                 jobs: ensured.bucket(Need::JobsBucket)?,
                 running: ensured.bucket(Need::RunningBucket)?,
                 channels: ensured.bucket(Need::ChannelsBucket)?,
+                tokens: ensured.bucket(Need::TokensBucket)?,
             }))
         }
         .await;
@@ -153,6 +156,7 @@ fn state(
         ),
         catalog,
         channels: channels::store::ChannelStore::new(parts.channels),
+        tokens: tokens::store::TokenStore::new(parts.tokens),
         runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),

@@ -55,17 +55,19 @@ async fn an_r1_deployment_moves_to_r3_online_keeping_jobs_progress_and_due_event
     let clickhouse = ClickHouseServer::start();
     let clickhouse_url = clickhouse.url();
     // R1, as a deployment started without JETCRON_REPLICAS: a ticker, a
-    // projector and an executor of another pool (so the default pool's due
-    // events stay in JETCRON_DUE), jobs edited twice. Between them they
+    // projector, an executor of another pool (so the default pool's due
+    // events stay in JETCRON_DUE) and a gateway, jobs edited twice. Between them they
     // make every stream jetcron has.
     let r1: Vec<(&str, &str)> = vec![
         ("JETCRON_NATS_URL", urls.as_str()),
         ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
     ];
     let mut ticker = JetcronProcess::start(jetcron(), &["ticker"], &r1);
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
     let others: Vec<JetcronProcess> = [
         &["projector"][..],
         &["executor", "--pool", "migration-other"][..],
+        &["gateway", "--http-addr", &http_addr][..],
     ]
     .iter()
     .map(|args| JetcronProcess::start(jetcron(), args, &r1))

@@ -53,3 +53,4 @@ mod shell_target;
 mod ticker_definitions;
 mod ticker_dst;
 mod ticker_replicas;
+mod tokens;

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::pages::{render, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
+use crate::caller::Caller;
 use crate::jobs::requests::{DeleteJob, SelectJobs};
 use crate::runs::manual::{BackfillJob, TriggerJob};
 use crate::GatewayState;
@@ -39,7 +40,7 @@ async fn set_paused(
     back: String,
     paused: bool,
 ) -> Result<Response, ConsoleError> {
-    let reply = jobs::requests::set_paused(state, select, paused).await?;
+    let reply = jobs::requests::set_paused(state, &Caller::console(), select, paused).await?;
     let done = match (reply.changed.is_empty(), paused) {
         (true, _) => "unchanged",
         (false, true) => "paused",
@@ -139,7 +140,7 @@ pub async fn trigger(
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
-    runs::manual::trigger(&state, TriggerJob { id }).await?;
+    runs::manual::trigger(&state, &Caller::console(), TriggerJob { id }).await?;
     Ok(Redirect::to(&format!("{back}?done=triggered")).into_response())
 }
 
@@ -162,6 +163,7 @@ pub async fn backfill(
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
     runs::manual::backfill(
         &state,
+        &Caller::console(),
         BackfillJob {
             id,
             from: form.from.trim().to_string(),
@@ -192,7 +194,12 @@ pub async fn confirm_delete(
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn(format!("{back}/delete")));
     }
-    let job = jobs::requests::get(&state, jobs::requests::GetJob { id: id.clone() }).await?;
+    let job = jobs::requests::get(
+        &state,
+        &viewer.caller(),
+        jobs::requests::GetJob { id: id.clone() },
+    )
+    .await?;
     let page = DeletePage {
         frame: viewer.frame(format!("Delete {id}?")),
         id_link: url_escape(&id),
@@ -220,6 +227,7 @@ pub async fn delete(
     Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &job_path(&id))?;
     jobs::requests::delete(
         &state,
+        &Caller::console(),
         DeleteJob {
             id,
             expected_revision: Some(form.expected_revision),
@@ -249,6 +257,7 @@ pub async fn kill(
     let reason = form.reason.trim();
     runs::control::kill(
         &state,
+        &Caller::console(),
         KillRequest {
             run_id,
             reason: Some(if reason.is_empty() {

@@ -171,10 +171,13 @@ pub async fn edit_form(
             url_escape(&id)
         )));
     }
-    let stored =
-        crate::jobs::requests::get(&state, crate::jobs::requests::GetJob { id: id.clone() })
-            .await?
-            .job;
+    let stored = crate::jobs::requests::get(
+        &state,
+        &viewer.caller(),
+        crate::jobs::requests::GetJob { id: id.clone() },
+    )
+    .await?
+    .job;
     let form = JobForm::of(stored.job.as_ref(), stored.revision);
     let json = stored
         .job
@@ -202,7 +205,11 @@ async fn save(
         .ok()
         .and_then(|d| serde_json::to_string_pretty(&d).ok())
         .unwrap_or_else(|| String::from_utf8_lossy(&definition).into_owned());
-    match state.jobs.put(request, state.clock.now()).await {
+    match state
+        .jobs
+        .put(&viewer.caller(), request, state.clock.now())
+        .await
+    {
         Ok(reply) => {
             let done = if reply.created { "created" } else { "saved" };
             Ok(Redirect::to(&format!(
@@ -250,6 +257,7 @@ pub async fn save_form(
     } else {
         crate::jobs::requests::get(
             &state,
+            &viewer.caller(),
             crate::jobs::requests::GetJob {
                 id: editing.clone(),
             },

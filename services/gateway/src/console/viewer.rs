@@ -42,6 +42,16 @@ impl Viewer {
         self.session.is_some() || self.reads_protected
     }
 
+    /// The caller the console's operations act for: a session is signed
+    /// with a bootstrap token (admin of every namespace); without one, an
+    /// anonymous reader.
+    pub fn caller(&self) -> crate::caller::Caller {
+        match &self.session {
+            Some(_) => crate::caller::Caller::console(),
+            None => crate::caller::Caller::anonymous_reader(),
+        }
+    }
+
     /// The frame of a page titled `title`.
     pub fn frame(&self, title: impl Into<String>) -> Frame {
         Frame {

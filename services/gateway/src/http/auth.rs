@@ -1,9 +1,12 @@
 //! Bearer tokens on the HTTP API.
 //!
 //! Routes are public (health, readiness, metrics, the OpenAPI document), reads
-//! or writes ([`Access`]). Writes always need a configured token: a gateway
-//! started without one refuses them, so a forgotten flag fails closed. Reads
-//! need one only with `--protect-reads`. Tokens are compared in constant time.
+//! or writes ([`Access`]). Writes always need a token: a bootstrap token of
+//! `--api-token` (admin of every namespace), or a scoped token of
+//! `POST /v1/tokens` ([`crate::tokens`]), whose grant the operations check.
+//! Reads need one only with `--protect-reads`; without, a read without a
+//! token is an anonymous viewer of every namespace. Bootstrap tokens are
+//! compared in constant time, scoped ones by their secret's hash.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use jetcron_core::api::ApiError;
 use subtle::ConstantTimeEq as _;
 
 use super::HttpError;
+use crate::caller::Caller;
 use crate::GatewayState;
 
 /// Shortest token accepted: a guessable token is no protection.
@@ -79,44 +83,66 @@ impl HttpAuth {
         self.tokens.is_empty()
     }
 
-    /// Whether a request with `authorization` may call a route of `access`.
-    pub fn check(
+    /// Who a request with `authorization` is, for a route of `access`:
+    /// [`Presented::Known`] when that is settled here (a bootstrap token, an
+    /// open read), [`Presented::Other`] for a token only the tokens bucket
+    /// can tell ([`crate::tokens`]), an error when the route needs a token
+    /// and none was sent.
+    pub fn presented<'a>(
         &self,
         access: Access,
-        authorization: Option<&HeaderValue>,
-    ) -> Result<(), ApiError> {
+        authorization: Option<&'a HeaderValue>,
+    ) -> Result<Presented<'a>, ApiError> {
         let needed = match access {
-            Access::Public => false,
+            Access::Public => return Ok(Presented::Public),
             Access::Read => self.protect_reads,
             Access::Write => true,
         };
-        if !needed {
-            return Ok(());
-        }
-        if self.tokens.is_empty() {
-            return Err(ApiError::unauthorized("HTTP writes are disabled: this gateway has no API token (start it with --api-token); the NATS API (jetcron.api.>) takes writes",
-            ));
-        }
-        let presented = authorization
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::unauthorized("missing bearer token: send Authorization: Bearer <token>")
-            })?;
+        let presented = authorization.and_then(|v| v.to_str().ok()).and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+                .map(str::trim)
+        });
+        let Some(presented) = presented else {
+            return match needed {
+                true => Err(ApiError::unauthorized(
+                    "missing bearer token: send Authorization: Bearer <token>",
+                )),
+                false => Ok(Presented::Known(Caller::anonymous_reader())),
+            };
+        };
         // Every token is compared, so the time taken says nothing about which matched.
         let matched = self.tokens.iter().fold(0u8, |hit, t| {
             hit | t.as_slice().ct_eq(presented.as_bytes()).unwrap_u8()
         });
         if matched == 1 {
-            Ok(())
-        } else {
-            Err(ApiError::unauthorized("the bearer token is not accepted"))
+            return Ok(Presented::Known(Caller::admin_token()));
+        }
+        Ok(Presented::Other {
+            token: presented,
+            needed,
+        })
+    }
+
+    /// The refusal of a token that is neither a bootstrap nor a live scoped
+    /// token.
+    fn not_accepted(&self) -> ApiError {
+        match self.tokens.is_empty() {
+            true => ApiError::unauthorized("the bearer token is not accepted, and this gateway has no bootstrap API token (start it with --api-token); the NATS API (jetcron.api.>) takes writes"),
+            false => ApiError::unauthorized("the bearer token is not accepted"),
         }
     }
+}
+
+/// What a request presents, as [`HttpAuth::presented`] reads it.
+#[derive(Debug)]
+pub enum Presented<'a> {
+    /// A public route: nobody to know.
+    Public,
+    /// A caller known without a look-up.
+    Known(Caller),
+    /// A token to look up; `needed` when the route cannot go on without it.
+    Other { token: &'a str, needed: bool },
 }
 
 /// Tokens from a file: one per line, blank lines and `#` comments skipped.
@@ -131,17 +157,19 @@ pub fn read_token_file(path: &Path) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// Middleware enforcing `access` on one route.
+/// Middleware enforcing `access` on one route: the caller it finds goes
+/// to the handler as an extension ([`Caller`]), for the operations to check.
 pub async fn require(
     State((state, access)): State<(Arc<GatewayState>, Access)>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    match state
-        .http_auth
-        .check(access, request.headers().get(header::AUTHORIZATION))
-    {
-        Ok(()) => next.run(request).await,
+    match caller_of(&state, access, request.headers().get(header::AUTHORIZATION)).await {
+        Ok(Some(caller)) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Ok(None) => next.run(request).await,
         Err(e) => {
             let mut response = HttpError(e).into_response();
             response.headers_mut().insert(
@@ -149,6 +177,26 @@ pub async fn require(
                 HeaderValue::from_static("Bearer realm=\"jetcron\""),
             );
             response
+        }
+    }
+}
+
+/// The caller of a request to a route of `access` (none for a public one).
+async fn caller_of(
+    state: &GatewayState,
+    access: Access,
+    authorization: Option<&HeaderValue>,
+) -> Result<Option<Caller>, ApiError> {
+    match state.http_auth.presented(access, authorization)? {
+        Presented::Public => Ok(None),
+        Presented::Known(caller) => Ok(Some(caller)),
+        Presented::Other { token, needed } => {
+            match crate::tokens::requests::caller_of(state, token).await? {
+                Some(caller) => Ok(Some(caller)),
+                // An open read with a token nobody knows reads as anyone.
+                None if !needed => Ok(Some(Caller::anonymous_reader())),
+                None => Err(state.http_auth.not_accepted()),
+            }
         }
     }
 }
@@ -161,31 +209,45 @@ mod tests {
         HeaderValue::from_str(&format!("Bearer {token}")).expect("header")
     }
 
+    /// The caller a request is known as without a look-up, if it is.
+    fn known(auth: &HttpAuth, access: Access, header: Option<&HeaderValue>) -> Option<String> {
+        match auth.presented(access, header) {
+            Ok(Presented::Known(caller)) => Some(caller.actor),
+            _ => None,
+        }
+    }
+
     #[test]
-    fn writes_need_a_configured_token_and_reads_only_when_protected() {
+    fn writes_need_a_token_and_reads_only_when_protected() {
         let token = "0123456789abcdef-token";
         let open_reads = HttpAuth::new(vec![token.into()], false).expect("auth");
-        assert!(open_reads.check(Access::Read, None).is_ok());
-        assert!(open_reads.check(Access::Write, None).is_err());
+        assert_eq!(
+            known(&open_reads, Access::Read, None).as_deref(),
+            Some("anonymous")
+        );
+        assert!(open_reads.presented(Access::Write, None).is_err());
+        assert_eq!(
+            known(&open_reads, Access::Write, Some(&bearer(token))).as_deref(),
+            Some("admin-token")
+        );
+        // Another token is looked up in the tokens bucket.
+        assert!(matches!(
+            open_reads.presented(Access::Write, Some(&bearer("0123456789abcdef-tokeN"))),
+            Ok(Presented::Other { needed: true, .. })
+        ));
         assert!(open_reads
-            .check(Access::Write, Some(&bearer(token)))
-            .is_ok());
-        assert!(open_reads
-            .check(Access::Write, Some(&bearer("0123456789abcdef-tokeN")))
-            .is_err());
-        assert!(open_reads
-            .check(Access::Write, Some(&HeaderValue::from_static("Basic abc")))
+            .presented(Access::Write, Some(&HeaderValue::from_static("Basic abc")))
             .is_err());
 
         let closed = HttpAuth::new(vec![token.into()], true).expect("auth");
-        assert!(closed.check(Access::Read, None).is_err());
-        assert!(closed.check(Access::Public, None).is_ok());
+        assert!(closed.presented(Access::Read, None).is_err());
+        assert!(matches!(
+            closed.presented(Access::Public, None),
+            Ok(Presented::Public)
+        ));
 
         let none = HttpAuth::new(vec![], false).expect("auth");
-        let err = none
-            .check(Access::Write, Some(&bearer(token)))
-            .expect_err("no token configured");
-        assert!(err.message.contains("--api-token"), "{err}");
+        assert!(none.not_accepted().message.contains("--api-token"));
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! HTTP adapters of the alert channel operations ([`crate::channels::store`]):
-//! `GET/POST /v1/channels`, `GET/PUT/DELETE /v1/channels/{name}`. Reads hide
-//! credentials unless the gateway protects reads, as job reads do.
+//! `GET/POST /v1/channels`, `GET/PUT/DELETE /v1/channels/{name}`. Channels
+//! are shared by every namespace: anyone who reads may list them (jobs name
+//! them), only an admin of every namespace changes them or sees their
+//! credentials (and only where reads need a token).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
+use jetcron_core::access::Role;
 
 use super::writes::{delete_precondition, precondition, DeleteQuery, LimitedBody};
 use super::{query, HttpError, PathResult, QueryResult};
+use crate::caller::Caller;
 use crate::channels::requests::{
     ChannelDeletedReply, ChannelPutReply, ChannelReply, ChannelsReply, DeleteChannel, GetChannel,
     ListChannels, PutChannel,
@@ -21,12 +25,19 @@ fn name_of(name: PathResult<String>) -> Result<String, HttpError> {
     Ok(name)
 }
 
+/// Whether a channel's credentials are shown to `caller`: where reads need
+/// a token, to an admin of every namespace (channels are shared by all).
+fn shows_credentials(state: &GatewayState, caller: &Caller) -> bool {
+    state.http_auth.reads_protected() && caller.grant.allows_everywhere(Role::Admin)
+}
+
 /// `GET /v1/channels`.
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<ChannelsReply>, HttpError> {
     let mut reply = state.channels.list(ListChannels {}).await?;
-    if !state.http_auth.reads_protected() {
+    if !shows_credentials(&state, &caller) {
         reply.channels = reply.channels.into_iter().map(|c| c.redacted()).collect();
     }
     Ok(Json(reply))
@@ -35,6 +46,7 @@ pub async fn list(
 /// `GET /v1/channels/{name}`.
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     name: PathResult<String>,
 ) -> Result<Json<ChannelReply>, HttpError> {
     let mut reply = state
@@ -43,7 +55,7 @@ pub async fn get_one(
             name: name_of(name)?,
         })
         .await?;
-    if !state.http_auth.reads_protected() {
+    if !shows_credentials(&state, &caller) {
         reply.channel = reply.channel.redacted();
     }
     Ok(Json(reply))
@@ -52,9 +64,11 @@ pub async fn get_one(
 /// `POST /v1/channels`: create (201) or replace (200), as `channels.put`.
 pub async fn create(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<ChannelPutReply>), HttpError> {
+    caller.grant.require_everywhere(Role::Admin)?;
     let request = PutChannel {
         definition: body.to_vec(),
         key: None,
@@ -73,10 +87,12 @@ pub async fn create(
 /// `PUT /v1/channels/{name}`; `If-Match` / `If-None-Match: *` for compare-and-swap.
 pub async fn replace(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     name: PathResult<String>,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<ChannelPutReply>, HttpError> {
+    caller.grant.require_everywhere(Role::Admin)?;
     let request = PutChannel {
         definition: body.to_vec(),
         key: Some(name_of(name)?),
@@ -88,10 +104,12 @@ pub async fn replace(
 /// `DELETE /v1/channels/{name}`.
 pub async fn delete(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     name: PathResult<String>,
     headers: HeaderMap,
     q: QueryResult<DeleteQuery>,
 ) -> Result<Json<ChannelDeletedReply>, HttpError> {
+    caller.grant.require_everywhere(Role::Admin)?;
     let expected_revision = delete_precondition(query(q)?, &headers)?;
     let request = DeleteChannel {
         name: name_of(name)?,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::writes::LimitedBody;
 use super::{unavailable, HttpError, SortedJson};
+use crate::caller::Caller;
 use crate::runs::control::{self as run_control, CompletedReply};
 use crate::runs::pools::{self, PoolsReply};
 use crate::runs::projection;
@@ -27,6 +28,7 @@ pub struct KillBody {
 
 pub async fn kill(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<crate::runs::control::KilledReply>, HttpError> {
@@ -40,16 +42,17 @@ pub async fn kill(
         run_id,
         reason: request.reason,
     };
-    Ok(Json(run_control::kill(&state, request).await?))
+    Ok(Json(run_control::kill(&state, &caller, request).await?))
 }
 
 pub async fn complete(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     run_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<CompletedReply>), HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
-    let reply = run_control::complete(&state, &run_id, &body).await?;
+    let reply = run_control::complete(&state, &caller, &run_id, &body).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 

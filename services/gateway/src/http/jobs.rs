@@ -14,10 +14,11 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use jetcron_core::api::ApiError;
 
 use super::{query, HttpError, PathResult, QueryResult, SortedJson};
+use crate::caller::Caller;
 use crate::jobs::reads::{self, GetJobDetail, JobDetail, JobHistory};
 use crate::jobs::rejections::{self, ListRejections, RejectionsReply};
 use crate::jobs::requests::JobsReply;
@@ -36,6 +37,7 @@ pub struct ListQuery {
 /// `jobs.list`).
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     q: QueryResult<ListQuery>,
 ) -> Result<SortedJson<JobsReply>, HttpError> {
     let q = query(q)?;
@@ -54,8 +56,8 @@ pub async fn list(
         })?;
         request.labels.insert(key.to_string(), value.to_string());
     }
-    let reply = crate::jobs::requests::list(&state, request).await?;
-    Ok(shown(&state, reply, JobsReply::redacted))
+    let reply = crate::jobs::requests::list(&state, &caller, request).await?;
+    Ok(shown(&state, &caller, reply, JobsReply::redacted))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -68,38 +70,58 @@ pub struct GetQuery {
 /// `GET /v1/jobs/{id}[?next=N]` ([`reads::job_detail`]).
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: PathResult<String>,
     q: QueryResult<GetQuery>,
 ) -> Result<SortedJson<JobDetail>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
+    super::may_view(&caller, &id)?;
     let q = query(q)?;
     let request = GetJobDetail { id, next: q.next };
     let reply = reads::job_detail(&state, request).await?;
-    Ok(shown(&state, reply, JobDetail::redacted))
+    Ok(shown(&state, &caller, reply, JobDetail::redacted))
 }
 
 /// `GET /v1/jobs/{id}/history` ([`reads::job_history`]).
 pub async fn history(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: PathResult<String>,
 ) -> Result<SortedJson<JobHistory>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
+    super::may_view(&caller, &id)?;
     let reply = reads::job_history(&state, id).await?;
-    Ok(shown(&state, reply, JobHistory::redacted))
+    Ok(shown(&state, &caller, reply, JobHistory::redacted))
 }
 
 /// `GET /v1/rejections[?job=&limit=]` ([`rejections::rejections`]).
 pub async fn rejections(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     q: QueryResult<ListRejections>,
 ) -> Result<SortedJson<RejectionsReply>, HttpError> {
-    Ok(SortedJson(rejections::rejections(&state, query(q)?).await?))
+    let request = query(q)?;
+    if let Some(job) = &request.job {
+        super::may_view(&caller, job)?;
+    }
+    let mut reply = rejections::rejections(&state, request).await?;
+    reply
+        .rejections
+        .retain(|r| caller.sees(jetcron_core::job::namespace_of(&r.job_id)));
+    Ok(SortedJson(reply))
 }
 
-/// `answer` as an HTTP read may show it: `redacted` (its secrets hidden)
-/// unless reads need a token.
-fn shown<T>(state: &GatewayState, answer: T, redacted: fn(T) -> T) -> SortedJson<T> {
-    match state.http_auth.reads_protected() {
+/// `answer` as an HTTP read may show it to `caller`: `redacted` (its
+/// secrets hidden) unless reads need a token and the caller may edit the
+/// jobs it sees (who may write a credential may read it back).
+fn shown<T>(
+    state: &GatewayState,
+    caller: &Caller,
+    answer: T,
+    redacted: fn(T) -> T,
+) -> SortedJson<T> {
+    let editor = caller.grant.role >= jetcron_core::access::Role::Editor;
+    match state.http_auth.reads_protected() && editor {
         true => SortedJson(answer),
         false => SortedJson(redacted(answer)),
     }

@@ -16,6 +16,7 @@ mod jobs;
 pub mod openapi;
 mod runs;
 mod schedules;
+mod tokens;
 mod writes;
 
 use std::sync::Arc;
@@ -163,7 +164,20 @@ pub fn routes() -> Vec<ApiRoute> {
     routes.extend(job_action_routes());
     routes.extend(run_routes());
     routes.extend(channel_routes());
+    routes.extend(token_routes());
     routes
+}
+
+/// Scoped API tokens, made and revoked by a namespace's admins.
+#[rustfmt::skip]
+fn token_routes() -> Vec<ApiRoute> {
+    use crate::tokens::requests::{CreateToken, CreatedToken, RevokedReply, TokensReply};
+    use Access::Write;
+    vec![
+        ApiRoute::post("/v1/tokens", Write, "Make a token with a role in a namespace (by an admin of it); the answer shows it once", tokens::create).body::<CreateToken>("namespace, role, expires_in, description").status(201).answers::<CreatedToken>(),
+        ApiRoute::get("/v1/tokens", Write, "The tokens of the namespaces the caller administers, without secrets", tokens::list).answers::<TokensReply>(),
+        ApiRoute::delete("/v1/tokens/{id}", Write, "Revoke token {id}: every later request with it is refused", tokens::revoke).answers::<RevokedReply>(),
+    ]
 }
 
 /// The process's own routes (probes, metrics, this document) and the pools.
@@ -380,4 +394,19 @@ async fn method_not_allowed() -> Response {
 /// A path segment axum could not decode (e.g. `%ff`), as a JSON 400.
 pub fn bad_path(e: axum::extract::rejection::PathRejection) -> HttpError {
     HttpError(ApiError::malformed(e.body_text()))
+}
+
+/// `Ok` when `caller` may read job `id` (a viewer of its namespace). An id
+/// that is no job name passes: the operation refuses it with its field.
+pub(crate) fn may_view(caller: &crate::caller::Caller, id: &str) -> Result<(), HttpError> {
+    if jetcron_core::job::validate_id(id).is_err() {
+        return Ok(());
+    }
+    caller
+        .grant
+        .require(
+            jetcron_core::access::Role::Viewer,
+            jetcron_core::job::namespace_of(id),
+        )
+        .map_err(HttpError)
 }

@@ -4,10 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
+use jetcron_core::access::Role;
+use jetcron_core::job::{namespace_of, validate_namespace};
 use serde::Deserialize;
 
 use super::{query, HttpError, PathResult, QueryResult, SortedJson};
+use crate::caller::Caller;
 use crate::runs::reads::{self, JobRunsReply, ListJobRuns, ListRuns, RunReply, RunsReply};
 use crate::runs::stats::{self, GetStats, StatsReply};
 use crate::GatewayState;
@@ -22,10 +25,12 @@ pub struct JobRunsQuery {
 /// `GET /v1/jobs/{id}/runs[?limit=&cursor=]`.
 pub async fn of_job(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: PathResult<String>,
     q: QueryResult<JobRunsQuery>,
 ) -> Result<SortedJson<JobRunsReply>, HttpError> {
     let Path(id) = id.map_err(super::bad_path)?;
+    super::may_view(&caller, &id)?;
     let JobRunsQuery { limit, cursor } = query(q)?;
     let request = ListJobRuns {
         id,
@@ -39,24 +44,48 @@ pub async fn of_job(
 /// `GET /v1/runs/{run_id}`.
 pub async fn get_one(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     run_id: PathResult<String>,
 ) -> Result<SortedJson<RunReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
-    Ok(SortedJson(reads::run(&state, &run_id).await?))
+    let reply = reads::run(&state, &run_id).await?;
+    super::may_view(&caller, &reply.run.job_id)?;
+    Ok(SortedJson(reply))
 }
 
 /// `GET /v1/runs` with filters and a cursor.
+/// A caller limited to one namespace lists that namespace's runs.
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     q: QueryResult<ListRuns>,
 ) -> Result<SortedJson<RunsReply>, HttpError> {
-    Ok(SortedJson(reads::runs(&state, query(q)?).await?))
+    let mut request = query(q)?;
+    if let Some(job) = &request.job {
+        super::may_view(&caller, job)?;
+    }
+    match &request.namespace {
+        Some(namespace) if validate_namespace("namespace", namespace).is_ok() => {
+            caller.grant.require(Role::Viewer, namespace)?;
+        }
+        Some(_) => {}
+        None => request.namespace = caller.only_namespace().map(str::to_string),
+    }
+    Ok(SortedJson(reads::runs(&state, request).await?))
 }
 
 /// `GET /v1/stats[?job=&from=&to=]`.
+/// A caller limited to some namespaces sees their jobs' figures.
 pub async fn stats(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     q: QueryResult<GetStats>,
 ) -> Result<SortedJson<StatsReply>, HttpError> {
-    Ok(SortedJson(stats::stats(&state, query(q)?).await?))
+    let request = query(q)?;
+    if let Some(job) = &request.job {
+        super::may_view(&caller, job)?;
+    }
+    let mut reply = stats::stats(&state, request).await?;
+    reply.jobs.retain(|j| caller.sees(namespace_of(&j.job_id)));
+    Ok(SortedJson(reply))
 }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use jetcron_core::api::ApiError;
@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::HttpError;
+use crate::caller::Caller;
 use crate::jobs::requests::{DeleteJob, DeletedReply, PausedReply, SelectJobs};
 use crate::jobs::store::{PutJob, PutReply};
 use crate::request_body::parse_body;
@@ -241,13 +242,14 @@ pub(super) fn delete_precondition(
 /// `POST /v1/jobs`: store a new or changed definition (as `jobs.put`).
 pub async fn create(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<PutReply>), HttpError> {
     let request = PutJob {
         definition: body.to_vec(),
         ..PutJob::default()
     };
-    let stored = state.jobs.put(request, state.clock.now()).await?;
+    let stored = state.jobs.put(&caller, request, state.clock.now()).await?;
     tracing::info!(job_id = %stored.job.id, revision = stored.revision, created = stored.created, "job stored over HTTP");
     let status = match stored.created {
         true => StatusCode::CREATED,
@@ -259,6 +261,7 @@ pub async fn create(
 /// `PUT /v1/jobs/{id}`.
 pub async fn replace(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
@@ -284,7 +287,7 @@ pub async fn replace(
         key: Some(id),
         expected_revision,
     };
-    let stored = state.jobs.put(request, state.clock.now()).await?;
+    let stored = state.jobs.put(&caller, request, state.clock.now()).await?;
     tracing::info!(job_id = %stored.job.id, revision = stored.revision, created = stored.created, "job stored over HTTP");
     Ok(Json(stored))
 }
@@ -298,6 +301,7 @@ pub struct DeleteQuery {
 /// `DELETE /v1/jobs/{id}`.
 pub async fn delete(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     headers: HeaderMap,
     query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
@@ -308,7 +312,7 @@ pub async fn delete(
         id: id.clone(),
         expected_revision: expected,
     };
-    let reply = jobs::requests::delete(&state, request).await?;
+    let reply = jobs::requests::delete(&state, &caller, request).await?;
     tracing::info!(job_id = %id, "job deleted over HTTP");
     Ok(Json(reply))
 }
@@ -316,23 +320,26 @@ pub async fn delete(
 /// `POST /v1/jobs/{id}/pause`.
 pub async fn pause(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
-    set_paused(&state, id, &body, true).await
+    set_paused(&state, &caller, id, &body, true).await
 }
 
 /// `POST /v1/jobs/{id}/resume`.
 pub async fn resume(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
-    set_paused(&state, id, &body, false).await
+    set_paused(&state, &caller, id, &body, false).await
 }
 
 async fn set_paused(
     state: &GatewayState,
+    caller: &Caller,
     id: IdPath,
     body: &[u8],
     paused: bool,
@@ -340,49 +347,53 @@ async fn set_paused(
     let id = path_id(id)?;
     let request: SelectJobs = action_body(body, &id)?;
     Ok(Json(
-        jobs::requests::set_paused(state, request, paused).await?,
+        jobs::requests::set_paused(state, caller, request, paused).await?,
     ))
 }
 
 /// `POST /v1/jobs:pause` with `{"labels":{...}}`.
 pub async fn pause_selected(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
     Ok(Json(
-        jobs::requests::set_paused(&state, parse_body(&body)?, true).await?,
+        jobs::requests::set_paused(&state, &caller, parse_body(&body)?, true).await?,
     ))
 }
 
 /// `POST /v1/jobs:resume` with `{"labels":{...}}`.
 pub async fn resume_selected(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<PausedReply>, HttpError> {
     Ok(Json(
-        jobs::requests::set_paused(&state, parse_body(&body)?, false).await?,
+        jobs::requests::set_paused(&state, &caller, parse_body(&body)?, false).await?,
     ))
 }
 
 /// `POST /v1/jobs/{id}/trigger`: a manual run now.
 pub async fn trigger(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<TriggeredReply>), HttpError> {
     let id = path_id(id)?;
-    let reply = runs::manual::trigger(&state, action_body(&body, &id)?).await?;
+    let reply = runs::manual::trigger(&state, &caller, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
 /// `POST /v1/jobs/{id}/backfill` with `{"from","to"}`.
 pub async fn backfill(
     State(state): State<Arc<GatewayState>>,
+    Extension(caller): Extension<Caller>,
     id: IdPath,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<BackfilledReply>), HttpError> {
     let id = path_id(id)?;
-    let reply = runs::manual::backfill(&state, action_body(&body, &id)?).await?;
+    let reply = runs::manual::backfill(&state, &caller, action_body(&body, &id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 

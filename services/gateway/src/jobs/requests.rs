@@ -7,11 +7,13 @@
 
 use std::collections::BTreeMap;
 
+use jetcron_core::access::Role;
 use jetcron_core::api::{ApiError, ErrorCode};
-use jetcron_core::job::{validate_id, validate_labels};
+use jetcron_core::job::{namespace_of, validate_id, validate_labels};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::caller::Caller;
 use crate::jobs::stored::StoredJob;
 use crate::GatewayState;
 
@@ -128,8 +130,15 @@ fn checked_selector(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 /// `get`: one stored definition.
-pub async fn get(state: &GatewayState, request: GetJob) -> Result<JobReply, ApiError> {
+pub async fn get(
+    state: &GatewayState,
+    caller: &Caller,
+    request: GetJob,
+) -> Result<JobReply, ApiError> {
     checked_id(&request.id)?;
+    caller
+        .grant
+        .require(Role::Viewer, namespace_of(&request.id))?;
     let (stored, _) = state
         .jobs
         .get(&request.id)
@@ -150,9 +159,16 @@ fn matches(job: &Value, selector: &BTreeMap<String, String>) -> bool {
 }
 
 /// `list`: every stored definition, or those the selector matches.
-pub async fn list(state: &GatewayState, request: ListJobs) -> Result<JobsReply, ApiError> {
+pub async fn list(
+    state: &GatewayState,
+    caller: &Caller,
+    request: ListJobs,
+) -> Result<JobsReply, ApiError> {
     checked_selector(&request.labels)?;
     let namespace = crate::read_params::namespace_param(request.namespace)?;
+    if let Some(namespace) = &namespace {
+        caller.grant.require(Role::Viewer, namespace)?;
+    }
     let jobs: Vec<_> = state
         .jobs
         .list()
@@ -160,9 +176,8 @@ pub async fn list(state: &GatewayState, request: ListJobs) -> Result<JobsReply, 
         .map_err(ApiError::unavailable)?
         .into_iter()
         .filter(|j| {
-            namespace
-                .as_deref()
-                .is_none_or(|ns| jetcron_core::job::namespace_of(&j.id) == ns)
+            let of = namespace_of(&j.id);
+            caller.sees(of) && namespace.as_deref().is_none_or(|ns| of == ns)
         })
         .filter(|j| {
             request.labels.is_empty() || j.job.as_ref().is_some_and(|d| matches(d, &request.labels))
@@ -173,8 +188,15 @@ pub async fn list(state: &GatewayState, request: ListJobs) -> Result<JobsReply, 
 
 /// `delete`: a delete marker (the history stays), optionally only if the
 /// job is still at `expected_revision`.
-pub async fn delete(state: &GatewayState, request: DeleteJob) -> Result<DeletedReply, ApiError> {
+pub async fn delete(
+    state: &GatewayState,
+    caller: &Caller,
+    request: DeleteJob,
+) -> Result<DeletedReply, ApiError> {
     checked_id(&request.id)?;
+    caller
+        .grant
+        .require(Role::Editor, namespace_of(&request.id))?;
     let (deleted_revision, revision) = state
         .jobs
         .delete(&request.id, request.expected_revision)
@@ -187,15 +209,18 @@ pub async fn delete(state: &GatewayState, request: DeleteJob) -> Result<DeletedR
     })
 }
 
-/// `pause` / `resume`: one job, or every valid job the selector matches.
+/// `pause` / `resume`: one job, or every valid job the selector matches in
+/// the namespaces where the caller operates.
 pub async fn set_paused(
     state: &GatewayState,
+    caller: &Caller,
     request: SelectJobs,
     paused: bool,
 ) -> Result<PausedReply, ApiError> {
     let ids: Vec<String> = match (request.id, request.labels) {
         (Some(id), None) => {
             checked_id(&id)?;
+            caller.grant.require(Role::Operator, namespace_of(&id))?;
             let revision = state
                 .jobs
                 .set_paused(&id, paused, state.clock.now())
@@ -215,12 +240,19 @@ pub async fn set_paused(
         }
         (None, Some(labels)) if !labels.is_empty() => {
             checked_selector(&labels)?;
+            if caller.grant.role < Role::Operator {
+                return Err(jetcron_core::access::forbidden(
+                    caller.grant.scope.as_str(),
+                    Role::Operator,
+                ));
+            }
             state
                 .jobs
                 .list()
                 .await
                 .map_err(ApiError::unavailable)?
                 .into_iter()
+                .filter(|j| caller.grant.allows(Role::Operator, namespace_of(&j.id)))
                 .filter(|j| j.valid && j.job.as_ref().is_some_and(|d| matches(d, &labels)))
                 .map(|j| j.id)
                 .collect()

@@ -3,12 +3,15 @@
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
 use futures::TryStreamExt as _;
+use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
 use jetcron_core::chain;
+use jetcron_core::job::namespace_of;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
 use serde::Serialize;
 
+use crate::caller::Caller;
 use crate::jobs::catalog::{count_keys, JobCatalog};
 use crate::jobs::pass::JobPass;
 use crate::jobs::stored::{Revision, StoredJob};
@@ -89,6 +92,7 @@ impl JobStore {
     /// definition, which is then the re-encoded rest.
     pub async fn put(
         &self,
+        caller: &Caller,
         request: PutJob,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<PutReply, ApiError> {
@@ -105,6 +109,9 @@ impl JobStore {
                 false => ApiError::invalid_job(problems),
             }
         })?;
+        caller
+            .grant
+            .require(Role::Editor, namespace_of(&job.spec.id))?;
         self.check_no_cycle(&job)?;
         let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);

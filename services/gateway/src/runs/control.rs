@@ -6,11 +6,14 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
+use jetcron_core::access::{forbidden, Role};
 use jetcron_core::api::ApiError;
 use jetcron_core::control::{is_run_id, Completion, KillRequest, MAX_REASON_BYTES};
+use jetcron_core::job::namespace_of;
 use jetcron_core::subjects;
 use jetcron_io::control;
 
+use crate::caller::Caller;
 use crate::GatewayState;
 
 /// How long a kill waits for running executors to answer.
@@ -41,9 +44,14 @@ pub struct KilledReply {
 
 /// `kill` (`jetcron.api.runs.kill`, `POST /v1/runs/{run_id}/kill`): record
 /// the kill and stop the attempts running now.
-pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledReply, ApiError> {
+pub async fn kill(
+    state: &GatewayState,
+    caller: &Caller,
+    request: KillRequest,
+) -> Result<KilledReply, ApiError> {
     let run_id = request.run_id.as_str();
     check_run_id(run_id)?;
+    require_on_run(state, caller, run_id, Role::Operator).await?;
     let reason = request.reason.as_deref().unwrap_or("killed by request");
     if reason.len() > MAX_REASON_BYTES {
         return Err(ApiError::invalid_field(
@@ -69,6 +77,26 @@ pub async fn kill(state: &GatewayState, request: KillRequest) -> Result<KilledRe
     })
 }
 
+/// `Ok` when `caller` has `role` in the namespace of run `run_id`'s job. A
+/// run id does not name its job: for a caller limited to some namespaces
+/// the run is looked up in the history (a run not stored there yet is not
+/// found), for one with the role everywhere nothing is looked up.
+async fn require_on_run(
+    state: &GatewayState,
+    caller: &Caller,
+    run_id: &str,
+    role: Role,
+) -> Result<(), ApiError> {
+    if caller.grant.allows_everywhere(role) {
+        return Ok(());
+    }
+    if caller.grant.role < role {
+        return Err(forbidden(caller.grant.scope.as_str(), role));
+    }
+    let run = crate::runs::reads::run(state, run_id).await?.run;
+    caller.grant.require(role, namespace_of(&run.job_id))
+}
+
 /// The answer of a completion report: the run it was stored for.
 #[derive(Debug, serde::Serialize)]
 pub struct CompletedReply {
@@ -79,10 +107,12 @@ pub struct CompletedReply {
 /// Store a completion report of `run_id` where waiting executors hear it.
 pub async fn complete(
     state: &GatewayState,
+    caller: &Caller,
     run_id: &str,
     body: &[u8],
 ) -> Result<CompletedReply, ApiError> {
     check_run_id(run_id)?;
+    require_on_run(state, caller, run_id, Role::Operator).await?;
     let report = Completion::parse(body)
         .map_err(|why| ApiError::malformed(format!("completion report: {why}")))?;
     let payload = serde_json::to_vec(&report)

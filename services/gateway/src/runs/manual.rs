@@ -12,13 +12,15 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
+use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
 use jetcron_core::events::{DueEvent, RunId, Trigger};
-use jetcron_core::job::{validate_id, FieldError, ValidJob};
+use jetcron_core::job::{namespace_of, validate_id, FieldError, ValidJob};
 use jetcron_core::time_format::rfc3339_millis;
 use jetcron_io::due::publish_due_event;
 use serde::{Deserialize, Serialize};
 
+use crate::caller::Caller;
 use crate::GatewayState;
 
 /// Most scheduled times one backfill may emit.
@@ -59,8 +61,14 @@ pub struct BackfilledReply {
     pub skipped: Vec<String>,
 }
 
-async fn load_valid_job(state: &GatewayState, id: &str) -> Result<(ValidJob, u64), ApiError> {
+/// Job `id`, valid, for a caller who operates in its namespace.
+async fn load_valid_job(
+    state: &GatewayState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(ValidJob, u64), ApiError> {
     validate_id(id).map_err(|p| ApiError::invalid_job(vec![p]))?;
+    caller.grant.require(Role::Operator, namespace_of(id))?;
     let (stored, valid) = state
         .jobs
         .get(id)
@@ -94,9 +102,10 @@ fn due_event(
 /// `trigger`: one manual run now.
 pub async fn trigger(
     state: &GatewayState,
+    caller: &Caller,
     request: TriggerJob,
 ) -> Result<TriggeredReply, ApiError> {
-    let (job, revision) = load_valid_job(state, &request.id).await?;
+    let (job, revision) = load_valid_job(state, caller, &request.id).await?;
     let now = state.clock.now();
     let run_id = RunId::for_manual(&job.spec.id, now);
     let event = due_event(&job, revision, run_id.clone(), now, Trigger::Manual);
@@ -134,6 +143,7 @@ fn bad_range(field: &str, message: String) -> ApiError {
 /// run, marked `backfill`.
 pub async fn backfill(
     state: &GatewayState,
+    caller: &Caller,
     request: BackfillJob,
 ) -> Result<BackfilledReply, ApiError> {
     let from = instant("from", &request.from)?;
@@ -147,7 +157,7 @@ pub async fn backfill(
             "must not be in the future (future times fire on schedule)".into(),
         ));
     }
-    let (job, revision) = load_valid_job(state, &request.id).await?;
+    let (job, revision) = load_valid_job(state, caller, &request.id).await?;
     let times = job
         .scheduled_between(from, to, MAX_BACKFILL_FIRES)
         .map_err(|limit| {

@@ -132,6 +132,7 @@ pub fn stream_names() -> Vec<String> {
         subjects::RUNNING_BUCKET,
         subjects::CHANNELS_BUCKET,
         subjects::INCIDENTS_BUCKET,
+        subjects::TOKENS_BUCKET,
     ]
     .map(|bucket| format!("KV_{bucket}"));
     let streams = [

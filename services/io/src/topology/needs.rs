@@ -25,6 +25,8 @@ pub enum Need {
     ChannelsBucket,
     /// `jetcron_incidents`, open alert incidents.
     IncidentsBucket,
+    /// `jetcron_tokens`, the scoped API tokens (hashes only).
+    TokensBucket,
 }
 
 /// A part as made: a stream or a bucket.
@@ -53,6 +55,7 @@ impl Need {
             Need::IncidentsBucket => {
                 Part::Bucket(parts::ensure_incidents_bucket(js, options).await?)
             }
+            Need::TokensBucket => Part::Bucket(parts::ensure_tokens_bucket(js, options).await?),
         })
     }
 }

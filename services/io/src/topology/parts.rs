@@ -265,6 +265,28 @@ pub async fn ensure_channels_bucket(
     .await
 }
 
+/// The scoped API tokens (key = token id; a record with the hash of the
+/// secret, never the secret), history kept like the jobs bucket's so who
+/// made and revoked which token can be traced.
+pub async fn ensure_tokens_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::TOKENS_BUCKET.to_string(),
+            description: "jetcron scoped API tokens (key = token id; secret hashes only)".into(),
+            history: options.jobs_history.clamp(1, 64),
+            max_value_size: 4096,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Open alert incidents (key = `<job id>.<rule>`): one value each, kept
 /// until the job recovers.
 pub async fn ensure_incidents_bucket(

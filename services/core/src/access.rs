@@ -1,0 +1,236 @@
+//! Who may do what: a role in a namespace.
+//!
+//! Teams share one jetcron, and each is given a role in its namespace
+//! ([`crate::job::name`]): `viewer` reads jobs, runs and output; `operator`
+//! also triggers, pauses, resumes, backfills and kills; `editor` also puts
+//! and deletes jobs; `admin` also manages the namespace's tokens. A
+//! [`Grant`] of namespace `*` holds its role in every namespace; an admin
+//! of `*` manages everything, including what is not in a namespace (alert
+//! channels). A refusal names the namespace and the role it needs, and
+//! changes nothing ([`forbidden`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{ApiError, ErrorCode, Refusal};
+use crate::job::{validate_namespace, FieldError};
+
+/// What a grant allows, each role everything of the one before.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Jobs, runs, output.
+    Viewer,
+    /// And trigger, pause, resume, backfill, kill.
+    Operator,
+    /// And put and delete jobs.
+    Editor,
+    /// And the namespace's tokens.
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Viewer, Role::Operator, Role::Editor, Role::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Editor => "editor",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// `text` as a role, or a problem naming `field`.
+    pub fn parse(field: &str, text: &str) -> Result<Self, FieldError> {
+        Self::ALL
+            .into_iter()
+            .find(|role| role.as_str() == text)
+            .ok_or_else(|| {
+                FieldError::new(
+                    field,
+                    "invalid_role",
+                    format!("{text:?} is not a role; use viewer, operator, editor or admin"),
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The namespace a grant holds in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Every namespace (written `*`).
+    All,
+    /// One namespace.
+    One(String),
+}
+
+/// How [`Scope::All`] is written.
+pub const ALL_NAMESPACES: &str = "*";
+
+impl Scope {
+    /// `text` (`*` or a namespace) as a scope, or a problem naming `field`.
+    pub fn parse(field: &str, text: &str) -> Result<Self, FieldError> {
+        if text == ALL_NAMESPACES {
+            return Ok(Scope::All);
+        }
+        validate_namespace(field, text)?;
+        Ok(Scope::One(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Scope::All => ALL_NAMESPACES,
+            Scope::One(namespace) => namespace,
+        }
+    }
+
+    /// Whether it holds in `namespace`.
+    pub fn covers(&self, namespace: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::One(own) => own == namespace,
+        }
+    }
+}
+
+/// A role in a scope: what one token (or user) may do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Grant {
+    pub scope: Scope,
+    pub role: Role,
+}
+
+impl Grant {
+    /// The grant of the bootstrap tokens: admin of every namespace.
+    pub fn admin_of_all() -> Self {
+        Self {
+            scope: Scope::All,
+            role: Role::Admin,
+        }
+    }
+
+    /// Whether it allows what needs `role` in `namespace`.
+    pub fn allows(&self, role: Role, namespace: &str) -> bool {
+        self.role >= role && self.scope.covers(namespace)
+    }
+
+    /// Whether it allows what needs `role` everywhere (what is in no
+    /// namespace, such as alert channels).
+    pub fn allows_everywhere(&self, role: Role) -> bool {
+        self.role >= role && self.scope == Scope::All
+    }
+
+    /// `Ok` when it allows what needs `role` in `namespace`, else the
+    /// refusal ([`forbidden`]).
+    pub fn require(&self, role: Role, namespace: &str) -> Result<(), ApiError> {
+        match self.allows(role, namespace) {
+            true => Ok(()),
+            false => Err(forbidden(namespace, role)),
+        }
+    }
+
+    /// `Ok` when it allows what needs `role` everywhere, else the refusal.
+    pub fn require_everywhere(&self, role: Role) -> Result<(), ApiError> {
+        match self.allows_everywhere(role) {
+            true => Ok(()),
+            false => Err(forbidden(ALL_NAMESPACES, role)),
+        }
+    }
+}
+
+/// The refusal of what needs `role` in `namespace`: 403,
+/// `{"code":"forbidden","namespace":…,"needs":"<role>"}`.
+pub fn forbidden(namespace: &str, role: Role) -> ApiError {
+    let mut error = ApiError::new(
+        ErrorCode::Forbidden,
+        format!("this needs the role {role} in namespace {namespace:?}"),
+    );
+    error.refused = Some(Box::new(Refusal {
+        namespace: namespace.to_string(),
+        needs: role.as_str().to_string(),
+    }));
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(scope: &str, role: Role) -> Grant {
+        Grant {
+            scope: Scope::parse("namespace", scope).expect("scope"),
+            role,
+        }
+    }
+
+    #[test]
+    fn a_role_holds_what_the_roles_below_it_hold_in_its_namespace_only() {
+        let operator = grant("billing", Role::Operator);
+        assert!(operator.allows(Role::Viewer, "billing"));
+        assert!(operator.allows(Role::Operator, "billing"));
+        assert!(!operator.allows(Role::Editor, "billing"));
+        assert!(!operator.allows(Role::Viewer, "ops"));
+        assert!(!operator.allows(Role::Viewer, "default"));
+        assert!(!operator.allows_everywhere(Role::Viewer));
+        let admin = Grant::admin_of_all();
+        for role in Role::ALL {
+            assert!(admin.allows(role, "anything"));
+            assert!(admin.allows_everywhere(role));
+        }
+        assert!(grant("*", Role::Viewer).allows(Role::Viewer, "ops"));
+        assert!(!grant("*", Role::Viewer).allows(Role::Operator, "ops"));
+    }
+
+    #[test]
+    fn a_refusal_names_the_namespace_and_the_role_it_needs() {
+        let error = grant("billing", Role::Viewer)
+            .require(Role::Editor, "ops")
+            .expect_err("refused");
+        assert_eq!(error.code, ErrorCode::Forbidden);
+        assert_eq!(error.code.http_status(), 403);
+        let reply = error.to_reply();
+        assert_eq!(reply["error"]["code"], "forbidden");
+        assert_eq!(reply["error"]["namespace"], "ops");
+        assert_eq!(reply["error"]["needs"], "editor");
+    }
+
+    #[test]
+    fn scopes_and_roles_read_back_what_they_write() {
+        for role in Role::ALL {
+            assert_eq!(Role::parse("role", role.as_str()), Ok(role));
+        }
+        assert_eq!(
+            Role::parse("role", "root").expect_err("no").code,
+            "invalid_role"
+        );
+        assert_eq!(Scope::parse("namespace", "*"), Ok(Scope::All));
+        assert_eq!(
+            Scope::parse("namespace", "billing").map(|s| s.as_str().to_string()),
+            Ok("billing".to_string())
+        );
+        assert!(Scope::parse("namespace", "a.b").is_err());
+        assert!(Scope::parse("namespace", "deliver").is_err());
+        assert_eq!(
+            Scope::parse("namespace", "default"),
+            Ok(Scope::One("default".into()))
+        );
+    }
+}

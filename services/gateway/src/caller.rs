@@ -1,0 +1,74 @@
+//! Who is calling, and what they may do: an actor (for the audit) and a
+//! grant (a role in a namespace, [`jetcron_core::access`]).
+//!
+//! Every door makes one and hands it to the operations, which check it
+//! against the namespace of what they act on before they change anything:
+//! - HTTP: the bearer token's ([`crate::http::auth`]): a scoped token's
+//!   grant and `token:<id>`, a bootstrap token (`--api-token`) admin of
+//!   every namespace, and where reads are open a read without a token is
+//!   an anonymous viewer of every namespace;
+//! - NATS, `jetcron.api.<endpoint>`: admin of every namespace (nats-server's
+//!   permissions decide who may send there, [`crate::nats_api`]).
+
+use jetcron_core::access::{Grant, Role, Scope};
+
+/// A request's caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Who, as the audit names them (`token:<id>`, `admin-token`,
+    /// `anonymous`, `nats`).
+    pub actor: String,
+    /// What they may do.
+    pub grant: Grant,
+}
+
+impl Caller {
+    /// A bootstrap token of `--api-token` / `--api-token-file`.
+    pub fn admin_token() -> Self {
+        Self {
+            actor: "admin-token".into(),
+            grant: Grant::admin_of_all(),
+        }
+    }
+
+    /// The console's signed-in user: sessions are signed with a bootstrap
+    /// token, so admin of every namespace.
+    pub fn console() -> Self {
+        Self {
+            actor: "console".into(),
+            grant: Grant::admin_of_all(),
+        }
+    }
+
+    /// A read without a token where reads are open.
+    pub fn anonymous_reader() -> Self {
+        Self {
+            actor: "anonymous".into(),
+            grant: Grant {
+                scope: Scope::All,
+                role: Role::Viewer,
+            },
+        }
+    }
+
+    /// A request on the NATS API's subjects, which nats-server guards.
+    pub fn nats() -> Self {
+        Self {
+            actor: "nats".into(),
+            grant: Grant::admin_of_all(),
+        }
+    }
+
+    /// Whether it sees `namespace`'s jobs and runs.
+    pub fn sees(&self, namespace: &str) -> bool {
+        self.grant.allows(Role::Viewer, namespace)
+    }
+
+    /// The one namespace it is limited to, if it is.
+    pub fn only_namespace(&self) -> Option<&str> {
+        match &self.grant.scope {
+            Scope::All => None,
+            Scope::One(namespace) => Some(namespace),
+        }
+    }
+}
