@@ -5,7 +5,8 @@
 //! - [`job`]: the job definition (`JobSpec`), its targets, its validation
 //!   and its JSON Schema; a job's name and namespace (`job::name`).
 //! - [`access`]: roles per namespace, and the refusal of what a role does
-//!   not allow.
+//!   not allow; [`nats_doors`]: the nats-server permissions of a team's
+//!   role, for its namespace's door.
 //! - [`schedule`]: when jobs fire, in one folder: the schedule language
 //!   (cron, `@every`, `@at`) and the pure `next_fire` maths, the DST rule
 //!   (Vixie cron(8)'s) that reads a cron line on a zone's wall clock, a
@@ -53,6 +54,7 @@ pub mod events;
 pub mod id_index;
 pub mod job;
 pub mod job_events;
+pub mod nats_doors;
 pub mod run_summary;
 pub mod schedule;
 pub mod subjects;

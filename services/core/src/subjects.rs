@@ -50,6 +50,26 @@ pub const API_CHANNELS_GROUP: &str = "jetcron.api.channels";
 /// `jetcron.api.runs.kill`: stop a run wherever it is.
 pub const API_RUNS_KILL: &str = "jetcron.api.runs.kill";
 
+/// What a namespace's door to the API starts with:
+/// `jetcron.api.ns.<namespace>.<group>.<endpoint>` acts in that namespace
+/// only, so nats-server's permissions on it keep teams apart.
+pub const API_NAMESPACE_PREFIX: &str = "jetcron.api.ns";
+
+/// The subject of `endpoint` (`jobs.put`) on `namespace`'s door.
+pub fn namespace_api_subject(namespace: &str, endpoint: &str) -> String {
+    format!("{API_NAMESPACE_PREFIX}.{namespace}.{endpoint}")
+}
+
+/// The namespace of a subject of a namespace's door, if it is one.
+pub fn namespace_of_api_subject(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix(API_NAMESPACE_PREFIX)?
+        .strip_prefix('.')?
+        .split('.')
+        .next()
+        .filter(|namespace| !namespace.is_empty())
+}
+
 /// Durable consumer of the projector.
 pub const PROJECTOR_CONSUMER: &str = "projector";
 
@@ -280,6 +300,16 @@ mod tests {
         assert!(filters.contains(&"jetcron.runs.*.succeeded".to_string()));
         assert!(filters.contains(&"jetcron.runs.*.*.succeeded".to_string()));
         assert_eq!(filters.len(), 8);
+    }
+
+    #[test]
+    fn namespace_doors_name_their_namespace() {
+        let subject = namespace_api_subject("billing", "jobs.put");
+        assert_eq!(subject, "jetcron.api.ns.billing.jobs.put");
+        assert_eq!(namespace_of_api_subject(&subject), Some("billing"));
+        assert_eq!(namespace_of_api_subject("jetcron.api.jobs.put"), None);
+        assert_eq!(namespace_of_api_subject("jetcron.api.ns..jobs.put"), None);
+        assert_eq!(namespace_of_api_subject("jetcron.api.nsx.a.jobs.put"), None);
     }
 
     #[test]

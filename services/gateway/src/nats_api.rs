@@ -27,6 +27,7 @@ use std::sync::Arc;
 use async_nats::service::{Request, ServiceExt as _, NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
+use jetcron_core::access::{Grant, Role, Scope};
 use jetcron_core::api::{header_safe, ApiError};
 use jetcron_core::job::FieldError;
 use jetcron_core::job_events::JobRejected;
@@ -99,9 +100,18 @@ pub async fn serve(
             .await
             .map_err(|e| anyhow::anyhow!("add endpoint {prefix}.{name}: {e}"))?;
         endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
+        // The same endpoint on every namespace's door.
+        let door = subjects::namespace_api_subject("*", endpoint.name());
+        let stream = service
+            .endpoint_builder()
+            .name(format!("ns-{}", endpoint.name().replace('.', "-")))
+            .add(&door)
+            .await
+            .map_err(|e| anyhow::anyhow!("add endpoint {door}: {e}"))?;
+        endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
     }
     let mut requests = futures::stream::select_all(endpoints);
-    info!("NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*");
+    info!("NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*, and on every namespace's door, jetcron.api.ns.<namespace>.>");
     let mut beside_the_loop = tokio::task::JoinSet::new();
     loop {
         let (endpoint, request) = tokio::select! {
@@ -129,7 +139,10 @@ pub async fn serve(
 
 /// Run one request and send its reply, counted and logged.
 async fn answer(state: &GatewayState, endpoint: Endpoint, request: Request) {
-    let reply = handle(state, endpoint, &request.message.payload).await;
+    let reply = match caller_of(&request.message.subject) {
+        Ok(caller) => handle(state, &caller, endpoint, &request.message.payload).await,
+        Err(e) => Err(e),
+    };
     let result = match &reply {
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
@@ -172,9 +185,40 @@ impl Endpoint {
     }
 }
 
+/// Who a request on `subject` acts as: on `jetcron.api.<endpoint>`, admin
+/// of every namespace (nats-server's permissions decide who sends there);
+/// on a namespace's door, admin of that namespace only (the permissions of
+/// `jetcron nats-permissions` decide which of its endpoints a team's role
+/// may call).
+fn caller_of(subject: &str) -> Result<Caller, ApiError> {
+    let Some(namespace) = subjects::namespace_of_api_subject(subject) else {
+        return Ok(Caller::nats());
+    };
+    let scope = Scope::parse("namespace", namespace)
+        .map_err(|p| ApiError::invalid_field("namespace", p.message))?;
+    if scope == Scope::All {
+        return Err(ApiError::invalid_field(
+            "namespace",
+            "\"*\" is no namespace: send to jetcron.api.<endpoint> for every namespace",
+        ));
+    }
+    Ok(Caller {
+        actor: format!("nats:{namespace}"),
+        grant: Grant {
+            scope,
+            role: Role::Admin,
+        },
+    })
+}
+
 /// Decode the body into the endpoint's request type, run the operation,
 /// encode its answer: the operations themselves are shared with HTTP.
-async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result<Value, ApiError> {
+async fn handle(
+    state: &GatewayState,
+    caller: &Caller,
+    endpoint: Endpoint,
+    body: &[u8],
+) -> Result<Value, ApiError> {
     let now = state.clock.now();
     match endpoint {
         Endpoint::Put => {
@@ -182,48 +226,40 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
                 definition: body.to_vec(),
                 ..PutJob::default()
             };
-            let stored = state.jobs.put(&Caller::nats(), request, now).await?;
+            let stored = state.jobs.put(caller, request, now).await?;
             info!(job_id = %stored.job.id, revision = stored.revision, "job stored");
             encode(stored)
         }
         Endpoint::Trigger => {
-            let reply = runs::manual::trigger(state, &Caller::nats(), parse_body(body)?).await?;
+            let reply = runs::manual::trigger(state, caller, parse_body(body)?).await?;
             info!(job_id = %reply.job_id, run_id = %reply.run_id.as_str(), "manual run triggered");
             encode(reply)
         }
         Endpoint::Backfill => {
-            encode(runs::manual::backfill(state, &Caller::nats(), parse_body(body)?).await?)
+            encode(runs::manual::backfill(state, caller, parse_body(body)?).await?)
         }
-        Endpoint::Get => {
-            encode(jobs::requests::get(state, &Caller::nats(), parse_body(body)?).await?)
-        }
+        Endpoint::Get => encode(jobs::requests::get(state, caller, parse_body(body)?).await?),
         Endpoint::List => encode(
-            jobs::requests::list(
-                state,
-                &Caller::nats(),
-                parse_body(body_or_empty_object(body))?,
-            )
-            .await?,
+            jobs::requests::list(state, caller, parse_body(body_or_empty_object(body))?).await?,
         ),
         Endpoint::Delete => {
-            let reply = jobs::requests::delete(state, &Caller::nats(), parse_body(body)?).await?;
+            let reply = jobs::requests::delete(state, caller, parse_body(body)?).await?;
             info!(job_id = %reply.id, "job deleted");
             encode(reply)
         }
-        Endpoint::Pause => encode(
-            jobs::requests::set_paused(state, &Caller::nats(), parse_body(body)?, true).await?,
-        ),
-        Endpoint::Resume => encode(
-            jobs::requests::set_paused(state, &Caller::nats(), parse_body(body)?, false).await?,
-        ),
-        Endpoint::Kill => {
-            encode(runs::control::kill(state, &Caller::nats(), parse_body(body)?).await?)
+        Endpoint::Pause => {
+            encode(jobs::requests::set_paused(state, caller, parse_body(body)?, true).await?)
         }
+        Endpoint::Resume => {
+            encode(jobs::requests::set_paused(state, caller, parse_body(body)?, false).await?)
+        }
+        Endpoint::Kill => encode(runs::control::kill(state, caller, parse_body(body)?).await?),
         Endpoint::Preview => encode(jobs::schedule_preview::preview(
             &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,
         )?),
         Endpoint::ChannelPut => {
+            caller.grant.require_everywhere(Role::Admin)?;
             let request = PutChannel {
                 definition: body.to_vec(),
                 ..PutChannel::default()
@@ -248,6 +284,7 @@ async fn handle(state: &GatewayState, endpoint: Endpoint, body: &[u8]) -> Result
             encode(reply)
         }
         Endpoint::ChannelDelete => {
+            caller.grant.require_everywhere(Role::Admin)?;
             let reply = state.channels.delete(parse_body(body)?).await?;
             info!(channel = %reply.name, "channel deleted");
             encode(reply)

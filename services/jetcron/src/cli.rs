@@ -40,6 +40,9 @@ pub enum Command {
     /// Move jetcron's streams and buckets to another replica count (R1 to
     /// R3 when a single node grows into a cluster), keeping every message.
     Migrate(MigrateArgs),
+    /// Print, as JSON, the `permissions` of a nats-server user for a team's
+    /// role in its namespace (paste it into `users`; docs/security.md).
+    NatsPermissions(NatsPermissionsArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -386,6 +389,16 @@ pub struct ReqArgs {
     /// How long to wait for the reply.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct NatsPermissionsArgs {
+    /// The team's namespace (not `*`).
+    #[arg(long)]
+    pub namespace: String,
+    /// viewer, operator, editor or admin.
+    #[arg(long)]
+    pub role: String,
 }
 
 #[derive(Debug, Args)]

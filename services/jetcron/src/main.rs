@@ -62,11 +62,26 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `jetcron nats-permissions`: the permissions of a team's NATS user.
+fn print_nats_permissions(args: &cli::NatsPermissionsArgs) -> anyhow::Result<()> {
+    let scope = jetcron_core::access::Scope::parse("--namespace", &args.namespace)
+        .map_err(|p| anyhow::anyhow!("{}", p.message))?;
+    let jetcron_core::access::Scope::One(namespace) = scope else {
+        anyhow::bail!("--namespace: a team's user has one namespace; \"*\" is the gateway's (infra/nats/roles.conf)");
+    };
+    let role = jetcron_core::access::Role::parse("--role", &args.role)
+        .map_err(|p| anyhow::anyhow!("{}", p.message))?;
+    let permissions = jetcron_core::nats_doors::nats_permissions(&namespace, role);
+    println!("{}", serde_json::to_string_pretty(&permissions)?);
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = cli.common;
     let command = match cli.command {
         Command::Req(args) => return request(&common, args).await,
         Command::Migrate(args) => return migrate::run(&common, args).await,
+        Command::NatsPermissions(args) => return print_nats_permissions(&args),
         command => command,
     };
     let shutdown = CancellationToken::new();
@@ -134,7 +149,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
         }
-        Command::Req(_) | Command::Migrate(_) => unreachable!("handled above"),
+        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) => {
+            unreachable!("handled above")
+        }
     }
     // A service that ends (or fails) takes the process down with it, in
     // order: the ticker, the executors, the projector, the gateway.
@@ -152,7 +169,7 @@ fn services_of(command: &Command) -> &'static [&'static str] {
         Command::Projector(_) => &[PROJECTOR],
         Command::Gateway(_) => &[GATEWAY],
         Command::All(_) => &[GATEWAY, PROJECTOR, EXECUTOR, TICKER],
-        Command::Req(_) | Command::Migrate(_) => &[],
+        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) => &[],
     }
 }
 

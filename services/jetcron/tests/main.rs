@@ -36,6 +36,7 @@ mod job_rejections;
 mod kill_markers;
 mod lost_acks;
 mod manual_runs;
+mod namespace_doors;
 mod namespaces;
 mod nats_creds;
 mod nats_failover;

@@ -42,6 +42,9 @@ pub struct StackOptions {
     /// The ticker's `--lookahead` (fires stored this long ahead, held by
     /// executors until their instant).
     pub lookahead: Duration,
+    /// nats-server configuration (users and their permissions); the
+    /// stack's own connections then log in as its `no_auth_user`.
+    pub nats_config: Option<String>,
 }
 
 /// The bearer token the test gateway accepts on HTTP writes.
@@ -60,6 +63,7 @@ impl Default for StackOptions {
             protect_reads: false,
             smtp_ca_file: None,
             lookahead: Duration::ZERO,
+            nats_config: None,
         }
     }
 }
@@ -128,7 +132,10 @@ impl Stack {
         crate::init_test_logging();
         // Record metrics as the binary does, so /metrics can be checked.
         jetcron_io::prometheus::install().expect("metrics recorder");
-        let nats = NatsServer::start();
+        let nats = match &options.nats_config {
+            Some(config) => NatsServer::start_with_config(config),
+            None => NatsServer::start(),
+        };
         let clickhouse = ClickHouseServer::start();
         let client = nats.client().await;
         let js = jetstream::new(client.clone());
