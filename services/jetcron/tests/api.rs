@@ -142,6 +142,16 @@ async fn the_service_is_discoverable_with_nats_micro() {
         .map(|e| e["subject"].as_str().expect("subject"))
         .collect();
     subjects.sort();
+    // Every endpoint, plainly and on every namespace's door.
+    let (doors, plain): (Vec<&str>, Vec<&str>) = subjects
+        .into_iter()
+        .partition(|s| s.starts_with("jetcron.api.ns.*."));
+    let door_endpoints: Vec<String> = doors
+        .iter()
+        .map(|s| s.replacen("jetcron.api.ns.*.", "jetcron.api.", 1))
+        .collect();
+    assert_eq!(door_endpoints, plain);
+    let subjects = plain;
     assert_eq!(
         subjects,
         [
