@@ -291,3 +291,54 @@ async fn an_old_chains_consumer_learns_two_token_names() {
     assert_eq!(called, ["billing.extract", "ops.load"]);
     stack.stop().await;
 }
+
+/// A namespaced job's failure alert (`jetcron.notify.billing.flaky`, two
+/// tokens after the prefix, as an alert delivery's are) reaches its webhook
+/// naming the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_namespaced_jobs_failure_alert_names_it() {
+    use axum::routing::post;
+
+    let stack = Stack::start(StackOptions::default()).await;
+    let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = bodies.clone();
+    let app = axum::Router::new().route(
+        "/alert",
+        post(move |body: String| {
+            let seen = seen.clone();
+            async move {
+                let body = serde_json::from_str(&body).unwrap_or(Value::Null);
+                seen.lock().expect("bodies").push(body);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Nobody answers its subject: every call fails.
+    stack
+        .put_job(&format!(
+            r#"{{"id":"billing.flaky","schedule":"0 0 0 1 1 * 2090","retry":{{"max_attempts":1}},
+                "notify":{{"webhook":"{base}/alert"}},
+                "target":{{"type":"nats","subject":"svc.nobody-answers"}}}}"#
+        ))
+        .await;
+    let run_id = stack.trigger("billing.flaky").await;
+    let run = jetcron_testkit::wait_until("the alert sent", Duration::from_secs(30), || async {
+        stack
+            .run(&run_id)
+            .await
+            .filter(|r| r["notification"] == "notified")
+    })
+    .await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["job_id"], "billing.flaky", "{run}");
+    let bodies = bodies.lock().expect("bodies").clone();
+    assert_eq!(bodies.len(), 1, "{bodies:#?}");
+    assert_eq!(bodies[0]["run"]["job_id"], "billing.flaky", "{bodies:#?}");
+    assert_eq!(bodies[0]["run"]["run_id"], run_id.as_str());
+    stack.stop().await;
+}

@@ -191,11 +191,13 @@ async fn caller_of(
         Presented::Public => Ok(None),
         Presented::Known(caller) => Ok(Some(caller)),
         Presented::Other { token, needed } => {
-            match crate::tokens::requests::caller_of(state, token).await? {
-                Some(caller) => Ok(Some(caller)),
-                // An open read with a token nobody knows reads as anyone.
-                None if !needed => Ok(Some(Caller::anonymous_reader())),
-                None => Err(state.http_auth.not_accepted()),
+            match crate::tokens::requests::caller_of(state, token).await {
+                Ok(Some(caller)) => Ok(Some(caller)),
+                // An open read reads as anyone with a token nobody knows, or
+                // while the tokens bucket does not answer.
+                Ok(None) | Err(_) if !needed => Ok(Some(Caller::anonymous_reader())),
+                Ok(None) => Err(state.http_auth.not_accepted()),
+                Err(e) => Err(e),
             }
         }
     }
