@@ -1,8 +1,12 @@
 //! Who is calling, and what they may do: an actor (for the audit) and a
 //! grant (a role in a namespace, [`jetcron_core::access`]).
 //!
-//! Every door makes one and hands it to the operations, which check it
-//! against the namespace of what they act on before they change anything:
+//! Every door makes one. Where the grant is checked: in the operation
+//! itself when more than one door calls it (every write, and the job reads
+//! the NATS API serves: `jobs::requests::{get, list}`), in the HTTP adapter
+//! for the reads only HTTP serves (a job's detail, history and runs, the
+//! run listing, statistics, rejections, channels), always before anything
+//! is changed or shown. The doors:
 //! - HTTP: the bearer token's ([`crate::http::auth`]): a scoped token's
 //!   grant and `token:<id>`, a bootstrap token (`--api-token`) admin of
 //!   every namespace, and where reads are open a read without a token is

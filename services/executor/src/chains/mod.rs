@@ -102,56 +102,39 @@ pub async fn chains_consumer(
     stream: &jetstream::stream::Stream,
     start: DeliverPolicy,
 ) -> topology::Result<jetstream::consumer::PullConsumer> {
-    let consumer = topology::ensure_consumer(
-        stream,
-        pull::Config {
-            durable_name: Some(subjects::CHAINS_CONSUMER.to_string()),
-            description: Some("jetcron executors starting chained jobs when a run ends".into()),
-            filter_subjects: subjects::chain_filter_subjects(),
-            deliver_policy: start,
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: Duration::from_secs(30),
-            max_deliver: -1,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let consumer = topology::ensure_consumer(stream, chains_config(start)).await?;
     with_current_filters(stream, consumer).await
+}
+
+/// The settings of the consumer `chains`, starting at `start`.
+fn chains_config(start: DeliverPolicy) -> pull::Config {
+    pull::Config {
+        durable_name: Some(subjects::CHAINS_CONSUMER.to_string()),
+        description: Some("jetcron executors starting chained jobs when a run ends".into()),
+        filter_subjects: subjects::chain_filter_subjects(),
+        deliver_policy: start,
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(30),
+        max_deliver: -1,
+        ..Default::default()
+    }
 }
 
 /// `consumer` (`chains`) with the filters of
 /// [`subjects::chain_filter_subjects`]: one made before namespaces heard
-/// only one-token job names, and gets the two-token filters added, its
-/// place in the stream kept.
+/// only one-token job names, and is given [`chains_config`] again, its
+/// place in the stream (and where it started) kept.
 async fn with_current_filters(
     stream: &jetstream::stream::Stream,
     consumer: jetstream::consumer::PullConsumer,
 ) -> topology::Result<jetstream::consumer::PullConsumer> {
-    let filters = subjects::chain_filter_subjects();
     let had = &consumer.cached_info().config;
-    if had.filter_subjects == filters {
+    let wanted = chains_config(had.deliver_policy);
+    if had.filter_subjects == wanted.filter_subjects {
         return Ok(consumer);
     }
-    info!(from = ?had.filter_subjects, to = ?filters, "the chains consumer hears two-token job names from now on");
-    let mut config = pull_config_of(had);
-    config.filter_subjects = filters;
-    config.filter_subject = String::new();
-    topology::update_consumer(stream, config).await
-}
-
-/// A pull consumer's settings, as the server holds them.
-fn pull_config_of(had: &jetstream::consumer::Config) -> pull::Config {
-    pull::Config {
-        durable_name: had.durable_name.clone(),
-        description: had.description.clone(),
-        filter_subjects: had.filter_subjects.clone(),
-        filter_subject: had.filter_subject.clone(),
-        deliver_policy: had.deliver_policy,
-        ack_policy: had.ack_policy,
-        ack_wait: had.ack_wait,
-        max_deliver: had.max_deliver,
-        ..Default::default()
-    }
+    info!(from = ?had.filter_subjects, to = ?wanted.filter_subjects, "the chains consumer hears two-token job names from now on");
+    topology::update_consumer(stream, wanted).await
 }
 
 /// Where the consumer made for the first chained job starts, worked out

@@ -250,19 +250,13 @@ pub async fn ensure_channels_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::CHANNELS_BUCKET.to_string(),
-            description: "jetcron alert channels (key = channel name)".into(),
-            history: options.jobs_history.clamp(1, 64),
-            max_value_size: jetcron_core::channel::MAX_CHANNEL_BYTES as i32,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = traced_bucket(
+        subjects::CHANNELS_BUCKET,
+        "jetcron alert channels (key = channel name)",
+        jetcron_core::channel::MAX_CHANNEL_BYTES,
+        options,
+    );
+    ensure_bucket(js, config).await
 }
 
 /// The scoped API tokens (key = token id; a record with the hash of the
@@ -272,19 +266,32 @@ pub async fn ensure_tokens_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::TOKENS_BUCKET.to_string(),
-            description: "jetcron scoped API tokens (key = token id; secret hashes only)".into(),
-            history: options.jobs_history.clamp(1, 64),
-            max_value_size: 4096,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = traced_bucket(
+        subjects::TOKENS_BUCKET,
+        "jetcron scoped API tokens (key = token id; secret hashes only)",
+        4096,
+        options,
+    );
+    ensure_bucket(js, config).await
+}
+
+/// A bucket of definitions people change (channels, tokens): on file, at
+/// the deployment's replica count, with the jobs bucket's history.
+fn traced_bucket(
+    bucket: &str,
+    description: &str,
+    max_value_size: usize,
+    options: &TopologyOptions,
+) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_string(),
+        description: description.into(),
+        history: options.jobs_history.clamp(1, 64),
+        max_value_size: i32::try_from(max_value_size).unwrap_or(i32::MAX),
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    }
 }
 
 /// Open alert incidents (key = `<job id>.<rule>`): one value each, kept
