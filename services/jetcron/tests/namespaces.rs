@@ -170,6 +170,33 @@ async fn jobs_of_namespaces_fire_chain_and_list_apart() {
             .collect();
         assert_eq!(jobs, expected.into_iter().collect(), "{ns}: {body}");
     }
+    // A token of billing lists billing's runs and figures only, without
+    // naming the namespace.
+    let (status, made) = stack
+        .post(
+            "/v1/tokens",
+            r#"{"namespace":"billing","role":"viewer","description":"billing's board"}"#,
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let token = made["token"].as_str().expect("token");
+    for (path, rows) in [("/v1/runs?limit=500", "runs"), ("/v1/stats", "jobs")] {
+        let (status, body) = stack
+            .send(jetcron_testkit::reqwest::Method::GET, path, "", Some(token))
+            .await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let jobs: BTreeSet<&str> = body[rows]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["job_id"].as_str().expect("job_id"))
+            .collect();
+        assert_eq!(
+            jobs,
+            ["billing.export"].into_iter().collect(),
+            "{path}: {body}"
+        );
+    }
     let (_, detail) = stack.get("/v1/jobs/billing.export").await;
     assert_eq!(detail["job"]["id"], "billing.export", "{detail}");
     assert_eq!(detail["children"][0]["job"], "ops.after-export", "{detail}");
