@@ -147,6 +147,15 @@ impl Grant {
         }
     }
 
+    /// `Ok` when it holds `role` at least in its own scope (a selection
+    /// then keeps to the namespaces where it does), else the refusal there.
+    pub fn require_somewhere(&self, role: Role) -> Result<(), ApiError> {
+        match self.role >= role {
+            true => Ok(()),
+            false => Err(forbidden(self.scope.as_str(), role)),
+        }
+    }
+
     /// `Ok` when it allows what needs `role` everywhere, else the refusal.
     pub fn require_everywhere(&self, role: Role) -> Result<(), ApiError> {
         match self.allows_everywhere(role) {

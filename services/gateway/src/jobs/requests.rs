@@ -240,12 +240,7 @@ pub async fn set_paused(
         }
         (None, Some(labels)) if !labels.is_empty() => {
             checked_selector(&labels)?;
-            if caller.grant.role < Role::Operator {
-                return Err(jetcron_core::access::forbidden(
-                    caller.grant.scope.as_str(),
-                    Role::Operator,
-                ));
-            }
+            caller.grant.require_somewhere(Role::Operator)?;
             state
                 .jobs
                 .list()

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use jetcron_core::access::{forbidden, Role};
+use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
 use jetcron_core::control::{is_run_id, Completion, KillRequest, MAX_REASON_BYTES};
 use jetcron_core::job::namespace_of;
@@ -90,9 +90,7 @@ async fn require_on_run(
     if caller.grant.allows_everywhere(role) {
         return Ok(());
     }
-    if caller.grant.role < role {
-        return Err(forbidden(caller.grant.scope.as_str(), role));
-    }
+    caller.grant.require_somewhere(role)?;
     let run = crate::runs::reads::run(state, run_id).await?.run;
     caller.grant.require(role, namespace_of(&run.job_id))
 }

@@ -148,9 +148,7 @@ fn expiry(expires_in: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTim
 
 /// The tokens `caller` administers; refused when it administers none.
 pub async fn list(state: &GatewayState, caller: &Caller) -> Result<TokensReply, ApiError> {
-    if caller.grant.role < Role::Admin {
-        return Err(refuse(caller.grant.scope.as_str()));
-    }
+    caller.grant.require_somewhere(Role::Admin)?;
     let tokens = state
         .tokens
         .list()
