@@ -6,7 +6,8 @@
 //!   and its JSON Schema; a job's name and namespace (`job::name`).
 //! - [`access`]: roles per namespace, and the refusal of what a role does
 //!   not allow; [`nats_doors`]: the nats-server permissions of a team's
-//!   role, for its namespace's door.
+//!   role, for its namespace's door; [`policy`]: what a namespace's jobs
+//!   may reach (subjects, URLs, pools, shell, chains).
 //! - [`schedule`]: when jobs fire, in one folder: the schedule language
 //!   (cron, `@every`, `@at`) and the pure `next_fire` maths, the DST rule
 //!   (Vixie cron(8)'s) that reads a cron line on a zone's wall clock, a
@@ -55,6 +56,7 @@ pub mod id_index;
 pub mod job;
 pub mod job_events;
 pub mod nats_doors;
+pub mod policy;
 pub mod run_summary;
 pub mod schedule;
 pub mod subjects;

@@ -11,6 +11,8 @@ pub const CHANNELS_BUCKET: &str = "jetcron_channels";
 pub const INCIDENTS_BUCKET: &str = "jetcron_incidents";
 /// KV bucket of the scoped API tokens (key = token id; hashes only).
 pub const TOKENS_BUCKET: &str = "jetcron_tokens";
+/// KV bucket of the namespaces' target policies (key = namespace).
+pub const POLICIES_BUCKET: &str = "jetcron_policies";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.

@@ -16,6 +16,7 @@ use crate::job_events::{FireMissed, JobRejected};
 pub fn all() -> Vec<(&'static str, Schema)> {
     vec![
         ("job.schema.json", schema_for!(JobSpec)),
+        ("policy.schema.json", schema_for!(crate::policy::Policy)),
         ("events/due_event.schema.json", schema_for!(DueEvent)),
         ("events/run_event.schema.json", schema_for!(RunEvent)),
         ("events/job_rejected.schema.json", schema_for!(JobRejected)),

@@ -245,4 +245,7 @@ pub struct ExecutorContext {
     pub runs_pulse: runs_pulse::RunsPulse,
     /// The answers of keep-alives sent on `nats`.
     pub ack_replies: Arc<ack_replies::AckReplies>,
+    /// The namespaces' target policies, followed in memory: checked
+    /// before every call ([`attempt`]'s admission).
+    pub policies: Arc<jetcron_io::policy_book::PolicyBook>,
 }

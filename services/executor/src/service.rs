@@ -35,6 +35,7 @@ const TOPOLOGY: &[Need] = &[
     Need::RunningBucket,
     Need::IncidentsBucket,
     Need::ChannelsBucket,
+    Need::PoliciesBucket,
 ];
 
 /// Run the executor until `shutdown` is cancelled: its topology, its
@@ -61,6 +62,17 @@ pub async fn run(
         runs: topology.runs,
     };
     spawn_helpers(&ctx, &mut tasks, helpers, &shutdown);
+    let policies = topology.policies.clone();
+    let (c, s) = (ctx.clone(), tasks.background_stop());
+    tasks.spawn(TaskKind::Background, "target policies", async move {
+        c.policies.follow(&policies, &s).await;
+        Ok(())
+    });
+    // No fire is checked against a policy before every policy is read.
+    tokio::select! {
+        _ = ctx.policies.loaded() => {}
+        _ = shutdown.cancelled() => {}
+    }
     info!(executor_id = %ctx.config.executor_id, ?pools, max_in_flight = ctx.config.max_in_flight, shell = ctx.config.shell.enabled, "executor started");
     pull_until_stopped(&ctx, &tasks, topology.consumers, &shutdown).await;
     drain(&ctx, &tasks).await;
@@ -105,6 +117,7 @@ struct ExecutorTopology {
     running: kv::Store,
     incidents: kv::Store,
     channels: kv::Store,
+    policies: kv::Store,
     /// Each pool's durable consumer.
     consumers: Vec<(String, jetstream::consumer::PullConsumer)>,
     notifier: jetstream::consumer::PullConsumer,
@@ -165,6 +178,7 @@ impl ExecutorTopology {
             running: ensured.bucket(Need::RunningBucket)?,
             incidents: ensured.bucket(Need::IncidentsBucket)?,
             channels: ensured.bucket(Need::ChannelsBucket)?,
+            policies: ensured.bucket(Need::PoliciesBucket)?,
             consumers,
             notifier,
             chain_ends,
@@ -217,6 +231,7 @@ async fn context(
         instant_calls,
         runs_pulse: runs_pulse::RunsPulse::default(),
         ack_replies,
+        policies: Arc::default(),
     };
     let feeds = ContextFeeds {
         completion_reports,

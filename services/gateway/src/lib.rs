@@ -78,6 +78,7 @@ pub mod jobs;
 pub mod limits;
 pub mod missed_fires;
 pub mod nats_api;
+pub mod policies;
 pub mod read_params;
 pub mod request_body;
 pub mod runs;
@@ -120,6 +121,8 @@ pub struct GatewayState {
     pub channels: channels::store::ChannelStore,
     /// `jetcron_tokens`: the scoped API tokens.
     pub tokens: tokens::store::TokenStore,
+    /// `jetcron_policies`: the namespaces' target policies.
+    pub policies: policies::PolicyStore,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: jobs::catalog::JobCatalog,
     pub runs: runs::history::RunHistory,

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{channels, console, http, jobs, missed_fires, nats_api, runs, sql, tokens};
+use crate::{channels, console, http, jobs, missed_fires, nats_api, policies, runs, sql, tokens};
 use crate::{GatewayConfig, GatewayState};
 
 /// The streams and buckets the gateway needs, made or verified in this
@@ -26,6 +26,7 @@ const TOPOLOGY: &[Need] = &[
     Need::RunningBucket,
     Need::ChannelsBucket,
     Need::TokensBucket,
+    Need::PoliciesBucket,
 ];
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -71,6 +72,7 @@ struct GatewayTopology {
     running: async_nats::jetstream::kv::Store,
     channels: async_nats::jetstream::kv::Store,
     tokens: async_nats::jetstream::kv::Store,
+    policies: async_nats::jetstream::kv::Store,
 }
 
 impl GatewayTopology {
@@ -107,6 +109,7 @@ impl GatewayTopology {
                 running: ensured.bucket(Need::RunningBucket)?,
                 channels: ensured.bucket(Need::ChannelsBucket)?,
                 tokens: ensured.bucket(Need::TokensBucket)?,
+                policies: ensured.bucket(Need::PoliciesBucket)?,
             }))
         }
         .await;
@@ -143,6 +146,12 @@ fn state(
         clickhouse_schema::prepare_when_possible(&schema_client, mode, &stop).await;
         Ok(())
     });
+    let book = Arc::new(jetcron_io::policy_book::PolicyBook::default());
+    let (followed, bucket, stop) = (book.clone(), parts.policies.clone(), shutdown.clone());
+    tasks.spawn(TaskKind::Abort, "target policies", async move {
+        followed.follow(&bucket, &stop).await;
+        Ok(())
+    });
     let reads = sql::reads::ClickHouseReads::new(clickhouse, config.limits.clickhouse_timeout);
     GatewayState {
         running: parts.running,
@@ -153,10 +162,12 @@ fn state(
             catalog.clone(),
             config.limits.max_jobs,
             config.lines.clone(),
+            book.clone(),
         ),
         catalog,
         channels: channels::store::ChannelStore::new(parts.channels),
         tokens: tokens::store::TokenStore::new(parts.tokens),
+        policies: policies::PolicyStore::new(parts.policies, book),
         runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),

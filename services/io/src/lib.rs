@@ -8,6 +8,8 @@
 //!   catch-up, reopen).
 //! - [`job_feed`]: one read of `jetcron_jobs`, decoded once, for every
 //!   service of a process.
+//! - [`policy_book`]: the namespaces' target policies, followed in memory
+//!   (gateway, ticker, executor).
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).
 //! - [`control`]: records and broadcasts kill requests.
 //! - [`job_events`]: publishes `job.rejected` and `fire.missed`.
@@ -50,6 +52,7 @@ pub mod nats_connect;
 pub mod nats_failover;
 pub mod notify;
 pub mod peer_reach;
+pub mod policy_book;
 pub mod prometheus;
 pub mod readiness;
 pub mod retry;

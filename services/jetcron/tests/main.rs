@@ -43,6 +43,7 @@ mod nats_failover;
 mod nats_permissions;
 mod nats_target;
 mod ordered_shutdown;
+mod policies;
 mod projection;
 mod retention;
 mod run_control;

@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, kv, stream};
 use jetcron_core::clock::Clock;
 use jetcron_io::job_feed::FeedEvent;
+use jetcron_io::policy_book::PolicyBook;
 use jetcron_io::tasks::{ServiceTasks, TaskKind};
 use jetcron_io::topology::{self, Need, TopologyOptions};
 use tokio::sync::{mpsc, watch};
@@ -46,6 +47,7 @@ const TOPOLOGY: &[Need] = &[
     Need::DueStream,
     Need::RunsStream,
     Need::RunningBucket,
+    Need::PoliciesBucket,
 ];
 
 /// Run the ticker until `shutdown` is cancelled.
@@ -60,7 +62,7 @@ pub async fn run(
     let Some(parts) = TickerTopology::ensure(&config, &tjs, &shutdown).await? else {
         return Ok(());
     };
-    let mut ticker = Ticker::start(&config, js, clock, parts, &tjs).await?;
+    let mut ticker = Ticker::start(&config, js, clock, parts, &tjs, &shutdown).await?;
     info!(replica_id = %config.replica_id, lookahead_ms = config.lookahead.as_millis() as u64, "ticker started");
     ticker.turn_until(&shutdown).await;
     ticker.stop().await
@@ -71,6 +73,7 @@ struct TickerTopology {
     jobs: kv::Store,
     due_stream: stream::Stream,
     running: kv::Store,
+    policies: kv::Store,
     ticker_bucket: kv::Store,
 }
 
@@ -104,6 +107,7 @@ impl TickerTopology {
             jobs: ensured.bucket(Need::JobsBucket)?,
             due_stream: ensured.stream(Need::DueStream)?,
             running: ensured.bucket(Need::RunningBucket)?,
+            policies: ensured.bucket(Need::PoliciesBucket)?,
             ticker_bucket,
         }))
     }
@@ -154,6 +158,7 @@ impl Ticker {
         clock: Arc<dyn Clock>,
         parts: TickerTopology,
         tjs: &jetstream::Context,
+        shutdown: &CancellationToken,
     ) -> anyhow::Result<Self> {
         let definitions = crate::definitions::Definitions::new(
             tjs.get_stream_no_info(&parts.jobs.stream_name).await?,
@@ -165,15 +170,17 @@ impl Ticker {
         } else {
             open_snapshot_store(tjs, &config.topology, &parts.jobs).await
         };
+        let mut tasks = ServiceTasks::default();
+        let policies = follow_policies(&mut tasks, parts.policies, shutdown).await;
         let watch_stop = CancellationToken::new();
         let (job_tx, job_changes) = mpsc::channel(4096);
         let watcher = tokio::spawn(job_watch::watch_jobs(
             config.jobs_feed.subscribe(&js.client(), &config.lines),
             js.clone(),
+            policies,
             job_tx,
             watch_stop.clone(),
         ));
-        let mut tasks = ServiceTasks::default();
         let (check, check_js, stop) = (
             config.clock_check.clone(),
             js.clone(),
@@ -552,4 +559,25 @@ async fn open_snapshot_store(
             None
         }
     }
+}
+
+/// Follow the target policies (a background task of `tasks`) and wait for
+/// their first read (or the stop), so that no definition is checked
+/// before it.
+async fn follow_policies(
+    tasks: &mut ServiceTasks,
+    bucket: kv::Store,
+    shutdown: &CancellationToken,
+) -> Arc<PolicyBook> {
+    let book = Arc::new(PolicyBook::default());
+    let (followed, stop) = (book.clone(), tasks.background_stop());
+    tasks.spawn(TaskKind::Background, "target policies", async move {
+        followed.follow(&bucket, &stop).await;
+        Ok(())
+    });
+    tokio::select! {
+        _ = book.loaded() => {}
+        _ = shutdown.cancelled() => {}
+    }
+    book
 }

@@ -11,12 +11,23 @@
 //! ([`jetcron_core::job_events`]), so the author of a bad `nats kv put` can
 //! find out in the history; every replica does so, and the event id derived
 //! from (key, revision) makes that one event.
+//!
+//! A valid definition its namespace's target policy refuses
+//! ([`jetcron_core::policy`]; one put past the API with a direct `nats kv
+//! put`) is published as `job.rejected` the same way, naming every refused
+//! field. It stays scheduled: the executors refuse each of its fires
+//! (recorded as a failed run, never called) for as long as the policy
+//! refuses it, and run it from the first fire after the policy allows it,
+//! without a put.
 
 use std::collections::VecDeque;
 
 use jetcron_core::job_events::JobRejected;
+use std::sync::Arc;
+
 use jetcron_io::job_events;
 use jetcron_io::job_feed::{FeedEvent, FeedReceiver, JobEntry, Written};
+use jetcron_io::policy_book::PolicyBook;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -27,15 +38,21 @@ const REJECTION_QUEUE: usize = 1024;
 
 /// Follow the feed until `shutdown`, handing its events to `changes` (the
 /// first sync only) and publishing a `job.rejected` event for every value
-/// that does not validate.
+/// that does not validate or that its namespace's policy (`policies`)
+/// refuses.
 pub async fn watch_jobs(
     feed: FeedReceiver,
     js: async_nats::jetstream::Context,
+    policies: Arc<PolicyBook>,
     changes: mpsc::Sender<FeedEvent>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (rejections, queue) = mpsc::channel(REJECTION_QUEUE);
     let publisher = tokio::spawn(publish_rejections(js, queue));
+    let rejections = Rejections {
+        queue: rejections,
+        policies,
+    };
     follow(feed, changes, rejections, shutdown).await;
     publisher.abort();
     Ok(())
@@ -52,10 +69,16 @@ async fn publish_rejections(
     }
 }
 
+/// Where the rejections found go, and the policies they are found by.
+struct Rejections {
+    queue: mpsc::Sender<JobRejected>,
+    policies: Arc<PolicyBook>,
+}
+
 async fn follow(
     mut feed: FeedReceiver,
     changes: mpsc::Sender<FeedEvent>,
-    rejections: mpsc::Sender<JobRejected>,
+    rejections: Rejections,
     shutdown: CancellationToken,
 ) {
     let mut dropped_rejections = 0u64;
@@ -89,8 +112,10 @@ async fn follow(
                 FeedEvent::Synced
             }
             Some(FeedEvent::Entry(entry)) => {
-                if let Some(rejected) = rejection_of(&entry) {
-                    if rejections.try_send(rejected).is_err() {
+                let rejected =
+                    rejection_of(&entry).or_else(|| policy_refusal(&entry, &rejections.policies));
+                if let Some(rejected) = rejected {
+                    if rejections.queue.try_send(rejected).is_err() {
                         dropped_rejections += 1;
                         if dropped_rejections.is_power_of_two() {
                             warn!(dropped_rejections, "job.rejected events not recorded: too many invalid values at once (the bucket keeps them)");
@@ -121,6 +146,32 @@ async fn follow(
             sent = changes.send(change) => if sent.is_err() { return },
         }
     }
+}
+
+/// The `job.rejected` event of a valid definition its namespace's policy
+/// refuses (logged with every refusal); `None` for any other entry.
+fn policy_refusal(entry: &JobEntry, policies: &PolicyBook) -> Option<JobRejected> {
+    let job = entry.valid()?;
+    let refusals = policies.refusals(&job.spec);
+    if refusals.is_empty() {
+        return None;
+    }
+    let text: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+    warn!(
+        job_id = %entry.key,
+        revision = entry.revision,
+        refusals = %text.join("; "),
+        "job definition refused by its namespace's target policy: its fires will not be called"
+    );
+    // The value is not kept; its size is the definition's, encoded again.
+    let encoded = serde_json::to_vec(&job.spec).unwrap_or_default();
+    Some(JobRejected::from_kv(
+        &entry.key,
+        entry.revision,
+        &encoded,
+        refusals,
+        entry.written_at,
+    ))
 }
 
 /// The `job.rejected` event of a value that does not validate (logged with

@@ -40,6 +40,7 @@ pub(super) async fn admit<'a>(
     publisher: &RunEventPublisher<'_>,
 ) -> Option<Admitted<'a>> {
     let job = valid_job(ctx, message, due, publisher).await?;
+    let job = allowed_by_policy(ctx, message, job, publisher).await?;
     let slot = unless_split(ctx, message, due, &job, slot).await?;
     if let Some(index) = due.shard.filter(|index| *index >= job.shards) {
         let why = format!("shard {index} is out of range for {} shards", job.shards);
@@ -100,6 +101,32 @@ async fn valid_job(
             None
         }
     }
+}
+
+/// `job`, unless its namespace's target policy refuses it: then the run
+/// is recorded as failed, with every refusal, and never called (a
+/// definition put past the API, or one the policy narrowed since).
+async fn allowed_by_policy(
+    ctx: &ExecutorContext,
+    message: &Delivery,
+    job: ValidJob,
+    publisher: &RunEventPublisher<'_>,
+) -> Option<ValidJob> {
+    let refusals = ctx.policies.refusals(&job.spec);
+    if refusals.is_empty() {
+        return Some(job);
+    }
+    let text: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+    warn!(job_id = %job.spec.id, refusals = %text.join("; "), "fire refused by its namespace's target policy");
+    let event = publisher.declined(
+        RunEventKind::Failed,
+        ctx.clock.now(),
+        format!("rejected by policy: {}", text.join("; ")),
+        job.max_attempts,
+    );
+    // Its failure is alerted like any other: the job did not run.
+    refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
+    None
 }
 
 /// `slot`, unless `due` is a whole fire of a sharded job: that splits into

@@ -1,7 +1,7 @@
 //! One delivery of a due event: one attempt of its run (or of one shard).
 //!
 //! An attempt is a pipeline of stages around one `Attempt`:
-//! `admit` (decode and check, split a sharded fire into its parts, read
+//! `admit` (decode and check, the namespace's target policy, split a sharded fire into its parts, read
 //! the retry budget, refuse deliveries beyond `max_attempts` or of a run
 //! that ended elsewhere) → register (so kills reach us) → `start` (honour
 //! an earlier kill request, take the overlap claim of `forbid` / `replace`,

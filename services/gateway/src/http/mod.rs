@@ -14,6 +14,7 @@ mod control;
 pub mod health;
 mod jobs;
 pub mod openapi;
+mod policies;
 mod runs;
 mod schedules;
 mod tokens;
@@ -165,6 +166,7 @@ pub fn routes() -> Vec<ApiRoute> {
     routes.extend(run_routes());
     routes.extend(channel_routes());
     routes.extend(token_routes());
+    routes.extend(policy_routes());
     routes
 }
 
@@ -177,6 +179,20 @@ fn token_routes() -> Vec<ApiRoute> {
         ApiRoute::post("/v1/tokens", Write, "Make a token with a role in a namespace (by an admin of it); the answer shows it once", tokens::create).body::<CreateToken>("namespace, role, expires_in, description").status(201).answers::<CreatedToken>(),
         ApiRoute::get("/v1/tokens", Write, "The tokens of the namespaces the caller administers, without secrets", tokens::list).answers::<TokensReply>(),
         ApiRoute::delete("/v1/tokens/{id}", Write, "Revoke token {id}: every later request with it is refused", tokens::revoke).answers::<RevokedReply>(),
+    ]
+}
+
+/// The namespaces' target policies: read by a namespace's viewers, set
+/// by its admins (by an admin of `*` when locked).
+#[rustfmt::skip]
+fn policy_routes() -> Vec<ApiRoute> {
+    use crate::policies::{PolicyRemovedReply, PolicyReply, PolicySetReply};
+    use jetcron_core::policy::Policy;
+    use Access::{Read, Write};
+    vec![
+        ApiRoute::get("/v1/namespaces/{namespace}/policy", Read, "The target policy of a namespace: which subjects, URL prefixes, pools, shell and chains its jobs may use (null: no limit)", policies::get_one).answers::<PolicyReply>(),
+        ApiRoute::put("/v1/namespaces/{namespace}/policy", Write, "Set a namespace's target policy (an admin of it; of * when locked); the answer lists the jobs it refuses", policies::put).body::<Policy>("the policy; an absent list does not limit its kind").answers::<PolicySetReply>(),
+        ApiRoute::delete("/v1/namespaces/{namespace}/policy", Write, "Remove a namespace's target policy: its jobs may use any target", policies::delete).answers::<PolicyRemovedReply>(),
     ]
 }
 

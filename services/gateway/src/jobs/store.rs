@@ -9,7 +9,9 @@ use jetcron_core::chain;
 use jetcron_core::job::namespace_of;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
+use jetcron_io::policy_book::PolicyBook;
 use serde::Serialize;
+use std::sync::Arc;
 
 use crate::caller::Caller;
 use crate::jobs::catalog::{count_keys, JobCatalog};
@@ -43,6 +45,8 @@ pub struct JobStore {
     catalog: JobCatalog,
     max_jobs: usize,
     lines: jetcron_core::schedule_lines::SharedLines,
+    /// The namespaces' target policies, a put is checked against.
+    policies: Arc<PolicyBook>,
 }
 
 impl JobStore {
@@ -53,12 +57,14 @@ impl JobStore {
         catalog: JobCatalog,
         max_jobs: usize,
         lines: jetcron_core::schedule_lines::SharedLines,
+        policies: Arc<PolicyBook>,
     ) -> Self {
         Self {
             bucket,
             catalog,
             max_jobs,
             lines,
+            policies,
         }
     }
 
@@ -112,6 +118,7 @@ impl JobStore {
         caller
             .grant
             .require(Role::Editor, namespace_of(&job.spec.id))?;
+        self.check_policy(&job).await?;
         self.check_no_cycle(&job)?;
         let mut existed = self.check_room_for(&job.spec.id).await?;
         let key = subjects::job_key(&job.spec.id);
@@ -166,6 +173,18 @@ impl JobStore {
             revision,
             created,
         })
+    }
+
+    /// Refuse a definition its namespace's target policy does not allow,
+    /// naming every refused field. Waits for this gateway's first read of
+    /// the policies (at once after that).
+    async fn check_policy(&self, job: &ValidJob) -> Result<(), ApiError> {
+        self.policies.loaded().await;
+        let refusals = self.policies.refusals(&job.spec);
+        match refusals.is_empty() {
+            true => Ok(()),
+            false => Err(ApiError::invalid_job(refusals)),
+        }
     }
 
     /// Refuse a definition whose `after` leads back to it through the
@@ -347,6 +366,23 @@ impl JobStore {
         JobPass::open(&self.bucket, js, self.lines.clone())
             .await
             .context("read every job")
+    }
+
+    /// The valid current definitions of `namespace`'s jobs, in key order.
+    pub async fn valid_in(&self, namespace: &str) -> anyhow::Result<Vec<ValidJob>> {
+        let mut keys: Vec<String> = match self.bucket.keys().await {
+            Ok(keys) => keys.try_collect().await.context("list job keys")?,
+            Err(e) => return Err(anyhow::Error::from(e).context("list job keys")),
+        };
+        keys.retain(|key| namespace_of(key) == namespace);
+        keys.sort();
+        let mut jobs = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some((_, Some(job))) = self.get(&key).await? {
+                jobs.push(job);
+            }
+        }
+        Ok(jobs)
     }
 
     /// Every current definition, ordered by id. A key that cannot be read

@@ -133,6 +133,7 @@ pub fn stream_names() -> Vec<String> {
         subjects::CHANNELS_BUCKET,
         subjects::INCIDENTS_BUCKET,
         subjects::TOKENS_BUCKET,
+        subjects::POLICIES_BUCKET,
     ]
     .map(|bucket| format!("KV_{bucket}"));
     let streams = [

@@ -27,6 +27,8 @@ pub enum Need {
     IncidentsBucket,
     /// `jetcron_tokens`, the scoped API tokens (hashes only).
     TokensBucket,
+    /// `jetcron_policies`, the namespaces' target policies.
+    PoliciesBucket,
 }
 
 /// A part as made: a stream or a bucket.
@@ -56,6 +58,7 @@ impl Need {
                 Part::Bucket(parts::ensure_incidents_bucket(js, options).await?)
             }
             Need::TokensBucket => Part::Bucket(parts::ensure_tokens_bucket(js, options).await?),
+            Need::PoliciesBucket => Part::Bucket(parts::ensure_policies_bucket(js, options).await?),
         })
     }
 }

@@ -275,7 +275,22 @@ pub async fn ensure_tokens_bucket(
     ensure_bucket(js, config).await
 }
 
-/// A bucket of definitions people change (channels, tokens): on file, at
+/// The namespaces' target policies (key = namespace), history kept like
+/// the jobs bucket's: who narrowed or widened a team's reach is traced.
+pub async fn ensure_policies_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    let config = traced_bucket(
+        subjects::POLICIES_BUCKET,
+        "jetcron target policies (key = namespace)",
+        jetcron_core::policy::MAX_POLICY_BYTES,
+        options,
+    );
+    ensure_bucket(js, config).await
+}
+
+/// A bucket of definitions people change (channels, tokens, policies): on file, at
 /// the deployment's replica count, with the jobs bucket's history.
 fn traced_bucket(
     bucket: &str,
