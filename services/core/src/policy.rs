@@ -77,13 +77,21 @@ impl Policy {
                 ),
             )]);
         }
-        let policy: Policy = serde_json::from_slice(bytes).map_err(|e| {
+        let not_a_policy = |why: String| {
             vec![FieldError::new(
                 "",
                 "invalid_json",
-                format!("not a policy: {e}"),
+                format!("not a policy: {why}"),
             )]
-        })?;
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| not_a_policy(e.to_string()))?;
+        // serde would take an array for a struct, field by field.
+        if !value.is_object() {
+            return Err(not_a_policy("a policy is a JSON object".into()));
+        }
+        let policy: Policy =
+            serde_json::from_value(value).map_err(|e| not_a_policy(e.to_string()))?;
         let problems = policy.problems();
         match problems.is_empty() {
             true => Ok(policy),
@@ -392,6 +400,8 @@ mod tests {
                 "chain_from[1]"
             ]
         );
+        let array = Policy::parse(b"[]").expect_err("array");
+        assert_eq!(array[0].code, "invalid_json");
         let unknown = Policy::parse(br#"{"shel":false}"#).expect_err("unknown");
         assert_eq!(unknown[0].code, "invalid_json");
         assert!(unknown[0].message.contains("shel"), "{unknown:?}");

@@ -55,6 +55,7 @@ async fn every_bad_input_is_refused_at_every_door_and_nothing_crashes() {
 
     let mut awaited = api_phase(&stack, &cases, &mut results).await;
     check_bucket_keys(&stack, &cases, &[], "the API phase", &mut results).await;
+    check_no_policies(&stack, &mut results).await;
     let written = bucket_phase(&stack, &cases, &mut results).await;
     let written_keys: Vec<&str> = written.iter().map(|a| a.case.key.as_str()).collect();
     awaited.extend(written);
@@ -199,6 +200,28 @@ async fn check_bucket_keys(
                 format!("key {key:?} is in the bucket"),
             );
         }
+    }
+}
+
+/// No policy stored by a refused `PUT /v1/namespaces/{namespace}/policy`.
+async fn check_no_policies(stack: &Stack, results: &mut Results) {
+    let bucket = stack
+        .js
+        .get_key_value(jetcron_core::subjects::POLICIES_BUCKET)
+        .await
+        .expect("policies bucket");
+    let keys: Vec<String> = bucket
+        .keys()
+        .await
+        .expect("list policy keys")
+        .filter_map(|k| async move { k.ok() })
+        .collect()
+        .await;
+    if !keys.is_empty() {
+        results.fail(
+            "no policy stored after the API phase",
+            format!("keys {keys:?} are in the policies bucket"),
+        );
     }
 }
 
