@@ -17,7 +17,9 @@ CREATE TABLE IF NOT EXISTS jetcron.job_events
     fields    Array(String),
     codes     Array(String),
     message   String,
-    problems  String
+    problems  String,
+    actor     String DEFAULT '',
+    door      String DEFAULT ''
 )
 ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(toDateTime(intDiv(at_ms, 1000)))

@@ -16,7 +16,9 @@ CREATE TABLE IF NOT EXISTS jetcron.job_events ON CLUSTER '{cluster}'
     fields    Array(String),
     codes     Array(String),
     message   String,
-    problems  String
+    problems  String,
+    actor     String DEFAULT '',
+    door      String DEFAULT ''
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')
 PARTITION BY toYYYYMM(toDateTime(intDiv(at_ms, 1000)))

@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`job`]: the job definition (`JobSpec`), its targets, its validation
 //!   and its JSON Schema; a job's name and namespace (`job::name`).
+//! - [`audit`]: who wrote a revision of a job, as headers on it.
 //! - [`access`]: roles per namespace, and the refusal of what a role does
 //!   not allow; [`nats_doors`]: the nats-server permissions of a team's
 //!   role, for its namespace's door; [`policy`]: what a namespace's jobs
@@ -46,6 +47,7 @@
 pub mod access;
 pub mod alert;
 pub mod api;
+pub mod audit;
 pub mod backoff;
 pub mod chain;
 pub mod channel;

@@ -75,6 +75,10 @@ pub fn namespace_of_api_subject(subject: &str) -> Option<&str> {
 /// Durable consumer of the projector.
 pub const PROJECTOR_CONSUMER: &str = "projector";
 
+/// Durable consumer of the projector on the jobs bucket's stream: every
+/// revision of a job, with its author, into `job_events`.
+pub const PROJECTOR_JOBS_CONSUMER: &str = "projector-jobs";
+
 /// Pool of jobs that name none.
 pub const DEFAULT_POOL: &str = "default";
 

@@ -15,6 +15,7 @@
 //!   permissions decide who may send there, [`crate::nats_api`]).
 
 use jetcron_core::access::{Grant, Role, Scope};
+use jetcron_core::audit::{Author, Door};
 
 /// A request's caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,10 @@ pub struct Caller {
     pub actor: String,
     /// What they may do.
     pub grant: Grant,
+    /// The door they came through (for the audit).
+    pub door: Door,
+    /// What the actor is, where there is more to say (a token's description).
+    pub note: Option<String>,
 }
 
 impl Caller {
@@ -31,6 +36,8 @@ impl Caller {
     pub fn admin_token() -> Self {
         Self {
             actor: "admin-token".into(),
+            door: Door::Http,
+            note: None,
             grant: Grant::admin_of_all(),
         }
     }
@@ -40,6 +47,8 @@ impl Caller {
     pub fn console() -> Self {
         Self {
             actor: "console".into(),
+            door: Door::Console,
+            note: None,
             grant: Grant::admin_of_all(),
         }
     }
@@ -48,6 +57,8 @@ impl Caller {
     pub fn anonymous_reader() -> Self {
         Self {
             actor: "anonymous".into(),
+            door: Door::Http,
+            note: None,
             grant: Grant {
                 scope: Scope::All,
                 role: Role::Viewer,
@@ -59,7 +70,18 @@ impl Caller {
     pub fn nats() -> Self {
         Self {
             actor: "nats".into(),
+            door: Door::Nats,
+            note: None,
             grant: Grant::admin_of_all(),
+        }
+    }
+
+    /// The author of what it writes.
+    pub fn author(&self) -> Author {
+        Author {
+            actor: self.actor.clone(),
+            door: self.door,
+            note: self.note.clone(),
         }
     }
 

@@ -204,6 +204,8 @@ fn caller_of(subject: &str) -> Result<Caller, ApiError> {
     }
     Ok(Caller {
         actor: format!("nats:{namespace}"),
+        door: jetcron_core::audit::Door::Nats,
+        note: None,
         grant: Grant {
             scope,
             role: Role::Admin,

@@ -159,6 +159,7 @@ fn state(
         js: async_nats::jetstream::new(client.clone()),
         jobs: jobs::store::JobStore::new(
             parts.jobs,
+            async_nats::jetstream::new(client.clone()),
             catalog.clone(),
             config.limits.max_jobs,
             config.lines.clone(),

@@ -12,6 +12,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use jetcron_core::audit::JobChange;
 use jetcron_core::events::{AttemptOutcome, RunEvent, RunEventKind, RunId, Trigger};
 use jetcron_core::job_events::{FireMissed, JobEvent, JobRejected};
 use jetcron_core::time_format;
@@ -37,6 +38,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "005_run_parents.sql",
         include_str!("../../../schemas/clickhouse/005_run_parents.sql"),
+    ),
+    (
+        "006_job_authors.sql",
+        include_str!("../../../schemas/clickhouse/006_job_authors.sql"),
     ),
 ];
 
@@ -453,11 +458,16 @@ pub struct JobEventRow {
     pub codes: Vec<String>,
     pub message: String,
     pub problems: String,
+    /// Who wrote the revision (`job.changed`, `job.deleted`; empty for
+    /// other kinds).
+    pub actor: String,
+    /// Through which door.
+    pub door: String,
 }
 
 /// Column list of [`JobEventRow`].
 pub const JOB_EVENT_COLUMNS: &str =
-    "event_id, kind, source, job_id, revision, at_ms, size, fields, codes, message, problems";
+    "event_id, kind, source, job_id, revision, at_ms, size, fields, codes, message, problems, actor, door";
 
 impl From<&JobRejected> for JobEventRow {
     fn from(e: &JobRejected) -> Self {
@@ -478,6 +488,8 @@ impl From<&JobRejected> for JobEventRow {
                 .collect::<Vec<_>>()
                 .join("; "),
             problems: serde_json::to_string(&e.problems).unwrap_or_else(|_| "[]".into()),
+            actor: String::new(),
+            door: String::new(),
         }
     }
 }
@@ -504,6 +516,28 @@ impl From<&FireMissed> for JobEventRow {
                 time_format::rfc3339_millis(e.scheduled_at)
             ),
             problems: "[]".into(),
+            actor: String::new(),
+            door: String::new(),
+        }
+    }
+}
+
+impl From<&JobChange> for JobEventRow {
+    fn from(change: &JobChange) -> Self {
+        Self {
+            event_id: change.event_id(),
+            kind: change.kind().into(),
+            source: "bucket".into(),
+            job_id: change.key.clone(),
+            revision: change.revision,
+            at_ms: change.at.timestamp_millis(),
+            size: change.size,
+            fields: Vec::new(),
+            codes: Vec::new(),
+            message: String::new(),
+            problems: "[]".into(),
+            actor: change.author.actor.clone(),
+            door: change.author.door.as_str().into(),
         }
     }
 }

@@ -355,7 +355,7 @@ fn insert_run_events(rows: &[&str]) -> String {
 
 const INSERT_JOB_EVENT: &str = "INSERT INTO jetcron.job_events SETTINGS async_insert = 0 VALUES \
     ('r3:fire.missed', 'fire.missed', 'gateway', 'j', 0, 3000, 0, [], [], \
-     'no run of r3 scheduled at 3000', '[]')";
+     'no run of r3 scheduled at 3000', '[]', '', '')";
 
 /// What the gateway and the dashboards read: runs, jobs, events, missed fires.
 const ANSWERS: &[&str] = &[

@@ -313,6 +313,21 @@ async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
         .await;
     let (_, job) = stack.get("/v1/jobs/nightly-report").await;
     assert!(job["job"]["job"].get("paused").is_none(), "{job}");
+    // The history names the console as the author of both, and shows it.
+    let (_, history) = stack.get("/v1/jobs/nightly-report/history").await;
+    let revisions = history["revisions"].as_array().expect("revisions");
+    for revision in &revisions[revisions.len() - 2..] {
+        assert_eq!(
+            (&revision["author"]["actor"], &revision["author"]["door"]),
+            (&serde_json::json!("console"), &serde_json::json!("console")),
+            "{revision}"
+        );
+    }
+    let page = browser.get("/ui/jobs/nightly-report").await;
+    assert!(
+        page.body.contains("<td>console</td>"),
+        "the history shows the author"
+    );
 
     // Backfill a past range: the scheduled times in it are queued as runs.
     let backfilled = browser

@@ -136,7 +136,14 @@ async fn make_history(stack: &Stack) -> u64 {
             .await
             .ok()?;
             let one_missed = missed.rows == [json!({"job_id": "grafana-ok"})];
-            (all_there && rejections.rows == both && one_missed).then_some(())
+            let authors = clickhouse_query(
+                stack,
+                "SELECT DISTINCT job_id, actor, door FROM jetcron.job_events WHERE kind = 'job.changed' ORDER BY job_id",
+            )
+            .await
+            .ok()?;
+            let every_put = authors.rows.len() == 4;
+            (all_there && rejections.rows == both && one_missed && every_put).then_some(())
         },
     )
     .await;
@@ -328,6 +335,33 @@ fn assert_the_panels_tell_the_story(queries: &[PanelQuery], answers: &[Answer], 
     assert!(shown(&job("Job state", REFUSED), "runs").is_empty());
     let state = shown(&job("Job state", "grafana-slow"), "last_status");
     assert_eq!(state, [json!("timed_out")]);
+    // Who changed what: the puts through the NATS API and the one written
+    // straight into the bucket, each with its author and door.
+    let changes = overview("Who changed what");
+    let mut authors: Vec<(&str, &str, &str)> = rows(&changes)
+        .iter()
+        .map(|r| {
+            (
+                str_of(&r["job_id"], "job_id"),
+                str_of(&r["actor"], "actor"),
+                str_of(&r["door"], "door"),
+            )
+        })
+        .collect();
+    authors.sort();
+    let expected = [
+        (FLAKY, "nats", "nats"),
+        ("grafana-ok", "nats", "nats"),
+        (REFUSED, "kv", "kv"),
+        ("grafana-slow", "nats", "nats"),
+    ];
+    assert_eq!(authors, expected, "{changes}");
+    let refused = job("Who changed what", REFUSED);
+    assert!(
+        same_value(&shown(&refused, "revision")[0], &json!(revision)),
+        "{refused}"
+    );
+    assert_eq!(shown(&refused, "change"), [json!("put")], "{refused}");
 }
 
 /// chdb's answers equal 18.16's: columns, rows and every value.

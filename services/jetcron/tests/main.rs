@@ -30,6 +30,7 @@ mod grafana_dashboards;
 mod held_fires;
 mod http_api;
 mod http_target;
+mod job_authors;
 mod job_feed;
 mod job_management;
 mod job_rejections;

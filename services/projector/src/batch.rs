@@ -2,6 +2,7 @@
 //! not be decoded.
 
 use async_nats::jetstream::Message;
+use jetcron_core::audit::{self, Author, JobChange};
 use jetcron_core::events::RunEvent;
 use jetcron_core::job_events::JobEvent;
 use jetcron_core::subjects;
@@ -24,8 +25,52 @@ pub enum Decoded {
     Poison(String),
 }
 
-/// Decode one message by its subject.
-pub fn decode(subject: &str, payload: &[u8]) -> Decoded {
+/// Decode one message: a revision of the jobs bucket, or one of
+/// `JETCRON_RUNS` by its subject.
+pub fn decode(message: &Message) -> Decoded {
+    match message.subject.strip_prefix(JOB_REVISION_PREFIX) {
+        Some(key) => revision(key, message),
+        None => decode_run_stream(&message.subject, &message.payload),
+    }
+}
+
+/// The subjects of the jobs bucket's revisions.
+const JOB_REVISION_PREFIX: &str = "$KV.jetcron_jobs.";
+
+/// Header of a KV delete or purge marker.
+const KV_OPERATION: &str = "KV-Operation";
+
+/// The audit row of revision `message` of job `key`: its author from its
+/// headers ([`jetcron_core::audit`]).
+fn revision(key: &str, message: &Message) -> Decoded {
+    let Ok(info) = message.info() else {
+        return Decoded::Poison("a job revision without its stream metadata".into());
+    };
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_string())
+    };
+    let at = info.published.with_timezone(&chrono::Utc);
+    let change = JobChange {
+        key: key.to_string(),
+        revision: info.stream_sequence,
+        at,
+        deleted: header(KV_OPERATION).is_some_and(|op| op == "DEL" || op == "PURGE"),
+        size: message.payload.len() as u64,
+        author: Author::from_headers(
+            header(audit::ACTOR_HEADER).as_deref(),
+            header(audit::DOOR_HEADER).as_deref(),
+            header(audit::NOTE_HEADER).as_deref(),
+        ),
+    };
+    Decoded::Row(Row::Job(Box::new(JobEventRow::from(&change))))
+}
+
+/// Decode one message of `JETCRON_RUNS` by its subject.
+fn decode_run_stream(subject: &str, payload: &[u8]) -> Decoded {
     if subject
         .rsplit('.')
         .next()
@@ -69,15 +114,15 @@ mod tests {
     #[test]
     fn messages_are_told_apart_by_subject() {
         assert!(matches!(
-            decode("jetcron.runs.6a1c3f0e.complete", b"{}"),
+            decode_run_stream("jetcron.runs.6a1c3f0e.complete", b"{}"),
             Decoded::Skip
         ));
         assert!(matches!(
-            decode("jetcron.runs.job.started", b"{not json"),
+            decode_run_stream("jetcron.runs.job.started", b"{not json"),
             Decoded::Poison(reason) if reason.starts_with("not a run event")
         ));
         assert!(matches!(
-            decode(subjects::JOB_REJECTED_SUBJECT, br#"{"kind":"job.rejected"}"#),
+            decode_run_stream(subjects::JOB_REJECTED_SUBJECT, br#"{"kind":"job.rejected"}"#),
             Decoded::Poison(reason) if reason.starts_with("not a job.rejected event")
         ));
         let at = chrono::Utc::now();
@@ -85,13 +130,13 @@ mod tests {
             jetcron_core::job_events::FireMissed::new("j", at, at, chrono::Duration::zero());
         let payload = serde_json::to_vec(&missed).expect("encode");
         assert!(matches!(
-            decode(subjects::FIRE_MISSED_SUBJECT, &payload),
+            decode_run_stream(subjects::FIRE_MISSED_SUBJECT, &payload),
             Decoded::Row(Row::Job(row)) if row.kind == "fire.missed" && row.event_id == missed.event_id
         ));
         // A kind on another kind's subject is parked: a role that may record
         // rejections cannot record missed fires.
         assert!(matches!(
-            decode(subjects::JOB_REJECTED_SUBJECT, &payload),
+            decode_run_stream(subjects::JOB_REJECTED_SUBJECT, &payload),
             Decoded::Poison(reason) if reason.contains("belongs on jetcron.jobs.missed")
         ));
     }

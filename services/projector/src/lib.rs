@@ -110,24 +110,34 @@ pub async fn run_counted(
         &config.readiness,
         &shutdown,
     );
-    let Some(ensured) = converging
-        .ensure_needs(&tjs, wanted, &[Need::RunsStream, Need::DeadLetterStream])
+    let needs = [Need::RunsStream, Need::DeadLetterStream, Need::JobsBucket];
+    let Some(ensured) = converging.ensure_needs(&tjs, wanted, &needs).await? else {
+        return Ok(());
+    };
+    let stream = ensured.stream(Need::RunsStream)?;
+    let jobs = ensured.bucket(Need::JobsBucket)?;
+    let Some(consumer) = converging
+        .ensure(|| {
+            let config = consumer_config(
+                &config,
+                &config.consumer,
+                "jetcron projector into ClickHouse",
+            );
+            topology::ensure_consumer_acking_within(&stream, config)
+        })
         .await?
     else {
         return Ok(());
     };
-    let stream = ensured.stream(Need::RunsStream)?;
-    let consumer_config = pull::Config {
-        durable_name: Some(config.consumer.clone()),
-        description: Some("jetcron projector into ClickHouse".into()),
-        ack_policy: jetstream::consumer::AckPolicy::Explicit,
-        ack_wait: config.ack_wait,
-        max_deliver: -1,
-        max_ack_pending: (config.batch_size * 4).max(1000) as i64,
-        ..Default::default()
-    };
-    let Some(consumer) = converging
-        .ensure(|| topology::ensure_consumer_acking_within(&stream, consumer_config.clone()))
+    let Some(revisions) = converging
+        .ensure(|| {
+            let config = consumer_config(
+                &config,
+                subjects::PROJECTOR_JOBS_CONSUMER,
+                "jetcron projector: every revision of a job, with its author, into ClickHouse",
+            );
+            topology::ensure_consumer_acking_within(&jobs.stream, config)
+        })
         .await?
     else {
         return Ok(());
@@ -146,67 +156,114 @@ pub async fn run_counted(
         sampling.await;
         Ok(())
     });
-    let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
-    // While the consumer has no leader every fetch fails at once: wait longer
-    // each time, and say so once in a while.
-    let mut delay = RetryDelay::nats();
-    let mut failures = LogLimiter::per_10s();
-    while !shutdown.is_cancelled() {
-        // `batch`, not `fetch`: a fetch returns at once with what is there,
-        // which made one insert per loop however short (a dozen a second at
-        // 1,000 runs/s, and ClickHouse 18.16 spent half a core creating part
-        // files); a batch waits for `batch_size` events or `batch_wait`.
-        let fetched = consumer
-            .batch()
-            .max_messages(config.batch_size)
-            .expires(config.batch_wait.max(Duration::from_millis(100)))
-            .messages()
-            .await;
-        let fetched = match fetched {
-            Ok(fetched) => {
-                delay.reset();
-                failures.reset();
-                fetched
-            }
-            Err(e) => {
-                if let Some(failures) = failures.admit() {
-                    warn!(error = %e, failures, "cannot fetch run events, retrying");
-                }
-                if delay.sleep(&shutdown).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        // Read to the batch's end even when asked to stop (it ends within
-        // `batch_wait`): events the server handed to this batch and left
-        // unread would wait out the ack wait, out of the drain's reach.
-        let batch = collect(fetched, &js, &counters).await;
-        if batch.is_empty() {
-            continue;
-        }
-        // One batch is stored while the next is fetched and decoded.
-        if !finish(storing.take()).await {
-            stopped_unsaved();
-            return Ok(());
-        }
-        let (clickhouse, js, counters, shutdown) = (
-            clickhouse.clone(),
-            js.clone(),
-            counters.clone(),
-            shutdown.clone(),
-        );
-        storing = Some(tokio::spawn(async move {
-            store(&clickhouse, &js, batch, &counters, &shutdown).await
-        }));
-    }
-    if !finish(storing.take()).await {
-        stopped_unsaved();
-        return Ok(());
-    }
-    drain(&consumer, &config, &clickhouse, &js, &counters).await;
+    let projecting = Projecting {
+        config: &config,
+        clickhouse: &clickhouse,
+        js: &js,
+        counters: &counters,
+        shutdown: &shutdown,
+    };
+    tokio::join!(
+        projecting.project(&consumer, "run events"),
+        projecting.project(&revisions, "job revisions"),
+    );
     info!("projector stopped");
     Ok(())
+}
+
+/// The settings of a durable consumer of the projector named `name`.
+fn consumer_config(config: &ProjectorConfig, name: &str, description: &str) -> pull::Config {
+    pull::Config {
+        durable_name: Some(name.to_string()),
+        description: Some(description.into()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: config.ack_wait,
+        max_deliver: -1,
+        max_ack_pending: (config.batch_size * 4).max(1000) as i64,
+        ..Default::default()
+    }
+}
+
+/// What the projection of one consumer works with.
+struct Projecting<'a> {
+    config: &'a ProjectorConfig,
+    clickhouse: &'a clickhouse::Client,
+    js: &'a jetstream::Context,
+    counters: &'a Arc<ProjectorCounters>,
+    shutdown: &'a CancellationToken,
+}
+
+impl Projecting<'_> {
+    /// Store what `consumer` hands out until the stop, then what is left
+    /// of it within [`DRAIN_LIMIT`]; `what` names its events in logs.
+    async fn project(&self, consumer: &jetstream::consumer::PullConsumer, what: &str) {
+        let Projecting {
+            config,
+            clickhouse,
+            js,
+            counters,
+            shutdown,
+        } = *self;
+        let mut storing: Option<tokio::task::JoinHandle<bool>> = None;
+        // While the consumer has no leader every fetch fails at once: wait longer
+        // each time, and say so once in a while.
+        let mut delay = RetryDelay::nats();
+        let mut failures = LogLimiter::per_10s();
+        while !shutdown.is_cancelled() {
+            // `batch`, not `fetch`: a fetch returns at once with what is there,
+            // which made one insert per loop however short (a dozen a second at
+            // 1,000 runs/s, and ClickHouse 18.16 spent half a core creating part
+            // files); a batch waits for `batch_size` events or `batch_wait`.
+            let fetched = consumer
+                .batch()
+                .max_messages(config.batch_size)
+                .expires(config.batch_wait.max(Duration::from_millis(100)))
+                .messages()
+                .await;
+            let fetched = match fetched {
+                Ok(fetched) => {
+                    delay.reset();
+                    failures.reset();
+                    fetched
+                }
+                Err(e) => {
+                    if let Some(failures) = failures.admit() {
+                        warn!(error = %e, failures, "cannot fetch {what}, retrying");
+                    }
+                    if delay.sleep(shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // Read to the batch's end even when asked to stop (it ends within
+            // `batch_wait`): events the server handed to this batch and left
+            // unread would wait out the ack wait, out of the drain's reach.
+            let batch = collect(fetched, js, counters).await;
+            if batch.is_empty() {
+                continue;
+            }
+            // One batch is stored while the next is fetched and decoded.
+            if !finish(storing.take()).await {
+                stopped_unsaved();
+                return;
+            }
+            let (clickhouse, js, counters, shutdown) = (
+                clickhouse.clone(),
+                js.clone(),
+                Arc::clone(counters),
+                shutdown.clone(),
+            );
+            storing = Some(tokio::spawn(async move {
+                store(&clickhouse, &js, batch, &counters, &shutdown).await
+            }));
+        }
+        if !finish(storing.take()).await {
+            stopped_unsaved();
+            return;
+        }
+        drain(consumer, config, clickhouse, js, counters, what).await;
+    }
 }
 
 /// The decoded rows of one fetch, read to its end (the server's expiry, or
@@ -226,7 +283,7 @@ async fn collect(
                 break;
             }
         };
-        match batch::decode(&message.subject, &message.payload) {
+        match batch::decode(&message) {
             Decoded::Row(row) => batch.entries.push((row, message)),
             Decoded::Skip => {
                 if let Err(e) = message.ack().await {
@@ -249,6 +306,7 @@ async fn drain(
     clickhouse: &clickhouse::Client,
     js: &jetstream::Context,
     counters: &ProjectorCounters,
+    what: &str,
 ) {
     let limit = CancellationToken::new();
     let _timer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn({
@@ -281,7 +339,7 @@ async fn drain(
     if stored > 0 {
         info!(
             events = stored,
-            "stored the run events that arrived while stopping"
+            "stored the {what} that arrived while stopping"
         );
     }
 }

@@ -80,6 +80,8 @@ pub struct RevisionLine {
     pub revision: u64,
     pub operation: &'static str,
     pub at: String,
+    /// Who wrote it, through which door (`token:ab12 (billing CI), http`).
+    pub author: String,
     pub valid: String,
     /// Link to the diff against the revision before it, if there is one.
     pub diff_link: String,
@@ -295,6 +297,16 @@ fn run_lines(runs: Result<JobRunsReply, ApiError>, id: &str) -> (Vec<RunLine>, S
     }
 }
 
+/// An author as the history table shows it.
+fn author_text(author: &jetcron_core::audit::Author) -> String {
+    let door = author.door.as_str();
+    match &author.note {
+        Some(note) => format!("{} ({note}), {door}", author.actor),
+        None if author.actor == door => author.actor.clone(),
+        None => format!("{}, {door}", author.actor),
+    }
+}
+
 /// The revisions of job `id`, newest first, each put linked to its diff
 /// against the put before it.
 fn revision_lines(revisions: &[Revision], id: &str) -> Vec<RevisionLine> {
@@ -317,6 +329,7 @@ fn revision_lines(revisions: &[Revision], id: &str) -> Vec<RevisionLine> {
                 revision: r.revision,
                 operation: r.operation,
                 at: when_text(&r.at),
+                author: r.author.as_ref().map(author_text).unwrap_or_default(),
                 valid: match r.valid {
                     Some(true) => "valid".into(),
                     Some(false) => "invalid".into(),

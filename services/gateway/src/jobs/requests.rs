@@ -199,7 +199,7 @@ pub async fn delete(
         .require(Role::Editor, namespace_of(&request.id))?;
     let (deleted_revision, revision) = state
         .jobs
-        .delete(&request.id, request.expected_revision)
+        .delete(caller, &request.id, request.expected_revision)
         .await?;
     Ok(DeletedReply {
         ok: true,
@@ -223,7 +223,7 @@ pub async fn set_paused(
             caller.grant.require(Role::Operator, namespace_of(&id))?;
             let revision = state
                 .jobs
-                .set_paused(&id, paused, state.clock.now())
+                .set_paused(caller, &id, paused, state.clock.now())
                 .await?;
             let (changed, unchanged) = match revision {
                 Some(revision) => (vec![Changed { id, revision }], vec![]),
@@ -266,7 +266,11 @@ pub async fn set_paused(
     let mut failed = Vec::new();
     let mut ids = ids.into_iter();
     for id in ids.by_ref() {
-        match state.jobs.set_paused(&id, paused, state.clock.now()).await {
+        match state
+            .jobs
+            .set_paused(caller, &id, paused, state.clock.now())
+            .await
+        {
             Ok(Some(revision)) => changed.push(Changed { id, revision }),
             Ok(None) => unchanged.push(id),
             // NATS trouble would fail every other job too, one timeout at

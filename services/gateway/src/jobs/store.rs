@@ -2,9 +2,10 @@
 
 use anyhow::Context as _;
 use async_nats::jetstream::kv::{self, Operation};
-use futures::TryStreamExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
+use jetcron_core::audit::{self, Author};
 use jetcron_core::chain;
 use jetcron_core::job::namespace_of;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
@@ -14,6 +15,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::caller::Caller;
+use crate::jobs::audited::{AuditedWrites, WriteError};
 use crate::jobs::catalog::{count_keys, JobCatalog};
 use crate::jobs::pass::JobPass;
 use crate::jobs::stored::{Revision, StoredJob};
@@ -42,6 +44,8 @@ pub struct PutReply {
 #[derive(Clone)]
 pub struct JobStore {
     bucket: kv::Store,
+    /// Every write, with its author's headers.
+    writes: AuditedWrites,
     catalog: JobCatalog,
     max_jobs: usize,
     lines: jetcron_core::schedule_lines::SharedLines,
@@ -54,12 +58,14 @@ impl JobStore {
     /// `lines`: the process's parsed schedule lines, for passes.
     pub fn new(
         bucket: kv::Store,
+        js: async_nats::jetstream::Context,
         catalog: JobCatalog,
         max_jobs: usize,
         lines: jetcron_core::schedule_lines::SharedLines,
         policies: Arc<PolicyBook>,
     ) -> Self {
         Self {
+            writes: AuditedWrites::new(bucket.clone(), js),
             bucket,
             catalog,
             max_jobs,
@@ -134,30 +140,21 @@ impl JobStore {
         }
         let value: bytes::Bytes = body.to_vec().into();
         let written = value.clone();
+        let author = caller.author();
+        let id = &job.spec.id;
         let revision = match expected_revision {
-            None => self.bucket.put(key, value).await.map_err(unavailable),
-            Some(0) => self
-                .bucket
-                .create(key, value)
-                .await
-                .map_err(|e| match e.kind() {
-                    kv::CreateErrorKind::AlreadyExists => {
-                        conflict(&job.spec.id, 0, "it exists already")
-                    }
-                    _ => unavailable(e),
-                }),
-            Some(expected) => {
-                self.bucket
-                    .update(key, value, expected)
-                    .await
-                    .map_err(|e| match e.kind() {
-                        kv::UpdateErrorKind::WrongLastRevision => {
-                            conflict(&job.spec.id, expected, "it has changed since")
-                        }
-                        _ => unavailable(e),
-                    })
+            None => self.writes.put(key, value, &author).await,
+            Some(0) => self.writes.create(key, value, &author).await,
+            Some(expected) => self.writes.update(key, value, expected, &author).await,
+        }
+        .map_err(|e| match (e, expected_revision) {
+            (WriteError::Exists, _) => conflict(id, 0, "it exists already"),
+            (WriteError::WrongRevision, Some(0)) => conflict(id, 0, "it exists already"),
+            (WriteError::WrongRevision, expected) => {
+                conflict(id, expected.unwrap_or_default(), "it has changed since")
             }
-        }?;
+            (WriteError::Unavailable(e), _) => unavailable(format!("{e:#}")),
+        })?;
         self.catalog.note_put(key, revision, &written, now);
         // Whether it is new: exact for compare-and-swap writes; for plain
         // puts, as the bucket was just before (two writers racing on one
@@ -217,6 +214,7 @@ impl JobStore {
     /// Answers with the revision it had and the delete marker's revision.
     pub async fn delete(
         &self,
+        caller: &Caller,
         id: &str,
         expected_revision: Option<u64>,
     ) -> Result<(u64, Option<u64>), ApiError> {
@@ -228,56 +226,25 @@ impl JobStore {
             .0
             .revision;
         let expected = expected_revision.unwrap_or(current);
-        self.bucket
-            .delete_expect_revision(subjects::job_key(id), Some(expected))
+        let marker = self
+            .writes
+            .delete(subjects::job_key(id), expected, &caller.author())
             .await
-            .map_err(|e| match e.kind() {
-                kv::DeleteErrorKind::WrongLastRevision => {
+            .map_err(|e| match e {
+                WriteError::Unavailable(e) => unavailable(format!("{e:#}")),
+                WriteError::Exists | WriteError::WrongRevision => {
                     conflict(id, expected, "it has changed since")
                 }
-                _ => unavailable(e),
             })?;
-        // The delete happened: a failed lookup of its revision must not
-        // answer as if it had not (a retry would then get a conflict).
-        let marker = match self.delete_marker_after(id, expected).await {
-            Ok(revision) => {
-                self.catalog.note_delete(subjects::job_key(id), revision);
-                Some(revision)
-            }
-            Err(e) => {
-                tracing::warn!(job_id = id, error = %e.message, "deleted, but its delete marker's revision is unknown");
-                None
-            }
-        };
-        Ok((expected, marker))
-    }
-
-    /// The revision of the first delete marker of `id` after `revision`: the
-    /// latest entry unless someone wrote the key again in between, then the
-    /// key's history.
-    async fn delete_marker_after(&self, id: &str, revision: u64) -> Result<u64, ApiError> {
-        let key = subjects::job_key(id);
-        let latest = self.bucket.entry(key).await.map_err(unavailable)?;
-        if let Some(entry) = latest.filter(|e| e.operation != Operation::Put) {
-            if entry.revision > revision {
-                return Ok(entry.revision);
-            }
-        }
-        let mut history = self.bucket.history(&key).await.map_err(unavailable)?;
-        while let Some(entry) = history.try_next().await.map_err(unavailable)? {
-            if entry.revision > revision && entry.operation != Operation::Put {
-                return Ok(entry.revision);
-            }
-        }
-        Err(ApiError::unavailable(format!(
-            "{id:?} was deleted but its delete marker is not in the history"
-        )))
+        self.catalog.note_delete(subjects::job_key(id), marker);
+        Ok((expected, Some(marker)))
     }
 
     /// Set `paused` on one stored definition by compare-and-swap; `None`
     /// when it already was in that state. `now` is when it is written.
     pub async fn set_paused(
         &self,
+        caller: &Caller,
         id: &str,
         paused: bool,
         now: chrono::DateTime<chrono::Utc>,
@@ -314,16 +281,16 @@ impl JobStore {
                 .map_err(|e| ApiError::internal("encode the definition", e))?;
             let key = subjects::job_key(id);
             match self
-                .bucket
-                .update(key, bytes.clone().into(), entry.revision)
+                .writes
+                .update(key, bytes.clone().into(), entry.revision, &caller.author())
                 .await
             {
                 Ok(revision) => {
                     self.catalog.note_put(key, revision, &bytes, now);
                     return Ok(Some(revision));
                 }
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(unavailable(e)),
+                Err(WriteError::WrongRevision | WriteError::Exists) => continue,
+                Err(WriteError::Unavailable(e)) => return Err(unavailable(format!("{e:#}"))),
             }
         }
         Err(conflict(id, 0, "it keeps changing"))
@@ -342,7 +309,8 @@ impl JobStore {
     }
 
     /// The revisions of `id` the bucket keeps (its history setting), oldest
-    /// first: what was written when, and deletes. NATS records no author.
+    /// first: what was written when, and deletes, each with its author
+    /// (read from the headers of its message, [`jetcron_core::audit`]).
     pub async fn history(&self, id: &str) -> anyhow::Result<Vec<Revision>> {
         let mut entries = match self.bucket.history(subjects::job_key(id)).await {
             Ok(entries) => entries,
@@ -357,7 +325,40 @@ impl JobStore {
         {
             revisions.push(Revision::from_entry(entry));
         }
+        let numbers: Vec<u64> = revisions.iter().map(|r| r.revision).collect();
+        let authors: Vec<Option<Author>> = futures::stream::iter(numbers)
+            .map(|revision| self.author_of(revision))
+            .buffered(16)
+            .collect()
+            .await;
+        for (revision, author) in revisions.iter_mut().zip(authors) {
+            revision.author = author;
+        }
         Ok(revisions)
+    }
+
+    /// Who wrote revision `revision` (the headers of its message); `None`
+    /// when it cannot be read.
+    async fn author_of(&self, revision: u64) -> Option<Author> {
+        match self.bucket.stream.get_raw_message(revision).await {
+            Ok(message) => {
+                let header = |name: &str| {
+                    message
+                        .headers
+                        .get(name)
+                        .map(|value| value.as_str().to_string())
+                };
+                Some(Author::from_headers(
+                    header(audit::ACTOR_HEADER).as_deref(),
+                    header(audit::DOOR_HEADER).as_deref(),
+                    header(audit::NOTE_HEADER).as_deref(),
+                ))
+            }
+            Err(e) => {
+                tracing::debug!(revision, error = %e, "cannot read a revision's author");
+                None
+            }
+        }
     }
 
     /// One read of every current definition, a chunk at a time, on `js`'s

@@ -10,6 +10,7 @@
 //! listed beside it.
 
 use async_nats::jetstream::kv::{self, Operation};
+use jetcron_core::audit::Author;
 use jetcron_core::job::{parse_written, redact_written, FieldError, ValidJob};
 use serde::Serialize;
 
@@ -71,6 +72,10 @@ pub struct Revision {
     pub valid: Option<bool>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<FieldError>,
+    /// Who wrote it and through which door (`kv`: straight into the
+    /// bucket); absent when its message could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<Author>,
 }
 
 impl Revision {
@@ -89,6 +94,7 @@ impl Revision {
                 job: None,
                 valid: None,
                 problems: Vec::new(),
+                author: None,
             };
         }
         let problems = parse_written(&entry.value, Some(&entry.key), entry.created)
@@ -101,6 +107,7 @@ impl Revision {
             job: serde_json::from_slice(&entry.value).ok(),
             valid: Some(problems.is_empty()),
             problems,
+            author: None,
         }
     }
 
@@ -158,6 +165,7 @@ mod tests {
             job: Some(json!("not an object")),
             valid: Some(false),
             problems: Vec::new(),
+            author: None,
         }
         .redacted();
         assert_eq!(revision.job, Some(json!("not an object")));

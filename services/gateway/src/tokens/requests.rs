@@ -196,6 +196,8 @@ pub async fn caller_of(state: &GatewayState, text: &str) -> Result<Option<Caller
     Ok(kept.grant().map(|grant| Caller {
         actor: format!("token:{}", kept.id),
         grant,
+        door: jetcron_core::audit::Door::Http,
+        note: Some(kept.description.clone()),
     }))
 }
 
@@ -225,6 +227,8 @@ mod tests {
     fn only_admins_administer_their_namespaces_tokens() {
         let caller = |scope: &str, role| Caller {
             actor: "t".into(),
+            door: jetcron_core::audit::Door::Http,
+            note: None,
             grant: jetcron_core::access::Grant {
                 scope: Scope::parse("namespace", scope).expect("scope"),
                 role,
