@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`job`]: the job definition (`JobSpec`), its targets, its validation
 //!   and its JSON Schema; a job's name and namespace (`job::name`).
+//! - [`binding`]: which person or group holds which role in a namespace.
 //! - [`audit`]: who wrote a revision of a job, as headers on it.
 //! - [`access`]: roles per namespace, and the refusal of what a role does
 //!   not allow; [`nats_doors`]: the nats-server permissions of a team's
@@ -49,6 +50,7 @@ pub mod alert;
 pub mod api;
 pub mod audit;
 pub mod backoff;
+pub mod binding;
 pub mod chain;
 pub mod channel;
 pub mod clock;

@@ -13,6 +13,8 @@ pub const INCIDENTS_BUCKET: &str = "jetcron_incidents";
 pub const TOKENS_BUCKET: &str = "jetcron_tokens";
 /// KV bucket of the namespaces' target policies (key = namespace).
 pub const POLICIES_BUCKET: &str = "jetcron_policies";
+/// KV bucket of role bindings (key = `<namespace or _all>.<user|group>.<digest>`).
+pub const BINDINGS_BUCKET: &str = "jetcron_bindings";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.

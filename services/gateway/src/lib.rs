@@ -48,6 +48,10 @@
 //!   periodic `scan`, counted by a `gauge`;
 //! - [`channels`]: alert channels (`requests`, `store`);
 //! - [`tokens`]: scoped API tokens (`record`, `store`, `requests`);
+//! - [`policies`]: the namespaces' target policies;
+//! - [`bindings`]: role bindings of people and groups per namespace;
+//! - [`audited`]: writes that carry their author's headers (who changed
+//!   what);
 //! - [`sql`]: every statement sent to ClickHouse (one file per table) and
 //!   the bounded reads that send them; the query catalog.
 //!
@@ -70,6 +74,8 @@
 //! answers, the state every request shares, its background tasks by what
 //! stopping means, the NATS API's watch and the HTTP server.
 
+pub mod audited;
+pub mod bindings;
 pub mod caller;
 pub mod channels;
 pub mod console;
@@ -123,6 +129,8 @@ pub struct GatewayState {
     pub tokens: tokens::store::TokenStore,
     /// `jetcron_policies`: the namespaces' target policies.
     pub policies: policies::PolicyStore,
+    /// `jetcron_bindings`: who holds which role in a namespace.
+    pub bindings: bindings::BindingStore,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: jobs::catalog::JobCatalog,
     pub runs: runs::history::RunHistory,

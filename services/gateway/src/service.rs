@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{channels, console, http, jobs, missed_fires, nats_api, policies, runs, sql, tokens};
+use crate::{
+    bindings, channels, console, http, jobs, missed_fires, nats_api, policies, runs, sql, tokens,
+};
 use crate::{GatewayConfig, GatewayState};
 
 /// The streams and buckets the gateway needs, made or verified in this
@@ -27,6 +29,7 @@ const TOPOLOGY: &[Need] = &[
     Need::ChannelsBucket,
     Need::TokensBucket,
     Need::PoliciesBucket,
+    Need::BindingsBucket,
 ];
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -73,6 +76,7 @@ struct GatewayTopology {
     channels: async_nats::jetstream::kv::Store,
     tokens: async_nats::jetstream::kv::Store,
     policies: async_nats::jetstream::kv::Store,
+    bindings: async_nats::jetstream::kv::Store,
 }
 
 impl GatewayTopology {
@@ -110,6 +114,7 @@ impl GatewayTopology {
                 channels: ensured.bucket(Need::ChannelsBucket)?,
                 tokens: ensured.bucket(Need::TokensBucket)?,
                 policies: ensured.bucket(Need::PoliciesBucket)?,
+                bindings: ensured.bucket(Need::BindingsBucket)?,
             }))
         }
         .await;
@@ -169,6 +174,10 @@ fn state(
         channels: channels::store::ChannelStore::new(parts.channels),
         tokens: tokens::store::TokenStore::new(parts.tokens),
         policies: policies::PolicyStore::new(parts.policies, book),
+        bindings: bindings::BindingStore::new(
+            parts.bindings,
+            async_nats::jetstream::new(client.clone()),
+        ),
         runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),

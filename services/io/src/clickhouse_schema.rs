@@ -561,7 +561,7 @@ mod tests {
             .iter()
             .flat_map(|(_, sql)| statements(sql))
             .collect();
-        assert_eq!(all.len(), 11);
+        assert_eq!(all.len(), 13);
         assert!(all[0].starts_with("CREATE DATABASE IF NOT EXISTS jetcron"));
         assert!(all[1].contains("ORDER BY (job_id, scheduled_ms, run_id, event_id)"));
         assert!(all[2].contains("jetcron.job_events"));
@@ -583,6 +583,12 @@ mod tests {
             })
         );
         assert_eq!(column_addition(&all[1]), None);
+        let authors: Vec<String> = all[11..]
+            .iter()
+            .filter_map(|s| column_addition(s))
+            .map(|a| format!("{}.{}", a.table, a.column))
+            .collect();
+        assert_eq!(authors, ["job_events.actor", "job_events.door"]);
     }
 
     #[test]

@@ -203,25 +203,27 @@ async fn check_bucket_keys(
     }
 }
 
-/// No policy stored by a refused `PUT /v1/namespaces/{namespace}/policy`.
+/// No policy or binding stored by a refused request on
+/// `/v1/namespaces/{namespace}/…`.
 async fn check_no_policies(stack: &Stack, results: &mut Results) {
-    let bucket = stack
-        .js
-        .get_key_value(jetcron_core::subjects::POLICIES_BUCKET)
-        .await
-        .expect("policies bucket");
-    let keys: Vec<String> = bucket
-        .keys()
-        .await
-        .expect("list policy keys")
-        .filter_map(|k| async move { k.ok() })
-        .collect()
-        .await;
-    if !keys.is_empty() {
-        results.fail(
-            "no policy stored after the API phase",
-            format!("keys {keys:?} are in the policies bucket"),
-        );
+    for name in [
+        jetcron_core::subjects::POLICIES_BUCKET,
+        jetcron_core::subjects::BINDINGS_BUCKET,
+    ] {
+        let bucket = stack.js.get_key_value(name).await.expect("bucket");
+        let keys: Vec<String> = bucket
+            .keys()
+            .await
+            .expect("list keys")
+            .filter_map(|k| async move { k.ok() })
+            .collect()
+            .await;
+        if !keys.is_empty() {
+            results.fail(
+                &format!("nothing stored in {name} after the API phase"),
+                format!("keys {keys:?} are in it"),
+            );
+        }
     }
 }
 

@@ -14,6 +14,7 @@ mod ack_answers;
 mod alerts;
 mod api;
 mod bad_input;
+mod bindings;
 mod chains;
 mod channels;
 mod clickhouse_hang;

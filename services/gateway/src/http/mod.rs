@@ -9,6 +9,7 @@
 //! ([`auth::Access`]).
 
 pub mod auth;
+mod bindings;
 mod channels;
 mod control;
 pub mod health;
@@ -167,6 +168,7 @@ pub fn routes() -> Vec<ApiRoute> {
     routes.extend(channel_routes());
     routes.extend(token_routes());
     routes.extend(policy_routes());
+    routes.extend(binding_routes());
     routes
 }
 
@@ -193,6 +195,19 @@ fn policy_routes() -> Vec<ApiRoute> {
         ApiRoute::get("/v1/namespaces/{namespace}/policy", Read, "The target policy of a namespace: which subjects, URL prefixes, pools, shell and chains its jobs may use (null: no limit)", policies::get_one).answers::<PolicyReply>(),
         ApiRoute::put("/v1/namespaces/{namespace}/policy", Write, "Set a namespace's target policy (an admin of it; of * when locked); the answer lists the jobs it refuses", policies::put).body::<Policy>("the policy; an absent list does not limit its kind").answers::<PolicySetReply>(),
         ApiRoute::delete("/v1/namespaces/{namespace}/policy", Write, "Remove a namespace's target policy: its jobs may use any target", policies::delete).answers::<PolicyRemovedReply>(),
+    ]
+}
+
+/// Role bindings: who (a person or group) holds which role in a
+/// namespace; managed by its admins (`*`: by an admin of `*`).
+#[rustfmt::skip]
+fn binding_routes() -> Vec<ApiRoute> {
+    use crate::bindings::{BindingRemovedReply, BindingSetReply, BindingsReply, SetBinding};
+    use Access::Write;
+    vec![
+        ApiRoute::get("/v1/namespaces/{namespace}/bindings", Write, "Who holds which role in a namespace (* : in every one), each with who gave it (an admin of it)", bindings::list).answers::<BindingsReply>(),
+        ApiRoute::put("/v1/namespaces/{namespace}/bindings/{subject}", Write, "Give user:<name> or group:<name> a role in a namespace (an admin of it)", bindings::set).body::<SetBinding>("the role").answers::<BindingSetReply>(),
+        ApiRoute::delete("/v1/namespaces/{namespace}/bindings/{subject}", Write, "Take a subject's role in a namespace away", bindings::remove).answers::<BindingRemovedReply>(),
     ]
 }
 

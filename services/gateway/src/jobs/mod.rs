@@ -4,8 +4,6 @@
 //!
 //! - [`store`]: the bucket with the API's operations on it (put, delete,
 //!   pause, a definition, its history, every definition);
-//! - [`audited`]: the writes into the bucket, each with its author's
-//!   headers (who changed what);
 //! - [`stored`]: a definition and its revisions as the API shows them, and
 //!   how they hide their secrets;
 //! - [`requests`]: the job operations beyond `put` as typed requests and
@@ -18,7 +16,6 @@
 //! - [`rejections`]: definitions that were not applied (`job.rejected`);
 //! - [`schedule_preview`]: the next fires of a schedule line.
 
-pub mod audited;
 pub mod catalog;
 pub mod pass;
 pub mod reads;

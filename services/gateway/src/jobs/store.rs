@@ -14,8 +14,8 @@ use jetcron_io::policy_book::PolicyBook;
 use serde::Serialize;
 use std::sync::Arc;
 
+use crate::audited::{AuditedWrites, WriteError};
 use crate::caller::Caller;
-use crate::jobs::audited::{AuditedWrites, WriteError};
 use crate::jobs::catalog::{count_keys, JobCatalog};
 use crate::jobs::pass::JobPass;
 use crate::jobs::stored::{Revision, StoredJob};

@@ -134,6 +134,7 @@ pub fn stream_names() -> Vec<String> {
         subjects::INCIDENTS_BUCKET,
         subjects::TOKENS_BUCKET,
         subjects::POLICIES_BUCKET,
+        subjects::BINDINGS_BUCKET,
     ]
     .map(|bucket| format!("KV_{bucket}"));
     let streams = [

@@ -29,6 +29,8 @@ pub enum Need {
     TokensBucket,
     /// `jetcron_policies`, the namespaces' target policies.
     PoliciesBucket,
+    /// `jetcron_bindings`, who holds which role in a namespace.
+    BindingsBucket,
 }
 
 /// A part as made: a stream or a bucket.
@@ -59,6 +61,7 @@ impl Need {
             }
             Need::TokensBucket => Part::Bucket(parts::ensure_tokens_bucket(js, options).await?),
             Need::PoliciesBucket => Part::Bucket(parts::ensure_policies_bucket(js, options).await?),
+            Need::BindingsBucket => Part::Bucket(parts::ensure_bindings_bucket(js, options).await?),
         })
     }
 }

@@ -290,7 +290,22 @@ pub async fn ensure_policies_bucket(
     ensure_bucket(js, config).await
 }
 
-/// A bucket of definitions people change (channels, tokens, policies): on file, at
+/// Role bindings (key = `<namespace or _all>.<user|group>.<digest>`),
+/// history kept: who was given which role, by whom, is traced.
+pub async fn ensure_bindings_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    let config = traced_bucket(
+        subjects::BINDINGS_BUCKET,
+        "jetcron role bindings (people and groups per namespace)",
+        4096,
+        options,
+    );
+    ensure_bucket(js, config).await
+}
+
+/// A bucket of definitions people change (channels, tokens, policies, bindings): on file, at
 /// the deployment's replica count, with the jobs bucket's history.
 fn traced_bucket(
     bucket: &str,

@@ -1,4 +1,5 @@
-//! Writes into `jetcron_jobs` that say who made them.
+//! Writes into a bucket people change (`jetcron_jobs`, `jetcron_bindings`)
+//! that say who made them.
 //!
 //! A KV put is a publish to `$KV.<bucket>.<key>` (a delete, one with
 //! `KV-Operation: DEL`), and a compare-and-swap the same publish with

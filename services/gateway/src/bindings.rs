@@ -1,0 +1,241 @@
+//! The role binding operations ([`jetcron_core::binding`]): list, set and
+//! remove who holds which role in a namespace, in `jetcron_bindings`.
+//!
+//! A namespace's admins manage its bindings; the bindings of `*` (a role
+//! in every namespace) only an admin of `*`. Each write carries its
+//! author's headers ([`crate::audited`]), so the bucket's history says who
+//! gave whom which role; a listing shows each binding's last author.
+
+use async_nats::jetstream::kv;
+use futures::TryStreamExt as _;
+use jetcron_core::access::{Role, Scope};
+use jetcron_core::api::ApiError;
+use jetcron_core::audit::{self, Author};
+use jetcron_core::binding::{binding_key, Binding, Subject};
+use jetcron_core::time_format::rfc3339_millis;
+use serde::{Deserialize, Serialize};
+
+use crate::audited::{AuditedWrites, WriteError};
+use crate::caller::Caller;
+use crate::GatewayState;
+
+/// The bindings bucket.
+#[derive(Clone)]
+pub struct BindingStore {
+    bucket: kv::Store,
+    writes: AuditedWrites,
+}
+
+/// `PUT /v1/namespaces/{namespace}/bindings/{subject}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetBinding {
+    /// `viewer`, `operator`, `editor` or `admin`.
+    pub role: String,
+}
+
+/// A binding as listed: what it gives, when, and who gave it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ListedBinding {
+    #[serde(flatten)]
+    pub binding: Binding,
+    pub revision: u64,
+    pub updated_at: String,
+    /// Who wrote this revision (`kv`: straight into the bucket).
+    pub author: Option<Author>,
+}
+
+/// `GET /v1/namespaces/{namespace}/bindings`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BindingsReply {
+    pub ok: bool,
+    pub namespace: String,
+    pub bindings: Vec<ListedBinding>,
+}
+
+/// `PUT …/bindings/{subject}`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BindingSetReply {
+    pub ok: bool,
+    pub binding: Binding,
+    pub revision: u64,
+}
+
+/// `DELETE …/bindings/{subject}`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BindingRemovedReply {
+    pub ok: bool,
+    pub namespace: String,
+    pub subject: String,
+    pub removed: bool,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::unavailable(format!(
+        "cannot use {}: {e}",
+        jetcron_core::subjects::BINDINGS_BUCKET
+    ))
+}
+
+impl BindingStore {
+    pub fn new(bucket: kv::Store, js: async_nats::jetstream::Context) -> Self {
+        Self {
+            writes: AuditedWrites::new(bucket.clone(), js),
+            bucket,
+        }
+    }
+
+    /// Every binding of `scope`, by subject, with its revision's author.
+    async fn list(&self, scope: &Scope) -> Result<Vec<ListedBinding>, ApiError> {
+        let prefix = jetcron_core::binding::scope_keys(scope);
+        let prefix = prefix.trim_end_matches('>');
+        let keys: Vec<String> = match self.bucket.keys().await {
+            Ok(keys) => keys.try_collect().await.map_err(unavailable)?,
+            Err(e) => return Err(unavailable(e)),
+        };
+        let mut listed = Vec::new();
+        for key in keys.iter().filter(|k| k.starts_with(prefix)) {
+            let Some(entry) = self.bucket.entry(key).await.map_err(unavailable)? else {
+                continue;
+            };
+            if entry.operation != kv::Operation::Put {
+                continue;
+            }
+            // A value written by hand that is no binding is left out.
+            let Ok(binding) = serde_json::from_slice::<Binding>(&entry.value) else {
+                continue;
+            };
+            listed.push(ListedBinding {
+                binding,
+                revision: entry.revision,
+                updated_at: rfc3339_millis(entry.created),
+                author: self.author_of(entry.revision).await,
+            });
+        }
+        listed.sort_by(|a, b| a.binding.subject.cmp(&b.binding.subject));
+        Ok(listed)
+    }
+
+    async fn author_of(&self, revision: u64) -> Option<Author> {
+        let message = self.bucket.stream.get_raw_message(revision).await.ok()?;
+        let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_string());
+        Some(Author::from_headers(
+            header(audit::ACTOR_HEADER).as_deref(),
+            header(audit::DOOR_HEADER).as_deref(),
+            header(audit::NOTE_HEADER).as_deref(),
+        ))
+    }
+}
+
+/// `namespace` (or `*`) and `subject` of a request, checked, and the
+/// caller an admin there.
+fn checked(caller: &Caller, namespace: &str, subject: &str) -> Result<(Scope, Subject), ApiError> {
+    let scope = Scope::parse("namespace", namespace)
+        .map_err(|p| ApiError::invalid_field("namespace", p.message))?;
+    administer(caller, &scope)?;
+    let subject = Subject::parse("subject", subject)
+        .map_err(|p| ApiError::invalid_field("subject", p.message))?;
+    Ok((scope, subject))
+}
+
+/// `Ok` when `caller` manages the bindings of `scope`.
+fn administer(caller: &Caller, scope: &Scope) -> Result<(), ApiError> {
+    match scope {
+        Scope::All => caller.grant.require_everywhere(Role::Admin),
+        Scope::One(namespace) => caller.grant.require(Role::Admin, namespace),
+    }
+}
+
+/// The bindings of `namespace` (`*`: those of every namespace at once).
+pub async fn list(
+    state: &GatewayState,
+    caller: &Caller,
+    namespace: &str,
+) -> Result<BindingsReply, ApiError> {
+    let scope = Scope::parse("namespace", namespace)
+        .map_err(|p| ApiError::invalid_field("namespace", p.message))?;
+    administer(caller, &scope)?;
+    Ok(BindingsReply {
+        ok: true,
+        namespace: scope.as_str().to_string(),
+        bindings: state.bindings.list(&scope).await?,
+    })
+}
+
+/// Give `subject` the role of `request` in `namespace`.
+pub async fn set(
+    state: &GatewayState,
+    caller: &Caller,
+    namespace: &str,
+    subject: &str,
+    request: SetBinding,
+) -> Result<BindingSetReply, ApiError> {
+    let (scope, subject) = checked(caller, namespace, subject)?;
+    let role = Role::parse("role", &request.role)
+        .map_err(|p| ApiError::invalid_field("role", p.message))?;
+    let binding = Binding {
+        namespace: scope.as_str().to_string(),
+        subject: subject.text(),
+        role,
+    };
+    let value =
+        serde_json::to_vec(&binding).map_err(|e| ApiError::internal("encode the binding", e))?;
+    let key = binding_key(&scope, &subject);
+    let revision = state
+        .bindings
+        .writes
+        .put(&key, value.into(), &caller.author())
+        .await
+        .map_err(|e| match e {
+            WriteError::Unavailable(e) => unavailable(format!("{e:#}")),
+            WriteError::Exists | WriteError::WrongRevision => unavailable("the write was refused"),
+        })?;
+    tracing::info!(namespace = %binding.namespace, subject = %binding.subject, %role, by = %caller.actor, "role bound");
+    Ok(BindingSetReply {
+        ok: true,
+        binding,
+        revision,
+    })
+}
+
+/// Remove the binding of `subject` in `namespace`.
+pub async fn remove(
+    state: &GatewayState,
+    caller: &Caller,
+    namespace: &str,
+    subject: &str,
+) -> Result<BindingRemovedReply, ApiError> {
+    let (scope, subject) = checked(caller, namespace, subject)?;
+    let key = binding_key(&scope, &subject);
+    let current = state
+        .bindings
+        .bucket
+        .entry(&key)
+        .await
+        .map_err(unavailable)?
+        .filter(|e| e.operation == kv::Operation::Put);
+    let removed = match current {
+        None => false,
+        Some(entry) => {
+            state
+                .bindings
+                .writes
+                .delete(&key, entry.revision, &caller.author())
+                .await
+                .map_err(|e| match e {
+                    WriteError::Unavailable(e) => unavailable(format!("{e:#}")),
+                    WriteError::Exists | WriteError::WrongRevision => ApiError::conflict(
+                        "subject",
+                        "the binding changed meanwhile; read it and try again",
+                    ),
+                })?;
+            true
+        }
+    };
+    Ok(BindingRemovedReply {
+        ok: true,
+        namespace: scope.as_str().to_string(),
+        subject: subject.text(),
+        removed,
+    })
+}
