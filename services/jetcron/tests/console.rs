@@ -104,12 +104,179 @@ impl Browser {
     }
 
     async fn sign_in(&mut self) {
+        self.sign_in_with(API_TOKEN).await;
+    }
+
+    async fn sign_in_with(&mut self, token: &str) {
         let page = self
-            .post("/ui/login", &[("token", API_TOKEN), ("next", "/ui/jobs")])
+            .post("/ui/login", &[("token", token), ("next", "/ui/jobs")])
             .await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
         assert_eq!(page.location(), "/ui/jobs");
     }
+}
+
+/// A scoped token of `role` in `namespace`: its text and its id.
+async fn scoped_token(stack: &Stack, namespace: &str, role: &str) -> (String, String) {
+    let body = serde_json::json!({"namespace": namespace, "role": role, "description": format!("{role} of {namespace}")});
+    let (status, made) = stack
+        .send(
+            reqwest::Method::POST,
+            "/v1/tokens",
+            &body.to_string(),
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    (
+        made["token"].as_str().expect("token").to_string(),
+        made["record"]["id"].as_str().expect("id").to_string(),
+    )
+}
+
+/// A team's member signs in with a scoped token: the console shows its
+/// namespace's jobs and runs only, offers only what its role allows, acts
+/// with that role (the audit names the token, through the console), and
+/// refuses anything else with nothing changed; a revoked token's session
+/// ends at once.
+#[tokio::test]
+async fn a_teams_session_sees_and_does_only_what_its_token_allows() {
+    let stack = Stack::start(StackOptions {
+        executor: false,
+        ..StackOptions::default()
+    })
+    .await;
+    let secret_header = r#""headers":{"Authorization":"Bearer billing-secret"}"#;
+    stack
+        .put_job(&format!(
+            r#"{{"id":"billing.report","schedule":"0 0 0 1 1 * 2090","target":{{"type":"http","url":"https://billing.example/run",{secret_header}}}}}"#
+        ))
+        .await;
+    stack
+        .put_job(r#"{"id":"ops.cleanup","schedule":"0 0 0 1 1 * 2090","target":{"type":"nats","subject":"ops.cleanup"}}"#)
+        .await;
+    let (viewer_token, _) = scoped_token(&stack, "billing", "viewer").await;
+    let (operator_token, operator_id) = scoped_token(&stack, "billing", "operator").await;
+
+    // A viewer: its jobs only, no buttons, no secrets, no other team's job.
+    let mut viewer = Browser::new(&stack);
+    viewer.sign_in_with(&viewer_token).await;
+    let jobs = viewer.get("/ui/jobs").await;
+    assert_eq!(jobs.status, StatusCode::OK);
+    assert!(jobs.body.contains(">billing.report</a>"), "{}", jobs.body);
+    assert!(
+        !jobs.body.contains("ops.cleanup"),
+        "another team's job is listed"
+    );
+    assert!(jobs.body.contains("viewer of billing"), "the role is shown");
+    assert!(
+        !jobs.body.contains("/ui/jobs/new"),
+        "a viewer is offered New job"
+    );
+    let asked_for_ops = viewer.get("/ui/jobs?namespace=ops").await;
+    assert!(
+        !asked_for_ops.body.contains("ops.cleanup"),
+        "the namespace is the token's"
+    );
+    let overview = viewer.get("/ui/").await;
+    assert_eq!(
+        overview.location(),
+        "/ui/jobs",
+        "the overview covers every namespace"
+    );
+    let page = viewer.get("/ui/jobs/billing.report").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        !page.body.contains("billing-secret"),
+        "a viewer sees the secret"
+    );
+    assert!(!page.body.contains("/pause\""), "a viewer is offered pause");
+    assert!(!page.body.contains(">Edit</a>"), "a viewer is offered edit");
+    for refused in [
+        "/ui/jobs/ops.cleanup",
+        "/ui/jobs/billing.report/edit",
+        "/ui/jobs/new",
+    ] {
+        let page = viewer.get(refused).await;
+        assert_eq!(
+            page.status,
+            StatusCode::FORBIDDEN,
+            "{refused}: {}",
+            page.body
+        );
+    }
+    let csrf = viewer.csrf.clone();
+    let paused = viewer
+        .post("/ui/jobs/billing.report/pause", &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(paused.status, StatusCode::FORBIDDEN, "{}", paused.body);
+    let (_, job) = stack.get("/v1/jobs/billing.report").await;
+    assert!(
+        job["job"]["job"].get("paused").is_none(),
+        "a refusal changed the job"
+    );
+
+    // An operator: pauses its job (the history names the token, through
+    // the console), is offered no edit, and cannot touch another team's.
+    let mut operator = Browser::new(&stack);
+    operator.sign_in_with(&operator_token).await;
+    let page = operator.get("/ui/jobs/billing.report").await;
+    assert!(
+        page.body.contains("/pause\""),
+        "an operator is offered pause"
+    );
+    assert!(
+        !page.body.contains(">Edit</a>"),
+        "an operator is offered edit"
+    );
+    let csrf = operator.csrf.clone();
+    let paused = operator
+        .post("/ui/jobs/billing.report/pause", &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(paused.location(), "/ui/jobs/billing.report?done=paused");
+    let (_, history) = stack.get("/v1/jobs/billing.report/history").await;
+    let last = history["revisions"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned();
+    let last = last.expect("revisions");
+    assert_eq!(
+        last["author"]["actor"],
+        format!("token:{operator_id}"),
+        "{last}"
+    );
+    assert_eq!(last["author"]["door"], "console", "{last}");
+    let other = operator
+        .post("/ui/jobs/ops.cleanup/pause", &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{}", other.body);
+    let (_, job) = stack.get("/v1/jobs/ops.cleanup").await;
+    assert!(
+        job["job"]["job"].get("paused").is_none(),
+        "another team's job was paused"
+    );
+
+    // Revoked: the next page sends the operator to sign in again.
+    let (status, _) = stack
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/v1/tokens/{operator_id}"),
+            "",
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let after = operator
+        .post("/ui/jobs/billing.report/resume", &[("csrf", csrf.as_str())])
+        .await;
+    assert!(
+        after.location().starts_with("/ui/login"),
+        "{:?}",
+        after.location()
+    );
+    let (_, job) = stack.get("/v1/jobs/billing.report").await;
+    assert_eq!(job["job"]["job"]["paused"], true, "a revoked session acted");
+    stack.stop().await;
 }
 
 #[tokio::test]

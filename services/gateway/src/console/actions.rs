@@ -36,11 +36,12 @@ fn job_path(id: &str) -> String {
 /// then go back to `back` saying what happened.
 async fn set_paused(
     state: &GatewayState,
+    caller: &Caller,
     select: SelectJobs,
     back: String,
     paused: bool,
 ) -> Result<Response, ConsoleError> {
-    let reply = jobs::requests::set_paused(state, &Caller::console(), select, paused).await?;
+    let reply = jobs::requests::set_paused(state, caller, select, paused).await?;
     let done = match (reply.changed.is_empty(), paused) {
         (true, _) => "unchanged",
         (false, true) => "paused",
@@ -59,12 +60,13 @@ async fn set_paused_one(
     paused: bool,
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
-    Viewer::of(&state, &headers).may_write(&headers, csrf, &back)?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, csrf, &back)?;
     let select = SelectJobs {
         id: Some(id),
         labels: None,
     };
-    set_paused(&state, select, back, paused).await
+    set_paused(&state, &viewer.caller(), select, back, paused).await
 }
 
 /// `POST /ui/jobs/{id}/pause`.
@@ -103,14 +105,15 @@ async fn set_paused_selected(
     paused: bool,
 ) -> Result<Response, ConsoleError> {
     let back = format!("/ui/jobs?labels={}", url_escape(&form.labels));
-    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, &form.csrf, &back)?;
     let labels = super::jobs_page::parse_labels(&form.labels)
         .map_err(|why| jetcron_core::api::ApiError::invalid_field("labels", why))?;
     let select = SelectJobs {
         id: None,
         labels: Some(labels),
     };
-    set_paused(&state, select, back, paused).await
+    set_paused(&state, &viewer.caller(), select, back, paused).await
 }
 
 /// `POST /ui/jobs:pause` with a label selector.
@@ -139,8 +142,9 @@ pub async fn trigger(
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
-    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
-    runs::manual::trigger(&state, &Caller::console(), TriggerJob { id }).await?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, &form.csrf, &back)?;
+    runs::manual::trigger(&state, &viewer.caller(), TriggerJob { id }).await?;
     Ok(Redirect::to(&format!("{back}?done=triggered")).into_response())
 }
 
@@ -160,10 +164,11 @@ pub async fn backfill(
     Form(form): Form<BackfillForm>,
 ) -> Result<Response, ConsoleError> {
     let back = job_path(&id);
-    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, &form.csrf, &back)?;
     runs::manual::backfill(
         &state,
-        &Caller::console(),
+        &viewer.caller(),
         BackfillJob {
             id,
             from: form.from.trim().to_string(),
@@ -189,11 +194,16 @@ pub async fn confirm_delete(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     let back = job_path(&id);
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn(format!("{back}/delete")));
     }
+    let namespace = jetcron_core::job::namespace_of(&id);
+    viewer
+        .caller()
+        .grant
+        .require(jetcron_core::access::Role::Editor, namespace)?;
     let job = jobs::requests::get(
         &state,
         &viewer.caller(),
@@ -201,7 +211,7 @@ pub async fn confirm_delete(
     )
     .await?;
     let page = DeletePage {
-        frame: viewer.frame(format!("Delete {id}?")),
+        frame: viewer.frame_for(format!("Delete {id}?"), namespace),
         id_link: url_escape(&id),
         id,
         revision: job.job.revision,
@@ -224,10 +234,11 @@ pub async fn delete(
     Path(id): Path<String>,
     Form(form): Form<DeleteForm>,
 ) -> Result<Response, ConsoleError> {
-    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &job_path(&id))?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, &form.csrf, &job_path(&id))?;
     jobs::requests::delete(
         &state,
-        &Caller::console(),
+        &viewer.caller(),
         DeleteJob {
             id,
             expected_revision: Some(form.expected_revision),
@@ -253,11 +264,12 @@ pub async fn kill(
     Form(form): Form<KillForm>,
 ) -> Result<Response, ConsoleError> {
     let back = format!("/ui/runs/{}", url_escape(&run_id));
-    Viewer::of(&state, &headers).may_write(&headers, &form.csrf, &back)?;
+    let viewer = Viewer::of(&state, &headers).await;
+    viewer.may_write(&headers, &form.csrf, &back)?;
     let reason = form.reason.trim();
     runs::control::kill(
         &state,
-        &Caller::console(),
+        &viewer.caller(),
         KillRequest {
             run_id,
             reason: Some(if reason.is_empty() {

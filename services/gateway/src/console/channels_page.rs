@@ -52,10 +52,10 @@ pub async fn show(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/channels")?;
     let reply = state.channels.list(ListChannels {}).await?;
-    let shows_secrets = viewer.sees_secrets();
+    let shows_secrets = viewer.sees_channel_secrets();
     let channels = reply
         .channels
         .into_iter()

@@ -9,6 +9,7 @@
 //! page itself shows the preview of what it was rendered with, so it works
 //! without the script too.
 
+use jetcron_core::access::Role;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -146,10 +147,11 @@ pub async fn new_form(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn("/ui/jobs/new".into()));
     }
+    viewer.caller().grant.require_somewhere(Role::Editor)?;
     let form = JobForm {
         target_type: "http".into(),
         ..JobForm::default()
@@ -164,13 +166,15 @@ pub async fn edit_form(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn(format!(
             "/ui/jobs/{}/edit",
             url_escape(&id)
         )));
     }
+    let namespace = jetcron_core::job::namespace_of(&id);
+    viewer.caller().grant.require(Role::Editor, namespace)?;
     let stored = crate::jobs::requests::get(
         &state,
         &viewer.caller(),
@@ -250,7 +254,7 @@ pub async fn save_form(
     Form(form): Form<JobForm>,
 ) -> Result<Response, ConsoleError> {
     let editing = id.map(|Path(id)| id).unwrap_or_default();
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_write(&headers, &form.csrf, "/ui/jobs")?;
     let base = if editing.is_empty() {
         None
@@ -295,7 +299,7 @@ pub async fn save_json(
     Form(posted): Form<JsonForm>,
 ) -> Result<Response, ConsoleError> {
     let editing = id.map(|Path(id)| id).unwrap_or_default();
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_write(&headers, &posted.csrf, "/ui/jobs")?;
     let parsed: Option<Value> = serde_json::from_str(&posted.definition).ok();
     let mut form = JobForm::of(parsed.as_ref(), posted.expected_revision);
@@ -324,7 +328,7 @@ pub async fn preview(
     headers: HeaderMap,
     Query(query): Query<PreviewQuery>,
 ) -> Result<Response, ConsoleError> {
-    Viewer::of(&state, &headers).may_read("/ui/")?;
+    Viewer::of(&state, &headers).await.may_read("/ui/")?;
     Ok(render(&PreviewFragment::of(
         &state,
         &query.schedule,

@@ -166,8 +166,10 @@ pub async fn show(
     Path(id): Path<String>,
     Query(query): Query<JobQuery>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
+    let namespace = jetcron_core::job::namespace_of(&id).to_string();
+    viewer.may_see(&namespace)?;
     let (detail, history, runs, stats) = tokio::join!(
         job_reads::job_detail(
             &state,
@@ -204,9 +206,9 @@ pub async fn show(
     let stats = stats
         .ok()
         .and_then(|s| s.jobs.into_iter().find(|j| j.job_id == id));
-    // Anonymous viewers of a gateway with open reads see secrets hidden, as
-    // the API shows them.
-    let hides_secrets = !viewer.sees_secrets();
+    // Anonymous viewers of a gateway with open reads, and viewers below
+    // editor, see secrets hidden, as the API shows them.
+    let hides_secrets = !viewer.sees_secrets_of(&namespace);
     let detail = match hides_secrets {
         true => detail.redacted(),
         false => detail,
@@ -225,7 +227,7 @@ pub async fn show(
     let (runs, runs_error, more_runs_link) = run_lines(runs, &id);
     let page = JobPage {
         frame: viewer
-            .frame(format!("Job {id}"))
+            .frame_for(format!("Job {id}"), &namespace)
             .with_done(query.done.as_deref()),
         id_link: url_escape(&id),
         revision: detail.job.revision,
@@ -410,10 +412,12 @@ pub async fn diff(
     Path(id): Path<String>,
     query: Result<Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read(&format!("/ui/jobs/{}", url_escape(&id)))?;
+    let namespace = jetcron_core::job::namespace_of(&id).to_string();
+    viewer.may_see(&namespace)?;
     let Query(query) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
-    let history = match viewer.sees_secrets() {
+    let history = match viewer.sees_secrets_of(&namespace) {
         true => job_reads::job_history(&state, id.clone()).await?,
         false => job_reads::job_history(&state, id.clone()).await?.redacted(),
     };
@@ -433,7 +437,10 @@ pub async fn diff(
     let before = pick(query.from)?;
     let after = pick(query.to)?;
     let page = DiffPage {
-        frame: viewer.frame(format!("Job {id}: revision {} → {}", query.from, query.to)),
+        frame: viewer.frame_for(
+            format!("Job {id}: revision {} → {}", query.from, query.to),
+            &namespace,
+        ),
         id_link: url_escape(&id),
         id,
         from: query.from,

@@ -47,6 +47,9 @@ pub struct JobsQuery {
     /// `desc` for descending.
     #[serde(default)]
     dir: String,
+    /// One namespace's jobs (a team's session: always its own).
+    #[serde(default)]
+    namespace: String,
     /// 1-based page number.
     page: Option<usize>,
     done: Option<String>,
@@ -88,6 +91,10 @@ pub struct JobsPage {
     pub q: String,
     pub labels: String,
     pub state: String,
+    /// The namespace shown (empty: all).
+    pub namespace: String,
+    /// The namespace can be chosen (not for a team's session).
+    pub chooses_namespace: bool,
     pub rows: Vec<Row>,
     pub columns: Vec<Column>,
     pub matched: usize,
@@ -125,6 +132,8 @@ struct TableView {
     problem: String,
     /// `active`, `paused`, `invalid`, or empty.
     state: String,
+    /// One namespace, or empty for all.
+    namespace: String,
     sort: RowSort,
     descending: bool,
     /// 1-based.
@@ -132,7 +141,9 @@ struct TableView {
 }
 
 impl TableView {
-    fn of(query: &JobsQuery) -> Self {
+    /// The table `query` asks for; `own` is the one namespace a team's
+    /// session sees, whatever the query says.
+    fn of(query: &JobsQuery, own: Option<&str>) -> Self {
         let (labels, problem) = match parse_labels(&query.labels) {
             Ok(labels) => (labels, String::new()),
             Err(why) => (BTreeMap::new(), format!("label filter {why}")),
@@ -146,6 +157,7 @@ impl TableView {
                 s @ ("active" | "paused" | "invalid") => s.to_string(),
                 _ => String::new(),
             },
+            namespace: own.unwrap_or(query.namespace.trim()).to_string(),
             sort: RowSort::parse(&query.sort).unwrap_or_default(),
             descending: query.dir == "desc",
             page_number: query.page.unwrap_or(1).max(1),
@@ -159,6 +171,7 @@ impl TableView {
 
     fn row_query(&self) -> RowQuery {
         RowQuery {
+            namespace: (!self.namespace.is_empty()).then(|| self.namespace.clone()),
             labels: self.labels.clone(),
             text: self.text.clone(),
             state: self.state.clone(),
@@ -172,10 +185,11 @@ impl TableView {
     /// The link to this table sorted by `sort` and showing page `page`.
     fn link(&self, sort: RowSort, descending: bool, page: usize) -> String {
         let mut url = format!(
-            "/ui/jobs?q={}&labels={}&state={}&sort={}",
+            "/ui/jobs?q={}&labels={}&state={}&namespace={}&sort={}",
             url_escape(&self.text),
             url_escape(&self.labels_text),
             url_escape(&self.state),
+            url_escape(&self.namespace),
             sort.name()
         );
         if descending {
@@ -228,9 +242,10 @@ pub async fn show(
     headers: HeaderMap,
     Query(query): Query<JobsQuery>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/jobs")?;
-    let table = TableView::of(&query);
+    let caller = viewer.caller();
+    let table = TableView::of(&query, caller.only_namespace());
     let page = state.catalog.page(&table.row_query());
     let now = state.clock.now();
     let valid = valid_jobs(&state, &page.rows).await;
@@ -260,6 +275,8 @@ pub async fn show(
         q: query.q.clone(),
         labels: query.labels.clone(),
         state: table.state.clone(),
+        namespace: table.namespace.clone(),
+        chooses_namespace: caller.only_namespace().is_none(),
         columns: table.columns(),
         matched: page.matched,
         total: page.total,

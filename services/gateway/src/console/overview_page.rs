@@ -57,8 +57,13 @@ pub async fn show(
     headers: HeaderMap,
     Query(query): Query<OverviewQuery>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/")?;
+    // The overview's figures cover every namespace: a team's session
+    // starts at its jobs.
+    if viewer.caller().only_namespace().is_some() {
+        return Ok(axum::response::Redirect::to("/ui/jobs").into_response());
+    }
     let now = state.clock.now();
     let (day, runs_error) = match figures::all_jobs_day(&state, Patience::Glance).await {
         Ok(day) => (day, String::new()),

@@ -11,6 +11,12 @@ use chrono::{DateTime, Utc};
 pub struct Frame {
     pub title: String,
     pub signed_in: bool,
+    /// The page offers what an operator does (pause, trigger, kill…).
+    pub may_operate: bool,
+    /// The page offers what an editor does (new job, edit, delete).
+    pub may_edit: bool,
+    /// A scoped session's role, shown beside sign-out (`editor of billing`).
+    pub who: String,
     /// The session's CSRF token, put in every form.
     pub csrf: String,
     /// What the last action did (from a fixed list: never text from a URL).

@@ -79,9 +79,11 @@ pub async fn show(
     Path(run_id): Path<String>,
     Query(query): Query<RunQuery>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read(&format!("/ui/runs/{}", url_escape(&run_id)))?;
     let run = reads::run(&state, &run_id).await?.run;
+    let namespace = jetcron_core::job::namespace_of(&run.job_id).to_string();
+    viewer.may_see(&namespace)?;
     let trigger = run.trigger.as_str().to_string();
     let mut events = vec![EventLine {
         at: when(run.scheduled_at),
@@ -155,7 +157,7 @@ pub async fn show(
         .collect();
     let page = RunPage {
         frame: viewer
-            .frame(format!("Run of {}", run.job_id))
+            .frame_for(format!("Run of {}", run.job_id), &namespace)
             .with_done(query.done.as_deref()),
         run_id: run.run_id.as_str().to_string(),
         job_link: format!("/ui/jobs/{}", url_escape(&run.job_id)),

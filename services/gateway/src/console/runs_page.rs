@@ -33,6 +33,9 @@ pub struct RunsPage {
     pub job: String,
     pub status: String,
     pub q: String,
+    pub namespace: String,
+    /// The namespace can be chosen (not for a team's session).
+    pub chooses_namespace: bool,
     pub runs: Vec<ListedLine>,
     pub next_link: String,
     pub problem: String,
@@ -46,6 +49,9 @@ pub struct RunsQuery {
     status: String,
     #[serde(default)]
     q: String,
+    /// One namespace's runs (a team's session: always its own).
+    #[serde(default)]
+    namespace: String,
     cursor: Option<String>,
 }
 
@@ -58,10 +64,19 @@ pub async fn show(
     headers: HeaderMap,
     Query(query): Query<RunsQuery>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/runs")?;
+    let caller = viewer.caller();
+    let namespace = match caller.only_namespace() {
+        Some(own) => Some(own.to_string()),
+        None => some(&query.namespace),
+    };
+    if let Some(job) = some(&query.job) {
+        viewer.may_see(jetcron_core::job::namespace_of(&job))?;
+    }
     let request = ListRuns {
         job: some(&query.job),
+        namespace: namespace.clone(),
         status: some(&query.status),
         q: some(&query.q),
         cursor: query.cursor.clone(),
@@ -88,10 +103,11 @@ pub async fn show(
                 .next_cursor
                 .map(|c| {
                     format!(
-                        "/ui/runs?job={}&status={}&q={}&cursor={}",
+                        "/ui/runs?job={}&status={}&q={}&namespace={}&cursor={}",
                         url_escape(&query.job),
                         url_escape(&query.status),
                         url_escape(&query.q),
+                        url_escape(namespace.as_deref().unwrap_or_default()),
                         url_escape(&c)
                     )
                 })
@@ -105,6 +121,8 @@ pub async fn show(
         job: query.job,
         status: query.status,
         q: query.q,
+        chooses_namespace: caller.only_namespace().is_none(),
+        namespace: namespace.unwrap_or_default(),
         runs,
         next_link,
         problem,

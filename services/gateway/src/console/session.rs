@@ -9,6 +9,15 @@
 //! HTTPS). Every form carries a CSRF token, an HMAC of the session value, so
 //! a page from elsewhere cannot post on the operator's behalf even where
 //! `SameSite` is not honoured.
+//!
+//! A team member signs in with a scoped token (`jct_<id>_<secret>`,
+//! [`crate::tokens`]) the same way: the cookie names the token's id and
+//! an expiry, signed with the SHA-256 of the token's secret kept in its
+//! record ([`sign_in_scoped`]). Each request reads the record again (as the
+//! HTTP API does), so a revoked or expired token ends its sessions at once,
+//! and the page acts with the token's role in its namespace. Whoever could
+//! read that hash could sign such a cookie; the tokens bucket is readable
+//! only by the gateway's NATS user, which may do everything anyway.
 
 use chrono::{DateTime, Duration, Utc};
 use hmac::{Hmac, Mac};
@@ -16,6 +25,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 
 use crate::http::auth::HttpAuth;
+use crate::tokens::record::TokenRecord;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "jetcron_session";
@@ -29,6 +39,8 @@ pub struct Session {
     pub value: String,
     /// The token every form of this session must carry.
     pub csrf: String,
+    /// The scoped token it was signed in with (`None`: a bootstrap token).
+    pub token_id: Option<String>,
 }
 
 fn mac(key: &[u8], purpose: &str, message: &str) -> Vec<u8> {
@@ -55,7 +67,58 @@ pub fn sign_in(auth: &HttpAuth, presented: &str, now: DateTime<Utc>) -> Option<S
     Some(Session {
         csrf: hex(&mac(token, "csrf", &value)),
         value,
+        token_id: None,
     })
+}
+
+/// A session for the scoped token of `record` (whose secret the caller
+/// checked).
+pub fn sign_in_scoped(record: &TokenRecord, now: DateTime<Utc>) -> Session {
+    let expiry = (now + LIFETIME).timestamp().to_string();
+    scoped_session(record, &expiry)
+}
+
+fn scoped_session(record: &TokenRecord, expiry: &str) -> Session {
+    let key = record.secret_sha256.as_bytes();
+    let signed = format!("{}.{expiry}", record.id);
+    let value = format!("v2.{signed}.{}", hex(&mac(key, "session", &signed)));
+    Session {
+        csrf: hex(&mac(key, "csrf", &value)),
+        value,
+        token_id: Some(record.id.clone()),
+    }
+}
+
+/// The scoped token a cookie value names, before its record is read
+/// (`None`: not a scoped session).
+pub fn scoped_token_id(value: &str) -> Option<&str> {
+    let mut parts = value.splitn(4, '.');
+    match (parts.next(), parts.next()) {
+        (Some("v2"), Some(id)) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(id)
+        }
+        _ => None,
+    }
+}
+
+/// The session a scoped cookie value stands for, if it is unexpired and
+/// signed for `record`.
+pub fn verify_scoped(record: &TokenRecord, value: &str, now: DateTime<Utc>) -> Option<Session> {
+    let mut parts = value.splitn(4, '.');
+    let (Some("v2"), Some(id), Some(expiry), Some(_)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    if id != record.id || record.secret_sha256.is_empty() {
+        return None;
+    }
+    let expires = expiry.parse::<i64>().ok()?;
+    if expires <= now.timestamp() || expires > (now + LIFETIME).timestamp() {
+        return None;
+    }
+    let expected = scoped_session(record, expiry);
+    bool::from(expected.value.as_bytes().ct_eq(value.as_bytes())).then_some(expected)
 }
 
 /// The session a cookie value stands for, if it is unexpired and signed by
@@ -82,6 +145,7 @@ pub fn verify(auth: &HttpAuth, value: &str, now: DateTime<Utc>) -> Option<Sessio
     Some(Session {
         csrf: hex(&mac(token, "csrf", value)),
         value: value.to_string(),
+        token_id: None,
     })
 }
 
@@ -152,6 +216,40 @@ mod tests {
         assert!(verify(&gateway, "", now).is_none());
         assert!(csrf_matches(&session, &session.csrf));
         assert!(!csrf_matches(&session, ""));
+    }
+
+    fn record(secret_sha256: &str) -> TokenRecord {
+        TokenRecord {
+            id: "ab12".into(),
+            namespace: "billing".into(),
+            role: jetcron_core::access::Role::Viewer,
+            description: "d".into(),
+            created_at: String::new(),
+            expires_at: None,
+            created_by: "admin-token".into(),
+            secret_sha256: secret_sha256.into(),
+        }
+    }
+
+    #[test]
+    fn a_scoped_session_is_signed_for_its_token_and_ends_with_it() {
+        let now = Utc::now();
+        let kept = record("aa11");
+        let session = sign_in_scoped(&kept, now);
+        assert_eq!(scoped_token_id(&session.value), Some("ab12"));
+        assert_eq!(session.token_id.as_deref(), Some("ab12"));
+        assert_eq!(
+            verify_scoped(&kept, &session.value, now),
+            Some(session.clone())
+        );
+        // Another secret (the token made again), expiry, alteration: refused.
+        assert!(verify_scoped(&record("bb22"), &session.value, now).is_none());
+        assert!(verify_scoped(&kept, &session.value, now + LIFETIME).is_none());
+        let altered = session.value.replacen(".", ".0", 2);
+        assert!(verify_scoped(&kept, &altered, now).is_none());
+        // A bootstrap session is not a scoped one, nor the other way round.
+        assert_eq!(scoped_token_id("v1.123.abc"), None);
+        assert!(verify(&auth(&[TOKEN]), &session.value, now).is_none());
     }
 
     #[test]

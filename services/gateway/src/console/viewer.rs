@@ -1,9 +1,14 @@
 //! Who is looking at a page, what they may do, and the sign-in pages.
 //!
-//! [`Viewer::of`] reads the session cookie; [`Viewer::may_read`] sends an
+//! [`Viewer::of`] reads the session cookie and who it stands for: a
+//! bootstrap token's session is admin of every namespace, a scoped token's
+//! holds that token's role in its namespace (its record read on every
+//! request, as the HTTP API does); [`Viewer::may_read`] sends an
 //! anonymous viewer to the sign-in page when the gateway protects reads;
 //! [`Viewer::may_write`] checks the session, the form's CSRF token and,
-//! when the browser sends one, the `Origin` header.
+//! when the browser sends one, the `Origin` header. What a page shows and
+//! offers follows the viewer's grant ([`Viewer::frame_for`]); the
+//! operations check it again.
 
 use std::sync::Arc;
 
@@ -15,7 +20,10 @@ use serde::Deserialize;
 
 use super::pages::{render, ErrorPage, Frame, LoginPage};
 use super::session::{self, Session};
+use crate::caller::Caller;
+use crate::tokens::record::TokenRecord;
 use crate::GatewayState;
+use jetcron_core::access::Role;
 
 /// The viewer of one request.
 #[derive(Debug, Clone)]
@@ -23,40 +31,80 @@ pub struct Viewer {
     pub session: Option<Session>,
     /// Whether reads show secrets (they need a session then).
     pub reads_protected: bool,
+    /// Who the console's operations act for.
+    caller: Caller,
 }
 
 impl Viewer {
-    pub fn of(state: &GatewayState, headers: &HeaderMap) -> Self {
-        let now = state.clock.now();
-        let session = session::from_headers(headers)
-            .and_then(|value| session::verify(&state.http_auth, &value, now));
+    pub async fn of(state: &GatewayState, headers: &HeaderMap) -> Self {
+        let reads_protected = state.http_auth.reads_protected();
+        let signed_in = match session::from_headers(headers) {
+            Some(value) => signed_in(state, &value).await,
+            None => None,
+        };
+        let (session, caller) = match signed_in {
+            Some((session, caller)) => (Some(session), caller),
+            None => (None, Caller::anonymous_reader()),
+        };
         Self {
             session,
-            reads_protected: state.http_auth.reads_protected(),
+            reads_protected,
+            caller,
         }
     }
 
-    /// Whether this viewer sees secrets (credentials in definitions): when
-    /// signed in, or when reads are protected (then every reader is).
-    pub fn sees_secrets(&self) -> bool {
-        self.session.is_some() || self.reads_protected
+    /// Whether this viewer sees the secrets (credentials in definitions)
+    /// of `namespace`'s jobs: signed in, and an editor there (who may
+    /// write them anyway).
+    pub fn sees_secrets_of(&self, namespace: &str) -> bool {
+        self.session.is_some() && self.caller.grant.allows(Role::Editor, namespace)
     }
 
-    /// The caller the console's operations act for: a session is signed
-    /// with a bootstrap token (admin of every namespace); without one, an
-    /// anonymous reader.
-    pub fn caller(&self) -> crate::caller::Caller {
-        match &self.session {
-            Some(_) => crate::caller::Caller::console(),
-            None => crate::caller::Caller::anonymous_reader(),
-        }
+    /// Whether this viewer sees channel credentials: signed in as an admin
+    /// of every namespace (channels are shared by all).
+    pub fn sees_channel_secrets(&self) -> bool {
+        self.session.is_some() && self.caller.grant.allows_everywhere(Role::Admin)
     }
 
-    /// The frame of a page titled `title`.
+    /// The caller the console's operations act for: a bootstrap token's
+    /// session is admin of every namespace, a scoped token's holds its
+    /// token's grant; without one, an anonymous reader.
+    pub fn caller(&self) -> Caller {
+        self.caller.clone()
+    }
+
+    /// `Ok` when the viewer may see `namespace`'s jobs and runs.
+    pub fn may_see(&self, namespace: &str) -> Result<(), ConsoleError> {
+        Ok(self.caller.grant.require(Role::Viewer, namespace)?)
+    }
+
+    /// The frame of a page titled `title` about no one namespace: what it
+    /// offers, the viewer may do somewhere.
     pub fn frame(&self, title: impl Into<String>) -> Frame {
+        let somewhere = |role: Role| self.caller.grant.role >= role;
+        self.frame_with(title, somewhere(Role::Operator), somewhere(Role::Editor))
+    }
+
+    /// The frame of a page about `namespace`'s job or run: what it offers,
+    /// the viewer may do there.
+    pub fn frame_for(&self, title: impl Into<String>, namespace: &str) -> Frame {
+        let allows = |role: Role| self.caller.grant.allows(role, namespace);
+        self.frame_with(title, allows(Role::Operator), allows(Role::Editor))
+    }
+
+    fn frame_with(&self, title: impl Into<String>, operates: bool, edits: bool) -> Frame {
+        let signed_in = self.session.is_some();
         Frame {
             title: title.into(),
-            signed_in: self.session.is_some(),
+            signed_in,
+            may_operate: signed_in && operates,
+            may_edit: signed_in && edits,
+            who: match self.caller.only_namespace() {
+                Some(namespace) if signed_in => {
+                    format!("{} of {namespace}", self.caller.grant.role)
+                }
+                _ => String::new(),
+            },
             csrf: self
                 .session
                 .as_ref()
@@ -96,6 +144,47 @@ impl Viewer {
         }
         Ok(())
     }
+}
+
+/// The session of cookie `value` and who it stands for, if it is one: a
+/// bootstrap token's, or a live scoped token's (its record read now).
+async fn signed_in(state: &GatewayState, value: &str) -> Option<(Session, Caller)> {
+    let now = state.clock.now();
+    let Some(id) = session::scoped_token_id(value) else {
+        let session = session::verify(&state.http_auth, value, now)?;
+        return Some((session, Caller::console()));
+    };
+    // A bucket that does not answer signs nobody in.
+    let record = state.tokens.get(id).await.ok().flatten()?;
+    if record.expired_at(now) {
+        return None;
+    }
+    let session = session::verify_scoped(&record, value, now)?;
+    let caller = console_caller(&record)?;
+    Some((session, caller))
+}
+
+/// The caller of a console session of the scoped token `record`.
+fn console_caller(record: &TokenRecord) -> Option<Caller> {
+    Some(Caller {
+        actor: format!("token:{}", record.id),
+        grant: record.grant()?,
+        door: jetcron_core::audit::Door::Console,
+        note: Some(record.description.clone()),
+    })
+}
+
+/// A session for a presented token: a bootstrap token, or a live scoped
+/// token whose secret matches.
+async fn sign_in(state: &GatewayState, presented: &str) -> Option<Session> {
+    let now = state.clock.now();
+    if let Some(session) = session::sign_in(&state.http_auth, presented, now) {
+        return Some(session);
+    }
+    let (id, secret) = crate::tokens::record::parse_token(presented)?;
+    let record = state.tokens.get(id).await.ok().flatten()?;
+    let live = record.secret_matches(secret) && !record.expired_at(now);
+    live.then(|| session::sign_in_scoped(&record, now))
 }
 
 /// Whether the `Origin` header, when present, names the host served.
@@ -181,7 +270,7 @@ pub async fn login_page(
     headers: HeaderMap,
     query: axum::extract::Query<LoginQuery>,
 ) -> Response {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     let page = LoginPage {
         frame: viewer.frame("Sign in"),
         next: local_path(query.next.as_deref()),
@@ -204,13 +293,13 @@ pub async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     let next = local_path(Some(&form.next));
     if !same_origin(&headers) {
         return ConsoleError::Forbidden("this form was sent from another site".into())
             .into_response();
     }
-    match session::sign_in(&state.http_auth, form.token.trim(), state.clock.now()) {
+    match sign_in(&state, form.token.trim()).await {
         Some(session) => {
             let secure = headers
                 .get("x-forwarded-proto")
@@ -246,7 +335,7 @@ pub async fn logout(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let viewer = Viewer::of(&state, &headers);
+    let viewer = Viewer::of(&state, &headers).await;
     if let Err(e) = viewer.may_write(&headers, &form.csrf, "/ui/") {
         return e.into_response();
     }

@@ -10,6 +10,8 @@ use super::row::JobRow;
 /// How the table asks for rows.
 #[derive(Debug, Clone, Default)]
 pub struct RowQuery {
+    /// Only this namespace's jobs (`default`: the names without a dot).
+    pub namespace: Option<String>,
     /// Every label a row must carry.
     pub labels: BTreeMap<String, String>,
     /// Case-insensitive text in the id, description, schedule or target type.
@@ -72,8 +74,15 @@ impl CatalogState {
         let state = &*self;
         let texts = &state.texts;
         let needle = query.text.to_lowercase();
+        let in_namespace = |id: &str| {
+            query
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| jetcron_core::job::namespace_of(id) == ns)
+        };
         let matches = |id: &str, row: &Row| {
-            (query.state.is_empty() || row.state() == query.state)
+            in_namespace(id)
+                && (query.state.is_empty() || row.state() == query.state)
                 && query
                     .labels
                     .iter()
@@ -104,9 +113,17 @@ impl CatalogState {
         if query.descending {
             all.reverse();
         }
+        // A namespace's table counts its own jobs only.
+        let total = match &query.namespace {
+            None => state.live,
+            Some(_) => state
+                .in_id_order()
+                .filter(|(id, _)| in_namespace(id))
+                .count(),
+        };
         RowPage {
             matched: all.len(),
-            total: state.live,
+            total,
             rows: all
                 .into_iter()
                 .skip(query.offset)
