@@ -10,7 +10,7 @@ use async_nats::jetstream::kv;
 use futures::TryStreamExt as _;
 use jetcron_core::access::{Role, Scope};
 use jetcron_core::api::ApiError;
-use jetcron_core::audit::{self, Author};
+use jetcron_core::audit::Author;
 use jetcron_core::binding::{binding_key, Binding, Subject};
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
@@ -109,21 +109,11 @@ impl BindingStore {
                 binding,
                 revision: entry.revision,
                 updated_at: rfc3339_millis(entry.created),
-                author: self.author_of(entry.revision).await,
+                author: jetcron_io::authors::author_of(&self.bucket, entry.revision).await,
             });
         }
         listed.sort_by(|a, b| a.binding.subject.cmp(&b.binding.subject));
         Ok(listed)
-    }
-
-    async fn author_of(&self, revision: u64) -> Option<Author> {
-        let message = self.bucket.stream.get_raw_message(revision).await.ok()?;
-        let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_string());
-        Some(Author::from_headers(
-            header(audit::ACTOR_HEADER).as_deref(),
-            header(audit::DOOR_HEADER).as_deref(),
-            header(audit::NOTE_HEADER).as_deref(),
-        ))
     }
 }
 

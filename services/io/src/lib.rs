@@ -4,6 +4,8 @@
 //!
 //! - [`topology`]: creates the NATS streams and buckets idempotently,
 //!   verifies existing ones and waits while a cluster forms.
+//! - [`authors`]: the author a bucket message's headers name (who
+//!   changed what).
 //! - [`bucket_follow`]: keeps a view of a KV bucket in memory (watch,
 //!   catch-up, reopen).
 //! - [`job_feed`]: one read of `jetcron_jobs`, decoded once, for every
@@ -40,6 +42,7 @@
 //! The messages themselves (events, requests, names) are `jetcron-core`,
 //! which does no I/O.
 
+pub mod authors;
 pub mod bucket_follow;
 pub mod clickhouse_schema;
 pub mod clock_check;

@@ -9,23 +9,6 @@ use jetcron_testkit::reqwest::Method;
 use jetcron_testkit::{Stack, StackOptions, API_TOKEN};
 use serde_json::{json, Value};
 
-async fn token(stack: &Stack, namespace: &str, role: &str) -> (String, String) {
-    let body = json!({"namespace": namespace, "role": role, "description": format!("{role} of {namespace}")});
-    let (status, body) = stack
-        .send(
-            Method::POST,
-            "/v1/tokens",
-            &body.to_string(),
-            Some(API_TOKEN),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    (
-        body["token"].as_str().expect("token").to_string(),
-        format!("token:{}", body["record"]["id"].as_str().expect("id")),
-    )
-}
-
 /// The (subject, role, author) of each binding `GET` lists.
 fn listed(body: &Value) -> Vec<(String, String, String)> {
     body["bindings"]
@@ -50,8 +33,9 @@ async fn a_namespaces_admin_binds_people_and_groups_and_nobody_else_may() {
         ..StackOptions::default()
     })
     .await;
-    let (admin, admin_actor) = token(&stack, "billing", "admin").await;
-    let (editor, _) = token(&stack, "billing", "editor").await;
+    let (admin, admin_id) = stack.scoped_token("billing", "admin").await;
+    let admin_actor = format!("token:{admin_id}");
+    let (editor, _) = stack.scoped_token("billing", "editor").await;
     let alice = "/v1/namespaces/billing/bindings/user:alice@corp.example";
     let devs = "/v1/namespaces/billing/bindings/group:Billing%20Devs";
 

@@ -116,24 +116,6 @@ impl Browser {
     }
 }
 
-/// A scoped token of `role` in `namespace`: its text and its id.
-async fn scoped_token(stack: &Stack, namespace: &str, role: &str) -> (String, String) {
-    let body = serde_json::json!({"namespace": namespace, "role": role, "description": format!("{role} of {namespace}")});
-    let (status, made) = stack
-        .send(
-            reqwest::Method::POST,
-            "/v1/tokens",
-            &body.to_string(),
-            Some(API_TOKEN),
-        )
-        .await;
-    assert_eq!(status, 201, "{made}");
-    (
-        made["token"].as_str().expect("token").to_string(),
-        made["record"]["id"].as_str().expect("id").to_string(),
-    )
-}
-
 /// A team's member signs in with a scoped token: the console shows its
 /// namespace's jobs and runs only, offers only what its role allows, acts
 /// with that role (the audit names the token, through the console), and
@@ -155,8 +137,8 @@ async fn a_teams_session_sees_and_does_only_what_its_token_allows() {
     stack
         .put_job(r#"{"id":"ops.cleanup","schedule":"0 0 0 1 1 * 2090","target":{"type":"nats","subject":"ops.cleanup"}}"#)
         .await;
-    let (viewer_token, _) = scoped_token(&stack, "billing", "viewer").await;
-    let (operator_token, operator_id) = scoped_token(&stack, "billing", "operator").await;
+    let (viewer_token, _) = stack.scoped_token("billing", "viewer").await;
+    let (operator_token, operator_id) = stack.scoped_token("billing", "operator").await;
 
     // A viewer: its jobs only, no buttons, no secrets, no other team's job.
     let mut viewer = Browser::new(&stack);

@@ -26,18 +26,8 @@ async fn every_revision_names_its_author_and_door() {
         ..StackOptions::default()
     })
     .await;
-    let body = json!({"namespace": "billing", "role": "editor", "description": "billing CI"});
-    let (status, made) = stack
-        .send(
-            Method::POST,
-            "/v1/tokens",
-            &body.to_string(),
-            Some(API_TOKEN),
-        )
-        .await;
-    assert_eq!(status, 201, "{made}");
-    let token = made["token"].as_str().expect("token").to_string();
-    let token_actor = format!("token:{}", made["record"]["id"].as_str().expect("id"));
+    let (token, id) = stack.scoped_token("billing", "editor").await;
+    let token_actor = format!("token:{id}");
 
     let path = format!("/v1/jobs/{JOB}");
     let (status, body) = stack
@@ -65,13 +55,28 @@ async fn every_revision_names_its_author_and_door() {
     assert_eq!(status, 200, "{body}");
 
     let expected = [
-        ("put", token_actor.as_str(), "http", Some("billing CI")),
+        (
+            "put",
+            token_actor.as_str(),
+            "http",
+            Some("editor of billing"),
+        ),
         ("put", "admin-token", "http", None),
         ("put", "nats", "nats", None),
         ("put", "nats:billing", "nats", None),
         ("put", "kv", "kv", None),
-        ("put", token_actor.as_str(), "http", Some("billing CI")),
-        ("delete", token_actor.as_str(), "http", Some("billing CI")),
+        (
+            "put",
+            token_actor.as_str(),
+            "http",
+            Some("editor of billing"),
+        ),
+        (
+            "delete",
+            token_actor.as_str(),
+            "http",
+            Some("editor of billing"),
+        ),
     ];
     let (status, history) = stack.get(&format!("{path}/history")).await;
     assert_eq!(status, 200, "{history}");

@@ -20,21 +20,6 @@ use serde_json::{json, Value};
 
 const POLICY: &str = "/v1/namespaces/billing/policy";
 
-/// A token of `role` in `namespace`, made by the bootstrap token.
-async fn token(stack: &Stack, namespace: &str, role: &str) -> String {
-    let body = json!({"namespace": namespace, "role": role, "description": format!("{role} of {namespace}")});
-    let (status, body) = stack
-        .send(
-            Method::POST,
-            "/v1/tokens",
-            &body.to_string(),
-            Some(API_TOKEN),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    body["token"].as_str().expect("token").to_string()
-}
-
 /// Count the requests to `subject` (wildcards allowed), answering each.
 async fn answer(stack: &Stack, subject: &str) -> Arc<AtomicUsize> {
     let calls = Arc::new(AtomicUsize::new(0));
@@ -95,8 +80,8 @@ async fn a_namespaces_policy_holds_at_the_put_and_at_every_fire() {
     let stack = Stack::start(StackOptions::default()).await;
     let allowed_calls = answer(&stack, "svc.pol.billing.>").await;
     let other_team_calls = answer(&stack, "payments.charge").await;
-    let admin = token(&stack, "billing", "admin").await;
-    let editor = token(&stack, "billing", "editor").await;
+    let (admin, _) = stack.scoped_token("billing", "admin").await;
+    let (editor, _) = stack.scoped_token("billing", "editor").await;
 
     // Set by billing's admin; an editor reads it but may not change it.
     let policy = json!({"nats_subjects": ["svc.pol.billing.>"], "pools": ["default"], "shell": false, "chain_from": []});

@@ -2,7 +2,7 @@
 //! not be decoded.
 
 use async_nats::jetstream::Message;
-use jetcron_core::audit::{self, Author, JobChange};
+use jetcron_core::audit::JobChange;
 use jetcron_core::events::RunEvent;
 use jetcron_core::job_events::JobEvent;
 use jetcron_core::subjects;
@@ -60,11 +60,7 @@ fn revision(key: &str, message: &Message) -> Decoded {
         at,
         deleted: header(KV_OPERATION).is_some_and(|op| op == "DEL" || op == "PURGE"),
         size: message.payload.len() as u64,
-        author: Author::from_headers(
-            header(audit::ACTOR_HEADER).as_deref(),
-            header(audit::DOOR_HEADER).as_deref(),
-            header(audit::NOTE_HEADER).as_deref(),
-        ),
+        author: jetcron_io::authors::author_in(message.headers.as_ref()),
     };
     Decoded::Row(Row::Job(Box::new(JobEventRow::from(&change))))
 }

@@ -263,6 +263,28 @@ impl Stack {
             .await
     }
 
+    /// `POST /v1/tokens` by the bootstrap token: a scoped token of `role`
+    /// in `namespace` (described as `"<role> of <namespace>"`), which must
+    /// be made; its text and its id.
+    pub async fn scoped_token(&self, namespace: &str, role: &str) -> (String, String) {
+        let body = serde_json::json!({
+            "namespace": namespace,
+            "role": role,
+            "description": format!("{role} of {namespace}"),
+        });
+        let (status, made) = self
+            .send(
+                reqwest::Method::POST,
+                "/v1/tokens",
+                &body.to_string(),
+                Some(API_TOKEN),
+            )
+            .await;
+        assert_eq!(status, 201, "{made}");
+        let text = |v: &Value| v.as_str().expect("token field").to_string();
+        (text(&made["token"]), text(&made["record"]["id"]))
+    }
+
     /// Any request to the gateway, with `token` as bearer token if given.
     pub async fn send(
         &self,

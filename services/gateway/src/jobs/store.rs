@@ -5,11 +5,12 @@ use async_nats::jetstream::kv::{self, Operation};
 use futures::{StreamExt as _, TryStreamExt as _};
 use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
-use jetcron_core::audit::{self, Author};
+use jetcron_core::audit::Author;
 use jetcron_core::chain;
 use jetcron_core::job::namespace_of;
 use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
 use jetcron_core::subjects;
+use jetcron_io::authors;
 use jetcron_io::policy_book::PolicyBook;
 use serde::Serialize;
 use std::sync::Arc;
@@ -327,7 +328,7 @@ impl JobStore {
         }
         let numbers: Vec<u64> = revisions.iter().map(|r| r.revision).collect();
         let authors: Vec<Option<Author>> = futures::stream::iter(numbers)
-            .map(|revision| self.author_of(revision))
+            .map(|revision| authors::author_of(&self.bucket, revision))
             .buffered(16)
             .collect()
             .await;
@@ -335,30 +336,6 @@ impl JobStore {
             revision.author = author;
         }
         Ok(revisions)
-    }
-
-    /// Who wrote revision `revision` (the headers of its message); `None`
-    /// when it cannot be read.
-    async fn author_of(&self, revision: u64) -> Option<Author> {
-        match self.bucket.stream.get_raw_message(revision).await {
-            Ok(message) => {
-                let header = |name: &str| {
-                    message
-                        .headers
-                        .get(name)
-                        .map(|value| value.as_str().to_string())
-                };
-                Some(Author::from_headers(
-                    header(audit::ACTOR_HEADER).as_deref(),
-                    header(audit::DOOR_HEADER).as_deref(),
-                    header(audit::NOTE_HEADER).as_deref(),
-                ))
-            }
-            Err(e) => {
-                tracing::debug!(revision, error = %e, "cannot read a revision's author");
-                None
-            }
-        }
     }
 
     /// One read of every current definition, a chunk at a time, on `js`'s
