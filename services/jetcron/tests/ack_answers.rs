@@ -38,9 +38,13 @@ async fn a_progress_ack_is_answered_by_the_consumer_and_by_nobody_once_it_is_gon
         .expect("publish")
         .await
         .expect("stored");
+    // A request that waits for it: a `fetch` (no wait) sent right after
+    // the store can reach the consumer before the message does, and
+    // comes back empty (seen once on a loaded machine).
     let message = consumer
-        .fetch()
+        .batch()
         .max_messages(1)
+        .expires(Duration::from_secs(10))
         .messages()
         .await
         .expect("fetch")

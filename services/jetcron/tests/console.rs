@@ -780,3 +780,154 @@ async fn job_text_renders_as_text_on_every_page() {
     assert!(run.body.contains("exit 3"), "{}", run.body);
     stack.stop().await;
 }
+
+/// A namespace's access managed in the console: an admin of `*` makes a
+/// team's token (shown once, and it signs in), gives a group a role and
+/// sets the policy; a bad policy names its field and changes nothing; a
+/// team's admin manages its own namespace only, an operator none; a token
+/// revoked there is refused at once.
+#[tokio::test]
+async fn access_is_managed_on_the_access_page() {
+    let stack = Stack::start(StackOptions {
+        executor: false,
+        ..StackOptions::default()
+    })
+    .await;
+    let mut admin = Browser::new(&stack);
+    admin.sign_in().await;
+    let page = admin.get("/ui/access?namespace=billing").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("Access to billing"), "{}", page.body);
+    let csrf = admin.csrf.clone();
+
+    // A token, shown once; it signs a team member in.
+    let made = admin
+        .post(
+            "/ui/access/tokens",
+            &[
+                ("csrf", csrf.as_str()),
+                ("namespace", "billing"),
+                ("role", "operator"),
+                ("description", "billing on-call"),
+                ("expires_in", "30d"),
+            ],
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.body);
+    let token = {
+        let start = made
+            .body
+            .find("value=\"jct_")
+            .expect("the token on the page")
+            + 7;
+        let end = made.body[start..].find('"').expect("its end") + start;
+        made.body[start..end].to_string()
+    };
+    assert!(token.starts_with("jct_"), "{token}");
+    let mut member = Browser::new(&stack);
+    member.sign_in_with(&token).await;
+    let own = member.get("/ui/jobs").await;
+    assert!(own.body.contains("operator of billing"), "{}", own.body);
+    let refused = member.get("/ui/access").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::FORBIDDEN,
+        "an operator manages access"
+    );
+
+    // A group's role and the policy, written through the console.
+    let bound = admin
+        .post(
+            "/ui/access/bindings",
+            &[
+                ("csrf", csrf.as_str()),
+                ("namespace", "billing"),
+                ("subject", "group:Billing Devs"),
+                ("role", "editor"),
+            ],
+        )
+        .await;
+    assert_eq!(bound.location(), "/ui/access?namespace=billing&done=saved");
+    let (_, bindings) = stack
+        .send(
+            reqwest::Method::GET,
+            "/v1/namespaces/billing/bindings",
+            "",
+            Some(API_TOKEN),
+        )
+        .await;
+    assert_eq!(bindings["bindings"][0]["subject"], "group:Billing Devs");
+    assert_eq!(bindings["bindings"][0]["author"]["door"], "console");
+    let policy = r#"{"nats_subjects":["billing.>"],"shell":false}"#;
+    let set = admin
+        .post(
+            "/ui/access/policy",
+            &[
+                ("csrf", csrf.as_str()),
+                ("namespace", "billing"),
+                ("policy", policy),
+            ],
+        )
+        .await;
+    assert_eq!(set.location(), "/ui/access?namespace=billing&done=saved");
+    let bad = admin
+        .post(
+            "/ui/access/policy",
+            &[
+                ("csrf", csrf.as_str()),
+                ("namespace", "billing"),
+                ("policy", r#"{"nats_subjects":["billing.>.x"]}"#),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert!(bad.body.contains("nats_subjects[0]"), "{}", bad.body);
+    let (_, read) = stack.get("/v1/namespaces/billing/policy").await;
+    assert_eq!(
+        read["policy"],
+        serde_json::json!({"nats_subjects": ["billing.>"], "shell": false})
+    );
+    let page = admin.get("/ui/access?namespace=billing").await;
+    assert!(page.body.contains("billing on-call"), "the token is listed");
+    assert!(
+        page.body.contains("group:Billing Devs"),
+        "the binding is listed"
+    );
+
+    // A team's admin: its own namespace, whatever it asks for.
+    let (team_admin, _) = stack.scoped_token("billing", "admin").await;
+    let mut team = Browser::new(&stack);
+    team.sign_in_with(&team_admin).await;
+    let page = team.get("/ui/access?namespace=ops").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("Access to billing"), "{}", page.body);
+
+    // Revoked from the page: refused at once.
+    let (_, listed) = stack
+        .send(reqwest::Method::GET, "/v1/tokens", "", Some(API_TOKEN))
+        .await;
+    let id = listed["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .find(|t| t["description"] == "billing on-call")
+        .and_then(|t| t["id"].as_str())
+        .expect("the token's id")
+        .to_string();
+    let revoked = admin
+        .post(
+            &format!("/ui/access/tokens/{id}/revoke"),
+            &[("csrf", csrf.as_str()), ("namespace", "billing")],
+        )
+        .await;
+    assert_eq!(
+        revoked.location(),
+        "/ui/access?namespace=billing&done=revoked"
+    );
+    // A write: refused as unauthorized (no such token), not as forbidden.
+    let (status, _) = stack
+        .send(reqwest::Method::POST, "/v1/jobs/billing.x/pause", "", Some(&token))
+        .await;
+    assert_eq!(status, 401, "a revoked token is still accepted");
+    stack.stop().await;
+}

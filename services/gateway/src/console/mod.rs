@@ -17,7 +17,12 @@
 //! Access follows the HTTP API: reads need a session only when the gateway
 //! protects reads (`--protect-reads`), and then show secrets as the API
 //! does; every write needs a session ([`session`]) and the form's CSRF token.
+//! A session acts with its token's grant: a bootstrap token's is admin of
+//! every namespace, a team's scoped token's its role in its namespace
+//! (`viewer`); `access_page` is where a namespace's admins manage its
+//! tokens, role bindings and target policy.
 
+mod access_page;
 mod actions;
 mod assets;
 mod channels_page;
@@ -78,6 +83,19 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         )
         .route("/ui/runs", get(runs_page::show))
         .route("/ui/channels", get(channels_page::show))
+        .route("/ui/access", get(access_page::show))
+        .route("/ui/access/tokens", post(access_page::make_token))
+        .route(
+            "/ui/access/tokens/{id}/revoke",
+            post(access_page::revoke_token),
+        )
+        .route("/ui/access/bindings", post(access_page::set_binding))
+        .route(
+            "/ui/access/bindings/remove",
+            post(access_page::remove_binding),
+        )
+        .route("/ui/access/policy", post(access_page::set_policy))
+        .route("/ui/access/policy/remove", post(access_page::remove_policy))
         .route("/ui/runs/{run_id}", get(run_page::show))
         .route("/ui/runs/{run_id}/kill", post(actions::kill))
         .layer(axum::middleware::map_response(protect))

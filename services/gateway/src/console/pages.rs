@@ -17,6 +17,8 @@ pub struct Frame {
     pub may_edit: bool,
     /// A scoped session's role, shown beside sign-out (`editor of billing`).
     pub who: String,
+    /// The viewer administers a namespace (the Access page).
+    pub may_admin: bool,
     /// The session's CSRF token, put in every form.
     pub csrf: String,
     /// What the last action did (from a fixed list: never text from a URL).
@@ -44,6 +46,8 @@ impl Frame {
             "deleted" => "Deleted. Its history stays in the bucket.",
             "killed" => "Kill requested: the run stops in a moment.",
             "unchanged" => "Nothing to change.",
+            "revoked" => "Revoked: every request with that token is refused from now on.",
+            "removed" => "Removed.",
             _ => "",
         }
         .to_string();

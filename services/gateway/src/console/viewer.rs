@@ -97,6 +97,7 @@ impl Viewer {
         Frame {
             title: title.into(),
             signed_in,
+            may_admin: signed_in && self.caller.grant.role == Role::Admin,
             may_operate: signed_in && operates,
             may_edit: signed_in && edits,
             who: match self.caller.only_namespace() {
