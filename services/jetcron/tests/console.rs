@@ -926,7 +926,12 @@ async fn access_is_managed_on_the_access_page() {
     );
     // A write: refused as unauthorized (no such token), not as forbidden.
     let (status, _) = stack
-        .send(reqwest::Method::POST, "/v1/jobs/billing.x/pause", "", Some(&token))
+        .send(
+            reqwest::Method::POST,
+            "/v1/jobs/billing.x/pause",
+            "",
+            Some(&token),
+        )
         .await;
     assert_eq!(status, 401, "a revoked token is still accepted");
     stack.stop().await;
