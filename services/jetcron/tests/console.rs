@@ -143,6 +143,29 @@ async fn a_teams_session_sees_and_does_only_what_its_token_allows() {
     // A viewer: its jobs only, no buttons, no secrets, no other team's job.
     let mut viewer = Browser::new(&stack);
     viewer.sign_in_with(&viewer_token).await;
+    // An admin picks among the namespaces of the jobs held.
+    let mut admin = Browser::new(&stack);
+    admin.sign_in().await;
+    let all = admin.get("/ui/jobs").await;
+    for namespace in ["billing", "ops"] {
+        assert!(
+            all.body
+                .contains(&format!("<option value=\"{namespace}\">")),
+            "{namespace} is offered"
+        );
+    }
+    let only_ops = admin.get("/ui/jobs?namespace=ops").await;
+    assert!(
+        only_ops.body.contains(">ops.cleanup</a>"),
+        "{}",
+        only_ops.body
+    );
+    assert!(
+        !only_ops.body.contains(">billing.report</a>"),
+        "{}",
+        only_ops.body
+    );
+
     let jobs = viewer.get("/ui/jobs").await;
     assert_eq!(jobs.status, StatusCode::OK);
     assert!(jobs.body.contains(">billing.report</a>"), "{}", jobs.body);
@@ -159,6 +182,10 @@ async fn a_teams_session_sees_and_does_only_what_its_token_allows() {
     assert!(
         !asked_for_ops.body.contains("ops.cleanup"),
         "the namespace is the token's"
+    );
+    assert!(
+        !jobs.body.contains("<option value=\"ops\">"),
+        "another namespace is named"
     );
     let overview = viewer.get("/ui/").await;
     assert_eq!(

@@ -95,6 +95,8 @@ pub struct JobsPage {
     pub namespace: String,
     /// The namespace can be chosen (not for a team's session).
     pub chooses_namespace: bool,
+    /// The namespaces to choose from (those of the jobs held).
+    pub namespaces: Vec<String>,
     pub rows: Vec<Row>,
     pub columns: Vec<Column>,
     pub matched: usize,
@@ -277,6 +279,10 @@ pub async fn show(
         state: table.state.clone(),
         namespace: table.namespace.clone(),
         chooses_namespace: caller.only_namespace().is_none(),
+        namespaces: match caller.only_namespace() {
+            None => state.catalog.namespaces(),
+            Some(_) => Vec::new(),
+        },
         columns: table.columns(),
         matched: page.matched,
         total: page.total,

@@ -36,6 +36,8 @@ pub struct RunsPage {
     pub namespace: String,
     /// The namespace can be chosen (not for a team's session).
     pub chooses_namespace: bool,
+    /// The namespaces to choose from (those of the jobs held).
+    pub namespaces: Vec<String>,
     pub runs: Vec<ListedLine>,
     pub next_link: String,
     pub problem: String,
@@ -122,6 +124,10 @@ pub async fn show(
         status: query.status,
         q: query.q,
         chooses_namespace: caller.only_namespace().is_none(),
+        namespaces: match caller.only_namespace() {
+            None => state.catalog.namespaces(),
+            Some(_) => Vec::new(),
+        },
         namespace: namespace.unwrap_or_default(),
         runs,
         next_link,

@@ -66,6 +66,17 @@ impl JobCatalog {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The namespaces of the jobs held, in order (`default` for the names
+    /// without a dot): what the console offers to choose from.
+    pub fn namespaces(&self) -> Vec<String> {
+        let state = self.read();
+        let namespaces: std::collections::BTreeSet<&str> = state
+            .in_id_order()
+            .map(|(id, _)| jetcron_core::job::namespace_of(id))
+            .collect();
+        namespaces.into_iter().map(str::to_string).collect()
+    }
+
     /// Whether the watch has caught up with the bucket.
     pub fn synced(&self) -> bool {
         self.read().synced
