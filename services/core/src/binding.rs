@@ -113,16 +113,6 @@ pub struct Binding {
     pub role: Role,
 }
 
-impl Binding {
-    /// The scope and subject it names, if it reads (a value written by
-    /// hand may not).
-    pub fn parts(&self) -> Option<(Scope, Subject)> {
-        let scope = Scope::parse("namespace", &self.namespace).ok()?;
-        let subject = Subject::parse("subject", &self.subject).ok()?;
-        Some((scope, subject))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

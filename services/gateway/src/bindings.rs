@@ -7,6 +7,7 @@
 //! gave whom which role; a listing shows each binding's last author.
 
 use async_nats::jetstream::kv;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::TryStreamExt as _;
 use jetcron_core::access::{Role, Scope};
 use jetcron_core::api::ApiError;
@@ -95,21 +96,32 @@ impl BindingStore {
         };
         let mut listed = Vec::new();
         for key in keys.iter().filter(|k| k.starts_with(prefix)) {
-            let Some(entry) = self.bucket.entry(key).await.map_err(unavailable)? else {
-                continue;
+            // One read: the key's last message holds the value, its
+            // revision and time, and the author's headers.
+            let subject = format!("{}{key}", self.bucket.prefix);
+            let message = match self
+                .bucket
+                .stream
+                .get_last_raw_message_by_subject(&subject)
+                .await
+            {
+                Ok(message) => message,
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => continue,
+                Err(e) => return Err(unavailable(e)),
             };
-            if entry.operation != kv::Operation::Put {
+            // A delete or purge marker carries `KV-Operation`; a value
+            // written by hand that is no binding is left out.
+            if message.headers.get("KV-Operation").is_some() {
                 continue;
             }
-            // A value written by hand that is no binding is left out.
-            let Ok(binding) = serde_json::from_slice::<Binding>(&entry.value) else {
+            let Ok(binding) = serde_json::from_slice::<Binding>(&message.payload) else {
                 continue;
             };
             listed.push(ListedBinding {
                 binding,
-                revision: entry.revision,
-                updated_at: rfc3339_millis(entry.created),
-                author: jetcron_io::authors::author_of(&self.bucket, entry.revision).await,
+                revision: message.sequence,
+                updated_at: rfc3339_millis(message.time.with_timezone(&chrono::Utc)),
+                author: Some(jetcron_io::authors::author_in(Some(&message.headers))),
             });
         }
         listed.sort_by(|a, b| a.binding.subject.cmp(&b.binding.subject));

@@ -85,11 +85,6 @@ impl PolicyStore {
         Self { bucket, book }
     }
 
-    /// The book the job puts are checked against.
-    pub fn book(&self) -> &Arc<PolicyBook> {
-        &self.book
-    }
-
     /// The stored policy of `namespace` and its revision.
     async fn current(&self, namespace: &str) -> Result<Option<(u64, Held)>, ApiError> {
         let entry = self.bucket.entry(namespace).await.map_err(unavailable)?;

@@ -77,6 +77,20 @@ fn access_path(namespace: &str) -> String {
     format!("/ui/access?namespace={}", url_escape(namespace))
 }
 
+/// The viewer of a form posted from `namespace`'s access page, once its
+/// session and CSRF token are checked, and the page to go back to.
+async fn posting(
+    state: &GatewayState,
+    headers: &HeaderMap,
+    csrf: &str,
+    namespace: &str,
+) -> Result<(Viewer, String), ConsoleError> {
+    let back = access_path(namespace);
+    let viewer = Viewer::of(state, headers).await;
+    viewer.may_write(headers, csrf, &back)?;
+    Ok((viewer, back))
+}
+
 /// The namespace a viewer's page is about: its own for a team's admin,
 /// the one asked for (or `*`) for an admin of `*`; refused below admin.
 fn shown_namespace(viewer: &Viewer, asked: &str) -> Result<String, ConsoleError> {
@@ -177,8 +191,7 @@ pub async fn make_token(
     headers: HeaderMap,
     Form(form): Form<TokenForm>,
 ) -> Result<Response, ConsoleError> {
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &access_path(&form.namespace))?;
+    let (viewer, _) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     let expires_in = Some(form.expires_in.trim().to_string()).filter(|e| !e.is_empty());
     let request = CreateToken {
         namespace: form.namespace.clone(),
@@ -211,9 +224,7 @@ pub async fn revoke_token(
     Path(id): Path<String>,
     Form(form): Form<NamespaceForm>,
 ) -> Result<Response, ConsoleError> {
-    let back = access_path(&form.namespace);
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &back)?;
+    let (viewer, back) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     tokens::revoke(&state, &viewer.caller(), &id).await?;
     Ok(Redirect::to(&format!("{back}&done=revoked")).into_response())
 }
@@ -234,9 +245,7 @@ pub async fn set_binding(
     headers: HeaderMap,
     Form(form): Form<BindingForm>,
 ) -> Result<Response, ConsoleError> {
-    let back = access_path(&form.namespace);
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &back)?;
+    let (viewer, back) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     let request = SetBinding { role: form.role };
     bindings::set(
         &state,
@@ -255,9 +264,7 @@ pub async fn remove_binding(
     headers: HeaderMap,
     Form(form): Form<BindingForm>,
 ) -> Result<Response, ConsoleError> {
-    let back = access_path(&form.namespace);
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &back)?;
+    let (viewer, back) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     bindings::remove(&state, &viewer.caller(), &form.namespace, &form.subject).await?;
     Ok(Redirect::to(&format!("{back}&done=removed")).into_response())
 }
@@ -277,9 +284,7 @@ pub async fn set_policy(
     headers: HeaderMap,
     Form(form): Form<PolicyForm>,
 ) -> Result<Response, ConsoleError> {
-    let back = access_path(&form.namespace);
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &back)?;
+    let (viewer, back) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     policies::put(
         &state,
         &viewer.caller(),
@@ -296,9 +301,7 @@ pub async fn remove_policy(
     headers: HeaderMap,
     Form(form): Form<NamespaceForm>,
 ) -> Result<Response, ConsoleError> {
-    let back = access_path(&form.namespace);
-    let viewer = Viewer::of(&state, &headers).await;
-    viewer.may_write(&headers, &form.csrf, &back)?;
+    let (viewer, back) = posting(&state, &headers, &form.csrf, &form.namespace).await?;
     policies::delete(&state, &viewer.caller(), &form.namespace).await?;
     Ok(Redirect::to(&format!("{back}&done=removed")).into_response())
 }

@@ -21,7 +21,6 @@ use serde::Deserialize;
 use super::pages::{render, ErrorPage, Frame, LoginPage};
 use super::session::{self, Session};
 use crate::caller::Caller;
-use crate::tokens::record::TokenRecord;
 use crate::GatewayState;
 use jetcron_core::access::Role;
 
@@ -161,18 +160,8 @@ async fn signed_in(state: &GatewayState, value: &str) -> Option<(Session, Caller
         return None;
     }
     let session = session::verify_scoped(&record, value, now)?;
-    let caller = console_caller(&record)?;
+    let caller = record.caller(jetcron_core::audit::Door::Console)?;
     Some((session, caller))
-}
-
-/// The caller of a console session of the scoped token `record`.
-fn console_caller(record: &TokenRecord) -> Option<Caller> {
-    Some(Caller {
-        actor: format!("token:{}", record.id),
-        grant: record.grant()?,
-        door: jetcron_core::audit::Door::Console,
-        note: Some(record.description.clone()),
-    })
 }
 
 /// A session for a presented token: a bootstrap token, or a live scoped
@@ -182,10 +171,11 @@ async fn sign_in(state: &GatewayState, presented: &str) -> Option<Session> {
     if let Some(session) = session::sign_in(&state.http_auth, presented, now) {
         return Some(session);
     }
-    let (id, secret) = crate::tokens::record::parse_token(presented)?;
-    let record = state.tokens.get(id).await.ok().flatten()?;
-    let live = record.secret_matches(secret) && !record.expired_at(now);
-    live.then(|| session::sign_in_scoped(&record, now))
+    let record = crate::tokens::requests::live_record(state, presented)
+        .await
+        .ok()
+        .flatten()?;
+    Some(session::sign_in_scoped(&record, now))
 }
 
 /// Whether the `Origin` header, when present, names the host served.

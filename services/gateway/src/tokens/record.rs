@@ -46,6 +46,16 @@ impl TokenRecord {
         })
     }
 
+    /// The caller it stands for through `door`, when its fields still read.
+    pub fn caller(&self, door: jetcron_core::audit::Door) -> Option<crate::caller::Caller> {
+        Some(crate::caller::Caller {
+            actor: format!("token:{}", self.id),
+            grant: self.grant()?,
+            door,
+            note: Some(self.description.clone()),
+        })
+    }
+
     /// Whether it has expired at `now` (a record whose expiry does not read
     /// counts as expired).
     pub fn expired_at(&self, now: DateTime<Utc>) -> bool {

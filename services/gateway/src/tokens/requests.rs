@@ -181,24 +181,27 @@ pub async fn revoke(
     })
 }
 
-/// The caller a presented token stands for, if it is a live scoped token
-/// (`None`: not one of them).
-pub async fn caller_of(state: &GatewayState, text: &str) -> Result<Option<Caller>, ApiError> {
+/// The record of a presented token, if it is a live scoped token whose
+/// secret matches (`None`: not one of them).
+pub async fn live_record(
+    state: &GatewayState,
+    text: &str,
+) -> Result<Option<TokenRecord>, ApiError> {
     let Some((id, secret)) = record::parse_token(text) else {
         return Ok(None);
     };
     let Some(kept) = state.tokens.get(id).await? else {
         return Ok(None);
     };
-    if !kept.secret_matches(secret) || kept.expired_at(state.clock.now()) {
-        return Ok(None);
-    }
-    Ok(kept.grant().map(|grant| Caller {
-        actor: format!("token:{}", kept.id),
-        grant,
-        door: jetcron_core::audit::Door::Http,
-        note: Some(kept.description.clone()),
-    }))
+    let live = kept.secret_matches(secret) && !kept.expired_at(state.clock.now());
+    Ok(live.then_some(kept))
+}
+
+/// The caller a presented token stands for over HTTP, if it is a live
+/// scoped token (`None`: not one of them).
+pub async fn caller_of(state: &GatewayState, text: &str) -> Result<Option<Caller>, ApiError> {
+    let kept = live_record(state, text).await?;
+    Ok(kept.and_then(|kept| kept.caller(jetcron_core::audit::Door::Http)))
 }
 
 #[cfg(test)]
