@@ -57,11 +57,21 @@ pub struct Policy {
     /// namespace always may; `*` for every one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_from: Option<Vec<String>>,
+    /// Most runs of the namespace's jobs calling their targets at once,
+    /// over every executor; a fire beyond it waits for a run to end (none
+    /// is dropped or skipped). Absent: no limit but the executors' slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_concurrent_runs: Option<u32>,
     /// Set by an admin of `*`: only an admin of `*` changes or removes
     /// the policy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub locked: bool,
 }
+
+/// The largest `max_concurrent_runs`: each run of a limited namespace takes
+/// one of that many keys in `jetcron_running`.
+pub const MAX_CONCURRENT_RUNS: u32 = 1000;
 
 impl Policy {
     /// A policy sent as `bytes`, or every problem found, each naming its
@@ -132,6 +142,15 @@ impl Policy {
                 _ => validate_namespace(field, namespace),
             },
         );
+        if let Some(max) = self.max_concurrent_runs {
+            if !(1..=MAX_CONCURRENT_RUNS).contains(&max) {
+                problems.push(FieldError::new(
+                    "max_concurrent_runs",
+                    "out_of_range",
+                    format!("max_concurrent_runs is 1 to {MAX_CONCURRENT_RUNS} (leave it out for no limit), got {max}"),
+                ));
+            }
+        }
         problems
     }
 

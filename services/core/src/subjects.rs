@@ -199,6 +199,15 @@ pub fn tries_key(run_id: &str, shard: Option<u32>) -> String {
     }
 }
 
+/// The keys of every namespace's run slots in `jetcron_running`.
+pub const NAMESPACE_SLOT_KEYS: &str = "slot.>";
+
+/// KV key of run slot `index` of `namespace` (a policy's
+/// `max_concurrent_runs`).
+pub fn namespace_slot_key(namespace: &str, index: u32) -> String {
+    format!("slot.{namespace}.{index}")
+}
+
 /// The keys of every kill request in `jetcron_running`.
 pub const KILL_KEYS: &str = "kill.*";
 

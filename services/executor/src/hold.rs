@@ -20,11 +20,11 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_io::due;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::fair_slots::{FairSlots, SlotPermit};
 use crate::lease::{Delivery, Lease};
 use crate::ExecutorContext;
 
@@ -80,22 +80,36 @@ pub fn until(
     due::fire_at(message.headers.as_ref()).filter(|at| *at > ctx.clock.now() + SLACK)
 }
 
-/// Hold `message` until `fire_at`, then wait for an in-flight slot; `None`
-/// when it was handed back (a shutdown).
-pub async fn wait(
+/// Hold `message` until `fire_at`, counted in `jetcron_executor_held`;
+/// `false` when it was handed back (a shutdown) or its lease lost.
+pub async fn held_until(
     ctx: &ExecutorContext,
     message: &Delivery,
     fire_at: DateTime<Utc>,
-    permits: &Arc<Semaphore>,
     hand_back: &CancellationToken,
-) -> Option<OwnedSemaphorePermit> {
+) -> bool {
     let held = metrics::gauge!("jetcron_executor_held");
     held.increment(1.0);
     let ready = hold_until(ctx, message, fire_at, hand_back).await;
     held.decrement(1.0);
-    if !ready {
-        return None;
+    ready
+}
+
+/// A call slot of `namespace` for `message`, at once when the slots give
+/// one, or after waiting its turn ([`crate::fair_slots`]); `None` when it
+/// was handed back meanwhile (a shutdown) or its lease lost.
+pub(crate) async fn free_slot(
+    ctx: &ExecutorContext,
+    message: &Delivery,
+    slots: &Arc<FairSlots>,
+    namespace: &str,
+    hand_back: &CancellationToken,
+) -> Option<SlotPermit> {
+    if let Some(slot) = slots.try_take(namespace) {
+        return Some(slot);
     }
+    let waiting = metrics::gauge!("jetcron_executor_waiting_for_slot");
+    waiting.increment(1.0);
     // Kept alive while it waits for a slot: every slot may stay busy past
     // `ack_wait`, and a message left without word meanwhile was delivered
     // again and called twice, once by each delivery (a 10 s run in the
@@ -109,18 +123,16 @@ pub async fn wait(
     let slot = crate::kept_alive::kept_alive(ctx, message, async {
         tokio::select! {
             biased;
-            permit = permits.clone().acquire_owned() => Some(permit.ok()),
+            slot = slots.take(namespace) => Some(slot),
             _ = stop => None,
         }
     })
     .await;
+    waiting.decrement(1.0);
     match slot {
         // A lease lost while it waited: nothing more is done with it here.
-        Some(permit) if !message.is_ours() => {
-            drop(permit);
-            None
-        }
-        Some(permit) => permit,
+        Some(_) if !message.is_ours() => None,
+        Some(slot) => Some(slot),
         None => {
             message.settle(AckKind::Nak(None)).await;
             None

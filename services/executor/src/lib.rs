@@ -57,6 +57,7 @@ pub mod claims;
 pub mod completion_reports;
 mod consumer_loop;
 pub mod end_decision;
+pub mod fair_slots;
 pub mod fanout;
 pub mod hold;
 pub mod instant_calls;
@@ -64,6 +65,7 @@ mod instant_replies;
 mod kept_alive;
 pub mod kill_markers;
 pub mod lease;
+pub mod namespace_slots;
 mod pulling;
 pub mod run_end_lookup;
 pub mod run_events;
@@ -94,8 +96,16 @@ use running::RunningAttempts;
 pub struct ExecutorConfig {
     /// Name recorded in run events.
     pub executor_id: String,
-    /// Most attempts running at once in this process.
+    /// Most targets being called at once in this process: the call slots.
     pub max_in_flight: usize,
+    /// Most due events pulled and not yet called to their end (not counting
+    /// those held until their instants); `None`: twice `max_in_flight`.
+    pub max_pulled: Option<usize>,
+    /// How the call slots are shared among namespaces ([`fair_slots`]).
+    pub slot_sharing: fair_slots::Sharing,
+    /// The slots a namespace that holds as many as are free leaves to
+    /// others ([`fair_slots`]); `None`: an eighth of `max_in_flight`.
+    pub slot_reserve: Option<usize>,
     /// Largest output kept per attempt, in bytes.
     pub output_limit: usize,
     pub shell: ShellOptions,
@@ -177,11 +187,29 @@ pub const DEFAULT_REDELIVERY_ACK_WAIT: Duration = Duration::from_secs(4);
 /// Default cap on kept output: 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
 
+impl ExecutorConfig {
+    /// The intake limit: `max_pulled`, or twice the call slots.
+    pub fn max_pulled(&self) -> usize {
+        self.max_pulled
+            .unwrap_or(self.max_in_flight.saturating_mul(2))
+            .max(1)
+    }
+
+    /// The reserve of the call slots ([`fair_slots::default_reserve`]).
+    pub fn slot_reserve(&self) -> usize {
+        self.slot_reserve
+            .unwrap_or_else(|| fair_slots::default_reserve(self.max_in_flight))
+    }
+}
+
 impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             executor_id: default_executor_id(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_pulled: None,
+            slot_sharing: fair_slots::Sharing::Fair,
+            slot_reserve: None,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             shell: ShellOptions::default(),
             ack_wait: DEFAULT_ACK_WAIT,
@@ -248,4 +276,7 @@ pub struct ExecutorContext {
     /// The namespaces' target policies, followed in memory: checked
     /// before every call ([`attempt`]'s admission).
     pub policies: Arc<jetcron_io::policy_book::PolicyBook>,
+    /// The namespaces' run slots (`max_concurrent_runs`), followed in
+    /// memory.
+    pub namespace_slots: Arc<namespace_slots::NamespaceSlots>,
 }

@@ -1,5 +1,9 @@
-//! One pull loop per pool: pull due events within the in-flight limit and
-//! start an attempt for each, or hold one stored ahead until its instant.
+//! One pull loop per pool: pull due events within the intake limit
+//! (`--max-pulled`) and start an attempt for each, or hold one stored ahead
+//! until its instant. Attempts take their call slots
+//! ([`crate::fair_slots`], `--max-in-flight`) for their namespaces apart from
+//! the intake, so that the fires of a namespace that fill every slot do not
+//! keep another namespace's fires from being pulled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
+use crate::fair_slots::FairSlots;
 use crate::{ack_deadlines, attempt, hold, lease, ExecutorConfig, ExecutorContext};
 
 /// How often a pull loop looks again at a closed call gate.
@@ -55,17 +60,20 @@ pub(crate) struct PullStops {
 }
 
 /// Pull due events of one pool and start an attempt for each, within the
-/// executor's in-flight limit, until `shutdown`.
+/// executor's intake limit, until `shutdown`.
 ///
-/// A batch asks for exactly as many messages as it holds free permits (at
-/// most `max_batch`), so a pulled message never waits in a buffer (where its
-/// `ack_wait` would run out and JetStream would hand it to another executor).
-/// A due event stored ahead of its time ([`hold`]) gives its permit back at
-/// once and waits without one, until `stops.hand_back` hands it back.
+/// A batch asks for exactly as many messages as it holds free intake
+/// permits (at most `max_batch`), so a pulled message never waits in a
+/// buffer (where its `ack_wait` would run out and JetStream would hand it to
+/// another executor); one that waits for a call slot is kept alive
+/// ([`hold::free_slot`]). A due event stored ahead of its time ([`hold`])
+/// gives its permit back at once and waits without one, until
+/// `stops.hand_back` hands it back.
 pub(crate) async fn pull_loop(
     ctx: Arc<ExecutorContext>,
     pulled: PoolPull,
     permits: Arc<Semaphore>,
+    slots: Arc<FairSlots>,
     tasks: TaskTracker,
     stops: PullStops,
 ) {
@@ -165,14 +173,15 @@ pub(crate) async fn pull_loop(
                         continue;
                     };
                     let ctx = ctx.clone();
-                    // Stored ahead: held without a slot, prepared meanwhile.
-                    let slot = match hold::until(&ctx, message.message()) {
-                        Some(fire_at) => attempt::Slot::At {
-                            fire_at,
-                            permits: permits.clone(),
-                            hand_back: hand_back.clone(),
-                        },
-                        None => attempt::Slot::Now(permit),
+                    // Stored ahead: held without a permit, prepared meanwhile.
+                    let when = match hold::until(&ctx, message.message()) {
+                        Some(fire_at) => attempt::When::At(fire_at),
+                        None => attempt::When::Now(permit),
+                    };
+                    let slot = attempt::Slot {
+                        when,
+                        slots: slots.clone(),
+                        hand_back: hand_back.clone(),
                     };
                     // The attempt's future (about 20 KB) is built on the
                     // heap once; spawned by value, it was copied whole two
@@ -224,8 +233,8 @@ fn pool_waits(
     }
 }
 
-/// One attempt, counted in `jetcron_executor_in_flight`. Its in-flight
-/// `permit` is given back as soon as its target returns (see
+/// One attempt, counted in `jetcron_executor_in_flight`. Its call slot
+/// (and intake permit) is given back as soon as its target returns (see
 /// [`attempt::handle`]).
 async fn run_attempt(ctx: &ExecutorContext, message: lease::Delivery, slot: attempt::Slot) {
     let in_flight = metrics::gauge!("jetcron_executor_in_flight");

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::fair_slots::FairSlots;
 use crate::pulling::{deadlines, pull_loop, PoolPull, PullStops};
 use crate::running::RunningAttempts;
 use crate::{
@@ -97,16 +98,20 @@ fn served_pools(config: &ExecutorConfig) -> anyhow::Result<Vec<String>> {
         job::validate_token("pool", pool)
             .map_err(|e| anyhow::anyhow!("pool {pool:?}: {}", e.message))?;
     }
-    // Each pool's loop reserves a slot for its open pull request (so that
-    // a pulled event never waits for one): with fewer slots than pools, an
-    // idle pool's request held the only slot for its whole expiry, and a
-    // busy pool ran one event every few seconds.
+    // Each pool's loop reserves an intake permit for its open pull request
+    // (so that a pulled event never waits in a buffer): with fewer than
+    // pools, an idle pool's request held the only one for its whole
+    // expiry, and a busy pool ran one event every few seconds.
     anyhow::ensure!(
-        config.max_in_flight >= pools.len(),
-        "--max-in-flight {} is fewer than the {} pools served ({}): each pool's waiting pull reserves a slot, so give at least one slot per pool",
-        config.max_in_flight,
+        config.max_pulled() >= pools.len(),
+        "--max-pulled {} is fewer than the {} pools served ({}): each pool's waiting pull reserves a permit, so give at least one per pool",
+        config.max_pulled(),
         pools.len(),
         pools.join(", ")
+    );
+    anyhow::ensure!(
+        config.max_in_flight >= 1,
+        "--max-in-flight is 0: no target could ever be called"
     );
     Ok(pools)
 }
@@ -232,6 +237,7 @@ async fn context(
         runs_pulse: runs_pulse::RunsPulse::default(),
         ack_replies,
         policies: Arc::default(),
+        namespace_slots: Arc::default(),
     };
     let feeds = ContextFeeds {
         completion_reports,
@@ -275,6 +281,11 @@ fn spawn_helpers(
     let (c, s) = (ctx.clone(), stop.clone());
     tasks.spawn(Background, "kill markers", async move {
         c.kill_markers.follow(&c.running, &s).await;
+        Ok(())
+    });
+    let (c, s) = (ctx.clone(), stop.clone());
+    tasks.spawn(Background, "namespace run slots", async move {
+        c.namespace_slots.follow(&c.running, &s).await;
         Ok(())
     });
     let (check, js, s) = (ctx.config.clock_check.clone(), ctx.js.clone(), stop.clone());
@@ -328,17 +339,22 @@ async fn pull_until_stopped(
     consumers: Vec<(String, jetstream::consumer::PullConsumer)>,
     shutdown: &CancellationToken,
 ) {
-    let max_in_flight = ctx.config.max_in_flight;
-    let permits = Arc::new(Semaphore::new(max_in_flight));
+    let max_pulled = ctx.config.max_pulled();
+    let permits = Arc::new(Semaphore::new(max_pulled));
+    let slots = FairSlots::new(
+        ctx.config.max_in_flight,
+        ctx.config.slot_reserve(),
+        ctx.config.slot_sharing,
+    );
     let pullers = TaskTracker::new();
     // Held fires are handed back at a shutdown only once every pull loop has
     // ended, having read its open pull request to its end: a request still
     // open at the server took fires handed back, to be lost with this
     // process until `ack_wait`.
     let hand_back = CancellationToken::new();
-    // Each pool's batch reserves at most its share of the free slots, so an
-    // idle pool's open pull request never holds the slots another pool needs.
-    let share = (max_in_flight / consumers.len()).clamp(1, PULL_BATCH);
+    // Each pool's batch reserves at most its share of the free intake, so an
+    // idle pool's open pull request never holds the permits another pool needs.
+    let share = (max_pulled / consumers.len()).clamp(1, PULL_BATCH);
     for (pool, consumer) in consumers {
         pullers.spawn(pull_loop(
             ctx.clone(),
@@ -348,6 +364,7 @@ async fn pull_until_stopped(
                 max_batch: share,
             },
             permits.clone(),
+            slots.clone(),
             tasks.drained().clone(),
             PullStops {
                 pulling: shutdown.clone(),

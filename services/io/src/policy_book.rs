@@ -78,6 +78,18 @@ impl PolicyBook {
         );
     }
 
+    /// The most runs of `namespace` calling at once, if its policy sets it.
+    pub fn max_concurrent_runs(&self, namespace: &str) -> Option<u32> {
+        match self
+            .read()
+            .get(namespace)
+            .and_then(|(_, held)| held.as_ref())
+        {
+            Some(Held::Readable(policy)) => policy.max_concurrent_runs,
+            _ => None,
+        }
+    }
+
     /// Every use of `job` its namespace's policy does not allow, each
     /// naming the field; none when the namespace has no policy.
     pub fn refusals(&self, job: &JobSpec) -> Vec<FieldError> {

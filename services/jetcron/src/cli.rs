@@ -255,9 +255,23 @@ pub struct ExecutorArgs {
     /// Working directory of shell targets.
     #[arg(long, env = "JETCRON_SHELL_WORKDIR")]
     pub shell_workdir: Option<PathBuf>,
-    /// Most attempts running at once.
+    /// Most targets called at once: the call slots, shared among
+    /// namespaces as --slot-sharing says.
     #[arg(long, env = "JETCRON_MAX_IN_FLIGHT", default_value_t = jetcron_executor::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
+    /// Most due events pulled and not called to their end, those held until
+    /// their instants not counted (default: twice --max-in-flight).
+    #[arg(long, env = "JETCRON_MAX_PULLED")]
+    pub max_pulled: Option<usize>,
+    /// How the call slots are shared: `fair` (per namespace, in turns, a
+    /// reserve kept for namespaces with little running) or `fifo` (first
+    /// come first served: one team's burst may hold every slot).
+    #[arg(long, env = "JETCRON_SLOT_SHARING", default_value = "fair")]
+    pub slot_sharing: jetcron_executor::fair_slots::Sharing,
+    /// The call slots a namespace that holds as many as are free leaves to
+    /// the others (default: an eighth of --max-in-flight).
+    #[arg(long, env = "JETCRON_SLOT_RESERVE")]
+    pub slot_reserve: Option<usize>,
     /// Largest output kept per attempt, in bytes.
     #[arg(long, env = "JETCRON_OUTPUT_LIMIT", default_value_t = jetcron_executor::DEFAULT_OUTPUT_LIMIT)]
     pub output_limit: usize,

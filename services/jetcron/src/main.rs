@@ -413,6 +413,9 @@ async fn spawn_executor(
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
         max_in_flight: args.max_in_flight,
+        max_pulled: args.max_pulled,
+        slot_sharing: args.slot_sharing,
+        slot_reserve: args.slot_reserve,
         output_limit: args.output_limit,
         shell: jetcron_executor::ShellOptions {
             enabled: args.enable_shell,
@@ -430,6 +433,12 @@ async fn spawn_executor(
         clock_check: process.clock_check.clone(),
         ..Default::default()
     };
+    anyhow::ensure!(
+        config.slot_reserve() < config.max_in_flight.max(1),
+        "--slot-reserve ({}) must be fewer than --max-in-flight ({})",
+        config.slot_reserve(),
+        config.max_in_flight
+    );
     anyhow::ensure!(
         config.progress_interval < config.ack_wait,
         "--progress-interval ({}) must be shorter than --ack-wait ({})",

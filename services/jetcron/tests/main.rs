@@ -26,6 +26,7 @@ mod cluster_startup;
 mod console;
 mod console_browser;
 mod executor_failover;
+mod fair_share;
 mod gateway_queries;
 mod grafana_dashboards;
 mod held_fires;

@@ -10,7 +10,6 @@
 use async_nats::jetstream::message::AckKind;
 use jetcron_core::events::{DueEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, ValidJob};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::{info, warn};
 
 use super::elsewhere::{ran_elsewhere, Elsewhere};
@@ -142,14 +141,7 @@ async fn unless_split(
         return Some(slot);
     }
     // Held through the split, as an attempt's slot.
-    let _permit: OwnedSemaphorePermit = match slot {
-        Slot::Now(permit) => permit,
-        Slot::At {
-            fire_at,
-            permits,
-            hand_back,
-        } => crate::hold::wait(ctx, message, fire_at, &permits, &hand_back).await?,
-    };
+    let _slot = slot.taken(ctx, message, due).await?;
     match Box::pin(fanout::split(ctx, due, job.shards)).await {
         Ok(()) => {
             info!(shards = job.shards, "fire split into shards");

@@ -34,10 +34,14 @@ use async_nats::jetstream::message::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{DueEvent, RunEvent};
 use jetcron_core::job::{self, ValidJob};
+use std::sync::Arc;
+
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, warn, Instrument as _};
 
+use crate::fair_slots::{FairSlots, SlotPermit};
 use crate::lease::Delivery;
+use crate::namespace_slots::HeldSlot;
 use crate::run_events::RunEventPublisher;
 use crate::targets::RunContext;
 use crate::{tries, ExecutorContext};
@@ -63,28 +67,96 @@ struct Attempt<'a> {
     number: u32,
 }
 
-/// When an attempt may start: now, with its in-flight slot, or at the
-/// instant of a due event stored ahead of its time ([`crate::hold`]), with a
-/// slot taken then. A held attempt reads its retry ledger when pulled; at
-/// the instant it takes its slot, looks for a kill request (in memory),
-/// records its start and calls.
-pub enum Slot {
+/// When an attempt may start and where its call slot comes from: now (its
+/// pull loop's intake permit in hand), or at the instant of a due event
+/// stored ahead of its time ([`crate::hold`]). Either takes a call slot of
+/// [`FairSlots`] for its namespace before it calls, waiting its turn (kept
+/// alive) while none is free to it. A held attempt reads its retry ledger
+/// when pulled; at the instant it takes its slot, looks for a kill request
+/// (in memory), records its start and calls.
+pub struct Slot {
+    pub when: When,
+    pub slots: Arc<FairSlots>,
+    /// Cancelled at a shutdown once this executor pulls no more (so that
+    /// no fire it hands back comes to it again).
+    pub hand_back: tokio_util::sync::CancellationToken,
+}
+
+/// When an attempt may start.
+pub enum When {
+    /// Now, holding its intake permit (`--max-pulled`).
     Now(OwnedSemaphorePermit),
-    At {
-        fire_at: DateTime<Utc>,
-        permits: std::sync::Arc<tokio::sync::Semaphore>,
-        /// Cancelled at a shutdown once this executor pulls no more (so
-        /// that no fire it hands back comes to it again).
-        hand_back: tokio_util::sync::CancellationToken,
-    },
+    /// At this instant, held without an intake permit.
+    At(DateTime<Utc>),
+}
+
+/// What a call holds while its target is called: its place among the
+/// executor's call slots (with its intake permit) and, where its
+/// namespace's policy sets `max_concurrent_runs`, one of the namespace's
+/// run slots. Dropped when the target returns.
+pub struct CallSlot {
+    _local: SlotPermit,
+    _namespace: Option<HeldSlot>,
+}
+
+impl Slot {
+    /// The call slots of `due`, at its instant: the namespace's run slot
+    /// first (waiting for it holds no call slot here), then a call slot of
+    /// this executor; `None` when the delivery was handed back meanwhile
+    /// (a shutdown) or its lease lost.
+    async fn taken(
+        self,
+        ctx: &ExecutorContext,
+        message: &Delivery,
+        due: &DueEvent,
+    ) -> Option<CallSlot> {
+        let namespace = job::name::namespace_of(&due.job_id);
+        let intake = match self.when {
+            When::Now(intake) => Some(intake),
+            When::At(fire_at) => {
+                if !crate::hold::held_until(ctx, message, fire_at, &self.hand_back).await {
+                    return None;
+                }
+                None
+            }
+        };
+        let limited = match ctx.policies.max_concurrent_runs(namespace) {
+            None => None,
+            Some(_) => {
+                let taking = ctx.namespace_slots.take(
+                    ctx,
+                    message,
+                    namespace,
+                    due.run_id.as_str(),
+                    &self.hand_back,
+                );
+                Box::pin(taking).await?
+            }
+        };
+        let local =
+            crate::hold::free_slot(ctx, message, &self.slots, namespace, &self.hand_back).await?;
+        Some(CallSlot {
+            _local: local.with_intake(intake),
+            _namespace: limited,
+        })
+    }
+}
+
+impl From<SlotPermit> for CallSlot {
+    fn from(local: SlotPermit) -> Self {
+        Self {
+            _local: local,
+            _namespace: None,
+        }
+    }
 }
 
 /// Handle one due-event message to the end (ack, nak or term). `slot` says
-/// when it may start; its permit is
-/// its place among `--max-in-flight` attempts: it bounds the targets being
-/// called, so it is given back when the target returns, and the storing of
-/// the outcome and the settling of the message (which wait out leader
-/// elections) do not keep other fires from their targets.
+/// when it may start and where its call slot comes from: its place among
+/// `--max-in-flight` calls. It bounds the targets being called, so it is
+/// given back when the target returns, and the storing of the outcome and
+/// the settling of the message (which wait out leader elections) do not
+/// keep other fires from their targets.
 pub async fn handle(ctx: &ExecutorContext, message: Delivery, slot: Slot) {
     let numbers = match message.message().info() {
         Ok(info) => DeliveryNumbers {

@@ -11,17 +11,17 @@ use std::pin::Pin;
 use async_nats::jetstream::message::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
-use jetcron_core::job::{ConcurrencyPolicy, NatsTarget, Target, ValidJob};
-use tokio::sync::OwnedSemaphorePermit;
+use jetcron_core::job::{self, ConcurrencyPolicy, NatsTarget, Target, ValidJob};
 use tracing::{info, warn};
 
 use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
 use super::settle::{finish, release, Close};
 use super::{
     hand_back, hand_back_for_silence, notify_of, refuse_for_good, store_budget, Attempt, Slot,
-    STARTED_WAIT, START_AHEAD,
+    When, STARTED_WAIT, START_AHEAD,
 };
 use crate::claims::{self, ClaimHandle, Overlap};
+use crate::fair_slots::FairSlots;
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Stored};
 use crate::running::Registration;
@@ -36,7 +36,7 @@ pub(super) type StoreStart<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Stor
 pub(super) struct Started<'a> {
     /// Its place among `--max-in-flight` attempts, given back when its
     /// target returns.
-    pub permit: Option<OwnedSemaphorePermit>,
+    pub permit: Option<super::CallSlot>,
     /// Its call, booked for the instant.
     pub booked: Option<BookedCall<'a>>,
     /// The overlap claim it holds.
@@ -73,14 +73,7 @@ pub(super) async fn start<'a>(
     // while the fire was held (the ticker marks such fires killed) is
     // caught then. (A booked call's kill request is looked for by the
     // dispatcher.)
-    let permit = match slot {
-        Slot::Now(permit) => permit,
-        Slot::At {
-            fire_at,
-            permits,
-            hand_back,
-        } => crate::hold::wait(ctx, message, fire_at, &permits, &hand_back).await?,
-    };
+    let permit = slot.taken(ctx, message, due).await?;
     if killed_before_start(ctx, message, due, job, publisher).await {
         return None;
     }
@@ -122,9 +115,9 @@ async fn start_ahead<'a>(
         publisher,
         ..
     } = *attempt;
-    let Slot::At {
-        fire_at,
-        permits,
+    let Slot {
+        when: When::At(fire_at),
+        slots,
         hand_back,
     } = slot
     else {
@@ -134,12 +127,20 @@ async fn start_ahead<'a>(
     else {
         return Some(None);
     };
+    // A namespace's run slot is taken at the instant, not ahead of it.
+    if ctx
+        .policies
+        .max_concurrent_runs(job::name::namespace_of(&due.job_id))
+        .is_some()
+    {
+        return Some(None);
+    }
     if !crate::hold::hold_until(ctx, message, *fire_at - START_AHEAD, hand_back).await
         || killed_before_start(ctx, message, due, job, publisher).await
     {
         return None;
     }
-    let Some((permit, call)) = book_call(ctx, message, target, run, *fire_at, permits) else {
+    let Some((permit, call)) = book_call(ctx, message, target, run, *fire_at, slots) else {
         return Some(None);
     };
     registration.activate();
@@ -187,9 +188,9 @@ fn book_call<'a>(
     target: &'a NatsTarget,
     run: &RunContext,
     fire_at: DateTime<Utc>,
-    permits: &std::sync::Arc<tokio::sync::Semaphore>,
-) -> Option<(OwnedSemaphorePermit, BookedCall<'a>)> {
-    let permit = permits.clone().try_acquire_owned().ok()?;
+    slots: &std::sync::Arc<FairSlots>,
+) -> Option<(super::CallSlot, BookedCall<'a>)> {
+    let permit = slots.try_take(job::name::namespace_of(&run.job_id))?;
     let reports = ctx.completions.expect(run.run_id.as_str());
     let (headers, payload) = targets::nats::prepare(target, run);
     let request = crate::instant_calls::CallRequest {
@@ -202,7 +203,7 @@ fn book_call<'a>(
         .instant_calls
         .book(fire_at, run.run_id.as_str(), request, lease)?;
     Some((
-        permit,
+        permit.into(),
         BookedCall {
             target,
             at: fire_at,
