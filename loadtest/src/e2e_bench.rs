@@ -29,6 +29,11 @@
 //! `run` on the same server: what nats-server's share of a run costs
 //! before any of jetcron's own work ([`wire_floor`]).
 //!
+//! `fair-share` runs one namespace's burst of calls beside another
+//! namespace's every-second job, with the executor's call slots first come
+//! first served and then shared fairly, and prints both side by side
+//! ([`fair_share`]).
+//!
 //! `memory` holds a million daily jobs and measures resident memory per job
 //! and the cold start ([`memory`]); `replicas` what each of R ticker
 //! replicas holds, and a dead one's shards loaded again ([`replicas`]).
@@ -54,6 +59,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::percentile;
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
+mod fair_share;
 mod faults;
 mod memory;
 mod replicas;
@@ -89,6 +95,9 @@ enum Scenario {
     /// The fault menu on a 3-node cluster (issue 39): stalls, a partition
     /// and a hung node, skewed clocks, leader kills, one crash at a time.
     Faults(faults::FaultsArgs),
+    /// One namespace's burst beside another's every-second job (issue 41):
+    /// `--slot-sharing fifo`, then `fair`, side by side.
+    FairShare(fair_share::FairShareArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -180,6 +189,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Replicas(args) => replicas::measure(&args).await,
         Scenario::WireFloor(args) => wire_floor::measure(&args).await,
         Scenario::Faults(args) => faults::measure(&args).await,
+        Scenario::FairShare(args) => fair_share::measure(&args).await,
     }
 }
 
