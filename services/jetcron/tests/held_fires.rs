@@ -625,11 +625,11 @@ async fn fires_waiting_for_a_slot_at_a_stop_are_handed_back_and_called_once() {
     ticker.terminate();
     other.terminate();
 
-    // With fewer slots than pools, a pool's waiting pull would hold the
-    // only slot: refused at the start.
+    // With fewer intake permits than pools, a pool's waiting pull would
+    // hold the only one: refused at the start.
     let mut refused = jetcron_testkit::JetcronProcess::start(
         jetcron,
-        &["executor", "--pool", "default,slow", "--max-in-flight", "1"],
+        &["executor", "--pool", "default,slow", "--max-pulled", "1"],
         &env,
     );
     let status = refused
@@ -639,7 +639,7 @@ async fn fires_waiting_for_a_slot_at_a_stop_are_handed_back_and_called_once() {
     assert!(
         refused
             .log()
-            .contains("--max-in-flight 1 is fewer than the 2 pools served (default, slow)"),
+            .contains("--max-pulled 1 is fewer than the 2 pools served (default, slow)"),
         "{}",
         refused.log()
     );

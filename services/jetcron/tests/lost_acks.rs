@@ -292,10 +292,11 @@ async fn a_skipped_fire_handed_out_again_is_not_skipped_twice() {
     let one_at_a_time = |id: &str| {
         let mut config = test_executor_config(id, true);
         config.max_in_flight = 1;
+        config.max_pulled = Some(1);
         config
     };
     // Run A holds the job's claim on an executor with no room for more (so
-    // it asks for nothing while A runs).
+    // it asks for nothing while A runs: its one intake permit is A's).
     let _holder = stack.spawn_executor(one_at_a_time("holder")).await;
     let run_a = stack.trigger("slow").await;
     wait_for_event(&stack, "slow", &run_a, RunEventKind::Started).await;
