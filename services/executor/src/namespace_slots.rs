@@ -29,6 +29,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use async_nats::jetstream::{kv, AckKind};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -74,9 +76,16 @@ struct FreeSlot {
 #[derive(Default)]
 pub struct NamespaceSlots {
     seen: RwLock<HashMap<String, Seen>>,
-    changed: Notify,
     /// Each namespace's line of fires waiting here.
-    lines: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    lines: Mutex<HashMap<String, Arc<Line>>>,
+}
+
+/// A namespace's fires waiting at this executor: one looks at a time, and
+/// it is told when one of the namespace's slots is freed.
+#[derive(Default)]
+struct Line {
+    turn: tokio::sync::Mutex<()>,
+    freed: Notify,
 }
 
 impl BucketView for NamespaceSlots {
@@ -85,13 +94,29 @@ impl BucketView for NamespaceSlots {
             kv::Operation::Put => serde_json::from_slice(&entry.value).ok(),
             kv::Operation::Delete | kv::Operation::Purge => None,
         };
+        let freed = holder.is_none();
         self.apply_seen(&entry.key, entry.revision, holder);
-        self.changed.notify_waiters();
+        // A take or a keep-alive frees nothing; an expiry is seen by the
+        // waiting fire's next look.
+        if freed {
+            if let Some(line) = namespace_of_key(&entry.key).and_then(|ns| self.line_if_any(ns)) {
+                line.freed.notify_waiters();
+            }
+        }
     }
 
     fn synced(&self) {
-        self.changed.notify_waiters();
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        for line in lines.values() {
+            line.freed.notify_waiters();
+        }
     }
+}
+
+/// The namespace of a slot key (`slot.<ns>.<i>`).
+fn namespace_of_key(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("slot.")?;
+    rest.rsplit_once('.').map(|(namespace, _)| namespace)
 }
 
 impl NamespaceSlots {
@@ -135,15 +160,45 @@ impl NamespaceSlots {
             .collect()
     }
 
-    fn line_of(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn line_of(&self, namespace: &str) -> Arc<Line> {
         let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
         lines.entry(namespace.to_string()).or_default().clone()
     }
 
+    fn line_if_any(&self, namespace: &str) -> Option<Arc<Line>> {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines.get(namespace).cloned()
+    }
+
+    /// Take in what the bucket holds at `key` now, read after a write lost
+    /// its compare-and-swap: the view was behind (a value or marker aged
+    /// out of the bucket is never told by the watch).
+    fn apply_read(&self, key: &str, entry: Option<&kv::Entry>) {
+        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+        match entry {
+            None => {
+                seen.remove(key);
+            }
+            Some(entry) => {
+                let holder = match entry.operation {
+                    kv::Operation::Put => serde_json::from_slice(&entry.value).ok(),
+                    kv::Operation::Delete | kv::Operation::Purge => None,
+                };
+                seen.insert(
+                    key.to_string(),
+                    Seen {
+                        revision: entry.revision,
+                        holder,
+                    },
+                );
+            }
+        }
+    }
+
     /// Take a slot of `namespace` for `run_id`, waiting in line (the
     /// delivery kept alive) while none is free; `Some(None)` when the
-    /// namespace has no limit, `None` when the delivery was handed back
-    /// meanwhile (a shutdown) or its lease lost.
+    /// namespace has no limit (or no more), `None` when the delivery was
+    /// handed back meanwhile (a shutdown) or its lease lost.
     pub(crate) async fn take(
         &self,
         ctx: &ExecutorContext,
@@ -152,26 +207,44 @@ impl NamespaceSlots {
         run_id: &str,
         hand_back: &CancellationToken,
     ) -> Option<Option<HeldSlot>> {
-        ctx.policies.max_concurrent_runs(namespace)?;
-        let stop = || {
-            if hand_back.is_cancelled() {
-                ctx.interrupt.cancelled()
-            } else {
-                hand_back.cancelled()
-            }
+        if ctx.policies.max_concurrent_runs(namespace).is_none() {
+            return Some(None);
+        }
+        let waiting = metrics::gauge!("jetcron_executor_waiting_for_run_slot");
+        waiting.increment(1.0);
+        let stop = if hand_back.is_cancelled() {
+            ctx.interrupt.cancelled()
+        } else {
+            hand_back.cancelled()
         };
         let line = self.line_of(namespace);
-        let turn = crate::kept_alive::kept_alive(ctx, message, async {
+        let taking = crate::kept_alive::kept_alive(ctx, message, async {
             tokio::select! {
-                turn = line.lock() => Some(turn),
-                _ = stop() => None,
+                taken = self.take_in_line(ctx, message, &line, namespace, run_id) => Some(taken),
+                _ = stop => None,
             }
         })
         .await;
-        let Some(_turn) = turn else {
-            message.settle(AckKind::Nak(None)).await;
-            return None;
-        };
+        waiting.decrement(1.0);
+        match taking {
+            Some(taken) => taken,
+            None => {
+                message.settle(AckKind::Nak(None)).await;
+                None
+            }
+        }
+    }
+
+    /// [`Self::take`]'s wait, in the namespace's line.
+    async fn take_in_line(
+        &self,
+        ctx: &ExecutorContext,
+        message: &Delivery,
+        line: &Line,
+        namespace: &str,
+        run_id: &str,
+    ) -> Option<Option<HeldSlot>> {
+        let _turn = line.turn.lock().await;
         let mut failures = LogLimiter::per_10s();
         loop {
             let Some(max) = ctx.policies.max_concurrent_runs(namespace) else {
@@ -180,9 +253,9 @@ impl NamespaceSlots {
             if !message.is_ours() {
                 return None;
             }
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
+            let freed = line.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
             match self.try_take(ctx, namespace, max, run_id).await {
                 Ok(Some(held)) => return Some(Some(held)),
                 Ok(None) => {}
@@ -192,17 +265,9 @@ impl NamespaceSlots {
                     }
                 }
             }
-            let waited = crate::kept_alive::kept_alive(ctx, message, async {
-                tokio::select! {
-                    _ = changed => true,
-                    _ = tokio::time::sleep(LOOK_AGAIN) => true,
-                    _ = stop() => false,
-                }
-            })
-            .await;
-            if !waited {
-                message.settle(AckKind::Nak(None)).await;
-                return None;
+            tokio::select! {
+                _ = freed => {}
+                _ = tokio::time::sleep(LOOK_AGAIN) => {}
             }
         }
     }
@@ -226,6 +291,12 @@ impl NamespaceSlots {
         let value: Bytes = serde_json::to_vec(&holder)?.into();
         for free in self.free(namespace, max, now) {
             let Some(revision) = write_at(&ctx.running, &free, value.clone()).await? else {
+                let entry = ctx
+                    .running
+                    .entry(free.key.as_str())
+                    .await
+                    .with_context(|| format!("read {}", free.key))?;
+                self.apply_read(&free.key, entry.as_ref());
                 continue;
             };
             debug!(key = %free.key, "namespace run slot taken");
@@ -337,13 +408,37 @@ impl KeptSlot {
                 self.revision = revision;
                 true
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                warn!(key = %self.key, "a namespace run slot expired while its run called; another run took it");
-                false
-            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => self.still_ours().await,
             // Not answered (an election): tried again at the next interval,
             // at the same revision.
             Err(_) => true,
+        }
+    }
+
+    /// After a lost compare-and-swap: whether the slot still holds this
+    /// run (an earlier write went through but its answer was lost), taking
+    /// its revision; `false` once it is another run's.
+    async fn still_ours(&mut self) -> bool {
+        let Ok(entry) = self.store.entry(self.key.as_str()).await else {
+            // Not answered: tried again at the next interval.
+            return true;
+        };
+        let holder = entry
+            .as_ref()
+            .filter(|e| e.operation == kv::Operation::Put)
+            .and_then(|e| serde_json::from_slice::<SlotHolder>(&e.value).ok());
+        match (entry, holder) {
+            (Some(entry), Some(holder))
+                if holder.run_id == self.holder.run_id
+                    && holder.executor_id == self.holder.executor_id =>
+            {
+                self.revision = entry.revision;
+                true
+            }
+            _ => {
+                warn!(key = %self.key, "a namespace run slot expired while its run called; another run took it");
+                false
+            }
         }
     }
 
@@ -419,5 +514,13 @@ mod tests {
             "the one slot is held"
         );
         assert_eq!(slots.free("ops", 1, now).len(), 1, "another namespace's");
+    }
+
+    #[test]
+    fn a_slot_key_names_its_namespace() {
+        assert_eq!(namespace_of_key("slot.billing.12"), Some("billing"));
+        assert_eq!(namespace_of_key("slot.default.0"), Some("default"));
+        assert_eq!(namespace_of_key("claim.billing"), None);
+        assert_eq!(namespace_of_key("slot.x"), None);
     }
 }

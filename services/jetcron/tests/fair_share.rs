@@ -308,3 +308,76 @@ async fn a_teams_max_concurrent_runs_holds_over_every_executor() {
     }
     stack.stop().await;
 }
+
+/// A `forbid` job in a namespace whose limit its own run fills (runs of
+/// 5 s, a fire every 2 s): a fire that comes while the run lasts is
+/// skipped as an overlap (not queued behind the limit and run later and
+/// later, back to back), and a `replace` job's fire stops the run it
+/// replaces rather than waiting for it to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_rules_come_before_a_namespaces_limit() {
+    let stack = Stack::start(StackOptions::default()).await;
+    for namespace in ["lone", "solo"] {
+        let (status, body) = stack
+            .send(
+                Method::PUT,
+                &format!("/v1/namespaces/{namespace}/policy"),
+                r#"{"max_concurrent_runs":1}"#,
+                Some(API_TOKEN),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    serve(&stack, "svc.lone.>", Duration::from_secs(5), seen.clone()).await;
+    serve(&stack, "svc.solo.>", Duration::from_secs(5), seen.clone()).await;
+    for (id, concurrency) in [("lone.forbidden", "forbid"), ("solo.replaced", "replace")] {
+        let spec = format!(
+            r#"{{"id":"{id}","schedule":"*/2 * * * * *","concurrency":"{concurrency}","target":{{"type":"nats","subject":"svc.{id}"}}}}"#
+        );
+        let (reply, _) = stack.api_put(&spec).await;
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+    wait_until("three fires of each", Duration::from_secs(40), || {
+        let seen = seen.clone();
+        async move {
+            let seen = seen.lock().expect("lock");
+            let of = |job: &str| seen.calls.iter().filter(|c| c.job == job).count();
+            (of("lone.forbidden") >= 3 && of("solo.replaced") >= 3).then_some(())
+        }
+    })
+    .await;
+    let skipped = stack
+        .wait_for_runs("lone.forbidden", "skipped", 1, Duration::from_secs(30))
+        .await;
+    assert!(!skipped.is_empty());
+    let killed = stack
+        .wait_for_runs("solo.replaced", "killed", 1, Duration::from_secs(30))
+        .await;
+    assert!(!killed.is_empty());
+    {
+        let seen = seen.lock().expect("lock");
+        // (A replaced run's call is stopped by its executor; the target
+        // below, which does not listen, answers it later: not counted.)
+        assert_eq!(seen.most["lone"], 1, "one call at a time in the namespace");
+        let late: Vec<_> = seen
+            .calls
+            .iter()
+            .filter(|c| c.job == "lone.forbidden")
+            .map(|c| (c.arrived - c.scheduled).num_milliseconds())
+            // A forbid fire waits up to 2 s for a short previous run to
+            // end (`claims::FORBID_GRACE`) before it is skipped; queued
+            // behind the limit, each waited for the last: 3 s, 6 s, 9 s…
+            .filter(|lag| *lag > 3500)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "no forbid fire queued behind the limit: {late:?} ms"
+        );
+        for job in ["lone.", "solo."] {
+            let (calls, runs) = runs_called(&seen, job);
+            assert_eq!(calls, runs, "each run called once");
+        }
+    }
+    stack.stop().await;
+}

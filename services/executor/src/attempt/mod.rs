@@ -96,22 +96,43 @@ pub enum When {
 /// run slots. Dropped when the target returns.
 pub struct CallSlot {
     _local: SlotPermit,
-    _namespace: Option<HeldSlot>,
+    run_slot: Option<HeldSlot>,
+}
+
+impl CallSlot {
+    /// This call slot, also holding the namespace's run slot `run_slot`.
+    fn with_run_slot(mut self, run_slot: Option<HeldSlot>) -> Self {
+        self.run_slot = run_slot.or(self.run_slot.take());
+        self
+    }
+}
+
+/// When a fire takes its namespace's run slot (`max_concurrent_runs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunSlot {
+    /// Before its call slot, so that waiting for it holds no call slot.
+    First,
+    /// Not with the call slot: after the overlap claim of a `forbid` or
+    /// `replace` job (whose fire is skipped, or kills the run it replaces,
+    /// before it waits), or never (the split of a sharded fire calls
+    /// nothing).
+    Apart,
 }
 
 impl Slot {
-    /// The call slots of `due`, at its instant: the namespace's run slot
-    /// first (waiting for it holds no call slot here), then a call slot of
-    /// this executor; `None` when the delivery was handed back meanwhile
-    /// (a shutdown) or its lease lost.
+    /// The call slot of `due`, at its instant (with the namespace's run
+    /// slot first when `run_slot` says so; waiting for it holds no call
+    /// slot, nor the intake permit); `None` when the delivery was handed
+    /// back meanwhile (a shutdown) or its lease lost.
     async fn taken(
         self,
         ctx: &ExecutorContext,
         message: &Delivery,
         due: &DueEvent,
+        run_slot: RunSlot,
     ) -> Option<CallSlot> {
         let namespace = job::name::namespace_of(&due.job_id);
-        let intake = match self.when {
+        let mut intake = match self.when {
             When::Now(intake) => Some(intake),
             When::At(fire_at) => {
                 if !crate::hold::held_until(ctx, message, fire_at, &self.hand_back).await {
@@ -120,9 +141,14 @@ impl Slot {
                 None
             }
         };
-        let limited = match ctx.policies.max_concurrent_runs(namespace) {
-            None => None,
-            Some(_) => {
+        let limited =
+            run_slot == RunSlot::First && ctx.policies.max_concurrent_runs(namespace).is_some();
+        let run_slot = match limited {
+            false => None,
+            true => {
+                // A namespace's backlog beyond its limit does not hold the
+                // pull back for other namespaces.
+                intake = None;
                 let taking = ctx.namespace_slots.take(
                     ctx,
                     message,
@@ -137,7 +163,7 @@ impl Slot {
             crate::hold::free_slot(ctx, message, &self.slots, namespace, &self.hand_back).await?;
         Some(CallSlot {
             _local: local.with_intake(intake),
-            _namespace: limited,
+            run_slot,
         })
     }
 }
@@ -146,7 +172,7 @@ impl From<SlotPermit> for CallSlot {
     fn from(local: SlotPermit) -> Self {
         Self {
             _local: local,
-            _namespace: None,
+            run_slot: None,
         }
     }
 }

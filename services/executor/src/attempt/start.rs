@@ -17,8 +17,8 @@ use tracing::{info, warn};
 use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
 use super::settle::{finish, release, Close};
 use super::{
-    hand_back, hand_back_for_silence, notify_of, refuse_for_good, store_budget, Attempt, Slot,
-    When, STARTED_WAIT, START_AHEAD,
+    hand_back, hand_back_for_silence, notify_of, refuse_for_good, store_budget, Attempt, RunSlot,
+    Slot, When, STARTED_WAIT, START_AHEAD,
 };
 use crate::claims::{self, ClaimHandle, Overlap};
 use crate::fair_slots::FairSlots;
@@ -73,7 +73,12 @@ pub(super) async fn start<'a>(
     // while the fire was held (the ticker marks such fires killed) is
     // caught then. (A booked call's kill request is looked for by the
     // dispatcher.)
-    let permit = slot.taken(ctx, message, due).await?;
+    let hand_back = slot.hand_back.clone();
+    let run_slot = match job.concurrency {
+        ConcurrencyPolicy::Allow => RunSlot::First,
+        _ => RunSlot::Apart,
+    };
+    let mut permit = slot.taken(ctx, message, due, run_slot).await?;
     if killed_before_start(ctx, message, due, job, publisher).await {
         return None;
     }
@@ -81,6 +86,10 @@ pub(super) async fn start<'a>(
         ConcurrencyPolicy::Allow => None,
         policy => Some(Box::pin(take_claim(attempt, policy)).await?),
     };
+    if let Some(claim) = claim.as_mut() {
+        let taking = run_slot_beside_claim(attempt, claim, &hand_back);
+        permit = permit.with_run_slot(Box::pin(taking).await?);
+    }
     registration.activate();
     let event = publisher.started(ctx.clock.now(), job.max_attempts);
     let mut store = store_start(attempt, event.clone());
@@ -93,6 +102,43 @@ pub(super) async fn start<'a>(
         event,
         store: (start == Start::Storing).then_some(store),
     })
+}
+
+/// The namespace's run slot (`max_concurrent_runs`) of a `forbid` or
+/// `replace` fire, taken once it holds its job's overlap claim (so it was
+/// not skipped, and the run it replaces was told to stop), keeping the
+/// claim alive while it waits; `Some(None)` when the namespace has no
+/// limit, `None` when the delivery was handed back meanwhile.
+async fn run_slot_beside_claim(
+    attempt: &Attempt<'_>,
+    claim: &mut ClaimHandle,
+    hand_back: &tokio_util::sync::CancellationToken,
+) -> Option<Option<crate::namespace_slots::HeldSlot>> {
+    let Attempt {
+        ctx, message, due, ..
+    } = *attempt;
+    let namespace = job::name::namespace_of(&due.job_id);
+    if ctx.policies.max_concurrent_runs(namespace).is_none() {
+        return Some(None);
+    }
+    let taking = ctx
+        .namespace_slots
+        .take(ctx, message, namespace, due.run_id.as_str(), hand_back);
+    tokio::pin!(taking);
+    let mut ticks = tokio::time::interval(ctx.config.progress_interval);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            taken = &mut taking => return taken,
+            _ = ticks.tick() => {
+                // A claim another run took meanwhile (a `replace` fire) is
+                // seen by the call's keep-alive, which ends the run as
+                // replaced; its kill request, by the check before the call.
+                let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
+                Box::pin(claim.extend(until)).await;
+            }
+        }
+    }
 }
 
 /// A held fire of a job that allows overlap, with a `nats` target, books
