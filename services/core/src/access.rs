@@ -8,6 +8,14 @@
 //! of `*` manages everything, including what is not in a namespace (alert
 //! channels). A refusal names the namespace and the role it needs, and
 //! changes nothing ([`forbidden`]).
+//!
+//! A caller holds [`Grants`], not one grant: a token holds one, but a
+//! person's role bindings ([`crate::binding`]) are a union, their own and
+//! their groups', in `*` and in single namespaces (viewer of `*` plus
+//! editor of `billing`, say). What they may do is what any one of them
+//! allows, and a refusal is the one a single grant gives.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +173,105 @@ impl Grant {
     }
 }
 
+/// The grants a caller holds together, a union: each check passes when
+/// any one of them allows it. One grant for a token or a door, several for
+/// a person bound through their own and their groups' bindings, none for
+/// one signed in but bound to nothing (who may do nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grants(Vec<Grant>);
+
+impl Grants {
+    /// Just `grant`.
+    pub fn one(grant: Grant) -> Self {
+        Self(vec![grant])
+    }
+
+    /// No grant at all: signed in but bound to nothing, allowed nothing.
+    pub fn none() -> Self {
+        Self(Vec::new())
+    }
+
+    /// All of `grants`.
+    pub fn of(grants: impl IntoIterator<Item = Grant>) -> Self {
+        Self(grants.into_iter().collect())
+    }
+
+    /// Each grant.
+    pub fn grants(&self) -> &[Grant] {
+        &self.0
+    }
+
+    /// Whether one of them allows what needs `role` in `namespace`.
+    pub fn allows(&self, role: Role, namespace: &str) -> bool {
+        self.0.iter().any(|grant| grant.allows(role, namespace))
+    }
+
+    /// Whether one of them allows what needs `role` everywhere (a grant of
+    /// `*`).
+    pub fn allows_everywhere(&self, role: Role) -> bool {
+        self.0.iter().any(|grant| grant.allows_everywhere(role))
+    }
+
+    /// `Ok` when one of them allows what needs `role` in `namespace`, else
+    /// the refusal ([`forbidden`]).
+    pub fn require(&self, role: Role, namespace: &str) -> Result<(), ApiError> {
+        match self.allows(role, namespace) {
+            true => Ok(()),
+            false => Err(forbidden(namespace, role)),
+        }
+    }
+
+    /// `Ok` when one of them holds `role` at least in its own scope (a
+    /// selection then keeps to the namespaces where one does), else the
+    /// refusal in the first one's scope (`*` when there is none), as
+    /// [`Grant::require_somewhere`] refuses.
+    pub fn require_somewhere(&self, role: Role) -> Result<(), ApiError> {
+        if self.0.iter().any(|grant| grant.role >= role) {
+            return Ok(());
+        }
+        let scope = self
+            .0
+            .first()
+            .map_or(ALL_NAMESPACES, |grant| grant.scope.as_str());
+        Err(forbidden(scope, role))
+    }
+
+    /// `Ok` when one of them allows what needs `role` everywhere, else the
+    /// refusal.
+    pub fn require_everywhere(&self, role: Role) -> Result<(), ApiError> {
+        match self.allows_everywhere(role) {
+            true => Ok(()),
+            false => Err(forbidden(ALL_NAMESPACES, role)),
+        }
+    }
+
+    /// The highest role they hold anywhere (`None`: no grant).
+    pub fn highest(&self) -> Option<Role> {
+        self.0.iter().map(|grant| grant.role).max()
+    }
+
+    /// The highest role they hold in `namespace` (`None`: none there).
+    pub fn role_in(&self, namespace: &str) -> Option<Role> {
+        self.0
+            .iter()
+            .filter(|grant| grant.scope.covers(namespace))
+            .map(|grant| grant.role)
+            .max()
+    }
+
+    /// The namespaces where they hold some role: `None` when one of them
+    /// covers `*` (every namespace), else the set (empty: no grant).
+    pub fn namespaces(&self) -> Option<BTreeSet<String>> {
+        self.0
+            .iter()
+            .map(|grant| match &grant.scope {
+                Scope::All => None,
+                Scope::One(namespace) => Some(namespace.clone()),
+            })
+            .collect()
+    }
+}
+
 /// The refusal of what needs `role` in `namespace`: 403,
 /// `{"code":"forbidden","namespace":…,"needs":"<role>"}`.
 pub fn forbidden(namespace: &str, role: Role) -> ApiError {
@@ -219,6 +326,103 @@ mod tests {
         assert_eq!(reply["error"]["code"], "forbidden");
         assert_eq!(reply["error"]["namespace"], "ops");
         assert_eq!(reply["error"]["needs"], "editor");
+    }
+
+    #[test]
+    fn grants_allow_what_any_one_of_them_allows() {
+        let grants = Grants::of([grant("*", Role::Viewer), grant("billing", Role::Editor)]);
+        assert!(grants.allows(Role::Editor, "billing"));
+        assert!(grants.allows(Role::Viewer, "ops"));
+        assert!(!grants.allows(Role::Editor, "ops"));
+        assert!(!grants.allows(Role::Admin, "billing"));
+        assert!(grants.allows_everywhere(Role::Viewer));
+        assert!(!grants.allows_everywhere(Role::Editor));
+        assert!(grants.require(Role::Editor, "billing").is_ok());
+        assert!(grants.require_somewhere(Role::Editor).is_ok());
+        assert!(grants.require_everywhere(Role::Viewer).is_ok());
+
+        let refused = |error: ApiError| {
+            assert_eq!(error.code, ErrorCode::Forbidden);
+            let reply = error.to_reply();
+            (
+                reply["error"]["namespace"].as_str().map(str::to_string),
+                reply["error"]["needs"].as_str().map(str::to_string),
+            )
+        };
+        let named = |namespace: &str, role: &str| {
+            (Some(namespace.to_string()), Some(role.to_string()))
+        };
+        assert_eq!(
+            refused(grants.require(Role::Editor, "ops").expect_err("refused")),
+            named("ops", "editor")
+        );
+        assert_eq!(
+            refused(grants.require_everywhere(Role::Editor).expect_err("refused")),
+            named("*", "editor")
+        );
+        assert_eq!(
+            refused(grants.require_somewhere(Role::Admin).expect_err("refused")),
+            named("*", "admin")
+        );
+    }
+
+    #[test]
+    fn one_grant_refuses_as_the_grant_does() {
+        let operator = grant("billing", Role::Operator);
+        let grants = Grants::one(operator.clone());
+        assert_eq!(grants.grants(), [operator.clone()].as_slice());
+        for role in Role::ALL {
+            for namespace in ["billing", "ops"] {
+                assert_eq!(
+                    grants.require(role, namespace),
+                    operator.require(role, namespace)
+                );
+            }
+            assert_eq!(grants.require_somewhere(role), operator.require_somewhere(role));
+            assert_eq!(
+                grants.require_everywhere(role),
+                operator.require_everywhere(role)
+            );
+        }
+    }
+
+    #[test]
+    fn no_grant_allows_nothing() {
+        let none = Grants::none();
+        for role in Role::ALL {
+            assert!(!none.allows(role, "billing"));
+            assert!(!none.allows_everywhere(role));
+            assert!(none.require(role, "billing").is_err());
+            assert!(none.require_somewhere(role).is_err());
+            assert!(none.require_everywhere(role).is_err());
+        }
+        assert_eq!(none.highest(), None);
+        assert_eq!(none.role_in("billing"), None);
+        assert_eq!(none.namespaces(), Some(BTreeSet::new()));
+    }
+
+    #[test]
+    fn grants_name_their_namespaces_and_highest_roles() {
+        let grants = Grants::of([
+            grant("billing", Role::Editor),
+            grant("ops", Role::Viewer),
+            grant("billing", Role::Operator),
+        ]);
+        assert_eq!(
+            grants.namespaces(),
+            Some(BTreeSet::from(["billing".to_string(), "ops".to_string()]))
+        );
+        assert_eq!(grants.highest(), Some(Role::Editor));
+        assert_eq!(grants.role_in("billing"), Some(Role::Editor));
+        assert_eq!(grants.role_in("ops"), Some(Role::Viewer));
+        assert_eq!(grants.role_in("default"), None);
+
+        let union = Grants::of([grant("*", Role::Viewer), grant("billing", Role::Editor)]);
+        assert_eq!(union.namespaces(), None);
+        assert_eq!(union.highest(), Some(Role::Editor));
+        assert_eq!(union.role_in("billing"), Some(Role::Editor));
+        assert_eq!(union.role_in("ops"), Some(Role::Viewer));
+        assert_eq!(Grants::one(Grant::admin_of_all()).namespaces(), None);
     }
 
     #[test]

@@ -143,8 +143,8 @@ fn checked(caller: &Caller, namespace: &str, subject: &str) -> Result<(Scope, Su
 /// `Ok` when `caller` manages the bindings of `scope`.
 fn administer(caller: &Caller, scope: &Scope) -> Result<(), ApiError> {
     match scope {
-        Scope::All => caller.grant.require_everywhere(Role::Admin),
-        Scope::One(namespace) => caller.grant.require(Role::Admin, namespace),
+        Scope::All => caller.grants.require_everywhere(Role::Admin),
+        Scope::One(namespace) => caller.grants.require(Role::Admin, namespace),
     }
 }
 

@@ -1,7 +1,7 @@
-//! Who is calling, and what they may do: an actor (for the audit) and a
-//! grant (a role in a namespace, [`jetcron_core::access`]).
+//! Who is calling, and what they may do: an actor (for the audit) and
+//! grants (roles in namespaces, a union, [`jetcron_core::access`]).
 //!
-//! Every door makes one. Where the grant is checked: in the operation
+//! Every door makes one. Where the grants are checked: in the operation
 //! itself when more than one door calls it (every write, and the job reads
 //! the NATS API serves: `jobs::requests::{get, list}`), in the HTTP adapter
 //! for the reads only HTTP serves (a job's detail, history and runs, the
@@ -14,7 +14,7 @@
 //! - NATS, `jetcron.api.<endpoint>`: admin of every namespace (nats-server's
 //!   permissions decide who may send there, [`crate::nats_api`]).
 
-use jetcron_core::access::{Grant, Role, Scope};
+use jetcron_core::access::{Grant, Grants, Role, Scope};
 use jetcron_core::audit::{Author, Door};
 
 /// A request's caller.
@@ -23,8 +23,8 @@ pub struct Caller {
     /// Who, as the audit names them (`token:<id>`, `admin-token`,
     /// `anonymous`, `nats`).
     pub actor: String,
-    /// What they may do.
-    pub grant: Grant,
+    /// What they may do: what any one of these allows.
+    pub grants: Grants,
     /// The door they came through (for the audit).
     pub door: Door,
     /// What the actor is, where there is more to say (a token's description).
@@ -38,7 +38,7 @@ impl Caller {
             actor: "admin-token".into(),
             door: Door::Http,
             note: None,
-            grant: Grant::admin_of_all(),
+            grants: Grants::one(Grant::admin_of_all()),
         }
     }
 
@@ -49,7 +49,7 @@ impl Caller {
             actor: "console".into(),
             door: Door::Console,
             note: None,
-            grant: Grant::admin_of_all(),
+            grants: Grants::one(Grant::admin_of_all()),
         }
     }
 
@@ -59,10 +59,10 @@ impl Caller {
             actor: "anonymous".into(),
             door: Door::Http,
             note: None,
-            grant: Grant {
+            grants: Grants::one(Grant {
                 scope: Scope::All,
                 role: Role::Viewer,
-            },
+            }),
         }
     }
 
@@ -72,7 +72,7 @@ impl Caller {
             actor: "nats".into(),
             door: Door::Nats,
             note: None,
-            grant: Grant::admin_of_all(),
+            grants: Grants::one(Grant::admin_of_all()),
         }
     }
 
@@ -87,14 +87,20 @@ impl Caller {
 
     /// Whether it sees `namespace`'s jobs and runs.
     pub fn sees(&self, namespace: &str) -> bool {
-        self.grant.allows(Role::Viewer, namespace)
+        self.grants.allows(Role::Viewer, namespace)
     }
 
-    /// The one namespace it is limited to, if it is.
+    /// The one namespace it is limited to, if it is: every grant is in
+    /// that one namespace. A person bound in several namespaces (or in
+    /// none) gets `None`, as an admin of `*` does, and the pages then need
+    /// a picker of their namespaces (issue 42's later step).
     pub fn only_namespace(&self) -> Option<&str> {
-        match &self.grant.scope {
+        let mut scopes = self.grants.grants().iter().map(|grant| &grant.scope);
+        match scopes.next()? {
             Scope::All => None,
-            Scope::One(namespace) => Some(namespace),
+            Scope::One(namespace) => scopes
+                .all(|scope| matches!(scope, Scope::One(other) if other == namespace))
+                .then_some(namespace.as_str()),
         }
     }
 }

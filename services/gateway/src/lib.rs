@@ -63,7 +63,7 @@
 //!   own).
 //!
 //! Shared by the doors and the operations:
-//! - [`caller`]: who calls and what their grant allows (checked by the
+//! - [`caller`]: who calls and what their grants allow (checked by the
 //!   operations);
 //! - [`request_body`]: a body as a typed request, and a put's
 //!   `expected_revision`;

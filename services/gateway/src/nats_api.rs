@@ -27,7 +27,7 @@ use std::sync::Arc;
 use async_nats::service::{Request, ServiceExt as _, NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE};
 use async_nats::HeaderMap;
 use futures::StreamExt as _;
-use jetcron_core::access::{Grant, Role, Scope};
+use jetcron_core::access::{Grant, Grants, Role, Scope};
 use jetcron_core::api::{header_safe, ApiError};
 use jetcron_core::job::FieldError;
 use jetcron_core::job_events::JobRejected;
@@ -206,10 +206,10 @@ fn caller_of(subject: &str) -> Result<Caller, ApiError> {
         actor: format!("nats:{namespace}"),
         door: jetcron_core::audit::Door::Nats,
         note: None,
-        grant: Grant {
+        grants: Grants::one(Grant {
             scope,
             role: Role::Admin,
-        },
+        }),
     })
 }
 
@@ -261,7 +261,7 @@ async fn handle(
             now,
         )?),
         Endpoint::ChannelPut => {
-            caller.grant.require_everywhere(Role::Admin)?;
+            caller.grants.require_everywhere(Role::Admin)?;
             let request = PutChannel {
                 definition: body.to_vec(),
                 ..PutChannel::default()
@@ -286,7 +286,7 @@ async fn handle(
             encode(reply)
         }
         Endpoint::ChannelDelete => {
-            caller.grant.require_everywhere(Role::Admin)?;
+            caller.grants.require_everywhere(Role::Admin)?;
             let reply = state.channels.delete(parse_body(body)?).await?;
             info!(channel = %reply.name, "channel deleted");
             encode(reply)

@@ -107,7 +107,7 @@ pub async fn get(
     namespace: &str,
 ) -> Result<PolicyReply, ApiError> {
     checked_namespace(namespace)?;
-    caller.grant.require(Role::Viewer, namespace)?;
+    caller.grants.require(Role::Viewer, namespace)?;
     let (revision, policy, unreadable) = match state.policies.current(namespace).await? {
         None => (0, None, None),
         Some((revision, Held::Readable(policy))) => (revision, Some((*policy).clone()), None),
@@ -138,8 +138,8 @@ fn may_change(
         None => false,
     };
     match locked || locking {
-        true => caller.grant.require_everywhere(Role::Admin).map(|_| ()),
-        false => caller.grant.require(Role::Admin, namespace),
+        true => caller.grants.require_everywhere(Role::Admin).map(|_| ()),
+        false => caller.grants.require(Role::Admin, namespace),
     }
 }
 
@@ -152,7 +152,7 @@ pub async fn put(
 ) -> Result<PolicySetReply, ApiError> {
     checked_namespace(namespace)?;
     // A refusal for the role comes before what the body says.
-    caller.grant.require(Role::Admin, namespace)?;
+    caller.grants.require(Role::Admin, namespace)?;
     let policy = Policy::parse(body).map_err(ApiError::invalid_request)?;
     let current = state.policies.current(namespace).await?;
     may_change(
@@ -190,7 +190,7 @@ pub async fn delete(
     namespace: &str,
 ) -> Result<PolicyRemovedReply, ApiError> {
     checked_namespace(namespace)?;
-    caller.grant.require(Role::Admin, namespace)?;
+    caller.grants.require(Role::Admin, namespace)?;
     let Some((revision, held)) = state.policies.current(namespace).await? else {
         return Ok(PolicyRemovedReply {
             ok: true,

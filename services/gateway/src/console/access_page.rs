@@ -2,7 +2,7 @@
 //! scoped tokens (make one, shown once; revoke), its role bindings (give,
 //! take away) and its target policy (set, remove). Each form calls the
 //! same operation as the HTTP API ([`crate::tokens`], [`crate::bindings`],
-//! [`crate::policies`]) with the viewer's grant, which the operation
+//! [`crate::policies`]) with the viewer's grants, which the operation
 //! checks; a team's admin sees its own namespace, an admin of `*` any one
 //! (and `*` itself: the tokens and bindings of every namespace).
 
@@ -103,8 +103,8 @@ fn shown_namespace(viewer: &Viewer, asked: &str) -> Result<String, ConsoleError>
     let scope = Scope::parse("namespace", &namespace)
         .map_err(|p| jetcron_core::api::ApiError::invalid_field("namespace", p.message))?;
     match scope {
-        Scope::All => caller.grant.require_everywhere(Role::Admin)?,
-        Scope::One(ref one) => caller.grant.require(Role::Admin, one)?,
+        Scope::All => caller.grants.require_everywhere(Role::Admin)?,
+        Scope::One(ref one) => caller.grants.require(Role::Admin, one)?,
     }
     Ok(namespace)
 }

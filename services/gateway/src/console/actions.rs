@@ -202,7 +202,7 @@ pub async fn confirm_delete(
     let namespace = jetcron_core::job::namespace_of(&id);
     viewer
         .caller()
-        .grant
+        .grants
         .require(jetcron_core::access::Role::Editor, namespace)?;
     let job = jobs::requests::get(
         &state,

@@ -151,7 +151,7 @@ pub async fn new_form(
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn("/ui/jobs/new".into()));
     }
-    viewer.caller().grant.require_somewhere(Role::Editor)?;
+    viewer.caller().grants.require_somewhere(Role::Editor)?;
     let form = JobForm {
         target_type: "http".into(),
         ..JobForm::default()
@@ -174,7 +174,7 @@ pub async fn edit_form(
         )));
     }
     let namespace = jetcron_core::job::namespace_of(&id);
-    viewer.caller().grant.require(Role::Editor, namespace)?;
+    viewer.caller().grants.require(Role::Editor, namespace)?;
     let stored = crate::jobs::requests::get(
         &state,
         &viewer.caller(),

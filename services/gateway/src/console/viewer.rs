@@ -7,7 +7,7 @@
 //! anonymous viewer to the sign-in page when the gateway protects reads;
 //! [`Viewer::may_write`] checks the session, the form's CSRF token and,
 //! when the browser sends one, the `Origin` header. What a page shows and
-//! offers follows the viewer's grant ([`Viewer::frame_for`]); the
+//! offers follows the viewer's grants ([`Viewer::frame_for`]); the
 //! operations check it again.
 
 use std::sync::Arc;
@@ -56,13 +56,13 @@ impl Viewer {
     /// of `namespace`'s jobs: signed in, and an editor there (who may
     /// write them anyway).
     pub fn sees_secrets_of(&self, namespace: &str) -> bool {
-        self.session.is_some() && self.caller.grant.allows(Role::Editor, namespace)
+        self.session.is_some() && self.caller.grants.allows(Role::Editor, namespace)
     }
 
     /// Whether this viewer sees channel credentials: signed in as an admin
     /// of every namespace (channels are shared by all).
     pub fn sees_channel_secrets(&self) -> bool {
-        self.session.is_some() && self.caller.grant.allows_everywhere(Role::Admin)
+        self.session.is_some() && self.caller.grants.allows_everywhere(Role::Admin)
     }
 
     /// The caller the console's operations act for: a bootstrap token's
@@ -74,20 +74,25 @@ impl Viewer {
 
     /// `Ok` when the viewer may see `namespace`'s jobs and runs.
     pub fn may_see(&self, namespace: &str) -> Result<(), ConsoleError> {
-        Ok(self.caller.grant.require(Role::Viewer, namespace)?)
+        Ok(self.caller.grants.require(Role::Viewer, namespace)?)
     }
 
     /// The frame of a page titled `title` about no one namespace: what it
     /// offers, the viewer may do somewhere.
     pub fn frame(&self, title: impl Into<String>) -> Frame {
-        let somewhere = |role: Role| self.caller.grant.role >= role;
+        let somewhere = |role: Role| {
+            self.caller
+                .grants
+                .highest()
+                .is_some_and(|highest| highest >= role)
+        };
         self.frame_with(title, somewhere(Role::Operator), somewhere(Role::Editor))
     }
 
     /// The frame of a page about `namespace`'s job or run: what it offers,
     /// the viewer may do there.
     pub fn frame_for(&self, title: impl Into<String>, namespace: &str) -> Frame {
-        let allows = |role: Role| self.caller.grant.allows(role, namespace);
+        let allows = |role: Role| self.caller.grants.allows(role, namespace);
         self.frame_with(title, allows(Role::Operator), allows(Role::Editor))
     }
 
@@ -96,13 +101,16 @@ impl Viewer {
         Frame {
             title: title.into(),
             signed_in,
-            may_admin: signed_in && self.caller.grant.role == Role::Admin,
+            may_admin: signed_in && self.caller.grants.highest() == Some(Role::Admin),
             may_operate: signed_in && operates,
             may_edit: signed_in && edits,
             who: match self.caller.only_namespace() {
-                Some(namespace) if signed_in => {
-                    format!("{} of {namespace}", self.caller.grant.role)
-                }
+                Some(namespace) if signed_in => self
+                    .caller
+                    .grants
+                    .role_in(namespace)
+                    .map(|role| format!("{role} of {namespace}"))
+                    .unwrap_or_default(),
                 _ => String::new(),
             },
             csrf: self

@@ -28,7 +28,7 @@ fn name_of(name: PathResult<String>) -> Result<String, HttpError> {
 /// Whether a channel's credentials are shown to `caller`: where reads need
 /// a token, to an admin of every namespace (channels are shared by all).
 fn shows_credentials(state: &GatewayState, caller: &Caller) -> bool {
-    state.http_auth.reads_protected() && caller.grant.allows_everywhere(Role::Admin)
+    state.http_auth.reads_protected() && caller.grants.allows_everywhere(Role::Admin)
 }
 
 /// `GET /v1/channels`.
@@ -68,7 +68,7 @@ pub async fn create(
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<(StatusCode, Json<ChannelPutReply>), HttpError> {
-    caller.grant.require_everywhere(Role::Admin)?;
+    caller.grants.require_everywhere(Role::Admin)?;
     let request = PutChannel {
         definition: body.to_vec(),
         key: None,
@@ -92,7 +92,7 @@ pub async fn replace(
     headers: HeaderMap,
     LimitedBody(body): LimitedBody,
 ) -> Result<Json<ChannelPutReply>, HttpError> {
-    caller.grant.require_everywhere(Role::Admin)?;
+    caller.grants.require_everywhere(Role::Admin)?;
     let request = PutChannel {
         definition: body.to_vec(),
         key: Some(name_of(name)?),
@@ -109,7 +109,7 @@ pub async fn delete(
     headers: HeaderMap,
     q: QueryResult<DeleteQuery>,
 ) -> Result<Json<ChannelDeletedReply>, HttpError> {
-    caller.grant.require_everywhere(Role::Admin)?;
+    caller.grants.require_everywhere(Role::Admin)?;
     let expected_revision = delete_precondition(query(q)?, &headers)?;
     let request = DeleteChannel {
         name: name_of(name)?,

@@ -113,14 +113,19 @@ pub async fn rejections(
 
 /// `answer` as an HTTP read may show it to `caller`: `redacted` (its
 /// secrets hidden) unless reads need a token and the caller may edit the
-/// jobs it sees (who may write a credential may read it back).
+/// jobs it sees (who may write a credential may read it back). That is an
+/// editor somewhere for a caller of one grant (a token, as every HTTP
+/// caller is); one of several grants would need it per job's namespace.
 fn shown<T>(
     state: &GatewayState,
     caller: &Caller,
     answer: T,
     redacted: fn(T) -> T,
 ) -> SortedJson<T> {
-    let editor = caller.grant.role >= jetcron_core::access::Role::Editor;
+    let editor = caller
+        .grants
+        .highest()
+        .is_some_and(|role| role >= jetcron_core::access::Role::Editor);
     match state.http_auth.reads_protected() && editor {
         true => SortedJson(answer),
         false => SortedJson(redacted(answer)),

@@ -434,7 +434,7 @@ pub(crate) fn may_view(caller: &crate::caller::Caller, id: &str) -> Result<(), H
         return Ok(());
     }
     caller
-        .grant
+        .grants
         .require(
             jetcron_core::access::Role::Viewer,
             jetcron_core::job::namespace_of(id),

@@ -66,7 +66,7 @@ pub async fn list(
     }
     match &request.namespace {
         Some(namespace) if validate_namespace("namespace", namespace).is_ok() => {
-            caller.grant.require(Role::Viewer, namespace)?;
+            caller.grants.require(Role::Viewer, namespace)?;
         }
         Some(_) => {}
         None => request.namespace = caller.only_namespace().map(str::to_string),

@@ -137,7 +137,7 @@ pub async fn get(
 ) -> Result<JobReply, ApiError> {
     checked_id(&request.id)?;
     caller
-        .grant
+        .grants
         .require(Role::Viewer, namespace_of(&request.id))?;
     let (stored, _) = state
         .jobs
@@ -167,7 +167,7 @@ pub async fn list(
     checked_selector(&request.labels)?;
     let namespace = crate::read_params::namespace_param(request.namespace)?;
     if let Some(namespace) = &namespace {
-        caller.grant.require(Role::Viewer, namespace)?;
+        caller.grants.require(Role::Viewer, namespace)?;
     }
     let jobs: Vec<_> = state
         .jobs
@@ -195,7 +195,7 @@ pub async fn delete(
 ) -> Result<DeletedReply, ApiError> {
     checked_id(&request.id)?;
     caller
-        .grant
+        .grants
         .require(Role::Editor, namespace_of(&request.id))?;
     let (deleted_revision, revision) = state
         .jobs
@@ -220,7 +220,7 @@ pub async fn set_paused(
     let ids: Vec<String> = match (request.id, request.labels) {
         (Some(id), None) => {
             checked_id(&id)?;
-            caller.grant.require(Role::Operator, namespace_of(&id))?;
+            caller.grants.require(Role::Operator, namespace_of(&id))?;
             let revision = state
                 .jobs
                 .set_paused(caller, &id, paused, state.clock.now())
@@ -240,14 +240,14 @@ pub async fn set_paused(
         }
         (None, Some(labels)) if !labels.is_empty() => {
             checked_selector(&labels)?;
-            caller.grant.require_somewhere(Role::Operator)?;
+            caller.grants.require_somewhere(Role::Operator)?;
             state
                 .jobs
                 .list()
                 .await
                 .map_err(ApiError::unavailable)?
                 .into_iter()
-                .filter(|j| caller.grant.allows(Role::Operator, namespace_of(&j.id)))
+                .filter(|j| caller.grants.allows(Role::Operator, namespace_of(&j.id)))
                 .filter(|j| j.valid && j.job.as_ref().is_some_and(|d| matches(d, &labels)))
                 .map(|j| j.id)
                 .collect()

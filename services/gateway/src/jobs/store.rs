@@ -123,7 +123,7 @@ impl JobStore {
             }
         })?;
         caller
-            .grant
+            .grants
             .require(Role::Editor, namespace_of(&job.spec.id))?;
         self.check_policy(&job).await?;
         self.check_no_cycle(&job)?;

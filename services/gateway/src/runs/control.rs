@@ -87,12 +87,12 @@ async fn require_on_run(
     run_id: &str,
     role: Role,
 ) -> Result<(), ApiError> {
-    if caller.grant.allows_everywhere(role) {
+    if caller.grants.allows_everywhere(role) {
         return Ok(());
     }
-    caller.grant.require_somewhere(role)?;
+    caller.grants.require_somewhere(role)?;
     let run = crate::runs::reads::run(state, run_id).await?.run;
-    caller.grant.require(role, namespace_of(&run.job_id))
+    caller.grants.require(role, namespace_of(&run.job_id))
 }
 
 /// The answer of a completion report: the run it was stored for.

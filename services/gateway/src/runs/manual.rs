@@ -68,7 +68,7 @@ async fn load_valid_job(
     id: &str,
 ) -> Result<(ValidJob, u64), ApiError> {
     validate_id(id).map_err(|p| ApiError::invalid_job(vec![p]))?;
-    caller.grant.require(Role::Operator, namespace_of(id))?;
+    caller.grants.require(Role::Operator, namespace_of(id))?;
     let (stored, valid) = state
         .jobs
         .get(id)

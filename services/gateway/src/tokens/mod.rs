@@ -16,7 +16,7 @@
 //!
 //! The files: [`record`] (what is kept, the token's text, pure), [`store`]
 //! (the bucket), [`requests`] (the operations, checked against the
-//! caller's grant).
+//! caller's grants).
 
 pub mod record;
 pub mod requests;

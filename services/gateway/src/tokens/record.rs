@@ -1,7 +1,7 @@
 //! What is kept of a token, and its text (`jct_<id>_<secret>`): no I/O.
 
 use chrono::{DateTime, Utc};
-use jetcron_core::access::{Grant, Role, Scope};
+use jetcron_core::access::{Grant, Grants, Role, Scope};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
@@ -50,7 +50,7 @@ impl TokenRecord {
     pub fn caller(&self, door: jetcron_core::audit::Door) -> Option<crate::caller::Caller> {
         Some(crate::caller::Caller {
             actor: format!("token:{}", self.id),
-            grant: self.grant()?,
+            grants: Grants::one(self.grant()?),
             door,
             note: Some(self.description.clone()),
         })

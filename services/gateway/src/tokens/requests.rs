@@ -1,5 +1,5 @@
 //! The token operations: make, list, revoke, and the look-up of a
-//! presented token. Each checks the caller's grant first: only an admin of
+//! presented token. Each checks the caller's grants first: only an admin of
 //! a namespace makes, sees and revokes its tokens (an admin of `*`, every
 //! one).
 
@@ -63,8 +63,8 @@ pub struct RevokedReply {
 /// Whether `caller` administers the tokens of `namespace` (`*` included).
 fn administers(caller: &Caller, namespace: &str) -> bool {
     match namespace {
-        jetcron_core::access::ALL_NAMESPACES => caller.grant.allows_everywhere(Role::Admin),
-        namespace => caller.grant.allows(Role::Admin, namespace),
+        jetcron_core::access::ALL_NAMESPACES => caller.grants.allows_everywhere(Role::Admin),
+        namespace => caller.grants.allows(Role::Admin, namespace),
     }
 }
 
@@ -148,7 +148,7 @@ fn expiry(expires_in: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTim
 
 /// The tokens `caller` administers; refused when it administers none.
 pub async fn list(state: &GatewayState, caller: &Caller) -> Result<TokensReply, ApiError> {
-    caller.grant.require_somewhere(Role::Admin)?;
+    caller.grants.require_somewhere(Role::Admin)?;
     let tokens = state
         .tokens
         .list()
@@ -232,10 +232,10 @@ mod tests {
             actor: "t".into(),
             door: jetcron_core::audit::Door::Http,
             note: None,
-            grant: jetcron_core::access::Grant {
+            grants: jetcron_core::access::Grants::one(jetcron_core::access::Grant {
                 scope: Scope::parse("namespace", scope).expect("scope"),
                 role,
-            },
+            }),
         };
         assert!(administers(&caller("billing", Role::Admin), "billing"));
         assert!(!administers(&caller("billing", Role::Admin), "ops"));
