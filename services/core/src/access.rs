@@ -349,15 +349,18 @@ mod tests {
                 reply["error"]["needs"].as_str().map(str::to_string),
             )
         };
-        let named = |namespace: &str, role: &str| {
-            (Some(namespace.to_string()), Some(role.to_string()))
-        };
+        let named =
+            |namespace: &str, role: &str| (Some(namespace.to_string()), Some(role.to_string()));
         assert_eq!(
             refused(grants.require(Role::Editor, "ops").expect_err("refused")),
             named("ops", "editor")
         );
         assert_eq!(
-            refused(grants.require_everywhere(Role::Editor).expect_err("refused")),
+            refused(
+                grants
+                    .require_everywhere(Role::Editor)
+                    .expect_err("refused")
+            ),
             named("*", "editor")
         );
         assert_eq!(
@@ -378,7 +381,10 @@ mod tests {
                     operator.require(role, namespace)
                 );
             }
-            assert_eq!(grants.require_somewhere(role), operator.require_somewhere(role));
+            assert_eq!(
+                grants.require_somewhere(role),
+                operator.require_somewhere(role)
+            );
             assert_eq!(
                 grants.require_everywhere(role),
                 operator.require_everywhere(role)
