@@ -153,17 +153,19 @@ impl FairSlots {
     /// fire of its namespace waits ahead of it.
     pub fn try_take(self: &Arc<Self>, namespace: &str) -> Option<SlotPermit> {
         let key = self.key_of(namespace);
-        let mut state = self.lock();
+        let taken = self.take_now(&mut self.lock(), key)?;
+        Some(self.permit(taken))
+    }
+
+    /// A slot counted as taken under `key`, if the rules give one now and
+    /// no fire of its key waits; the key as stored.
+    fn take_now(&self, state: &mut State, key: &str) -> Option<Arc<str>> {
         if state.queues.contains_key(key) {
             return None;
         }
         let held = state.held.get(key).copied().unwrap_or(0);
-        if !self.may_take(held, state.free) {
-            return None;
-        }
-        let key = state.count_taken(key);
-        drop(state);
-        Some(self.permit(key))
+        self.may_take(held, state.free)
+            .then(|| state.count_taken(key))
     }
 
     /// A slot for a fire of `namespace`, waiting in its namespace's queue
@@ -173,14 +175,11 @@ impl FairSlots {
         let (key, ticket, granted) = {
             let key = self.key_of(namespace);
             let mut state = self.lock();
-            let held = state.held.get(key).copied().unwrap_or(0);
-            if !state.queues.contains_key(key) && self.may_take(held, state.free) {
-                let key = state.count_taken(key);
+            if let Some(taken) = self.take_now(&mut state, key) {
                 drop(state);
-                return self.permit(key);
+                return self.permit(taken);
             }
-            let (key, ticket, granted) = state.enqueue(key);
-            (key, ticket, granted)
+            state.enqueue(key)
         };
         let mut waiting = Waiting {
             slots: self,
@@ -207,13 +206,7 @@ impl FairSlots {
 
     fn give_back(&self, key: &str) {
         let mut state = self.lock();
-        state.free += 1;
-        if let Some(held) = state.held.get_mut(key) {
-            *held -= 1;
-            if *held == 0 {
-                state.held.remove(key);
-            }
-        }
+        state.count_given_back(key);
         self.hand_out(&mut state);
     }
 

@@ -7,7 +7,6 @@
 //! gave whom which role; a listing shows each binding's last author.
 
 use async_nats::jetstream::kv;
-use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::TryStreamExt as _;
 use jetcron_core::access::{Role, Scope};
 use jetcron_core::api::ApiError;
@@ -97,23 +96,15 @@ impl BindingStore {
         let mut listed = Vec::new();
         for key in keys.iter().filter(|k| k.starts_with(prefix)) {
             // One read: the key's last message holds the value, its
-            // revision and time, and the author's headers.
-            let subject = format!("{}{key}", self.bucket.prefix);
-            let message = match self
-                .bucket
-                .stream
-                .get_last_raw_message_by_subject(&subject)
+            // revision and time, and the author's headers. A removed
+            // binding, or a value written by hand that is no binding, is
+            // left out.
+            let Some(message) = jetcron_io::kv_entry::last_value(&self.bucket, key)
                 .await
-            {
-                Ok(message) => message,
-                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => continue,
-                Err(e) => return Err(unavailable(e)),
-            };
-            // A delete or purge marker carries `KV-Operation`; a value
-            // written by hand that is no binding is left out.
-            if message.headers.get("KV-Operation").is_some() {
+                .map_err(unavailable)?
+            else {
                 continue;
-            }
+            };
             let Ok(binding) = serde_json::from_slice::<Binding>(&message.payload) else {
                 continue;
             };

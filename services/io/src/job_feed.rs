@@ -480,25 +480,10 @@ impl CurrentValues {
     }
 }
 
-/// What a message of a KV stream does to its key: a value (no header, or
-/// `KV-Operation: PUT`), a delete or a purge (the header, or a marker the
-/// server left); `None` for an operation no client writes.
+/// What a message of a KV stream does to its key
+/// ([`crate::kv_entry::operation_in`]).
 pub fn kv_operation(message: &async_nats::Message) -> Option<Operation> {
-    let Some(headers) = message.headers.as_ref() else {
-        return Some(Operation::Put);
-    };
-    if let Some(operation) = headers.get("KV-Operation") {
-        return operation.as_str().parse().ok();
-    }
-    match headers
-        .get(async_nats::header::NATS_MARKER_REASON)
-        .map(|reason| reason.as_str())
-    {
-        None => Some(Operation::Put),
-        Some("MaxAge" | "Purge") => Some(Operation::Purge),
-        Some("Remove") => Some(Operation::Delete),
-        Some(_) => None,
-    }
+    crate::kv_entry::operation_in(message.headers.as_ref())
 }
 
 /// Hand `keep` every key's current value among the keys `wanted` accepts

@@ -50,6 +50,7 @@ pub mod control;
 pub mod due;
 pub mod job_events;
 pub mod job_feed;
+pub mod kv_entry;
 pub mod last_heard;
 pub mod nats_connect;
 pub mod nats_failover;

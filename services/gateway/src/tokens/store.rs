@@ -1,7 +1,6 @@
 //! The bucket `jetcron_tokens`: one record per token, keyed by its id.
 
 use async_nats::jetstream::kv;
-use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::TryStreamExt as _;
 use jetcron_core::api::ApiError;
 
@@ -12,9 +11,6 @@ use super::record::TokenRecord;
 pub struct TokenStore {
     bucket: kv::Store,
 }
-
-/// The header a KV delete or purge marker carries (`DEL`, `PURGE`).
-const KV_OPERATION: &str = "KV-Operation";
 
 fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> ApiError {
     ApiError::unavailable(e)
@@ -39,24 +35,12 @@ impl TokenStore {
     /// Asked of the bucket's stream leader (not a replica, which may lag),
     /// so a revocation answered is seen by the next request.
     pub async fn get(&self, id: &str) -> Result<Option<TokenRecord>, ApiError> {
-        let subject = format!("{}{id}", self.bucket.prefix);
-        let message = match self
-            .bucket
-            .stream
-            .get_last_raw_message_by_subject(&subject)
+        let Some(message) = jetcron_io::kv_entry::last_value(&self.bucket, id)
             .await
-        {
-            Ok(message) => message,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
-            Err(e) => return Err(unavailable(e)),
-        };
-        let operation = message
-            .headers
-            .get(KV_OPERATION)
-            .map(|v| v.as_str().to_string());
-        if operation.is_some_and(|op| op != "PUT") {
+            .map_err(unavailable)?
+        else {
             return Ok(None);
-        }
+        };
         // A record that does not read (written by hand) is no token.
         Ok(serde_json::from_slice(&message.payload).ok())
     }
