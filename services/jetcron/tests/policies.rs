@@ -290,12 +290,21 @@ async fn an_unreadable_policy_refuses_its_namespaces_jobs() {
         .put("ops", br#"{"shell":"no"}"#.to_vec().into())
         .await
         .expect("kv put");
-    let body = job("ops.x", FAR, &nats("svc.ops.x"), "");
-    let refused = wait_until("the put refused", Duration::from_secs(10), || async {
-        let (status, body) = stack.post("/v1/jobs", &body).await;
-        (status == 400).then_some(body)
+    // The gateway checks puts against its in-memory book of the bucket,
+    // which the watch brings the direct put to a moment later: probe with
+    // a fresh id each time (a probe put before the book has the policy is
+    // stored and proves nothing), then put the job once.
+    let probes = AtomicUsize::new(0);
+    wait_until("the book refuses", Duration::from_secs(10), || async {
+        let n = probes.fetch_add(1, Ordering::Relaxed);
+        let probe = job(&format!("ops.probe{n}"), FAR, &nats("svc.ops.p"), "");
+        let (status, _) = stack.post("/v1/jobs", &probe).await;
+        (status == 400).then_some(())
     })
     .await;
+    let body = job("ops.x", FAR, &nats("svc.ops.x"), "");
+    let (status, refused) = stack.post("/v1/jobs", &body).await;
+    assert_eq!(status, 400, "{refused}");
     assert_eq!(
         problems(&refused),
         [("id".to_string(), "forbidden_by_policy".to_string())],
