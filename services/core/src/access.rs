@@ -262,8 +262,15 @@ impl Grants {
     /// The namespaces where they hold some role: `None` when one of them
     /// covers `*` (every namespace), else the set (empty: no grant).
     pub fn namespaces(&self) -> Option<BTreeSet<String>> {
+        self.namespaces_with(Role::Viewer)
+    }
+
+    /// The namespaces where they hold `role` at least: `None` when one
+    /// such grant covers `*`, else the set (empty: none).
+    pub fn namespaces_with(&self, role: Role) -> Option<BTreeSet<String>> {
         self.0
             .iter()
+            .filter(|grant| grant.role >= role)
             .map(|grant| match &grant.scope {
                 Scope::All => None,
                 Scope::One(namespace) => Some(namespace.clone()),
@@ -425,6 +432,15 @@ mod tests {
 
         let union = Grants::of([grant("*", Role::Viewer), grant("billing", Role::Editor)]);
         assert_eq!(union.namespaces(), None);
+        assert_eq!(
+            union.namespaces_with(Role::Editor),
+            Some(BTreeSet::from(["billing".to_string()]))
+        );
+        assert_eq!(union.namespaces_with(Role::Admin), Some(BTreeSet::new()));
+        assert_eq!(
+            grants.namespaces_with(Role::Operator),
+            Some(BTreeSet::from(["billing".to_string()]))
+        );
         assert_eq!(union.highest(), Some(Role::Editor));
         assert_eq!(union.role_in("billing"), Some(Role::Editor));
         assert_eq!(union.role_in("ops"), Some(Role::Viewer));

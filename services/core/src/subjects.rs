@@ -15,6 +15,10 @@ pub const TOKENS_BUCKET: &str = "jetcron_tokens";
 pub const POLICIES_BUCKET: &str = "jetcron_policies";
 /// KV bucket of role bindings (key = `<namespace or _all>.<user|group>.<digest>`).
 pub const BINDINGS_BUCKET: &str = "jetcron_bindings";
+/// KV bucket of local users (key = user name; Argon2id hashes only).
+pub const USERS_BUCKET: &str = "jetcron_users";
+/// KV bucket of console sessions (key = SHA-256 of the session id).
+pub const SESSIONS_BUCKET: &str = "jetcron_sessions";
 
 /// KV bucket of the tickers: shard leases with their fired-up-to watermarks,
 /// and replica heartbeats.

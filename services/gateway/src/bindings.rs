@@ -85,6 +85,13 @@ impl BindingStore {
         }
     }
 
+    /// The sequence of the bucket stream's last message: every binding
+    /// change made so far is at or below it.
+    pub async fn last_sequence(&self) -> Result<u64, ApiError> {
+        let info = self.bucket.stream.get_info().await.map_err(unavailable)?;
+        Ok(info.state.last_sequence)
+    }
+
     /// Every binding of `scope`, by subject, with its revision's author.
     async fn list(&self, scope: &Scope) -> Result<Vec<ListedBinding>, ApiError> {
         let prefix = jetcron_core::binding::scope_keys(scope);

@@ -12,7 +12,9 @@
 //!   every namespace, and where reads are open a read without a token is
 //!   an anonymous viewer of every namespace;
 //! - NATS, `jetcron.api.<endpoint>`: admin of every namespace (nats-server's
-//!   permissions decide who may send there, [`crate::nats_api`]).
+//!   permissions decide who may send there, [`crate::nats_api`]);
+//! - the console: a session's token's, or a person's union of their own and
+//!   their groups' bindings ([`crate::people`]), `user:<name>`.
 
 use jetcron_core::access::{Grant, Grants, Role, Scope};
 use jetcron_core::audit::{Author, Door};
@@ -51,6 +53,23 @@ impl Caller {
             note: None,
             grants: Grants::one(Grant::admin_of_all()),
         }
+    }
+
+    /// A person signed in to the console, with the union of their
+    /// bindings' and their groups' grants; the audit names them
+    /// `user:<name>`.
+    pub fn person(person: &crate::people::Person, grants: Grants) -> Self {
+        Self {
+            actor: format!("user:{}", person.name),
+            door: Door::Console,
+            note: Some(person.note()),
+            grants,
+        }
+    }
+
+    /// The person's name, when the caller is one.
+    pub fn person_name(&self) -> Option<&str> {
+        self.actor.strip_prefix("user:")
     }
 
     /// A read without a token where reads are open.

@@ -84,6 +84,7 @@ pub mod jobs;
 pub mod limits;
 pub mod missed_fires;
 pub mod nats_api;
+pub mod people;
 pub mod policies;
 pub mod read_params;
 pub mod request_body;
@@ -131,6 +132,14 @@ pub struct GatewayState {
     pub policies: policies::PolicyStore,
     /// `jetcron_bindings`: who holds which role in a namespace.
     pub bindings: bindings::BindingStore,
+    /// `jetcron_sessions`: the console's sessions.
+    pub sessions: console::session::SessionStore,
+    /// `jetcron_users`: local users and their password hashes.
+    pub local_users: people::local_users::LocalUsers,
+    /// Password sign-ins counted against their limits.
+    pub sign_in_guard: people::sign_in_limits::SignInGuard,
+    /// The bindings, followed in memory: a person's grants.
+    pub bound_roles: Arc<people::bound_roles::BoundRoles>,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: jobs::catalog::JobCatalog,
     pub runs: runs::history::RunHistory,

@@ -24,6 +24,15 @@ pub struct Limits {
     /// Longest wait for ClickHouse of a history read
     /// ([`crate::sql::reads`]); `--clickhouse-timeout`.
     pub clickhouse_timeout: Duration,
+    /// How long a console session lasts (`--console-idle-timeout`,
+    /// `--console-session-lifetime`).
+    pub console_sessions: crate::console::session::Timeouts,
+    /// Password sign-ins allowed per name and per address.
+    pub sign_in: crate::people::sign_in_limits::SignInLimits,
+    /// Whether the client address is the last of `X-Forwarded-For`
+    /// (behind a proxy) rather than the connection's peer
+    /// (`--trust-forwarded-for`).
+    pub trust_forwarded_for: bool,
 }
 
 impl Default for Limits {
@@ -34,6 +43,9 @@ impl Default for Limits {
             missed_grace: crate::missed_fires::count::MISSED_GRACE,
             missed_scan_interval: crate::missed_fires::scan::DEFAULT_SCAN_INTERVAL,
             clickhouse_timeout: crate::sql::reads::DEFAULT_TIMEOUT,
+            console_sessions: Default::default(),
+            sign_in: Default::default(),
+            trust_forwarded_for: false,
         }
     }
 }

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    bindings, channels, console, http, jobs, missed_fires, nats_api, policies, runs, sql, tokens,
+    bindings, channels, console, http, jobs, missed_fires, nats_api, people, policies, runs, sql,
+    tokens,
 };
 use crate::{GatewayConfig, GatewayState};
 
@@ -30,6 +31,8 @@ const TOPOLOGY: &[Need] = &[
     Need::TokensBucket,
     Need::PoliciesBucket,
     Need::BindingsBucket,
+    Need::SessionsBucket,
+    Need::UsersBucket,
 ];
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -55,9 +58,11 @@ pub async fn run(
     let addr = listener.local_addr().context("gateway listener address")?;
     info!(%addr, "gateway listening");
     let shutdown_http = shutdown.clone();
+    // The console's password sign-in limits attempts per client address.
+    let app = http::router(state.clone()).merge(console::router(state));
     axum::serve(
         listener,
-        http::router(state.clone()).merge(console::router(state)),
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
     .with_graceful_shutdown(async move { shutdown_http.cancelled().await })
     .await
@@ -77,6 +82,8 @@ struct GatewayTopology {
     tokens: async_nats::jetstream::kv::Store,
     policies: async_nats::jetstream::kv::Store,
     bindings: async_nats::jetstream::kv::Store,
+    sessions: async_nats::jetstream::kv::Store,
+    users: async_nats::jetstream::kv::Store,
 }
 
 impl GatewayTopology {
@@ -115,6 +122,8 @@ impl GatewayTopology {
                 tokens: ensured.bucket(Need::TokensBucket)?,
                 policies: ensured.bucket(Need::PoliciesBucket)?,
                 bindings: ensured.bucket(Need::BindingsBucket)?,
+                sessions: ensured.bucket(Need::SessionsBucket)?,
+                users: ensured.bucket(Need::UsersBucket)?,
             }))
         }
         .await;
@@ -157,6 +166,17 @@ fn state(
         followed.follow(&bucket, &stop).await;
         Ok(())
     });
+    drop(tokio::task::spawn_blocking(people::passwords::prepare));
+    let bound_roles = Arc::new(people::bound_roles::BoundRoles::default());
+    let (followed, bucket, stop) = (
+        bound_roles.clone(),
+        parts.bindings.clone(),
+        shutdown.clone(),
+    );
+    tasks.spawn(TaskKind::Abort, "role bindings", async move {
+        followed.follow(&bucket, &stop).await;
+        Ok(())
+    });
     let reads = sql::reads::ClickHouseReads::new(clickhouse, config.limits.clickhouse_timeout);
     GatewayState {
         running: parts.running,
@@ -178,6 +198,13 @@ fn state(
             parts.bindings,
             async_nats::jetstream::new(client.clone()),
         ),
+        sessions: console::session::SessionStore::new(
+            parts.sessions,
+            config.limits.console_sessions,
+        ),
+        local_users: people::local_users::LocalUsers::new(parts.users),
+        sign_in_guard: people::sign_in_limits::SignInGuard::new(config.limits.sign_in),
+        bound_roles,
         runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),

@@ -43,6 +43,32 @@ pub enum Command {
     /// Print, as JSON, the `permissions` of a nats-server user for a team's
     /// role in its namespace (paste it into `users`; docs/security.md).
     NatsPermissions(NatsPermissionsArgs),
+    /// Manage the console's local users (for installs without an identity
+    /// provider): add, change a password, remove, list. Passwords are read
+    /// from the terminal, never from the command line.
+    #[command(subcommand)]
+    Users(UsersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Add a user; the password is asked twice (or read as one line from
+    /// standard input when it is not a terminal).
+    Add(UserName),
+    /// Give a user a new password (their console sessions end).
+    Passwd(UserName),
+    /// Remove a user (their console sessions end).
+    Remove(UserName),
+    /// List the users, without their hashes.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct UserName {
+    /// The user's name: lower-case letters, digits, '-', '_' and dots
+    /// between them, at most 64. Give it roles with a binding of
+    /// `user:<name>` (docs/security.md).
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -166,6 +192,19 @@ fn parse_server_list(text: &str) -> Result<ServerList, String> {
 }
 
 impl CommonArgs {
+    /// A connection of a one-shot command (`jetcron req`, `migrate`,
+    /// `users`), named `name`, with these servers and credentials.
+    pub async fn connect_command(&self, name: &str) -> anyhow::Result<async_nats::Client> {
+        use anyhow::Context as _;
+        let auth = self.nats_auth();
+        auth.connect_options()
+            .context("NATS connection options")?
+            .name(name)
+            .connect(self.nats_url.servers())
+            .await
+            .with_context(|| format!("connect to {} with {}", self.nats_url, auth.describe()))
+    }
+
     /// Credentials and TLS settings of the NATS connection.
     pub fn nats_auth(&self) -> NatsAuthOptions {
         NatsAuthOptions {
@@ -380,6 +419,19 @@ pub struct GatewayArgs {
     /// infra/grafana); the console's overview links to them.
     #[arg(long, env = "JETCRON_GRAFANA_URL")]
     pub grafana_url: Option<String>,
+    /// A console session ends after this long without a request.
+    #[arg(long, env = "JETCRON_CONSOLE_IDLE_TIMEOUT", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub console_idle_timeout: Duration,
+    /// A console session ends this long after its sign-in, however busy it
+    /// is (at most 7 days).
+    #[arg(long, env = "JETCRON_CONSOLE_SESSION_LIFETIME", default_value = "12h", value_parser = humantime::parse_duration)]
+    pub console_session_lifetime: Duration,
+    /// Behind a reverse proxy: take a client's address from the last entry
+    /// of `X-Forwarded-For` (for the password sign-in's per-address limit)
+    /// instead of the connection's peer, which is then the proxy. Only
+    /// with a proxy that sets it: otherwise a client picks its own address.
+    #[arg(long, env = "JETCRON_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 mod cli;
 mod metrics_server;
 mod migrate;
+mod users;
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -82,6 +83,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Req(args) => return request(&common, args).await,
         Command::Migrate(args) => return migrate::run(&common, args).await,
         Command::NatsPermissions(args) => return print_nats_permissions(&args),
+        Command::Users(command) => return users::run(&common, command).await,
         command => command,
     };
     let shutdown = CancellationToken::new();
@@ -149,7 +151,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
         }
-        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) => {
+        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) | Command::Users(_) => {
             unreachable!("handled above")
         }
     }
@@ -169,7 +171,9 @@ fn services_of(command: &Command) -> &'static [&'static str] {
         Command::Projector(_) => &[PROJECTOR],
         Command::Gateway(_) => &[GATEWAY],
         Command::All(_) => &[GATEWAY, PROJECTOR, EXECUTOR, TICKER],
-        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) => &[],
+        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) | Command::Users(_) => {
+            &[]
+        }
     }
 }
 
@@ -511,6 +515,12 @@ async fn spawn_gateway(
             http_body_limit: args.http_body_limit,
             missed_scan_interval: args.missed_scan_interval,
             clickhouse_timeout: args.clickhouse_timeout,
+            console_sessions: jetcron_gateway::console::session::Timeouts::new(
+                args.console_idle_timeout,
+                args.console_session_lifetime,
+            )
+            .map_err(anyhow::Error::msg)?,
+            trust_forwarded_for: args.trust_forwarded_for,
             ..Default::default()
         },
         readiness: process.readiness.clone(),
@@ -558,14 +568,7 @@ async fn request(common: &CommonArgs, args: cli::ReqArgs) -> anyhow::Result<()> 
     } else {
         args.body
     };
-    let auth = common.nats_auth();
-    let client = auth
-        .connect_options()
-        .context("NATS connection options")?
-        .name("jetcron-req")
-        .connect(common.nats_url.servers())
-        .await
-        .with_context(|| format!("connect to {} with {}", common.nats_url, auth.describe()))?;
+    let client = common.connect_command("jetcron-req").await?;
     let reply = client
         .send_request(
             args.subject.clone(),

@@ -36,14 +36,7 @@ pub async fn run(common: &CommonArgs, args: MigrateArgs) -> anyhow::Result<()> {
              gives the steps"
         );
     }
-    let auth = common.nats_auth();
-    let client = auth
-        .connect_options()
-        .context("NATS connection options")?
-        .name("jetcron-migrate")
-        .connect(common.nats_url.servers())
-        .await
-        .with_context(|| format!("connect to {} with {}", common.nats_url, auth.describe()))?;
+    let client = common.connect_command("jetcron-migrate").await?;
     let mut js = jetstream::new(client);
     js.set_timeout(Duration::from_secs(10));
     let mut changed = 0;

@@ -6,115 +6,10 @@
 
 use std::time::Duration;
 
-use jetcron_testkit::reqwest::{self, header, redirect, StatusCode};
+use jetcron_testkit::reqwest::{self, header, StatusCode};
 use jetcron_testkit::{wait_until, Stack, StackOptions, API_TOKEN};
 
-/// A browser without JavaScript: follows nothing by itself, keeps the
-/// session cookie, reads the CSRF token off the last page.
-struct Browser {
-    base: String,
-    http: reqwest::Client,
-    cookie: Option<String>,
-    csrf: String,
-}
-
-struct Page {
-    status: StatusCode,
-    headers: header::HeaderMap,
-    body: String,
-}
-
-impl Page {
-    fn location(&self) -> &str {
-        self.headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    }
-}
-
-fn form(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
-}
-
-/// The value of the first `name="<name>" value="..."` on a page.
-fn input_value(body: &str, name: &str) -> Option<String> {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = body.find(&marker)? + marker.len();
-    let end = body[start..].find('"')? + start;
-    Some(body[start..end].to_string())
-}
-
-impl Browser {
-    fn new(stack: &Stack) -> Self {
-        Self {
-            base: stack.http_base.clone(),
-            http: reqwest::Client::builder()
-                .redirect(redirect::Policy::none())
-                .build()
-                .expect("client"),
-            cookie: None,
-            csrf: String::new(),
-        }
-    }
-
-    async fn request(&mut self, request: reqwest::RequestBuilder) -> Page {
-        let request = match &self.cookie {
-            Some(cookie) => request.header(header::COOKIE, cookie),
-            None => request,
-        };
-        let response = request.send().await.expect("console request");
-        let status = response.status();
-        let headers = response.headers().clone();
-        if let Some(set) = headers
-            .get(header::SET_COOKIE)
-            .and_then(|v| v.to_str().ok())
-        {
-            let pair = set.split(';').next().unwrap_or_default().to_string();
-            self.cookie = pair
-                .split_once('=')
-                .filter(|(_, v)| !v.is_empty())
-                .map(|_| pair.clone());
-        }
-        let body = response.text().await.expect("body");
-        if let Some(csrf) = input_value(&body, "csrf").filter(|c| !c.is_empty()) {
-            self.csrf = csrf;
-        }
-        Page {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let request = self.http.get(format!("{}{path}", self.base));
-        self.request(request).await
-    }
-
-    async fn post(&mut self, path: &str, pairs: &[(&str, &str)]) -> Page {
-        let request = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(form(pairs));
-        self.request(request).await
-    }
-
-    async fn sign_in(&mut self) {
-        self.sign_in_with(API_TOKEN).await;
-    }
-
-    async fn sign_in_with(&mut self, token: &str) {
-        let page = self
-            .post("/ui/login", &[("token", token), ("next", "/ui/jobs")])
-            .await;
-        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
-        assert_eq!(page.location(), "/ui/jobs");
-    }
-}
+use crate::form_browser::{form, input_value, Browser};
 
 /// A team's member signs in with a scoped token: the console shows its
 /// namespace's jobs and runs only, offers only what its role allows, acts
@@ -288,6 +183,105 @@ async fn a_teams_session_sees_and_does_only_what_its_token_allows() {
     stack.stop().await;
 }
 
+/// The keys of the sessions bucket.
+async fn session_keys(stack: &Stack) -> Vec<String> {
+    use futures::TryStreamExt as _;
+    let bucket = stack
+        .js
+        .get_key_value(jetcron_core::subjects::SESSIONS_BUCKET)
+        .await
+        .expect("sessions bucket");
+    let keys = bucket.keys().await.expect("keys");
+    keys.try_collect().await.expect("keys")
+}
+
+/// Sessions live on the server: the bucket keeps the SHA-256 of the id the
+/// cookie holds, and neither holds the token; another gateway honours the
+/// session; a sign-out on one gateway ends it on both at once, and the old
+/// cookie opens nothing; a session ends after its idle time, and at its
+/// lifetime however busy it is.
+#[tokio::test]
+async fn sessions_end_at_sign_out_everywhere_when_idle_and_at_their_lifetime() {
+    let limits = jetcron_gateway::limits::Limits {
+        console_sessions: jetcron_gateway::console::session::Timeouts::new(
+            Duration::from_secs(4),
+            Duration::from_secs(10),
+        )
+        .expect("timeouts"),
+        ..Default::default()
+    };
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        limits: limits.clone(),
+        ..StackOptions::default()
+    })
+    .await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (other_base, _) = stack
+        .another_gateway(vec![API_TOKEN.into()], limits, stop.clone())
+        .await;
+    let mut browser = Browser::new(&stack);
+    browser.sign_in().await;
+    let cookie = browser.cookie.clone().expect("session cookie");
+    let id = cookie.split_once('=').expect("pair").1.to_string();
+    let keys = session_keys(&stack).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(!keys[0].contains(&id) && !keys[0].contains(API_TOKEN));
+    assert!(!id.contains(API_TOKEN));
+
+    // The other gateway honours it, with the same CSRF token.
+    let mut other = Browser::new(&stack);
+    other.base = other_base.clone();
+    other.cookie = Some(cookie.clone());
+    assert_eq!(other.get("/ui/jobs/new").await.status, StatusCode::OK);
+    assert_eq!(browser.get("/ui/jobs/new").await.status, StatusCode::OK);
+    assert_eq!(other.csrf, browser.csrf);
+
+    // Signing out on the other gateway ends it here at once.
+    let csrf = other.csrf.clone();
+    let out = other.post("/ui/logout", &[("csrf", csrf.as_str())]).await;
+    assert_eq!(out.location(), "/ui/login");
+    assert!(session_keys(&stack).await.is_empty());
+    let ended = browser.get("/ui/jobs/new").await;
+    assert_eq!(ended.status, StatusCode::SEE_OTHER);
+    assert!(
+        ended.location().starts_with("/ui/login"),
+        "{}",
+        ended.location()
+    );
+    let replayed = browser
+        .post("/ui/jobs/j/pause", &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(replayed.status, StatusCode::SEE_OTHER, "{}", replayed.body);
+    assert!(replayed.location().starts_with("/ui/login"));
+
+    // Idle past 4 s: over.
+    browser.sign_in().await;
+    assert_eq!(browser.get("/ui/jobs/new").await.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    assert_eq!(
+        browser.get("/ui/jobs/new").await.status,
+        StatusCode::SEE_OTHER
+    );
+
+    // Busy: alive past the idle time, over at the 10 s lifetime.
+    browser.sign_in().await;
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_millis(8_500) {
+        let page = browser.get("/ui/jobs/new").await;
+        assert_eq!(page.status, StatusCode::OK, "at {:?}", began.elapsed());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(began.elapsed())).await;
+    assert_eq!(
+        browser.get("/ui/jobs/new").await.status,
+        StatusCode::SEE_OTHER
+    );
+    stop.cancel();
+    stack.stop().await;
+}
+
 #[tokio::test]
 async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
     let stack = Stack::start(StackOptions::api_only()).await;
@@ -329,7 +323,7 @@ async fn sign_in_forms_csrf_errors_conflicts_and_actions() {
     assert_eq!(signed.location(), "/ui/", "no redirect off the console");
     let cookie = signed.headers[header::SET_COOKIE].to_str().expect("cookie");
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
     );
     assert!(

@@ -145,7 +145,12 @@ async fn an_operator_works_through_the_console_in_a_browser() {
         "writing pages ask to sign in first"
     );
     fill(client, "#token", API_TOKEN).await;
-    submit(client, "form.stack button[type=submit]", "New job").await;
+    submit(
+        client,
+        "form[action='/ui/login'] button[type=submit]",
+        "New job",
+    )
+    .await;
     let url = client.current_url().await.expect("url");
     assert_eq!(
         url.path(),

@@ -321,27 +321,9 @@ async fn missed_fires_are_recorded_once_each_as_job_events() {
     .await;
     // A second gateway scans the same jobs: each fire is still stored once.
     let second_stop = tokio_util::sync::CancellationToken::new();
-    let second = tokio::spawn(jetcron_gateway::run(
-        jetcron_gateway::GatewayConfig {
-            clickhouse: jetcron_io::clickhouse_schema::ClickHouseOptions::new(
-                stack.clickhouse.url(),
-            ),
-            topology: Default::default(),
-            http_auth: jetcron_gateway::http::auth::HttpAuth::new(Vec::new(), false)
-                .expect("no tokens"),
-            limits,
-            readiness: Default::default(),
-            grafana_url: None,
-            lines: Default::default(),
-            jobs_feed: Default::default(),
-        },
-        stack.nats.client().await,
-        std::sync::Arc::new(jetcron_core::clock::SystemClock),
-        tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind"),
-        second_stop.clone(),
-    ));
+    let (_, second) = stack
+        .another_gateway(Vec::new(), limits, second_stop.clone())
+        .await;
     let written = chrono::Utc::now();
     // Due every second in a pool no executor serves; the served twin runs.
     stack.put_job(r#"{"id":"lonely","schedule":"* * * * * *","pool":"nobody","target":{"type":"shell","command":"true"}}"#).await;

@@ -376,6 +376,49 @@ impl Stack {
     /// Stop every service in the order `jetcron all` does (ticker,
     /// executors, projector, gateway), each after the one before has ended,
     /// and fail the test if one of them failed.
+    /// Another gateway on this stack's NATS and ClickHouse, accepting
+    /// `api_tokens`, with `limits`, until `stop`: its base URL once it
+    /// serves, and its task.
+    pub async fn another_gateway(
+        &self,
+        api_tokens: Vec<String>,
+        limits: jetcron_gateway::limits::Limits,
+        stop: CancellationToken,
+    ) -> (String, tokio::task::JoinHandle<anyhow::Result<()>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(jetcron_gateway::run(
+            jetcron_gateway::GatewayConfig {
+                clickhouse: ClickHouseOptions::new(self.clickhouse.url()),
+                topology: TopologyOptions::default(),
+                http_auth: jetcron_gateway::http::auth::HttpAuth::new(api_tokens, false)
+                    .expect("tokens"),
+                limits,
+                readiness: Default::default(),
+                grafana_url: None,
+                lines: Default::default(),
+                jobs_feed: Default::default(),
+            },
+            self.nats.client().await,
+            Arc::new(SystemClock),
+            listener,
+            stop,
+        ));
+        let http = reqwest::Client::new();
+        wait_until(
+            "the other gateway serves",
+            Duration::from_secs(30),
+            || async {
+                let answer = http.get(format!("{base}/readyz")).send().await.ok()?;
+                answer.status().is_success().then_some(())
+            },
+        )
+        .await;
+        (base, task)
+    }
+
     pub async fn stop(mut self) {
         let services = std::mem::take(&mut self.services);
         services.stop().await.expect("service failed");

@@ -16,6 +16,7 @@ use axum::Form;
 use jetcron_core::access::{Role, Scope, ALL_NAMESPACES};
 use serde::Deserialize;
 
+use super::namespace_choice;
 use super::pages::{render, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
 use crate::bindings::{self, SetBinding};
@@ -91,22 +92,21 @@ async fn posting(
     Ok((viewer, back))
 }
 
-/// The namespace a viewer's page is about: its own for a team's admin,
-/// the one asked for (or `*`) for an admin of `*`; refused below admin.
-fn shown_namespace(viewer: &Viewer, asked: &str) -> Result<String, ConsoleError> {
+/// The namespace a viewer's page is about and whether they pick it: the
+/// one asked for among those they administer (the first when another is
+/// asked for), the one asked for (or `*`) for an admin of `*`; refused
+/// below admin.
+fn shown_namespace(viewer: &Viewer, asked: &str) -> Result<(String, bool), ConsoleError> {
     let caller = viewer.caller();
-    let namespace = match caller.only_namespace() {
-        Some(own) => own.to_string(),
-        None if asked.trim().is_empty() => ALL_NAMESPACES.to_string(),
-        None => asked.trim().to_string(),
-    };
+    let chosen = namespace_choice::choose(&caller.grants, Role::Admin, asked)?;
+    let namespace = chosen.shown().unwrap_or(ALL_NAMESPACES).to_string();
     let scope = Scope::parse("namespace", &namespace)
         .map_err(|p| jetcron_core::api::ApiError::invalid_field("namespace", p.message))?;
     match scope {
         Scope::All => caller.grants.require_everywhere(Role::Admin)?,
         Scope::One(ref one) => caller.grants.require(Role::Admin, one)?,
     }
-    Ok(namespace)
+    Ok((namespace, chosen.picks()))
 }
 
 /// `GET /ui/access`.
@@ -119,7 +119,7 @@ pub async fn show(
     if viewer.session.is_none() {
         return Err(ConsoleError::SignIn("/ui/access".into()));
     }
-    let namespace = shown_namespace(&viewer, &query.namespace)?;
+    let (namespace, chooses_namespace) = shown_namespace(&viewer, &query.namespace)?;
     let caller = viewer.caller();
     let tokens = tokens::list(&state, &caller)
         .await?
@@ -162,7 +162,7 @@ pub async fn show(
         frame: viewer
             .frame_for(format!("Access to {namespace}"), &namespace)
             .with_done(query.done.as_deref()),
-        chooses_namespace: caller.only_namespace().is_none(),
+        chooses_namespace,
         has_policy,
         policy,
         policy_locked,

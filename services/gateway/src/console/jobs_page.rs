@@ -15,10 +15,12 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
+use jetcron_core::access::Role;
 use jetcron_core::job::ValidJob;
 use serde::Deserialize;
 
 use super::charts;
+use super::namespace_choice;
 use super::pages::{duration_ms, render, status_class, when, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
 use crate::jobs::catalog::{JobRow, RowQuery, RowSort};
@@ -145,7 +147,7 @@ struct TableView {
 impl TableView {
     /// The table `query` asks for; `own` is the one namespace a team's
     /// session sees, whatever the query says.
-    fn of(query: &JobsQuery, own: Option<&str>) -> Self {
+    fn of(query: &JobsQuery, shown: Option<&str>) -> Self {
         let (labels, problem) = match parse_labels(&query.labels) {
             Ok(labels) => (labels, String::new()),
             Err(why) => (BTreeMap::new(), format!("label filter {why}")),
@@ -159,7 +161,7 @@ impl TableView {
                 s @ ("active" | "paused" | "invalid") => s.to_string(),
                 _ => String::new(),
             },
-            namespace: own.unwrap_or(query.namespace.trim()).to_string(),
+            namespace: shown.unwrap_or_default().to_string(),
             sort: RowSort::parse(&query.sort).unwrap_or_default(),
             descending: query.dir == "desc",
             page_number: query.page.unwrap_or(1).max(1),
@@ -247,7 +249,8 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/jobs")?;
     let caller = viewer.caller();
-    let table = TableView::of(&query, caller.only_namespace());
+    let chosen = namespace_choice::choose(&caller.grants, Role::Viewer, &query.namespace)?;
+    let table = TableView::of(&query, chosen.shown());
     let page = state.catalog.page(&table.row_query());
     let now = state.clock.now();
     let valid = valid_jobs(&state, &page.rows).await;
@@ -278,11 +281,8 @@ pub async fn show(
         labels: query.labels.clone(),
         state: table.state.clone(),
         namespace: table.namespace.clone(),
-        chooses_namespace: caller.only_namespace().is_none(),
-        namespaces: match caller.only_namespace() {
-            None => state.catalog.namespaces(),
-            Some(_) => Vec::new(),
-        },
+        chooses_namespace: chosen.picks(),
+        namespaces: chosen.offered(|| state.catalog.namespaces()),
         columns: table.columns(),
         matched: page.matched,
         total: page.total,

@@ -32,11 +32,13 @@ mod edit_page;
 mod job_form;
 mod job_page;
 mod jobs_page;
+mod namespace_choice;
 mod overview_page;
 mod pages;
 mod run_page;
 mod runs_page;
 pub mod session;
+mod sign_in;
 mod viewer;
 
 use std::sync::Arc;
@@ -54,8 +56,9 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/", get(|| async { Redirect::to("/ui/") }))
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/", get(overview_page::show))
-        .route("/ui/login", get(viewer::login_page).post(viewer::login))
-        .route("/ui/logout", post(viewer::logout))
+        .route("/ui/login", get(sign_in::login_page).post(sign_in::login))
+        .route("/ui/login/password", post(sign_in::login_with_password))
+        .route("/ui/logout", post(sign_in::logout))
         .route("/ui/assets/{name}", get(assets::serve))
         .route("/ui/preview", get(edit_page::preview))
         .route("/ui/jobs", get(jobs_page::show))

@@ -59,9 +59,9 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/")?;
-    // The overview's figures cover every namespace: a team's session
-    // starts at its jobs.
-    if viewer.caller().only_namespace().is_some() {
+    // The overview's figures cover every namespace: a session that sees
+    // some starts at their jobs.
+    if viewer.caller().grants.namespaces().is_some() {
         return Ok(axum::response::Redirect::to("/ui/jobs").into_response());
     }
     let now = state.clock.now();

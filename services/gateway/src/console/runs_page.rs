@@ -7,8 +7,10 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use jetcron_core::access::Role;
 use serde::Deserialize;
 
+use super::namespace_choice;
 use super::pages::{duration_ms, render, status_class, when_text, Frame};
 use super::viewer::{url_escape, ConsoleError, Viewer};
 use crate::runs::reads::{self, ListRuns};
@@ -69,10 +71,8 @@ pub async fn show(
     let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/runs")?;
     let caller = viewer.caller();
-    let namespace = match caller.only_namespace() {
-        Some(own) => Some(own.to_string()),
-        None => some(&query.namespace),
-    };
+    let chosen = namespace_choice::choose(&caller.grants, Role::Viewer, &query.namespace)?;
+    let namespace = chosen.shown().map(str::to_string);
     if let Some(job) = some(&query.job) {
         viewer.may_see(jetcron_core::job::namespace_of(&job))?;
     }
@@ -123,11 +123,8 @@ pub async fn show(
         job: query.job,
         status: query.status,
         q: query.q,
-        chooses_namespace: caller.only_namespace().is_none(),
-        namespaces: match caller.only_namespace() {
-            None => state.catalog.namespaces(),
-            Some(_) => Vec::new(),
-        },
+        chooses_namespace: chosen.picks(),
+        namespaces: chosen.offered(|| state.catalog.namespaces()),
         namespace: namespace.unwrap_or_default(),
         runs,
         next_link,

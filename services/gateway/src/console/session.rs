@@ -1,172 +1,273 @@
-//! Console sessions and CSRF tokens, without server-side state.
+//! Console sessions, kept server-side in the KV bucket `jetcron_sessions`.
 //!
-//! An operator signs in once with an API token (the same `--api-token` the
-//! HTTP API takes). The cookie does not hold the token: it holds an expiry
-//! and an HMAC-SHA256 of it keyed by the token, so any gateway with the same
-//! tokens accepts it, a cookie read off a screen does not give API access,
-//! and removing a token from the gateway ends every session made with it.
-//! The cookie is `HttpOnly` and `SameSite=Strict` (and `Secure` behind
-//! HTTPS). Every form carries a CSRF token, an HMAC of the session value, so
-//! a page from elsewhere cannot post on the operator's behalf even where
-//! `SameSite` is not honoured.
+//! A sign-in makes a random session id (244 bits, from the OS's generator)
+//! and stores a record under the SHA-256 of it: who signed in, the CSRF
+//! token of every form, when it began and when it was last used. The
+//! browser holds only the id, in a cookie that is `HttpOnly`,
+//! `SameSite=Lax` (so the identity provider's redirect back carries it)
+//! and `Secure` behind HTTPS. Every gateway reads the record from the
+//! bucket's stream leader on every request, so a sign-out anywhere ends the
+//! session everywhere at once, and whoever can read the bucket cannot use
+//! what it holds as a cookie.
 //!
-//! A team member signs in with a scoped token (`jct_<id>_<secret>`,
-//! [`crate::tokens`]) the same way: the cookie names the token's id and
-//! an expiry, signed with the SHA-256 of the token's secret kept in its
-//! record ([`sign_in_scoped`]). Each request reads the record again (as the
-//! HTTP API does), so a revoked or expired token ends its sessions at once,
-//! and the page acts with the token's role in its namespace. Whoever could
-//! read that hash could sign such a cookie; the tokens bucket is readable
-//! only by the gateway's NATS user, which may do everything anyway.
+//! A session ends at its absolute lifetime, after an idle time without a
+//! request, at sign-out, and when what it stands for goes: a bootstrap
+//! token no longer configured, a scoped token revoked or made again. The
+//! record's `last_seen` is written at most every [`Timeouts::touch_every`],
+//! so a page view is one read, not a write.
 
-use chrono::{DateTime, Duration, Utc};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use chrono::{DateTime, Utc};
+use jetcron_core::api::ApiError;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
-
-use crate::http::auth::HttpAuth;
-use crate::tokens::record::TokenRecord;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "jetcron_session";
-/// How long a sign-in lasts.
-pub const LIFETIME: Duration = Duration::hours(12);
+/// Default of `--console-idle-timeout`.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(3600);
+/// Default of `--console-session-lifetime`.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// The longest lifetime a gateway may give a session: the bucket's age
+/// limit, which sweeps the records of sessions nobody ended.
+pub const MAX_LIFETIME: Duration = jetcron_io::topology::SESSIONS_MAX_AGE;
 
-/// A signed-in operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
-    /// The cookie value.
-    pub value: String,
+/// How long a session lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Without a request for this long, a session ends.
+    pub idle: Duration,
+    /// A session ends this long after its sign-in, used or not.
+    pub lifetime: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            idle: DEFAULT_IDLE,
+            lifetime: DEFAULT_LIFETIME,
+        }
+    }
+}
+
+impl Timeouts {
+    /// Timeouts checked: both at least a second, the lifetime at most
+    /// [`MAX_LIFETIME`], the idle time no longer than the lifetime.
+    pub fn new(idle: Duration, lifetime: Duration) -> Result<Self, String> {
+        if idle < Duration::from_secs(1) || lifetime < Duration::from_secs(1) {
+            return Err("console session timeouts must be at least 1s".into());
+        }
+        if lifetime > MAX_LIFETIME {
+            return Err(format!(
+                "--console-session-lifetime {} is longer than the {} the sessions bucket keeps a record",
+                humantime::format_duration(lifetime),
+                humantime::format_duration(MAX_LIFETIME)
+            ));
+        }
+        if idle > lifetime {
+            return Err(format!(
+                "--console-idle-timeout {} is longer than --console-session-lifetime {}",
+                humantime::format_duration(idle),
+                humantime::format_duration(lifetime)
+            ));
+        }
+        Ok(Self { idle, lifetime })
+    }
+
+    /// How stale `last_seen` may be before a request writes it again: a
+    /// quarter of the idle time, at most a minute.
+    pub fn touch_every(&self) -> Duration {
+        (self.idle / 4).min(Duration::from_secs(60))
+    }
+
+    /// Why a session of `record` has ended at `now`, if it has.
+    pub fn ended(&self, record: &SessionRecord, now: DateTime<Utc>) -> Option<&'static str> {
+        if now >= record.created_at + self.lifetime {
+            Some("its lifetime is over")
+        } else if now >= record.last_seen + self.idle {
+            Some("it was idle too long")
+        } else {
+            None
+        }
+    }
+}
+
+/// Whom a session stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Holder {
+    /// A bootstrap `--api-token`, while this gateway accepts it: admin of
+    /// every namespace.
+    Bootstrap { token_sha256: String },
+    /// A scoped token, while its record lives with this secret.
+    Token { id: String, secret_sha256: String },
+    /// A person, with the roles of their bindings and their groups'.
+    Person(crate::people::Person),
+}
+
+/// A session as `jetcron_sessions` keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRecord {
+    pub holder: Holder,
     /// The token every form of this session must carry.
     pub csrf: String,
-    /// The scoped token it was signed in with (`None`: a bootstrap token).
-    pub token_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
 }
 
-fn mac(key: &[u8], purpose: &str, message: &str) -> Vec<u8> {
-    // HMAC takes keys of any length; new_from_slice cannot fail for it.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
-    mac.update(purpose.as_bytes());
-    mac.update(b"|");
-    mac.update(message.as_bytes());
-    mac.finalize().into_bytes().to_vec()
+/// A live session of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The bucket key: the SHA-256 of the session id.
+    pub key: String,
+    pub record: SessionRecord,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    data_encoding::HEXLOWER.encode(bytes)
-}
-
-/// A session for `presented`, if it is one of the configured tokens.
-pub fn sign_in(auth: &HttpAuth, presented: &str, now: DateTime<Utc>) -> Option<Session> {
-    let token = auth
-        .tokens()
-        .iter()
-        .find(|t| bool::from(t.as_slice().ct_eq(presented.as_bytes())))?;
-    let expiry = (now + LIFETIME).timestamp().to_string();
-    let value = format!("v1.{expiry}.{}", hex(&mac(token, "session", &expiry)));
-    Some(Session {
-        csrf: hex(&mac(token, "csrf", &value)),
-        value,
-        token_id: None,
-    })
-}
-
-/// A session for the scoped token of `record` (whose secret the caller
-/// checked).
-pub fn sign_in_scoped(record: &TokenRecord, now: DateTime<Utc>) -> Session {
-    let expiry = (now + LIFETIME).timestamp().to_string();
-    scoped_session(record, &expiry)
-}
-
-fn scoped_session(record: &TokenRecord, expiry: &str) -> Session {
-    let key = record.secret_sha256.as_bytes();
-    let signed = format!("{}.{expiry}", record.id);
-    let value = format!("v2.{signed}.{}", hex(&mac(key, "session", &signed)));
-    Session {
-        csrf: hex(&mac(key, "csrf", &value)),
-        value,
-        token_id: Some(record.id.clone()),
+impl Session {
+    /// The token every form of this session must carry.
+    pub fn csrf(&self) -> &str {
+        &self.record.csrf
     }
 }
 
-/// The scoped token a cookie value names, before its record is read
-/// (`None`: not a scoped session).
-pub fn scoped_token_id(value: &str) -> Option<&str> {
-    let mut parts = value.splitn(4, '.');
-    match (parts.next(), parts.next()) {
-        (Some("v2"), Some(id)) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            Some(id)
+/// A new random secret: two UUID v4s (122 random bits each, from the OS's
+/// generator) in hex, 64 characters.
+fn random_secret() -> String {
+    (0..2)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect()
+}
+
+/// The lower-case hex SHA-256 of `text`.
+pub fn sha256_hex(text: &str) -> String {
+    data_encoding::HEXLOWER.encode(&Sha256::digest(text.as_bytes()))
+}
+
+/// Whether a cookie value can be a session id (and so a key's preimage):
+/// 64 lower-case hex characters.
+fn well_formed(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The sessions bucket and this gateway's timeouts.
+#[derive(Clone)]
+pub struct SessionStore {
+    bucket: kv::Store,
+    timeouts: Timeouts,
+}
+
+fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> ApiError {
+    ApiError::unavailable(e)
+}
+
+impl SessionStore {
+    pub fn new(bucket: kv::Store, timeouts: Timeouts) -> Self {
+        Self { bucket, timeouts }
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Begin a session for `holder` at `now`: the cookie value (the
+    /// session id) and the session.
+    pub async fn begin(
+        &self,
+        holder: Holder,
+        now: DateTime<Utc>,
+    ) -> Result<(String, Session), ApiError> {
+        let id = random_secret();
+        let record = SessionRecord {
+            holder,
+            csrf: random_secret(),
+            created_at: now,
+            last_seen: now,
+        };
+        let key = sha256_hex(&id);
+        let value = serde_json::to_vec(&record)
+            .map_err(|e| ApiError::internal("encode the session record", e))?;
+        self.bucket
+            .create(&key, value.into())
+            .await
+            .map_err(unavailable)?;
+        Ok((id, Session { key, record }))
+    }
+
+    /// The live session of cookie value `id` at `now`, if there is one;
+    /// its `last_seen` written again when it is [`Timeouts::touch_every`]
+    /// old. A session found ended is removed.
+    pub async fn find(&self, id: &str, now: DateTime<Utc>) -> Result<Option<Session>, ApiError> {
+        if !well_formed(id) {
+            return Ok(None);
         }
-        _ => None,
+        let key = sha256_hex(id);
+        let Some(message) = jetcron_io::kv_entry::last_value(&self.bucket, &key)
+            .await
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        // A record that does not read (written by hand) is no session.
+        let Ok(mut record) = serde_json::from_slice::<SessionRecord>(&message.payload) else {
+            return Ok(None);
+        };
+        if let Some(why) = self.timeouts.ended(&record, now) {
+            tracing::debug!(why, "console session ended");
+            self.end_key(&key).await;
+            return Ok(None);
+        }
+        if now >= record.last_seen + self.timeouts.touch_every() {
+            record.last_seen = now;
+            self.touch(&key, &record, message.sequence).await;
+        }
+        Ok(Some(Session { key, record }))
     }
-}
 
-/// The session a scoped cookie value stands for, if it is unexpired and
-/// signed for `record`.
-pub fn verify_scoped(record: &TokenRecord, value: &str, now: DateTime<Utc>) -> Option<Session> {
-    let mut parts = value.splitn(4, '.');
-    let (Some("v2"), Some(id), Some(expiry), Some(_)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    if id != record.id || record.secret_sha256.is_empty() {
-        return None;
-    }
-    let expires = expiry.parse::<i64>().ok()?;
-    if expires <= now.timestamp() || expires > (now + LIFETIME).timestamp() {
-        return None;
-    }
-    let expected = scoped_session(record, expiry);
-    bool::from(expected.value.as_bytes().ct_eq(value.as_bytes())).then_some(expected)
-}
-
-/// The session a cookie value stands for, if it is unexpired and signed by
-/// a configured token.
-pub fn verify(auth: &HttpAuth, value: &str, now: DateTime<Utc>) -> Option<Session> {
-    let mut parts = value.splitn(3, '.');
-    let (Some("v1"), Some(expiry), Some(signature)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    let expires = expiry.parse::<i64>().ok()?;
-    if expires <= now.timestamp() || expires > (now + LIFETIME).timestamp() {
-        return None;
-    }
-    let signature = data_encoding::HEXLOWER.decode(signature.as_bytes()).ok()?;
-    // Every token is tried, so the time taken says nothing about which matched.
-    let mut matched = None;
-    for token in auth.tokens() {
-        if bool::from(mac(token, "session", expiry).ct_eq(&signature)) {
-            matched = Some(token);
+    /// Write `record`'s `last_seen` if nobody changed it since `revision`
+    /// (another request of the session may have done so already).
+    async fn touch(&self, key: &str, record: &SessionRecord, revision: u64) {
+        let Ok(value) = serde_json::to_vec(record) else {
+            return;
+        };
+        if let Err(e) = self.bucket.update(key, value.into(), revision).await {
+            tracing::debug!(error = %e, "console session not touched");
         }
     }
-    let token = matched?;
-    Some(Session {
-        csrf: hex(&mac(token, "csrf", value)),
-        value: value.to_string(),
-        token_id: None,
-    })
+
+    /// End `session` now, for every gateway.
+    pub async fn end(&self, session: &Session) -> Result<(), ApiError> {
+        self.bucket.purge(&session.key).await.map_err(unavailable)
+    }
+
+    async fn end_key(&self, key: &str) {
+        if let Err(e) = self.bucket.purge(key).await {
+            tracing::debug!(error = %e, "ended console session not removed");
+        }
+    }
 }
 
 /// Whether a form's CSRF token is the session's.
 pub fn csrf_matches(session: &Session, presented: &str) -> bool {
-    bool::from(session.csrf.as_bytes().ct_eq(presented.as_bytes()))
+    bool::from(session.csrf().as_bytes().ct_eq(presented.as_bytes()))
 }
 
-/// The `Set-Cookie` value that stores `session` (`secure` behind HTTPS).
-pub fn cookie(session: &Session, secure: bool) -> String {
+/// The `Set-Cookie` value that hands session `id` to the browser
+/// (`secure` behind HTTPS), for `lifetime`.
+pub fn cookie(id: &str, lifetime: Duration, secure: bool) -> String {
     format!(
-        "{COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{}",
-        session.value,
-        LIFETIME.num_seconds(),
+        "{COOKIE}={id}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
+        lifetime.as_secs(),
         if secure { "; Secure" } else { "" }
     )
 }
 
-/// The `Set-Cookie` value that ends a session.
+/// The `Set-Cookie` value that drops the session cookie.
 pub fn cleared_cookie() -> String {
-    format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict")
+    format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax")
 }
 
 /// The session cookie's value among a request's `Cookie` headers.
@@ -185,89 +286,100 @@ pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<String> {
 mod tests {
     use super::*;
 
-    const TOKEN: &str = "0123456789abcdef-console";
-
-    fn auth(tokens: &[&str]) -> HttpAuth {
-        HttpAuth::new(tokens.iter().map(|t| t.to_string()).collect(), false).expect("auth")
-    }
-
-    #[test]
-    fn a_session_is_signed_by_a_token_and_ends_with_it() {
-        let now = Utc::now();
-        let gateway = auth(&[TOKEN]);
-        assert!(sign_in(&gateway, "0123456789abcdef-consolE", now).is_none());
-        let session = sign_in(&gateway, TOKEN, now).expect("signed in");
-        assert!(!session.value.contains(TOKEN));
-        // Another gateway with the same token accepts it, with the same CSRF token.
-        assert_eq!(
-            verify(
-                &auth(&["another-token-0123456", TOKEN]),
-                &session.value,
-                now
-            ),
-            Some(session.clone())
-        );
-        // A gateway without that token does not; nor after expiry; nor when altered.
-        assert!(verify(&auth(&["another-token-0123456"]), &session.value, now).is_none());
-        assert!(verify(&gateway, &session.value, now + LIFETIME).is_none());
-        let later = session.value.replacen("v1.", "v1.9", 1);
-        assert!(verify(&gateway, &later, now).is_none());
-        assert!(verify(&gateway, "v1.x.y", now).is_none());
-        assert!(verify(&gateway, "", now).is_none());
-        assert!(csrf_matches(&session, &session.csrf));
-        assert!(!csrf_matches(&session, ""));
-    }
-
-    fn record(secret_sha256: &str) -> TokenRecord {
-        TokenRecord {
-            id: "ab12".into(),
-            namespace: "billing".into(),
-            role: jetcron_core::access::Role::Viewer,
-            description: "d".into(),
-            created_at: String::new(),
-            expires_at: None,
-            created_by: "admin-token".into(),
-            secret_sha256: secret_sha256.into(),
+    fn record(created_at: DateTime<Utc>, last_seen: DateTime<Utc>) -> SessionRecord {
+        SessionRecord {
+            holder: Holder::Token {
+                id: "ab12".into(),
+                secret_sha256: "aa".into(),
+            },
+            csrf: random_secret(),
+            created_at,
+            last_seen,
         }
     }
 
     #[test]
-    fn a_scoped_session_is_signed_for_its_token_and_ends_with_it() {
-        let now = Utc::now();
-        let kept = record("aa11");
-        let session = sign_in_scoped(&kept, now);
-        assert_eq!(scoped_token_id(&session.value), Some("ab12"));
-        assert_eq!(session.token_id.as_deref(), Some("ab12"));
+    fn a_session_ends_at_its_lifetime_or_when_idle() {
+        let timeouts =
+            Timeouts::new(Duration::from_secs(60), Duration::from_secs(600)).expect("timeouts");
+        let start = Utc::now();
+        let seconds = |s: i64| chrono::Duration::seconds(s);
+        assert_eq!(timeouts.ended(&record(start, start), start), None);
         assert_eq!(
-            verify_scoped(&kept, &session.value, now),
-            Some(session.clone())
+            timeouts.ended(&record(start, start), start + seconds(59)),
+            None
         );
-        // Another secret (the token made again), expiry, alteration: refused.
-        assert!(verify_scoped(&record("bb22"), &session.value, now).is_none());
-        assert!(verify_scoped(&kept, &session.value, now + LIFETIME).is_none());
-        let altered = session.value.replacen(".", ".0", 2);
-        assert!(verify_scoped(&kept, &altered, now).is_none());
-        // A bootstrap session is not a scoped one, nor the other way round.
-        assert_eq!(scoped_token_id("v1.123.abc"), None);
-        assert!(verify(&auth(&[TOKEN]), &session.value, now).is_none());
+        assert_eq!(
+            timeouts.ended(&record(start, start), start + seconds(60)),
+            Some("it was idle too long")
+        );
+        let busy = record(start, start + seconds(599));
+        assert_eq!(timeouts.ended(&busy, start + seconds(599)), None);
+        assert_eq!(
+            timeouts.ended(&busy, start + seconds(600)),
+            Some("its lifetime is over")
+        );
+        assert_eq!(timeouts.touch_every(), Duration::from_secs(15));
+        assert_eq!(Timeouts::default().touch_every(), Duration::from_secs(60));
     }
 
     #[test]
-    fn the_cookie_is_http_only_and_strict() {
-        let session = sign_in(&auth(&[TOKEN]), TOKEN, Utc::now()).expect("signed in");
-        let cookie = cookie(&session, false);
+    fn timeouts_are_checked_with_the_flag_named() {
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert!(Timeouts::new(hours(1), hours(12)).is_ok());
+        assert!(Timeouts::new(hours(1), MAX_LIFETIME).is_ok());
+        let long = Timeouts::new(hours(1), MAX_LIFETIME + hours(1)).expect_err("too long");
+        assert!(long.contains("--console-session-lifetime"), "{long}");
+        let idle = Timeouts::new(hours(13), hours(12)).expect_err("idle > lifetime");
+        assert!(idle.contains("--console-idle-timeout"), "{idle}");
+        assert!(Timeouts::new(Duration::ZERO, hours(1)).is_err());
+    }
+
+    #[test]
+    fn session_ids_and_csrf_tokens_are_random_hex() {
+        let (a, b) = (random_secret(), random_secret());
+        assert_ne!(a, b);
+        assert!(well_formed(&a) && well_formed(&b), "{a} {b}");
+        assert!(!well_formed(&a.to_uppercase()));
+        assert!(!well_formed(&a[1..]));
+        assert!(!well_formed("../../etc"));
+        assert_eq!(sha256_hex(&a).len(), 64);
+    }
+
+    #[test]
+    fn the_cookie_is_http_only_lax_and_secure_behind_https() {
+        let id = random_secret();
+        let plain = cookie(&id, DEFAULT_LIFETIME, false);
         assert!(
-            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-            "{cookie}"
+            plain.contains("HttpOnly") && plain.contains("SameSite=Lax"),
+            "{plain}"
         );
-        assert!(!cookie.contains("Secure"));
+        assert!(plain.contains("Max-Age=43200") && !plain.contains("Secure"));
+        assert!(cookie(&id, DEFAULT_LIFETIME, true).ends_with("; Secure"));
         let mut headers = axum::http::HeaderMap::new();
         headers.insert(
             axum::http::header::COOKIE,
-            format!("other=1; {COOKIE}={}", session.value)
-                .parse()
-                .expect("header"),
+            format!("other=1; {COOKIE}={id}").parse().expect("header"),
         );
-        assert_eq!(from_headers(&headers), Some(session.value));
+        assert_eq!(from_headers(&headers), Some(id));
+    }
+
+    #[test]
+    fn a_record_reads_back_and_unknown_fields_are_refused() {
+        let now = Utc::now();
+        let kept = SessionRecord {
+            holder: Holder::Bootstrap {
+                token_sha256: sha256_hex("t"),
+            },
+            ..record(now, now)
+        };
+        let text = serde_json::to_string(&kept).expect("encode");
+        assert!(text.contains(r#""kind":"bootstrap""#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<SessionRecord>(&text).expect("decode"),
+            kept
+        );
+        let extra = text.replacen('{', r#"{"admin":true,"#, 1);
+        assert!(serde_json::from_str::<SessionRecord>(&extra).is_err());
     }
 }

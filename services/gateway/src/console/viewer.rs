@@ -1,28 +1,27 @@
 //! Who is looking at a page, what they may do, and the sign-in pages.
 //!
-//! [`Viewer::of`] reads the session cookie and who it stands for: a
-//! bootstrap token's session is admin of every namespace, a scoped token's
-//! holds that token's role in its namespace (its record read on every
-//! request, as the HTTP API does); [`Viewer::may_read`] sends an
+//! [`Viewer::of`] reads the session cookie, the session it names
+//! ([`super::session`]) and who that stands for: a bootstrap token's
+//! session is admin of every namespace while the token is configured, a
+//! scoped token's holds that token's role in its namespace while the token
+//! lives (its record read on every request, as the HTTP API does);
+//! [`Viewer::may_read`] sends an
 //! anonymous viewer to the sign-in page when the gateway protects reads;
 //! [`Viewer::may_write`] checks the session, the form's CSRF token and,
 //! when the browser sends one, the `Origin` header. What a page shows and
 //! offers follows the viewer's grants ([`Viewer::frame_for`]); the
 //! operations check it again.
 
-use std::sync::Arc;
-
-use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
-use serde::Deserialize;
 
-use super::pages::{render, ErrorPage, Frame, LoginPage};
-use super::session::{self, Session};
+use super::pages::{render, ErrorPage, Frame};
+use super::session::{self, Holder, Session};
 use crate::caller::Caller;
+use crate::people::Via;
 use crate::GatewayState;
 use jetcron_core::access::Role;
+use subtle::ConstantTimeEq as _;
 
 /// The viewer of one request.
 #[derive(Debug, Clone)]
@@ -104,21 +103,33 @@ impl Viewer {
             may_admin: signed_in && self.caller.grants.highest() == Some(Role::Admin),
             may_operate: signed_in && operates,
             may_edit: signed_in && edits,
-            who: match self.caller.only_namespace() {
-                Some(namespace) if signed_in => self
-                    .caller
-                    .grants
-                    .role_in(namespace)
-                    .map(|role| format!("{role} of {namespace}"))
-                    .unwrap_or_default(),
-                _ => String::new(),
+            who: match signed_in {
+                true => self.who(),
+                false => String::new(),
             },
             csrf: self
                 .session
                 .as_ref()
-                .map(|s| s.csrf.clone())
+                .map(|s| s.csrf().to_string())
                 .unwrap_or_default(),
             notice: String::new(),
+        }
+    }
+
+    /// Who the signed-in viewer is, as the pages' header says it: a
+    /// person's name, a team token's role (`operator of billing`).
+    fn who(&self) -> String {
+        if let Some(name) = self.caller.person_name() {
+            return name.to_string();
+        }
+        match self.caller.only_namespace() {
+            Some(namespace) => self
+                .caller
+                .grants
+                .role_in(namespace)
+                .map(|role| format!("{role} of {namespace}"))
+                .unwrap_or_default(),
+            None => String::new(),
         }
     }
 
@@ -154,40 +165,54 @@ impl Viewer {
     }
 }
 
-/// The session of cookie `value` and who it stands for, if it is one: a
-/// bootstrap token's, or a live scoped token's (its record read now).
+/// The session of cookie `value` and who it stands for, if it is a live
+/// one: its record read from the sessions bucket now, and what it holds
+/// still good (a configured bootstrap token, a live scoped token with the
+/// same secret, a person whose roles can be read). A bucket that does not
+/// answer signs nobody in.
 async fn signed_in(state: &GatewayState, value: &str) -> Option<(Session, Caller)> {
     let now = state.clock.now();
-    let Some(id) = session::scoped_token_id(value) else {
-        let session = session::verify(&state.http_auth, value, now)?;
-        return Some((session, Caller::console()));
+    let session = state.sessions.find(value, now).await.ok().flatten()?;
+    let caller = match &session.record.holder {
+        Holder::Bootstrap { token_sha256 } => state
+            .http_auth
+            .accepts_digest(token_sha256)
+            .then(Caller::console)?,
+        Holder::Token { id, secret_sha256 } => {
+            let record = state.tokens.get(id).await.ok().flatten()?;
+            let same = record
+                .secret_sha256
+                .as_bytes()
+                .ct_eq(secret_sha256.as_bytes());
+            if !bool::from(same) || record.secret_sha256.is_empty() || record.expired_at(now) {
+                return None;
+            }
+            record.caller(jetcron_core::audit::Door::Console)?
+        }
+        Holder::Person(person) => {
+            let Via::Password { user_revision } = person.via;
+            local_user_unchanged(state, &person.name, user_revision).await?;
+            let last = state.bindings.last_sequence().await.ok()?;
+            let grants = state
+                .bound_roles
+                .grants_after(last, &person.name, &person.groups)
+                .await?;
+            Caller::person(person, grants)
+        }
     };
-    // A bucket that does not answer signs nobody in.
-    let record = state.tokens.get(id).await.ok().flatten()?;
-    if record.expired_at(now) {
-        return None;
-    }
-    let session = session::verify_scoped(&record, value, now)?;
-    let caller = record.caller(jetcron_core::audit::Door::Console)?;
     Some((session, caller))
 }
 
-/// A session for a presented token: a bootstrap token, or a live scoped
-/// token whose secret matches.
-async fn sign_in(state: &GatewayState, presented: &str) -> Option<Session> {
-    let now = state.clock.now();
-    if let Some(session) = session::sign_in(&state.http_auth, presented, now) {
-        return Some(session);
-    }
-    let record = crate::tokens::requests::live_record(state, presented)
-        .await
-        .ok()
-        .flatten()?;
-    Some(session::sign_in_scoped(&record, now))
+/// `Some` while local user `name`'s record is at `revision`, as when the
+/// session began: removing the user or changing the password ends their
+/// sessions.
+async fn local_user_unchanged(state: &GatewayState, name: &str, revision: u64) -> Option<()> {
+    let user = state.local_users.get(name).await.ok().flatten()?;
+    (user.revision == revision).then_some(())
 }
 
 /// Whether the `Origin` header, when present, names the host served.
-fn same_origin(headers: &HeaderMap) -> bool {
+pub(super) fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
         return true;
     };
@@ -248,120 +273,9 @@ pub fn url_escape(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
-/// Only paths of this console are followed after sign-in (no open redirect).
-fn local_path(next: Option<&str>) -> String {
-    match next {
-        Some(p) if p.starts_with("/ui/") && !p.starts_with("//") && !p.contains('\\') => {
-            p.to_string()
-        }
-        _ => "/ui/".to_string(),
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct LoginQuery {
-    next: Option<String>,
-}
-
-/// `GET /ui/login`.
-pub async fn login_page(
-    State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
-    query: axum::extract::Query<LoginQuery>,
-) -> Response {
-    let viewer = Viewer::of(&state, &headers).await;
-    let page = LoginPage {
-        frame: viewer.frame("Sign in"),
-        next: local_path(query.next.as_deref()),
-        error: String::new(),
-        no_tokens: state.http_auth.has_no_tokens(),
-    };
-    render(&page).into_response()
-}
-
-#[derive(Debug, Deserialize)]
-pub struct LoginForm {
-    token: String,
-    #[serde(default)]
-    next: String,
-}
-
-/// `POST /ui/login`: a token in, a session cookie out.
-pub async fn login(
-    State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    let viewer = Viewer::of(&state, &headers).await;
-    let next = local_path(Some(&form.next));
-    if !same_origin(&headers) {
-        return ConsoleError::Forbidden("this form was sent from another site".into())
-            .into_response();
-    }
-    match sign_in(&state, form.token.trim()).await {
-        Some(session) => {
-            let secure = headers
-                .get("x-forwarded-proto")
-                .and_then(|v| v.to_str().ok())
-                == Some("https");
-            let mut response = Redirect::to(&next).into_response();
-            if let Ok(cookie) = session::cookie(&session, secure).parse() {
-                response.headers_mut().insert(header::SET_COOKIE, cookie);
-            }
-            response
-        }
-        None => {
-            let page = LoginPage {
-                frame: viewer.frame("Sign in"),
-                next,
-                error: "That token is not accepted by this gateway.".into(),
-                no_tokens: state.http_auth.has_no_tokens(),
-            };
-            (StatusCode::UNAUTHORIZED, render(&page)).into_response()
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-pub struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-/// `POST /ui/logout`.
-pub async fn logout(
-    State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
-) -> Response {
-    let viewer = Viewer::of(&state, &headers).await;
-    if let Err(e) = viewer.may_write(&headers, &form.csrf, "/ui/") {
-        return e.into_response();
-    }
-    let mut response = Redirect::to("/ui/login").into_response();
-    if let Ok(cookie) = session::cleared_cookie().parse() {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_console_paths_are_followed_after_sign_in() {
-        assert_eq!(local_path(Some("/ui/jobs/a?x=1")), "/ui/jobs/a?x=1");
-        for bad in [
-            "https://evil.example/",
-            "//evil.example/ui/",
-            "/ui/\\evil",
-            "/v1/jobs",
-            "",
-        ] {
-            assert_eq!(local_path(Some(bad)), "/ui/", "{bad}");
-        }
-    }
 
     #[test]
     fn a_form_from_another_origin_is_refused() {

@@ -17,6 +17,7 @@ use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use jetcron_core::api::ApiError;
+use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use super::HttpError;
@@ -73,9 +74,28 @@ impl HttpAuth {
         self.protect_reads
     }
 
-    /// The configured tokens (the console signs its sessions with them).
-    pub(crate) fn tokens(&self) -> &[Vec<u8>] {
-        &self.tokens
+    /// The SHA-256 (hex) of the configured token `presented` is, if it is
+    /// one: what a console session of a bootstrap token keeps.
+    pub(crate) fn bootstrap_digest(&self, presented: &str) -> Option<String> {
+        // Every token is compared, so the time taken says nothing about which matched.
+        let mut matched = None;
+        for token in self.tokens.iter() {
+            if bool::from(token.as_slice().ct_eq(presented.as_bytes())) {
+                matched = Some(token);
+            }
+        }
+        let digest = sha2::Sha256::digest(matched?);
+        Some(data_encoding::HEXLOWER.encode(&digest))
+    }
+
+    /// Whether a configured token has the SHA-256 `digest` (hex): a console
+    /// session of a bootstrap token ends when its token is no longer
+    /// configured.
+    pub(crate) fn accepts_digest(&self, digest: &str) -> bool {
+        self.tokens.iter().fold(false, |hit, token| {
+            let kept = data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(token));
+            hit | bool::from(kept.as_bytes().ct_eq(digest.as_bytes()))
+        })
     }
 
     /// Whether no token is configured (then HTTP writes are refused).

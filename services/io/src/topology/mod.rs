@@ -135,6 +135,8 @@ pub fn stream_names() -> Vec<String> {
         subjects::TOKENS_BUCKET,
         subjects::POLICIES_BUCKET,
         subjects::BINDINGS_BUCKET,
+        subjects::SESSIONS_BUCKET,
+        subjects::USERS_BUCKET,
     ]
     .map(|bucket| format!("KV_{bucket}"));
     let streams = [

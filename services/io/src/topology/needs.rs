@@ -31,6 +31,10 @@ pub enum Need {
     PoliciesBucket,
     /// `jetcron_bindings`, who holds which role in a namespace.
     BindingsBucket,
+    /// `jetcron_sessions`, the console's sessions.
+    SessionsBucket,
+    /// `jetcron_users`, local users (password hashes only).
+    UsersBucket,
 }
 
 /// A part as made: a stream or a bucket.
@@ -62,6 +66,8 @@ impl Need {
             Need::TokensBucket => Part::Bucket(parts::ensure_tokens_bucket(js, options).await?),
             Need::PoliciesBucket => Part::Bucket(parts::ensure_policies_bucket(js, options).await?),
             Need::BindingsBucket => Part::Bucket(parts::ensure_bindings_bucket(js, options).await?),
+            Need::SessionsBucket => Part::Bucket(parts::ensure_sessions_bucket(js, options).await?),
+            Need::UsersBucket => Part::Bucket(parts::ensure_users_bucket(js, options).await?),
         })
     }
 }

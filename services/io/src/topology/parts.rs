@@ -305,6 +305,50 @@ pub async fn ensure_bindings_bucket(
     ensure_bucket(js, config).await
 }
 
+/// Local users (key = user name; the record holds an Argon2id hash of the
+/// password, never the password), history kept like the tokens': who
+/// was added and when a password changed is traced.
+pub async fn ensure_users_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    let config = traced_bucket(
+        subjects::USERS_BUCKET,
+        "jetcron local users (key = name; password hashes only)",
+        4096,
+        options,
+    );
+    ensure_bucket(js, config).await
+}
+
+/// The console's sessions (key = the SHA-256 of a session id; the record
+/// says who signed in, the CSRF token, when it began and was last used).
+/// One value per key; the age limit sweeps sessions nobody ended, none of
+/// which outlives [`SESSIONS_MAX_AGE`] (the gateways check their own,
+/// shorter timeouts on every request).
+pub async fn ensure_sessions_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::SESSIONS_BUCKET.to_string(),
+            description: "jetcron console sessions (key = SHA-256 of the session id)".into(),
+            history: 1,
+            max_age: SESSIONS_MAX_AGE,
+            max_value_size: 4096,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The longest a console session may last.
+pub const SESSIONS_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
+
 /// A bucket of definitions people change (channels, tokens, policies, bindings): on file, at
 /// the deployment's replica count, with the jobs bucket's history.
 fn traced_bucket(
