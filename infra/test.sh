@@ -35,6 +35,25 @@ if [ ! -e "/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1" ] \
   || ! command -v ip >/dev/null || ! command -v iptables-restore >/dev/null; then
   apt_install libfaketime iproute2 iptables
 fi
+# Node.js packages the tests run or inject (infra/node/package.json): npm's
+# oidc-provider, a real OpenID Connect provider for the console's sign-in
+# tests, and axe-core for its accessibility checks. Debian's nodejs and npm
+# when there is no node; a node already there (nodesource) is used as is.
+if ! command -v node >/dev/null; then
+  apt_install nodejs npm
+elif ! command -v npm >/dev/null; then
+  apt_install npm
+fi
+node_dir="$JETCRON_HOME/node"
+if ! cmp -s "$INFRA_DIR/node/package-lock.json" "$node_dir/package-lock.json" \
+  || [ ! -d "$node_dir/node_modules/oidc-provider" ]; then
+  log "npm ci (infra/node: oidc-provider, axe-core)"
+  mkdir -p "$node_dir"
+  cp "$INFRA_DIR/node/package.json" "$INFRA_DIR/node/package-lock.json" "$node_dir/"
+  (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+    || die "npm ci in $node_dir failed"
+fi
+export JETCRON_NODE_MODULES="$node_dir/node_modules"
 cd "$REPO_DIR"
 # nextest runs each test in its own process and ends with one summary line;
 # plain cargo test is the fallback where nextest is not installed.

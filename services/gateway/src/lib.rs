@@ -117,6 +117,8 @@ pub struct GatewayConfig {
     pub lines: jetcron_core::schedule_lines::SharedLines,
     /// The process's one read of the jobs bucket (its own by default).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
+    /// The identity provider people sign in with (`--oidc-*`), if any.
+    pub oidc: Option<people::provider::ProviderSettings>,
 }
 
 /// What request handlers share.
@@ -140,6 +142,8 @@ pub struct GatewayState {
     pub sign_in_guard: people::sign_in_limits::SignInGuard,
     /// The bindings, followed in memory: a person's grants.
     pub bound_roles: Arc<people::bound_roles::BoundRoles>,
+    /// The identity provider people sign in with, if there is one.
+    pub provider: Option<Arc<people::provider::Provider>>,
     /// One small row per job, for the console's table and the job limit.
     pub catalog: jobs::catalog::JobCatalog,
     pub runs: runs::history::RunHistory,

@@ -52,7 +52,9 @@ pub async fn run(
         warn!("no API token configured: HTTP write routes refuse every request (--api-token)");
     }
     let mut tasks = ServiceTasks::default();
-    let state = Arc::new(state(&config, &client, clock, parts, &mut tasks, &shutdown));
+    let state = Arc::new(state(
+        &config, &client, clock, parts, &mut tasks, &shutdown,
+    )?);
     spawn_missed_fire_scan(&state, &config, &mut tasks, &shutdown);
     let api = watch_nats_api(client, state.clone(), &shutdown);
     let addr = listener.local_addr().context("gateway listener address")?;
@@ -142,7 +144,7 @@ fn state(
     parts: GatewayTopology,
     tasks: &mut ServiceTasks,
     shutdown: &CancellationToken,
-) -> GatewayState {
+) -> anyhow::Result<GatewayState> {
     let catalog = jobs::catalog::JobCatalog::new(config.lines.clone());
     let feed = config.jobs_feed.subscribe(client, &config.lines);
     let following = catalog.clone().follow(feed, shutdown.clone());
@@ -167,6 +169,12 @@ fn state(
         Ok(())
     });
     drop(tokio::task::spawn_blocking(people::passwords::prepare));
+    let provider = config
+        .oidc
+        .clone()
+        .map(people::provider::Provider::new)
+        .transpose()?
+        .map(Arc::new);
     let bound_roles = Arc::new(people::bound_roles::BoundRoles::default());
     let (followed, bucket, stop) = (
         bound_roles.clone(),
@@ -178,7 +186,7 @@ fn state(
         Ok(())
     });
     let reads = sql::reads::ClickHouseReads::new(clickhouse, config.limits.clickhouse_timeout);
-    GatewayState {
+    Ok(GatewayState {
         running: parts.running,
         nats: client.clone(),
         js: async_nats::jetstream::new(client.clone()),
@@ -205,6 +213,7 @@ fn state(
         local_users: people::local_users::LocalUsers::new(parts.users),
         sign_in_guard: people::sign_in_limits::SignInGuard::new(config.limits.sign_in),
         bound_roles,
+        provider,
         runs: runs::history::RunHistory::new(reads),
         http_auth: config.http_auth.clone(),
         limits: config.limits.clone(),
@@ -213,7 +222,7 @@ fn state(
         readiness: config.readiness.clone(),
         clock,
         grafana_url: config.grafana_url.clone(),
-    }
+    })
 }
 
 /// The missed-fire scan (it stops with `shutdown`).

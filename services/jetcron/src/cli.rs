@@ -432,6 +432,127 @@ pub struct GatewayArgs {
     /// with a proxy that sets it: otherwise a client picks its own address.
     #[arg(long, env = "JETCRON_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
+    #[command(flatten)]
+    pub oidc: OidcArgs,
+}
+
+/// Sign-in with the company's identity provider (OpenID Connect); all of
+/// issuer, client id, client secret and redirect URL, or none
+/// (docs/security.md, "Sign-in with an identity provider").
+#[derive(Debug, Args, Clone)]
+pub struct OidcArgs {
+    /// The provider's issuer URL (its discovery document is
+    /// `<issuer>/.well-known/openid-configuration`), e.g.
+    /// `https://kc.example/realms/corp`.
+    #[arg(long, env = "JETCRON_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// This console's client id at the provider.
+    #[arg(long, env = "JETCRON_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// The client's secret (or --oidc-client-secret-file).
+    #[arg(long, env = "JETCRON_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<String>,
+    /// A file holding the client's secret (one line).
+    #[arg(long, env = "JETCRON_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// Where the provider sends the browser back: this console's
+    /// `/ui/oidc/callback` as the browser reaches it, registered at the
+    /// provider, e.g. `https://jetcron.example/ui/oidc/callback`.
+    #[arg(long, env = "JETCRON_OIDC_REDIRECT_URL")]
+    pub oidc_redirect_url: Option<String>,
+    /// Scopes asked for besides `openid`, comma-separated.
+    #[arg(
+        long,
+        env = "JETCRON_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "email,profile"
+    )]
+    pub oidc_scopes: Vec<String>,
+    /// The ID token claim that lists a person's groups (bound with
+    /// `group:<name>`).
+    #[arg(long, env = "JETCRON_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// The claim that names a person (bound with `user:<name>`): email,
+    /// preferred_username or sub.
+    #[arg(long, env = "JETCRON_OIDC_USER_CLAIM", default_value = "email")]
+    pub oidc_user_claim: String,
+    /// How far the gateway's clock and the provider's may differ: an ID
+    /// token is taken until this long after it expires, and refused when
+    /// issued further in the future.
+    #[arg(long, env = "JETCRON_OIDC_CLOCK_LEEWAY", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub oidc_clock_leeway: Duration,
+    /// What the sign-in button calls the provider ("Sign in with …").
+    #[arg(
+        long,
+        env = "JETCRON_OIDC_NAME",
+        default_value = "your company account"
+    )]
+    pub oidc_name: String,
+}
+
+impl OidcArgs {
+    /// The gateway's provider settings: `None` without an issuer; an
+    /// error naming what is missing when only some are given.
+    pub fn settings(
+        &self,
+    ) -> anyhow::Result<Option<jetcron_gateway::people::provider::ProviderSettings>> {
+        use anyhow::Context as _;
+        let Some(issuer) = &self.oidc_issuer else {
+            let stray = [
+                ("--oidc-client-id", self.oidc_client_id.is_some()),
+                ("--oidc-client-secret", self.oidc_client_secret.is_some()),
+                (
+                    "--oidc-client-secret-file",
+                    self.oidc_client_secret_file.is_some(),
+                ),
+                ("--oidc-redirect-url", self.oidc_redirect_url.is_some()),
+            ];
+            if let Some((flag, _)) = stray.iter().find(|(_, given)| *given) {
+                anyhow::bail!("{flag} is given without --oidc-issuer");
+            }
+            return Ok(None);
+        };
+        let secret = match (&self.oidc_client_secret, &self.oidc_client_secret_file) {
+            (Some(secret), None) => secret.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("--oidc-client-secret-file {}", path.display()))?
+                .trim()
+                .to_string(),
+            (Some(_), Some(_)) => anyhow::bail!(
+                "--oidc-client-secret and --oidc-client-secret-file are both given; give one"
+            ),
+            (None, None) => anyhow::bail!(
+                "--oidc-issuer needs --oidc-client-secret or --oidc-client-secret-file"
+            ),
+        };
+        let client_id = self
+            .oidc_client_id
+            .clone()
+            .context("--oidc-issuer needs --oidc-client-id")?;
+        let redirect_url = self.oidc_redirect_url.clone().context(
+            "--oidc-issuer needs --oidc-redirect-url (this console's /ui/oidc/callback)",
+        )?;
+        let user_claim =
+            jetcron_gateway::people::provider_claims::UserClaim::parse(&self.oidc_user_claim)
+                .map_err(anyhow::Error::msg)?;
+        Ok(Some(jetcron_gateway::people::provider::ProviderSettings {
+            issuer: issuer.clone(),
+            client_id,
+            client_secret: secret,
+            redirect_url,
+            scopes: self
+                .oidc_scopes
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty() && s != "openid")
+                .collect(),
+            groups_claim: self.oidc_groups_claim.clone(),
+            user_claim,
+            clock_leeway: self.oidc_clock_leeway,
+            display_name: self.oidc_name.clone(),
+            key_refetch_gap: Duration::from_secs(10),
+        }))
+    }
 }
 
 #[derive(Debug, Args)]

@@ -527,6 +527,7 @@ async fn spawn_gateway(
         grafana_url: args.grafana_url.clone(),
         lines: process.lines.clone(),
         jobs_feed: process.jobs_feed.clone(),
+        oidc: args.oidc.settings()?,
     };
     let stop = CancellationToken::new();
     services.spawn(

@@ -50,6 +50,7 @@ mod nats_target;
 mod ordered_shutdown;
 mod policies;
 mod projection;
+mod provider_sign_in;
 mod retention;
 mod run_control;
 mod run_lifecycle;

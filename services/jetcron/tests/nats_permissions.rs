@@ -164,6 +164,7 @@ fn gateway_config(clickhouse_url: String) -> jetcron_gateway::GatewayConfig {
         grafana_url: None,
         lines: Default::default(),
         jobs_feed: Default::default(),
+        oidc: None,
     }
 }
 

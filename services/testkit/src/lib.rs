@@ -38,6 +38,7 @@ pub mod grafana;
 mod nats_cluster;
 pub mod nats_jwt;
 mod nats_server;
+mod oidc_provider;
 mod process;
 mod skewed_clock;
 mod smtp_server;
@@ -50,6 +51,7 @@ pub use clickhouse_server::ClickHouseServer;
 pub use nats_cluster::NatsCluster;
 pub use nats_jwt::{NatsAccount, NatsOperator};
 pub use nats_server::NatsServer;
+pub use oidc_provider::{node_modules, OidcClient, OidcProvider};
 pub use process::{last_logged_number, without_colour_codes, JetcronProcess};
 /// The HTTP client tests use (`Stack::http`), re-exported for its types.
 pub use reqwest;

@@ -388,19 +388,42 @@ impl Stack {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
+        let config = self.gateway_config(api_tokens, limits);
+        self.another_gateway_on(listener, config, stop).await
+    }
+
+    /// The configuration of a gateway on this stack's NATS and ClickHouse
+    /// accepting `api_tokens`, with `limits`.
+    pub fn gateway_config(
+        &self,
+        api_tokens: Vec<String>,
+        limits: jetcron_gateway::limits::Limits,
+    ) -> jetcron_gateway::GatewayConfig {
+        jetcron_gateway::GatewayConfig {
+            clickhouse: ClickHouseOptions::new(self.clickhouse.url()),
+            topology: TopologyOptions::default(),
+            http_auth: jetcron_gateway::http::auth::HttpAuth::new(api_tokens, false)
+                .expect("tokens"),
+            limits,
+            readiness: Default::default(),
+            grafana_url: None,
+            lines: Default::default(),
+            jobs_feed: Default::default(),
+            oidc: None,
+        }
+    }
+
+    /// A gateway of `config` on `listener` until `stop`: its base URL once
+    /// it serves, and its task.
+    pub async fn another_gateway_on(
+        &self,
+        listener: tokio::net::TcpListener,
+        config: jetcron_gateway::GatewayConfig,
+        stop: CancellationToken,
+    ) -> (String, tokio::task::JoinHandle<anyhow::Result<()>>) {
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let task = tokio::spawn(jetcron_gateway::run(
-            jetcron_gateway::GatewayConfig {
-                clickhouse: ClickHouseOptions::new(self.clickhouse.url()),
-                topology: TopologyOptions::default(),
-                http_auth: jetcron_gateway::http::auth::HttpAuth::new(api_tokens, false)
-                    .expect("tokens"),
-                limits,
-                readiness: Default::default(),
-                grafana_url: None,
-                lines: Default::default(),
-                jobs_feed: Default::default(),
-            },
+            config,
             self.nats.client().await,
             Arc::new(SystemClock),
             listener,
@@ -580,6 +603,7 @@ async fn spawn_services(
             grafana_url: None,
             lines: lines.clone(),
             jobs_feed: jobs_feed.clone(),
+            oidc: None,
         };
         let stop = shutdown.child_token();
         services.spawn(

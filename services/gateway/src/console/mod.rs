@@ -35,6 +35,8 @@ mod jobs_page;
 mod namespace_choice;
 mod overview_page;
 mod pages;
+mod pending_sign_ins;
+mod provider_sign_in;
 mod run_page;
 mod runs_page;
 pub mod session;
@@ -58,6 +60,8 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/ui/", get(overview_page::show))
         .route("/ui/login", get(sign_in::login_page).post(sign_in::login))
         .route("/ui/login/password", post(sign_in::login_with_password))
+        .route("/ui/login/oidc", get(provider_sign_in::begin))
+        .route("/ui/oidc/callback", get(provider_sign_in::callback))
         .route("/ui/logout", post(sign_in::logout))
         .route("/ui/assets/{name}", get(assets::serve))
         .route("/ui/preview", get(edit_page::preview))

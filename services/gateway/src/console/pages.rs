@@ -93,10 +93,20 @@ impl ErrorPage {
 #[template(path = "console/login.html")]
 pub struct LoginPage {
     pub frame: Frame,
+    /// The identity provider's sign-in, when there is one.
+    pub provider: Option<ProviderButton>,
     pub next: String,
     pub error: String,
     /// The gateway has no token: nobody can sign in.
     pub no_tokens: bool,
+}
+
+/// The link that signs in with the identity provider.
+#[derive(Debug, Clone)]
+pub struct ProviderButton {
+    /// What the button calls the provider.
+    pub name: String,
+    pub link: String,
 }
 
 /// An instant as the pages show it: UTC, to the second.

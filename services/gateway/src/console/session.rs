@@ -136,7 +136,7 @@ impl Session {
 
 /// A new random secret: two UUID v4s (122 random bits each, from the OS's
 /// generator) in hex, 64 characters.
-fn random_secret() -> String {
+pub(super) fn random_secret() -> String {
     (0..2)
         .map(|_| uuid::Uuid::new_v4().simple().to_string())
         .collect()
@@ -149,7 +149,7 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// Whether a cookie value can be a session id (and so a key's preimage):
 /// 64 lower-case hex characters.
-fn well_formed(id: &str) -> bool {
+pub(super) fn well_formed(id: &str) -> bool {
     id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -171,6 +171,12 @@ impl SessionStore {
 
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
+    }
+
+    /// The bucket, for the sign-ins waiting for the identity provider
+    /// ([`super::pending_sign_ins`]).
+    pub(super) fn bucket(&self) -> &kv::Store {
+        &self.bucket
     }
 
     /// Begin a session for `holder` at `now`: the cookie value (the
@@ -272,13 +278,18 @@ pub fn cleared_cookie() -> String {
 
 /// The session cookie's value among a request's `Cookie` headers.
 pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<String> {
+    cookie_named(headers, COOKIE)
+}
+
+/// The value of cookie `wanted` among a request's `Cookie` headers.
+pub fn cookie_named(headers: &axum::http::HeaderMap, wanted: &str) -> Option<String> {
     headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(name, _)| *name == wanted)
         .map(|(_, value)| value.to_string())
 }
 

@@ -19,9 +19,9 @@ use axum::Form;
 use jetcron_core::api::ApiError;
 use serde::Deserialize;
 
-use super::pages::{render, LoginPage};
+use super::pages::{render, LoginPage, ProviderButton};
 use super::session::{self, Holder};
-use super::viewer::{same_origin, ConsoleError, Viewer};
+use super::viewer::{same_origin, url_escape, ConsoleError, Viewer};
 use crate::people::{Person, Via};
 use crate::GatewayState;
 
@@ -29,7 +29,7 @@ use crate::GatewayState;
 const NO_MATCH: &str = "That name and password do not match.";
 
 /// Only paths of this console are followed after sign-in (no open redirect).
-fn local_path(next: Option<&str>) -> String {
+pub(super) fn local_path(next: Option<&str>) -> String {
     match next {
         Some(p) if p.starts_with("/ui/") && !p.starts_with("//") && !p.contains('\\') => {
             p.to_string()
@@ -44,7 +44,7 @@ pub struct LoginQuery {
 }
 
 /// The sign-in page with `error` (maybe empty), answered with `status`.
-fn login_page_with(
+pub(super) fn login_page_with(
     state: &GatewayState,
     viewer: &Viewer,
     next: String,
@@ -53,6 +53,10 @@ fn login_page_with(
 ) -> Response {
     let page = LoginPage {
         frame: viewer.frame("Sign in"),
+        provider: state.provider.as_ref().map(|provider| ProviderButton {
+            name: provider.settings().display_name.clone(),
+            link: format!("/ui/login/oidc?next={}", url_escape(&next)),
+        }),
         next,
         error: error.to_string(),
         no_tokens: state.http_auth.has_no_tokens(),
@@ -90,7 +94,7 @@ pub async fn login(
         return from_elsewhere();
     }
     match holder_of(&state, form.token.trim()).await {
-        Ok(Some(holder)) => begin(&state, &viewer, &headers, holder, &next).await,
+        Ok(Some(holder)) => begin_session(&state, &viewer, &headers, holder, &next).await,
         Ok(None) => login_page_with(
             &state,
             &viewer,
@@ -152,7 +156,7 @@ pub async fn login_with_password(
             user_revision: user.revision,
         },
     };
-    begin(&state, &viewer, &headers, Holder::Person(person), &next).await
+    begin_session(&state, &viewer, &headers, Holder::Person(person), &next).await
 }
 
 /// Who a presented token stands for, if it may sign in: a bootstrap
@@ -170,7 +174,7 @@ async fn holder_of(state: &GatewayState, presented: &str) -> Result<Option<Holde
 
 /// Begin a session for `holder` (ending the viewer's old one) and send
 /// the browser to `next` with its cookie.
-async fn begin(
+pub(super) async fn begin_session(
     state: &GatewayState,
     viewer: &Viewer,
     headers: &HeaderMap,
@@ -239,17 +243,17 @@ fn client_address(
 }
 
 /// Whether the request came over HTTPS (a proxy in front says so).
-fn served_over_tls(headers: &HeaderMap) -> bool {
+pub(super) fn served_over_tls(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         == Some("https")
 }
 
-/// `response` setting `cookie`.
-fn with_cookie(mut response: Response, cookie: &str) -> Response {
+/// `response` also setting `cookie`.
+pub(super) fn with_cookie(mut response: Response, cookie: &str) -> Response {
     if let Ok(cookie) = cookie.parse() {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
+        response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
 }

@@ -190,8 +190,9 @@ async fn signed_in(state: &GatewayState, value: &str) -> Option<(Session, Caller
             record.caller(jetcron_core::audit::Door::Console)?
         }
         Holder::Person(person) => {
-            let Via::Password { user_revision } = person.via;
-            local_user_unchanged(state, &person.name, user_revision).await?;
+            if let Via::Password { user_revision } = person.via {
+                local_user_unchanged(state, &person.name, user_revision).await?;
+            }
             let last = state.bindings.last_sequence().await.ok()?;
             let grants = state
                 .bound_roles

@@ -7,6 +7,9 @@
 pub mod bound_roles;
 pub mod local_users;
 pub mod passwords;
+pub mod provider;
+pub mod provider_claims;
+pub mod provider_http;
 pub mod sign_in_limits;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +21,8 @@ pub enum Via {
     /// A local user's password, at that revision of their record (a
     /// changed password or a removed user ends the session).
     Password { user_revision: u64 },
+    /// The identity provider `issuer` (its groups as it said at sign-in).
+    Provider { issuer: String },
 }
 
 /// A signed-in person: their name (the `user:` of bindings), their groups
@@ -33,8 +38,9 @@ pub struct Person {
 impl Person {
     /// What the audit notes of how they signed in.
     pub fn note(&self) -> String {
-        match self.via {
+        match &self.via {
             Via::Password { .. } => "local user".to_string(),
+            Via::Provider { issuer } => format!("signed in by {issuer}"),
         }
     }
 }

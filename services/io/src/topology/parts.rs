@@ -337,7 +337,8 @@ pub async fn ensure_sessions_bucket(
             description: "jetcron console sessions (key = SHA-256 of the session id)".into(),
             history: 1,
             max_age: SESSIONS_MAX_AGE,
-            max_value_size: 4096,
+            // A person's session lists their groups (at most 200 names).
+            max_value_size: 64 * 1024,
             storage: stream::StorageType::File,
             num_replicas: options.replicas.max(1),
             ..Default::default()
