@@ -24,6 +24,7 @@ mod cluster_faults;
 mod cluster_migration;
 mod cluster_startup;
 mod console;
+mod console_access;
 mod console_browser;
 mod executor_failover;
 mod fair_share;

@@ -9,12 +9,9 @@
 //! `console_browser.rs`.)
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use jetcron_gateway::people::provider::ProviderSettings;
-use jetcron_gateway::people::provider_claims::UserClaim;
 use jetcron_testkit::reqwest::{self, header, redirect, Method, StatusCode};
-use jetcron_testkit::{OidcClient, OidcProvider, Stack, StackOptions, API_TOKEN};
+use jetcron_testkit::{OidcProvider, Stack, StackOptions, API_TOKEN};
 use tokio_util::sync::CancellationToken;
 
 /// A gateway with an identity provider, on a stack.
@@ -33,33 +30,8 @@ impl Signing {
             ..StackOptions::default()
         })
         .await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let client = OidcClient {
-            client_id: "jetcron-console".into(),
-            client_secret: "a-client-secret-of-the-test".into(),
-            redirect_uri: format!("{base}/ui/oidc/callback"),
-        };
-        let provider = OidcProvider::start(client.clone(), accounts);
-        let mut config = stack.gateway_config(vec![API_TOKEN.into()], Default::default());
-        config.oidc = Some(ProviderSettings {
-            issuer: provider.issuer(),
-            client_id: client.client_id,
-            client_secret: client.client_secret,
-            redirect_url: client.redirect_uri,
-            scopes: vec!["email".into(), "groups".into()],
-            groups_claim: "groups".into(),
-            user_claim: UserClaim::Email,
-            clock_leeway: Duration::from_secs(60),
-            display_name: "Corp SSO".into(),
-            key_refetch_gap: Duration::ZERO,
-        });
         let stop = CancellationToken::new();
-        stack
-            .another_gateway_on(listener, config, stop.clone())
-            .await;
+        let (base, provider) = stack.gateway_with_provider(accounts, stop.clone()).await;
         Self {
             stack,
             provider,

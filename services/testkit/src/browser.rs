@@ -9,6 +9,21 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder};
 
+/// Run axe-core on the document and hand back its serious and critical
+/// violations (WebDriver's script execution is not bound by the page's
+/// Content-Security-Policy).
+const AXE_RUN: &str = r"
+const done = arguments[arguments.length - 1];
+axe.run(document, {
+  runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] },
+  resultTypes: ['violations'],
+}).then(r => done(r.violations
+    .filter(v => v.impact === 'critical' || v.impact === 'serious')
+    .map(v => ({ id: v.id, impact: v.impact, help: v.help,
+                 nodes: v.nodes.map(n => n.target.join(' ')) }))))
+  .catch(e => done({ error: String(e) }));
+";
+
 /// A browser window for one test.
 pub struct Browser {
     pub client: Client,
@@ -71,6 +86,41 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("chromedriver on port {port} gave no session: {last_error}");
+    }
+
+    /// The accessibility violations axe-core (npm's `axe-core`, injected
+    /// into the page now shown) finds that are serious or critical, under
+    /// the WCAG 2.1 A and AA rules and axe's best practices: one line each,
+    /// `<rule> (<impact>): <help> at <elements>`.
+    pub async fn axe(&self) -> Vec<String> {
+        let source = std::fs::read_to_string(crate::node_modules().join("axe-core/axe.min.js"))
+            .expect("axe-core/axe.min.js (infra/test.sh installs it)");
+        self.client
+            .execute(&source, Vec::new())
+            .await
+            .expect("inject axe-core");
+        let found = self
+            .client
+            .execute_async(AXE_RUN, Vec::new())
+            .await
+            .expect("run axe-core");
+        if let Some(error) = found.get("error") {
+            panic!("axe-core failed: {error}");
+        }
+        found
+            .as_array()
+            .expect("axe-core's violations")
+            .iter()
+            .map(|v| {
+                format!(
+                    "{} ({}): {} at {}",
+                    v["id"].as_str().unwrap_or_default(),
+                    v["impact"].as_str().unwrap_or_default(),
+                    v["help"].as_str().unwrap_or_default(),
+                    v["nodes"]
+                )
+            })
+            .collect()
     }
 
     /// End the session and the driver.

@@ -392,6 +392,43 @@ impl Stack {
         self.another_gateway_on(listener, config, stop).await
     }
 
+    /// Another gateway (accepting [`API_TOKEN`]) that signs people in with
+    /// a real OpenID Connect provider of `accounts` (a login and its
+    /// groups), until `stop`: its base URL and the provider. Display name
+    /// "Corp SSO"; scopes `email`, `groups`; people named by e-mail; a
+    /// key set fetched again at once for an unknown key id.
+    pub async fn gateway_with_provider(
+        &self,
+        accounts: &[(&str, &[&str])],
+        stop: CancellationToken,
+    ) -> (String, crate::OidcProvider) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let client = crate::OidcClient {
+            client_id: "jetcron-console".into(),
+            client_secret: "a-client-secret-of-the-test".into(),
+            redirect_uri: format!("{base}/ui/oidc/callback"),
+        };
+        let provider = crate::OidcProvider::start(client.clone(), accounts);
+        let mut config = self.gateway_config(vec![API_TOKEN.into()], Default::default());
+        config.oidc = Some(jetcron_gateway::people::provider::ProviderSettings {
+            issuer: provider.issuer(),
+            client_id: client.client_id,
+            client_secret: client.client_secret,
+            redirect_url: client.redirect_uri,
+            scopes: vec!["email".into(), "groups".into()],
+            groups_claim: "groups".into(),
+            user_claim: jetcron_gateway::people::provider_claims::UserClaim::Email,
+            clock_leeway: Duration::from_secs(60),
+            display_name: "Corp SSO".into(),
+            key_refetch_gap: Duration::ZERO,
+        });
+        self.another_gateway_on(listener, config, stop).await;
+        (base, provider)
+    }
+
     /// The configuration of a gateway on this stack's NATS and ClickHouse
     /// accepting `api_tokens`, with `limits`.
     pub fn gateway_config(
