@@ -259,6 +259,22 @@ impl Grants {
             .max()
     }
 
+    /// What they hold in `namespace` only: each grant that covers it, as a
+    /// grant of its role there (a selection across namespaces then stays
+    /// within this one).
+    pub fn within(&self, namespace: &str) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter(|grant| grant.scope.covers(namespace))
+                .map(|grant| Grant {
+                    scope: Scope::One(namespace.to_string()),
+                    role: grant.role,
+                })
+                .collect(),
+        )
+    }
+
     /// The namespaces where they hold some role: `None` when one of them
     /// covers `*` (every namespace), else the set (empty: no grant).
     pub fn namespaces(&self) -> Option<BTreeSet<String>> {
@@ -432,6 +448,14 @@ mod tests {
 
         let union = Grants::of([grant("*", Role::Viewer), grant("billing", Role::Editor)]);
         assert_eq!(union.namespaces(), None);
+        let ops = union.within("ops");
+        assert!(ops.allows(Role::Viewer, "ops") && !ops.allows(Role::Viewer, "billing"));
+        assert!(!ops.allows_everywhere(Role::Viewer));
+        assert_eq!(
+            union.within("billing").role_in("billing"),
+            Some(Role::Editor)
+        );
+        assert!(Grants::none().within("ops").grants().is_empty());
         assert_eq!(
             union.namespaces_with(Role::Editor),
             Some(BTreeSet::from(["billing".to_string()]))

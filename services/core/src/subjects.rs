@@ -17,6 +17,9 @@ pub const POLICIES_BUCKET: &str = "jetcron_policies";
 pub const BINDINGS_BUCKET: &str = "jetcron_bindings";
 /// KV bucket of local users (key = user name; Argon2id hashes only).
 pub const USERS_BUCKET: &str = "jetcron_users";
+/// KV bucket of sign-ins waiting for the identity provider (key =
+/// SHA-256 of the id in the browser's cookie; 10 minutes each).
+pub const SIGN_INS_BUCKET: &str = "jetcron_sign_ins";
 /// KV bucket of console sessions (key = SHA-256 of the session id).
 pub const SESSIONS_BUCKET: &str = "jetcron_sessions";
 

@@ -136,6 +136,8 @@ pub struct GatewayState {
     pub bindings: bindings::BindingStore,
     /// `jetcron_sessions`: the console's sessions.
     pub sessions: console::session::SessionStore,
+    /// `jetcron_sign_ins`: sign-ins waiting for the identity provider.
+    pub pending_sign_ins: console::pending_sign_ins::PendingSignIns,
     /// `jetcron_users`: local users and their password hashes.
     pub local_users: people::local_users::LocalUsers,
     /// Password sign-ins counted against their limits.

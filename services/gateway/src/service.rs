@@ -33,6 +33,7 @@ const TOPOLOGY: &[Need] = &[
     Need::BindingsBucket,
     Need::SessionsBucket,
     Need::UsersBucket,
+    Need::SignInsBucket,
 ];
 
 /// Run the gateway on `listener` until `shutdown` is cancelled.
@@ -86,6 +87,7 @@ struct GatewayTopology {
     bindings: async_nats::jetstream::kv::Store,
     sessions: async_nats::jetstream::kv::Store,
     users: async_nats::jetstream::kv::Store,
+    sign_ins: async_nats::jetstream::kv::Store,
 }
 
 impl GatewayTopology {
@@ -126,6 +128,7 @@ impl GatewayTopology {
                 bindings: ensured.bucket(Need::BindingsBucket)?,
                 sessions: ensured.bucket(Need::SessionsBucket)?,
                 users: ensured.bucket(Need::UsersBucket)?,
+                sign_ins: ensured.bucket(Need::SignInsBucket)?,
             }))
         }
         .await;
@@ -211,6 +214,7 @@ fn state(
             config.limits.console_sessions,
         ),
         local_users: people::local_users::LocalUsers::new(parts.users),
+        pending_sign_ins: console::pending_sign_ins::PendingSignIns::new(parts.sign_ins),
         sign_in_guard: people::sign_in_limits::SignInGuard::new(config.limits.sign_in),
         bound_roles,
         provider,

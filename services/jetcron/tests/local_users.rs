@@ -115,10 +115,21 @@ async fn a_local_user_signs_in_holds_their_bindings_and_is_named_in_the_audit() 
         "{}",
         nowhere.body
     );
+    for page in ["/ui/runs", "/ui/channels", "/ui/access"] {
+        let refused = browser.get(page).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::FORBIDDEN,
+            "{page}: {}",
+            refused.body
+        );
+    }
+    assert_eq!(browser.get("/ui/").await.location(), "/ui/jobs");
 
     // A binding holds from the next request: an editor of billing, a
     // viewer of ops; her name in the header; another namespace not shown.
-    stack.put_job(r#"{"id":"ops.cleanup","schedule":"0 0 3 * * *","target":{"type":"nats","subject":"svc.cleanup"}}"#).await;
+    stack.put_job(r#"{"id":"ops.cleanup","schedule":"0 0 3 * * *","labels":{"team":"pay"},"target":{"type":"nats","subject":"svc.cleanup"}}"#).await;
+    stack.put_job(r#"{"id":"billing.charge","schedule":"0 0 3 * * *","labels":{"team":"pay"},"target":{"type":"nats","subject":"svc.charge"}}"#).await;
     stack.put_job(r#"{"id":"hr.payroll","schedule":"0 0 3 * * *","target":{"type":"nats","subject":"svc.payroll"}}"#).await;
     bind(&stack, "billing", "user:alice", Some("editor")).await;
     bind(&stack, "ops", "user:alice", Some("viewer")).await;
@@ -133,6 +144,30 @@ async fn a_local_user_signs_in_holds_their_bindings_and_is_named_in_the_audit() 
         browser.get("/ui/jobs/hr.payroll").await.status,
         StatusCode::FORBIDDEN
     );
+
+    // A label selection acts in the namespace the table shows: in ops she
+    // only views, so none is offered, and one sent anyway is refused with
+    // billing's matching job untouched.
+    let selected = browser
+        .get("/ui/jobs?namespace=ops&labels=team%3Dpay")
+        .await;
+    assert!(selected.body.contains("ops.cleanup"), "{}", selected.body);
+    assert!(!selected.body.contains("Pause all with these labels"));
+    let csrf = browser.csrf.clone();
+    let sent = browser
+        .post(
+            "/ui/jobs:pause",
+            &[
+                ("csrf", csrf.as_str()),
+                ("labels", "team=pay"),
+                ("namespace", "ops"),
+            ],
+        )
+        .await;
+    assert_eq!(sent.status, StatusCode::FORBIDDEN, "{}", sent.body);
+    let (_, charge) = stack.get("/v1/jobs/billing.charge").await;
+    assert_ne!(charge["job"]["job"]["paused"], true, "{charge}");
+    assert!(charge["job"]["revision"].as_u64().is_some(), "{charge}");
 
     // What she writes names her: a job made through the console.
     browser.get("/ui/jobs/new").await;
@@ -199,7 +234,7 @@ async fn password_sign_ins_are_limited_per_name_and_per_address_alike_for_unknow
         sign_in: jetcron_gateway::people::sign_in_limits::SignInLimits {
             name_failures: 3,
             name_window: Duration::from_secs(120),
-            address_attempts: 12,
+            address_attempts: 20,
             address_window: Duration::from_secs(120),
         },
         ..Default::default()
@@ -241,10 +276,31 @@ async fn password_sign_ins_are_limited_per_name_and_per_address_alike_for_unknow
     );
     assert!(browser.cookie.is_none());
 
-    // Per address: 8 tries so far; the 12th is the last one taken.
-    for i in 0..4 {
+    // A burst of parallel tries for one name: no more are checked than
+    // the limit, however many arrive before the first is answered.
+    let burst = (0..6).map(|_| {
+        let mut browser = Browser::new(&stack);
+        async move {
+            sign_in(&mut browser, "erin", "a wrong password")
+                .await
+                .status
+        }
+    });
+    let statuses = futures::future::join_all(burst).await;
+    let checked = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((checked, limited), (3, 3), "{statuses:?}");
+
+    // Per address: 14 tries so far; the 20th is the last one taken.
+    for i in 0..6 {
         let page = sign_in(&mut browser, &format!("user{i}"), "a wrong password").await;
-        assert_eq!(page.status, StatusCode::UNAUTHORIZED, "try {}", 9 + i);
+        assert_eq!(page.status, StatusCode::UNAUTHORIZED, "try {}", 15 + i);
     }
     let page = sign_in(&mut browser, "carol", "a wrong password").await;
     assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS, "{}", page.body);

@@ -352,6 +352,19 @@ async fn wrong_states_foreign_callbacks_and_bad_tokens_are_refused_and_rotated_k
     let again = browser.get(&callback).await;
     refused(&again, StatusCode::BAD_REQUEST, "out of date");
 
+    // An `iss` of another provider, with this browser's state.
+    let mut browser = TwoSites::new(&base);
+    let callback = browser.through_provider("carol").await;
+    let foreign = browser
+        .get(&with_param(&callback, "iss", "https://evil.example"))
+        .await;
+    refused(
+        &foreign,
+        StatusCode::BAD_REQUEST,
+        "another identity provider",
+    );
+    assert!(!browser.console_cookies.contains_key("jetcron_session"));
+
     // The provider's own refusal, with this browser's state.
     let callback = browser.through_provider("carol").await;
     let state = url::Url::parse(&callback)
@@ -398,4 +411,58 @@ async fn wrong_states_foreign_callbacks_and_bad_tokens_are_refused_and_rotated_k
     assert_eq!(rotated.status, StatusCode::SEE_OTHER, "{}", rotated.body);
     assert!(browser.console_cookies.contains_key("jetcron_session"));
     signing.stop().await;
+}
+
+/// Named by `sub` (the provider's login), a person whose name a local user
+/// of the console has is refused: the provider cannot hand out a local
+/// user's bindings.
+#[tokio::test]
+async fn the_provider_cannot_sign_in_a_local_users_name() {
+    let stack = Stack::start(StackOptions {
+        ticker: false,
+        executor: false,
+        ..StackOptions::default()
+    })
+    .await;
+    let stop = CancellationToken::new();
+    let (base, provider) = stack
+        .gateway_with_provider_naming(
+            &[("dave", &[]), ("erin", &[])],
+            jetcron_gateway::people::provider_claims::UserClaim::Subject,
+            stop.clone(),
+        )
+        .await;
+    let bucket = stack
+        .js
+        .get_key_value(jetcron_core::subjects::USERS_BUCKET)
+        .await
+        .expect("users bucket");
+    let now = chrono::Utc::now();
+    jetcron_gateway::people::local_users::LocalUsers::new(bucket)
+        .add(&jetcron_gateway::people::local_users::UserRecord {
+            name: "dave".into(),
+            password: jetcron_gateway::people::passwords::hash("dave's own password")
+                .expect("hash"),
+            created_at: now,
+            password_changed_at: now,
+        })
+        .await
+        .expect("add dave");
+    let mut dave = TwoSites::new(&base);
+    let answer = dave.sign_in("dave").await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.body);
+    assert!(
+        error_of(&answer.body).contains("local user"),
+        "{}",
+        answer.body
+    );
+    assert!(!dave.console_cookies.contains_key("jetcron_session"));
+    // Another login of the provider is named by its `sub` and signs in.
+    let mut erin = TwoSites::new(&base);
+    assert_eq!(erin.sign_in("erin").await.status, StatusCode::SEE_OTHER);
+    let jobs = erin.get(&format!("{base}/ui/jobs")).await;
+    assert_eq!(jobs.status, StatusCode::FORBIDDEN, "bound nowhere");
+    stop.cancel();
+    drop(provider);
+    stack.stop().await;
 }

@@ -103,4 +103,5 @@ provider.use(async (ctx, next) => {
   }
 });
 
-provider.listen(c.port, () => console.log('listening'));
+// Only this machine: its login takes any password.
+provider.listen(c.port, '127.0.0.1', () => console.log('listening'));

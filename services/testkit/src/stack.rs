@@ -402,6 +402,19 @@ impl Stack {
         accounts: &[(&str, &[&str])],
         stop: CancellationToken,
     ) -> (String, crate::OidcProvider) {
+        let email = jetcron_gateway::people::provider_claims::UserClaim::Email;
+        self.gateway_with_provider_naming(accounts, email, stop)
+            .await
+    }
+
+    /// [`Self::gateway_with_provider`] naming people by `user_claim` (the
+    /// provider's `sub` is the login).
+    pub async fn gateway_with_provider_naming(
+        &self,
+        accounts: &[(&str, &[&str])],
+        user_claim: jetcron_gateway::people::provider_claims::UserClaim,
+        stop: CancellationToken,
+    ) -> (String, crate::OidcProvider) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -420,7 +433,7 @@ impl Stack {
             redirect_url: client.redirect_uri,
             scopes: vec!["email".into(), "groups".into()],
             groups_claim: "groups".into(),
-            user_claim: jetcron_gateway::people::provider_claims::UserClaim::Email,
+            user_claim,
             clock_leeway: Duration::from_secs(60),
             display_name: "Corp SSO".into(),
             key_refetch_gap: Duration::ZERO,

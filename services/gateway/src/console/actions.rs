@@ -95,6 +95,10 @@ pub struct SelectorForm {
     csrf: String,
     #[serde(default)]
     labels: String,
+    /// The namespace the table showed (empty: every one the viewer may
+    /// operate in).
+    #[serde(default)]
+    namespace: String,
 }
 
 /// Every job matching the table's label filter.
@@ -104,16 +108,30 @@ async fn set_paused_selected(
     form: SelectorForm,
     paused: bool,
 ) -> Result<Response, ConsoleError> {
-    let back = format!("/ui/jobs?labels={}", url_escape(&form.labels));
+    let namespace = form.namespace.trim();
+    let back = match namespace.is_empty() {
+        true => format!("/ui/jobs?labels={}", url_escape(&form.labels)),
+        false => format!(
+            "/ui/jobs?labels={}&namespace={}",
+            url_escape(&form.labels),
+            url_escape(namespace)
+        ),
+    };
     let viewer = Viewer::of(&state, &headers).await;
     viewer.may_write(&headers, &form.csrf, &back)?;
+    // The jobs of the namespace the table showed, not of every namespace
+    // the viewer operates in.
+    let mut caller = viewer.caller();
+    if !namespace.is_empty() {
+        caller.grants = caller.grants.within(namespace);
+    }
     let labels = super::jobs_page::parse_labels(&form.labels)
         .map_err(|why| jetcron_core::api::ApiError::invalid_field("labels", why))?;
     let select = SelectJobs {
         id: None,
         labels: Some(labels),
     };
-    set_paused(&state, &viewer.caller(), select, back, paused).await
+    set_paused(&state, &caller, select, back, paused).await
 }
 
 /// `POST /ui/jobs:pause` with a label selector.

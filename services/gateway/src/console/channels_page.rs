@@ -8,6 +8,7 @@ use askama::Template;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use jetcron_core::access::Role;
 use jetcron_core::channel::Channel;
 
 use super::pages::{render, when_text, Frame};
@@ -54,6 +55,8 @@ pub async fn show(
 ) -> Result<Response, ConsoleError> {
     let viewer = Viewer::of(&state, &headers).await;
     viewer.may_read("/ui/channels")?;
+    // Channels belong to no namespace; someone bound nowhere sees none.
+    super::namespace_choice::choose(&viewer.caller().grants, Role::Viewer, "")?;
     let reply = state.channels.list(ListChannels {}).await?;
     let shows_secrets = viewer.sees_channel_secrets();
     let channels = reply

@@ -276,7 +276,11 @@ pub async fn show(
     let first = table.offset();
     let (prev_link, next_link) = table.page_links(page.rows.len(), page.matched);
     let page_html = JobsPage {
-        frame: viewer.frame("Jobs").with_done(query.done.as_deref()),
+        frame: match chosen.shown() {
+            Some(namespace) => viewer.frame_for("Jobs", namespace),
+            None => viewer.frame("Jobs"),
+        }
+        .with_done(query.done.as_deref()),
         q: query.q.clone(),
         labels: query.labels.clone(),
         state: table.state.clone(),

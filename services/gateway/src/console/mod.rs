@@ -35,7 +35,7 @@ mod jobs_page;
 mod namespace_choice;
 mod overview_page;
 mod pages;
-mod pending_sign_ins;
+pub mod pending_sign_ins;
 mod provider_sign_in;
 mod run_page;
 mod runs_page;

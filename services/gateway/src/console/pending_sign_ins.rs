@@ -1,11 +1,12 @@
 //! Sign-ins waiting for the identity provider's redirect back: what the
 //! callback must check (`state`, the nonce, the PKCE verifier) and where
-//! to go after, kept in the sessions bucket under `pending.<SHA-256 of a
-//! random id>` and bound to the browser that started the sign-in by the
+//! to go after, kept in the bucket `jetcron_sign_ins` under the SHA-256 of
+//! a random id and bound to the browser that started the sign-in by the
 //! cookie `jetcron_oidc` holding that id (`Path=/ui/oidc`, `SameSite=Lax`:
 //! it must come back with the provider's cross-site redirect). A pending
 //! sign-in is taken once (compare-and-delete: a replayed callback finds
-//! nothing) and lasts [`LIFETIME`].
+//! nothing) and lasts [`LIFETIME`]; the bucket drops it then whether taken
+//! or not, and caps what all of them hold, since anyone may begin one.
 
 use std::time::Duration;
 
@@ -13,47 +14,61 @@ use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
 use jetcron_core::api::ApiError;
 
-use super::session::{random_secret, sha256_hex, well_formed, SessionStore};
+use super::session::{random_secret, sha256_hex, well_formed};
 use crate::people::provider::PendingSignIn;
 
 /// The cookie naming a browser's pending sign-in.
 pub const COOKIE: &str = "jetcron_oidc";
 /// How long a sign-in may take at the provider.
-pub const LIFETIME: Duration = Duration::from_secs(600);
-
-fn key(id: &str) -> String {
-    format!("pending.{}", sha256_hex(id))
-}
+pub const LIFETIME: Duration = jetcron_io::topology::SIGN_INS_MAX_AGE;
 
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::unavailable(format!("the console's sessions bucket: {e}"))
+    ApiError::unavailable(format!("{}: {e}", jetcron_core::subjects::SIGN_INS_BUCKET))
 }
 
-/// Keep `pending`; the id for the browser's cookie.
-pub async fn keep(sessions: &SessionStore, pending: &PendingSignIn) -> Result<String, ApiError> {
-    let id = random_secret();
-    let value = serde_json::to_vec(pending)
-        .map_err(|e| ApiError::internal("encode the pending sign-in", e))?;
-    sessions
-        .bucket()
-        .create(key(&id), value.into())
-        .await
-        .map_err(unavailable)?;
-    Ok(id)
+/// The bucket of waiting sign-ins.
+#[derive(Clone)]
+pub struct PendingSignIns {
+    bucket: kv::Store,
 }
 
-/// Take the pending sign-in of cookie value `id` (it is gone after),
-/// if there is one not older than [`LIFETIME`] at `now`.
-pub async fn take(
-    sessions: &SessionStore,
+impl PendingSignIns {
+    pub fn new(bucket: kv::Store) -> Self {
+        Self { bucket }
+    }
+
+    /// Keep `pending`; the id for the browser's cookie.
+    pub async fn keep(&self, pending: &PendingSignIn) -> Result<String, ApiError> {
+        let id = random_secret();
+        let value = serde_json::to_vec(pending)
+            .map_err(|e| ApiError::internal("encode the pending sign-in", e))?;
+        self.bucket
+            .create(sha256_hex(&id), value.into())
+            .await
+            .map_err(unavailable)?;
+        Ok(id)
+    }
+
+    /// Take the pending sign-in of cookie value `id` (it is gone after),
+    /// if there is one not older than [`LIFETIME`] at `now`.
+    pub async fn take(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<PendingSignIn>, ApiError> {
+        take(&self.bucket, id, now).await
+    }
+}
+
+async fn take(
+    bucket: &kv::Store,
     id: &str,
     now: DateTime<Utc>,
 ) -> Result<Option<PendingSignIn>, ApiError> {
     if !well_formed(id) {
         return Ok(None);
     }
-    let bucket: &kv::Store = sessions.bucket();
-    let key = key(id);
+    let key = sha256_hex(id);
     let Some(message) = jetcron_io::kv_entry::last_value(bucket, &key)
         .await
         .map_err(unavailable)?

@@ -11,16 +11,19 @@
 //!   refused token each end at the sign-in page with why, and no session.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use subtle::ConstantTimeEq as _;
 
 use super::pending_sign_ins;
-use super::session::{cookie_named, Holder};
-use super::sign_in::{begin_session, local_path, login_page_with, served_over_tls, with_cookie};
+use super::session::{self, cookie_named, Holder};
+use super::sign_in::{
+    begin_session, client_address, local_path, login_page_with, too_many, with_cookie,
+};
 use super::viewer::{ConsoleError, Viewer};
 use crate::people::provider::ProviderError;
 use crate::people::{Person, Via};
@@ -39,6 +42,7 @@ pub struct BeginQuery {
 pub async fn begin(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
+    extensions: Extensions,
     Query(query): Query<BeginQuery>,
 ) -> Response {
     let viewer = Viewer::of(&state, &headers).await;
@@ -47,6 +51,14 @@ pub async fn begin(
         let page = "This console has no identity provider (--oidc-issuer).";
         return login_page_with(&state, &viewer, next, page, StatusCode::NOT_FOUND);
     };
+    // Each begun sign-in is kept until it ends: counted per address.
+    let address = client_address(&headers, &extensions, state.limits.trust_forwarded_for);
+    if let Err(wait) = state
+        .sign_in_guard
+        .provider_attempt(address, Instant::now())
+    {
+        return too_many(&state, &viewer, next, wait);
+    }
     let (url, pending) = match provider.begin(&next, state.clock.now()).await {
         Ok(begun) => begun,
         Err(e) => {
@@ -60,10 +72,10 @@ pub async fn begin(
             );
         }
     };
-    match pending_sign_ins::keep(&state.sessions, &pending).await {
+    match state.pending_sign_ins.keep(&pending).await {
         Ok(id) => with_cookie(
             Redirect::to(url.as_str()).into_response(),
-            &pending_sign_ins::cookie(&id, served_over_tls(&headers)),
+            &pending_sign_ins::cookie(&id, session::served_over_tls(&headers)),
         ),
         Err(e) => ConsoleError::Api(e).into_response(),
     }
@@ -101,7 +113,7 @@ pub async fn callback(
     };
     let now = state.clock.now();
     let pending = match cookie_named(&headers, pending_sign_ins::COOKIE) {
-        Some(id) => pending_sign_ins::take(&state.sessions, &id, now).await,
+        Some(id) => state.pending_sign_ins.take(&id, now).await,
         None => Ok(None),
     };
     let pending = match pending {
@@ -142,6 +154,23 @@ pub async fn callback(
             return refuse(&e.to_string(), StatusCode::SERVICE_UNAVAILABLE);
         }
     };
+    // A local user's bindings are not the provider's to give: a name the
+    // provider says (by a claim other than a verified address, which a
+    // local name cannot be) that a local user has is refused.
+    match state.local_users.get(&signed_in.name).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            tracing::warn!(name = %signed_in.name, "identity provider named a local user: refused");
+            return refuse(
+                "The identity provider names you as a local user of this console: sign in with that user's password, or ask an admin to remove the local user.",
+                StatusCode::FORBIDDEN,
+            );
+        }
+        Err(e) => {
+            let e = std::io::Error::other(format!("read the local users: {e:#}"));
+            return ConsoleError::Api(jetcron_core::api::ApiError::unavailable(e)).into_response();
+        }
+    }
     if let Some(note) = &signed_in.groups_note {
         tracing::warn!(name = %signed_in.name, note, "identity provider's groups claim not taken whole");
     }

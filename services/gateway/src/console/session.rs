@@ -173,12 +173,6 @@ impl SessionStore {
         self.timeouts
     }
 
-    /// The bucket, for the sign-ins waiting for the identity provider
-    /// ([`super::pending_sign_ins`]).
-    pub(super) fn bucket(&self) -> &kv::Store {
-        &self.bucket
-    }
-
     /// Begin a session for `holder` at `now`: the cookie value (the
     /// session id) and the session.
     pub async fn begin(
@@ -261,24 +255,50 @@ pub fn csrf_matches(session: &Session, presented: &str) -> bool {
     bool::from(session.csrf().as_bytes().ct_eq(presented.as_bytes()))
 }
 
+/// The session cookie's name over HTTPS: the `__Host-` prefix makes the
+/// browser take it only from this host, `Secure`, for `Path=/`, so a
+/// sibling domain cannot plant a session of its own choosing.
+pub const SECURE_COOKIE: &str = "__Host-jetcron_session";
+
+/// Whether the request came over HTTPS (a proxy in front says so with
+/// `X-Forwarded-Proto`).
+pub fn served_over_tls(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        == Some("https")
+}
+
 /// The `Set-Cookie` value that hands session `id` to the browser
 /// (`secure` behind HTTPS), for `lifetime`.
 pub fn cookie(id: &str, lifetime: Duration, secure: bool) -> String {
-    format!(
-        "{COOKIE}={id}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
-        lifetime.as_secs(),
-        if secure { "; Secure" } else { "" }
-    )
+    match secure {
+        true => format!(
+            "{SECURE_COOKIE}={id}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax; Secure",
+            lifetime.as_secs()
+        ),
+        false => format!(
+            "{COOKIE}={id}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
+            lifetime.as_secs()
+        ),
+    }
 }
 
 /// The `Set-Cookie` value that drops the session cookie.
-pub fn cleared_cookie() -> String {
-    format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax")
+pub fn cleared_cookie(secure: bool) -> String {
+    match secure {
+        true => format!("{SECURE_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure"),
+        false => format!("{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"),
+    }
 }
 
-/// The session cookie's value among a request's `Cookie` headers.
+/// The session cookie's value among a request's `Cookie` headers: over
+/// HTTPS only the `__Host-` one counts.
 pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<String> {
-    cookie_named(headers, COOKIE)
+    match served_over_tls(headers) {
+        true => cookie_named(headers, SECURE_COOKIE),
+        false => cookie_named(headers, COOKIE),
+    }
 }
 
 /// The value of cookie `wanted` among a request's `Cookie` headers.
@@ -366,11 +386,21 @@ mod tests {
             "{plain}"
         );
         assert!(plain.contains("Max-Age=43200") && !plain.contains("Secure"));
-        assert!(cookie(&id, DEFAULT_LIFETIME, true).ends_with("; Secure"));
+        let secure = cookie(&id, DEFAULT_LIFETIME, true);
+        assert!(secure.starts_with("__Host-jetcron_session=") && secure.ends_with("; Secure"));
+        assert!(secure.contains("Path=/;") && !secure.contains("Domain"));
         let mut headers = axum::http::HeaderMap::new();
         headers.insert(
             axum::http::header::COOKIE,
             format!("other=1; {COOKIE}={id}").parse().expect("header"),
+        );
+        assert_eq!(from_headers(&headers), Some(id.clone()));
+        // Over HTTPS a cookie without the prefix is not taken.
+        headers.insert("x-forwarded-proto", "https".parse().expect("proto"));
+        assert_eq!(from_headers(&headers), None);
+        headers.insert(
+            axum::http::header::COOKIE,
+            format!("{SECURE_COOKIE}={id}").parse().expect("header"),
         );
         assert_eq!(from_headers(&headers), Some(id));
     }

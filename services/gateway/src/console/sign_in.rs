@@ -22,6 +22,7 @@ use serde::Deserialize;
 use super::pages::{render, LoginPage, ProviderButton};
 use super::session::{self, Holder};
 use super::viewer::{same_origin, url_escape, ConsoleError, Viewer};
+use crate::people::sign_in_limits::Checked;
 use crate::people::{Person, Via};
 use crate::GatewayState;
 
@@ -31,7 +32,12 @@ const NO_MATCH: &str = "That name and password do not match.";
 /// Only paths of this console are followed after sign-in (no open redirect).
 pub(super) fn local_path(next: Option<&str>) -> String {
     match next {
-        Some(p) if p.starts_with("/ui/") && !p.starts_with("//") && !p.contains('\\') => {
+        Some(p)
+            if p.starts_with("/ui/")
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && p.chars().all(|c| c.is_ascii_graphic()) =>
+        {
             p.to_string()
         }
         _ => "/ui/".to_string(),
@@ -142,9 +148,11 @@ pub async fn login_with_password(
         }
     };
     let phc = user.as_ref().map(|u| u.record.password.clone());
-    let matched = state.sign_in_guard.verify(phc, form.password).await;
-    let Some(user) = user.filter(|_| matched) else {
-        state.sign_in_guard.failed(&name, Instant::now());
+    let checked = state.sign_in_guard.verify(phc, form.password).await;
+    if checked == Checked::Busy {
+        return too_many(&state, &viewer, next, std::time::Duration::from_secs(60));
+    }
+    let Some(user) = user.filter(|_| checked == Checked::Matches) else {
         tracing::info!(name = %name, address = ?address, "console password sign-in refused");
         return login_page_with(&state, &viewer, next, NO_MATCH, StatusCode::UNAUTHORIZED);
     };
@@ -188,7 +196,7 @@ pub(super) async fn begin_session(
     match state.sessions.begin(holder, state.clock.now()).await {
         Ok((id, _)) => {
             let lifetime = state.sessions.timeouts().lifetime;
-            let cookie = session::cookie(&id, lifetime, served_over_tls(headers));
+            let cookie = session::cookie(&id, lifetime, session::served_over_tls(headers));
             with_cookie(Redirect::to(next).into_response(), &cookie)
         }
         Err(e) => ConsoleError::Api(e).into_response(),
@@ -201,7 +209,7 @@ fn from_elsewhere() -> Response {
 }
 
 /// The answer to a sign-in past its limits: 429, and when to try again.
-fn too_many(
+pub(super) fn too_many(
     state: &GatewayState,
     viewer: &Viewer,
     next: String,
@@ -220,7 +228,7 @@ fn too_many(
 /// The client's address: the connection's peer, or, behind a proxy the
 /// gateway is told to trust (`--trust-forwarded-for`), the address that
 /// proxy saw (the last of `X-Forwarded-For`).
-fn client_address(
+pub(super) fn client_address(
     headers: &HeaderMap,
     extensions: &Extensions,
     trust_forwarded: bool,
@@ -232,7 +240,7 @@ fn client_address(
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .next_back()
-            .and_then(|a| a.trim().parse::<IpAddr>().ok());
+            .and_then(|a| forwarded_address(a.trim()));
         if forwarded.is_some() {
             return forwarded;
         }
@@ -242,12 +250,13 @@ fn client_address(
         .map(|info| info.0.ip())
 }
 
-/// Whether the request came over HTTPS (a proxy in front says so).
-pub(super) fn served_over_tls(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        == Some("https")
+/// An `X-Forwarded-For` entry's address: `192.0.2.7`, `2001:db8::7`, or
+/// with a port, `192.0.2.7:4711`, `[2001:db8::7]:4711`.
+fn forwarded_address(entry: &str) -> Option<IpAddr> {
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
 }
 
 /// `response` also setting `cookie`.
@@ -281,7 +290,7 @@ pub async fn logout(
     }
     with_cookie(
         Redirect::to("/ui/login").into_response(),
-        &session::cleared_cookie(),
+        &session::cleared_cookie(session::served_over_tls(&headers)),
     )
 }
 
@@ -298,6 +307,9 @@ mod tests {
             "/ui/\\evil",
             "/v1/jobs",
             "",
+            "/ui/\u{1}",
+            "/ui/jobs\nLocation: x",
+            "/ui/jöbs",
         ] {
             assert_eq!(local_path(Some(bad)), "/ui/", "{bad}");
         }
@@ -320,5 +332,14 @@ mod tests {
             Some(peer)
         );
         assert_eq!(client_address(&headers, &Extensions::new(), false), None);
+        assert_eq!(
+            forwarded_address("[2001:db8::7]:4711"),
+            Some("2001:db8::7".parse().expect("v6"))
+        );
+        assert_eq!(
+            forwarded_address("192.0.2.7:4711"),
+            Some(IpAddr::from([192, 0, 2, 7]))
+        );
+        assert_eq!(forwarded_address("unknown"), None);
     }
 }

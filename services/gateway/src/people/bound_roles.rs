@@ -78,6 +78,18 @@ impl BoundRoles {
     /// within [`CATCH_UP`].
     pub async fn grants_after(&self, last: u64, name: &str, groups: &[String]) -> Option<Grants> {
         let mut applied = self.applied.subscribe();
+        if last < *applied.borrow() {
+            // The stream is behind what this gateway followed: the bucket
+            // was made again or restored. What is held may grant what the
+            // bucket no longer does: nobody is signed in until a restart
+            // reads it afresh.
+            tracing::error!(
+                last,
+                applied = *applied.borrow(),
+                "the bindings bucket is older than this gateway's copy (made again or restored?): people are signed out until the gateway restarts"
+            );
+            return None;
+        }
         tokio::time::timeout(CATCH_UP, applied.wait_for(|applied| *applied >= last))
             .await
             .ok()?
@@ -234,6 +246,20 @@ mod tests {
         roles.set("billing.user.a", 6, None);
         assert!(roles.held_grants("alice", &[]).grants().is_empty());
         assert!(decode(b"{\"namespace\":\"billing\"}").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_behind_the_copy_signs_nobody_in() {
+        let roles = BoundRoles::default();
+        roles.set(
+            "billing.user.a",
+            9,
+            binding("billing", "user:alice", Role::Admin),
+        );
+        roles.advance(9);
+        roles.synced();
+        assert!(roles.grants_after(9, "alice", &[]).await.is_some());
+        assert!(roles.grants_after(3, "alice", &[]).await.is_none());
     }
 
     #[tokio::test]

@@ -357,8 +357,9 @@ impl Provider {
             email: claims.email().map(|e| e.to_string()),
             email_verified: claims.email_verified(),
             preferred_username: claims.preferred_username().map(|u| u.to_string()),
+            others: claims.additional_claims().claims.clone(),
         };
-        let name = provider_claims::name_of(self.settings.user_claim, &naming)
+        let name = provider_claims::name_of(&self.settings.user_claim, &naming)
             .map_err(|why| ProviderError::Refused(format!("no usable name: {why}")))?;
         let groups_claim = claims
             .additional_claims()

@@ -1,5 +1,6 @@
 //! Who a verified ID token names: the person's name (the claim
-//! `--oidc-user-claim` says: `email`, `preferred_username` or `sub`) and
+//! `--oidc-user-claim` says: `email`, `preferred_username`, `sub`, or
+//! another string claim such as Entra ID's `oid`) and
 //! their groups (the claim `--oidc-groups-claim` says, `groups` by
 //! default). Called only with claims whose signature, issuer, audience,
 //! expiry and nonce the `openidconnect` crate has verified.
@@ -12,44 +13,60 @@ use serde_json::Value;
 pub const MAX_GROUPS: usize = 200;
 
 /// The claim that names a person.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UserClaim {
-    /// `email`, refused when the provider says it is not verified.
+    /// `email`, taken only when the provider says it is verified
+    /// (`email_verified: true`): an address a user may set themselves must
+    /// not pick whose bindings they get.
     Email,
     PreferredUsername,
     /// `sub`: stable, but opaque at most providers.
     Subject,
+    /// Another claim holding a string (Entra ID's `oid`).
+    Other(String),
 }
 
 impl UserClaim {
-    /// `email`, `preferred_username` or `sub`.
+    /// `email`, `preferred_username`, `sub`, or another claim's name.
     pub fn parse(text: &str) -> Result<Self, String> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
         match text {
             "email" => Ok(Self::Email),
             "preferred_username" => Ok(Self::PreferredUsername),
             "sub" => Ok(Self::Subject),
+            other if !other.is_empty() && other.chars().all(plain) => {
+                Ok(Self::Other(other.to_string()))
+            }
             other => Err(format!(
-                "--oidc-user-claim {other:?}: one of email, preferred_username, sub"
+                "--oidc-user-claim {other:?}: email, preferred_username, sub, or another claim's name (letters, digits, _)"
             )),
         }
     }
 }
 
-/// The standard claims a name is read from.
+/// The claims a name is read from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamingClaims {
     pub subject: String,
     pub email: Option<String>,
     pub email_verified: Option<bool>,
     pub preferred_username: Option<String>,
+    /// Every other claim.
+    pub others: serde_json::Map<String, Value>,
 }
 
 /// The person's name by `claim`, or why there is none usable.
-pub fn name_of(claim: UserClaim, claims: &NamingClaims) -> Result<String, String> {
+pub fn name_of(claim: &UserClaim, claims: &NamingClaims) -> Result<String, String> {
     let name = match claim {
+        UserClaim::Other(other) => claims
+            .others
+            .get(other)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| format!("the ID token has no string claim {other:?}"))?,
         UserClaim::Email => {
-            if claims.email_verified == Some(false) {
-                return Err("the provider says the e-mail address is not verified".into());
+            if claims.email_verified != Some(true) {
+                return Err("the provider does not say the e-mail address is verified (email_verified); name people by another claim (--oidc-user-claim)".into());
             }
             claims
                 .email
@@ -114,41 +131,61 @@ mod tests {
             email: Some("alice@corp.example".into()),
             email_verified: Some(true),
             preferred_username: Some("alice".into()),
+            others: serde_json::Map::new(),
         }
     }
 
     #[test]
     fn the_configured_claim_names_the_person() {
+        let named = |claim: &UserClaim, claims: &NamingClaims| name_of(claim, claims);
         assert_eq!(
-            name_of(UserClaim::Email, &claims()),
+            named(&UserClaim::Email, &claims()),
             Ok("alice@corp.example".into())
         );
         assert_eq!(
-            name_of(UserClaim::PreferredUsername, &claims()),
+            named(&UserClaim::PreferredUsername, &claims()),
             Ok("alice".into())
         );
         assert_eq!(
-            name_of(UserClaim::Subject, &claims()),
+            named(&UserClaim::Subject, &claims()),
             Ok("248289761001".into())
         );
-        let unverified = NamingClaims {
-            email_verified: Some(false),
-            ..claims()
-        };
-        assert!(name_of(UserClaim::Email, &unverified).is_err());
+        for verified in [Some(false), None] {
+            let unverified = NamingClaims {
+                email_verified: verified,
+                ..claims()
+            };
+            assert!(
+                named(&UserClaim::Email, &unverified).is_err(),
+                "{verified:?}"
+            );
+        }
         let bare = NamingClaims {
             subject: "x".into(),
+            email_verified: Some(true),
             ..NamingClaims::default()
         };
-        assert!(name_of(UserClaim::Email, &bare)
-            .expect_err("no email")
-            .contains("scope"));
+        let refused = named(&UserClaim::Email, &bare).expect_err("no email");
+        assert!(refused.contains("scope"), "{refused}");
         let odd = NamingClaims {
             preferred_username: Some("al\nice".into()),
             ..claims()
         };
-        assert!(name_of(UserClaim::PreferredUsername, &odd).is_err());
-        assert!(UserClaim::parse("upn").is_err());
+        assert!(named(&UserClaim::PreferredUsername, &odd).is_err());
+        let oid = UserClaim::parse("oid").expect("oid");
+        let entra = NamingClaims {
+            others: json!({"oid": "00000000-0000-0000-66f3-3332eca7ea81"})
+                .as_object()
+                .cloned()
+                .expect("map"),
+            ..claims()
+        };
+        assert_eq!(
+            named(&oid, &entra),
+            Ok("00000000-0000-0000-66f3-3332eca7ea81".into())
+        );
+        assert!(named(&oid, &claims()).is_err());
+        assert!(UserClaim::parse("a b").is_err() && UserClaim::parse("").is_err());
     }
 
     #[test]

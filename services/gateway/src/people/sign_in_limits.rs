@@ -1,8 +1,11 @@
-//! Limits on password sign-ins, against guessing: failures per user name
-//! (whether the user exists or not, so the limit does not tell) and
-//! attempts per client address. Kept in each gateway's memory: behind a
-//! load balancer of N gateways a guesser gets up to N times the budget,
-//! which the windows are sized to tolerate (docs/console.md).
+//! Limits on password sign-ins, against guessing: tries per user name
+//! that did not succeed (whether the user exists or not, so the limit does
+//! not tell) and attempts per client address (an IPv6 client per /64, what
+//! one host is usually given). A try counts against its name as soon as it
+//! is let through, and is forgotten only when it succeeds, so a burst of
+//! parallel tries gets no more checks than the limit. Kept in each
+//! gateway's memory: behind a load balancer of N gateways a guesser gets up
+//! to N times the budget (docs/console.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -70,7 +73,10 @@ impl Windows {
             })
     }
 
-    fn record(&mut self, key: &str, window: Duration, now: Instant) {
+    /// Count an event of `key` at `now`; `false` when `MAX_KEYS` others
+    /// are within their window (a flood of names or addresses: refused,
+    /// rather than forgetting what was counted).
+    fn record(&mut self, key: &str, window: Duration, now: Instant) -> bool {
         if self.by_key.len() >= MAX_KEYS && !self.by_key.contains_key(key) {
             self.by_key.retain(|_, times| {
                 times
@@ -78,13 +84,14 @@ impl Windows {
                     .is_some_and(|t| now.duration_since(*t) < window)
             });
             if self.by_key.len() >= MAX_KEYS {
-                self.by_key.clear();
+                return false;
             }
         }
         self.by_key
             .entry(key.to_string())
             .or_default()
             .push_back(now);
+        true
     }
 }
 
@@ -92,6 +99,31 @@ impl Windows {
 /// of a core, so a flood of sign-ins waits here instead of starving the
 /// gateway.
 const CHECKS_AT_ONCE: usize = 2;
+
+/// The longest a sign-in waits for a check to run; past it the sign-in is
+/// refused as busy (a flood must not make the queue grow without end).
+const CHECK_WAIT: Duration = Duration::from_secs(5);
+
+/// How a password check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    Matches,
+    DoesNotMatch,
+    /// Too many checks waiting: not checked.
+    Busy,
+}
+
+/// The key an address is counted under: an IPv4 address, an IPv6 /64.
+fn address_key(address: Option<IpAddr>) -> String {
+    match address {
+        None => "unknown".to_string(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
 
 /// The limits, what they have counted, and the password checks running.
 pub struct SignInGuard {
@@ -119,16 +151,24 @@ impl SignInGuard {
 
     /// Whether `password` is the one hashed in `phc` (`None`: no such
     /// user, checked all the same), off the async threads.
-    pub async fn verify(&self, phc: Option<String>, password: String) -> bool {
-        let Ok(_permit) = self.checking.acquire().await else {
-            return false;
+    pub async fn verify(&self, phc: Option<String>, password: String) -> Checked {
+        let Ok(Ok(_permit)) = tokio::time::timeout(CHECK_WAIT, self.checking.acquire()).await
+        else {
+            return Checked::Busy;
         };
-        tokio::task::spawn_blocking(move || super::passwords::verify(phc.as_deref(), &password))
-            .await
-            .unwrap_or(false)
+        let matched = tokio::task::spawn_blocking(move || {
+            super::passwords::verify(phc.as_deref(), &password)
+        })
+        .await
+        .unwrap_or(false);
+        match matched {
+            true => Checked::Matches,
+            false => Checked::DoesNotMatch,
+        }
     }
 
-    /// Count an attempt to sign in as `name` from `address` at `now`:
+    /// Count an attempt to sign in as `name` from `address` at `now`,
+    /// against the address and (until it succeeds) against the name:
     /// `Err(wait)` when either limit is reached (the attempt must not be
     /// checked), after which `wait` frees it.
     pub fn attempt(
@@ -138,28 +178,44 @@ impl SignInGuard {
         now: Instant,
     ) -> Result<(), Duration> {
         let name = name.trim().to_lowercase();
-        let address = address.map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let address = address_key(address);
         let limits = self.limits;
+        let busy = || limits.address_window.min(limits.name_window);
         let mut addresses = lock(&self.addresses);
         if addresses.recent(&address, limits.address_window, now) >= limits.address_attempts {
             return Err(addresses.free_in(&address, limits.address_window, now));
         }
-        addresses.record(&address, limits.address_window, now);
+        if !addresses.record(&address, limits.address_window, now) {
+            return Err(busy());
+        }
         drop(addresses);
         let mut names = lock(&self.names);
         if names.recent(&name, limits.name_window, now) >= limits.name_failures {
             return Err(names.free_in(&name, limits.name_window, now));
         }
+        if !names.record(&name, limits.name_window, now) {
+            return Err(busy());
+        }
         Ok(())
     }
 
-    /// A sign-in as `name` failed at `now`.
-    pub fn failed(&self, name: &str, now: Instant) {
-        let name = name.trim().to_lowercase();
-        lock(&self.names).record(&name, self.limits.name_window, now);
+    /// Count a sign-in with the identity provider begun from `address` at
+    /// `now` (each keeps a record until it ends): `Err(wait)` past the
+    /// address's limit.
+    pub fn provider_attempt(&self, address: Option<IpAddr>, now: Instant) -> Result<(), Duration> {
+        let address = address_key(address);
+        let window = self.limits.address_window;
+        let mut addresses = lock(&self.addresses);
+        if addresses.recent(&address, window, now) >= self.limits.address_attempts {
+            return Err(addresses.free_in(&address, window, now));
+        }
+        match addresses.record(&address, window, now) {
+            true => Ok(()),
+            false => Err(window),
+        }
     }
 
-    /// A sign-in as `name` succeeded: its failures are forgotten.
+    /// A sign-in as `name` succeeded: its tries are forgotten.
     pub fn succeeded(&self, name: &str) {
         lock(&self.names).by_key.remove(&name.trim().to_lowercase());
     }
@@ -186,7 +242,6 @@ mod tests {
         for i in 0..3 {
             let at = start + Duration::from_secs(i * 4);
             assert_eq!(guard.attempt("Alice", here, at), Ok(()));
-            guard.failed("alice", at);
         }
         // Same name in other case, from another address: still limited.
         let later = start + Duration::from_secs(20);
@@ -200,7 +255,46 @@ mod tests {
             Ok(())
         );
         guard.succeeded("alice");
-        assert!(guard.names.lock().expect("lock").by_key.is_empty());
+        let names = guard.names.lock().expect("lock");
+        assert!(!names.by_key.contains_key("alice") && names.by_key.contains_key("bob"));
+    }
+
+    #[test]
+    fn a_burst_of_tries_gets_no_more_checks_than_the_limit() {
+        let guard = guard();
+        let now = Instant::now();
+        let spread = |i: u8| Some(IpAddr::from([10, 0, 1, i]));
+        // Three let through before any has been checked; the rest not.
+        let through = (0..10)
+            .filter(|i| guard.attempt("alice", spread(*i), now).is_ok())
+            .count();
+        assert_eq!(through, 3);
+    }
+
+    #[test]
+    fn an_ipv6_host_is_counted_by_its_64_and_a_flood_of_keys_is_refused() {
+        let guard = guard();
+        let now = Instant::now();
+        for i in 0..5u16 {
+            let address = std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, i, 0, 0, 1);
+            assert_eq!(
+                guard.attempt(&format!("u{i}"), Some(address.into()), now),
+                Ok(())
+            );
+        }
+        let same_64 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 9, 9, 9, 9);
+        assert!(guard.attempt("u9", Some(same_64.into()), now).is_err());
+        let other_64 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1);
+        assert_eq!(guard.attempt("u9", Some(other_64.into()), now), Ok(()));
+        let mut windows = Windows::default();
+        for i in 0..MAX_KEYS {
+            assert!(windows.record(&i.to_string(), Duration::from_secs(60), now));
+        }
+        assert!(!windows.record("one more", Duration::from_secs(60), now));
+        assert!(
+            windows.record("0", Duration::from_secs(60), now),
+            "a key counted goes on"
+        );
     }
 
     #[test]

@@ -137,6 +137,7 @@ pub fn stream_names() -> Vec<String> {
         subjects::BINDINGS_BUCKET,
         subjects::SESSIONS_BUCKET,
         subjects::USERS_BUCKET,
+        subjects::SIGN_INS_BUCKET,
     ]
     .map(|bucket| format!("KV_{bucket}"));
     let streams = [

@@ -35,6 +35,8 @@ pub enum Need {
     SessionsBucket,
     /// `jetcron_users`, local users (password hashes only).
     UsersBucket,
+    /// `jetcron_sign_ins`, sign-ins waiting for the identity provider.
+    SignInsBucket,
 }
 
 /// A part as made: a stream or a bucket.
@@ -68,6 +70,7 @@ impl Need {
             Need::BindingsBucket => Part::Bucket(parts::ensure_bindings_bucket(js, options).await?),
             Need::SessionsBucket => Part::Bucket(parts::ensure_sessions_bucket(js, options).await?),
             Need::UsersBucket => Part::Bucket(parts::ensure_users_bucket(js, options).await?),
+            Need::SignInsBucket => Part::Bucket(parts::ensure_sign_ins_bucket(js, options).await?),
         })
     }
 }

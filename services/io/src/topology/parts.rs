@@ -347,6 +347,37 @@ pub async fn ensure_sessions_bucket(
     .await
 }
 
+/// Sign-ins waiting for the identity provider's redirect back: gone after
+/// [`SIGN_INS_MAX_AGE`] whether taken or not, and at most
+/// [`SIGN_INS_MAX_BYTES`] in all (anyone may begin a sign-in, so a flood
+/// of them must not fill the server's storage: past the cap new ones are
+/// refused until old ones age out).
+pub async fn ensure_sign_ins_bucket(
+    js: &jetstream::Context,
+    options: &TopologyOptions,
+) -> Result<kv::Store> {
+    ensure_bucket(
+        js,
+        kv::Config {
+            bucket: subjects::SIGN_INS_BUCKET.to_string(),
+            description: "jetcron sign-ins waiting for the identity provider".into(),
+            history: 1,
+            max_age: SIGN_INS_MAX_AGE,
+            max_bytes: SIGN_INS_MAX_BYTES,
+            max_value_size: 4096,
+            storage: stream::StorageType::File,
+            num_replicas: options.replicas.max(1),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// How long a sign-in may take at the identity provider.
+pub const SIGN_INS_MAX_AGE: Duration = Duration::from_secs(600);
+/// The most bytes all waiting sign-ins may hold.
+pub const SIGN_INS_MAX_BYTES: i64 = 64 * 1024 * 1024;
+
 /// The longest a console session may last.
 pub const SESSIONS_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
 
