@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use fantoccini::{Client, Locator};
+
+use crate::browser_steps::{click, fill};
 use jetcron_testkit::{wait_until, Browser, Stack, StackOptions, API_TOKEN};
 use tokio_util::sync::CancellationToken;
 
@@ -35,25 +37,6 @@ async fn page_says(client: &Client, wanted: &str) -> String {
         },
     )
     .await
-}
-
-async fn click(client: &Client, css: &str) {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {css}: {e}"));
-}
-
-async fn fill(client: &Client, css: &str, value: &str) {
-    let input = client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"));
-    input.clear().await.expect("clear");
-    input.send_keys(value).await.expect("type");
 }
 
 async fn href_of(client: &Client, css: &str) -> String {

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fantoccini::{Client, Locator};
+
+use crate::browser_steps::{click, fill};
 use jetcron_testkit::{wait_until, Browser, Stack, StackOptions, API_TOKEN};
 
 async fn text_of(client: &Client, css: &str) -> String {
@@ -26,25 +28,6 @@ async fn text_of(client: &Client, css: &str) -> String {
 
 async fn body_text(client: &Client) -> String {
     text_of(client, "body").await
-}
-
-async fn fill(client: &Client, css: &str, value: &str) {
-    let input = client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"));
-    input.clear().await.expect("clear");
-    input.send_keys(value).await.expect("type");
-}
-
-async fn click(client: &Client, css: &str) {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {css}: {e}"));
 }
 
 /// Wait (without reloading) until the page's text contains `wanted`: a

@@ -15,6 +15,7 @@ mod alerts;
 mod api;
 mod bad_input;
 mod bindings;
+mod browser_steps;
 mod chains;
 mod channels;
 mod clickhouse_hang;

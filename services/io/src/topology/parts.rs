@@ -229,19 +229,15 @@ pub async fn ensure_running_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::RUNNING_BUCKET.to_string(),
-            description: "jetcron runs in progress: overlap claims and kill requests".into(),
-            history: 1,
-            max_age: options.running_max_age,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = kv::Config {
+        max_age: options.running_max_age,
+        ..passing_bucket(
+            subjects::RUNNING_BUCKET,
+            "jetcron runs in progress: overlap claims and kill requests",
+            options,
+        )
+    };
+    ensure_bucket(js, config).await
 }
 
 /// The alert channels bucket (key = channel name), history kept like the
@@ -330,21 +326,17 @@ pub async fn ensure_sessions_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::SESSIONS_BUCKET.to_string(),
-            description: "jetcron console sessions (key = SHA-256 of the session id)".into(),
-            history: 1,
-            max_age: SESSIONS_MAX_AGE,
-            // A person's session lists their groups (at most 200 names).
-            max_value_size: 64 * 1024,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = kv::Config {
+        max_age: SESSIONS_MAX_AGE,
+        // A person's session lists their groups (at most 200 names).
+        max_value_size: 64 * 1024,
+        ..passing_bucket(
+            subjects::SESSIONS_BUCKET,
+            "jetcron console sessions (key = SHA-256 of the session id)",
+            options,
+        )
+    };
+    ensure_bucket(js, config).await
 }
 
 /// Sign-ins waiting for the identity provider's redirect back: gone after
@@ -356,21 +348,17 @@ pub async fn ensure_sign_ins_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::SIGN_INS_BUCKET.to_string(),
-            description: "jetcron sign-ins waiting for the identity provider".into(),
-            history: 1,
-            max_age: SIGN_INS_MAX_AGE,
-            max_bytes: SIGN_INS_MAX_BYTES,
-            max_value_size: 4096,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = kv::Config {
+        max_age: SIGN_INS_MAX_AGE,
+        max_bytes: SIGN_INS_MAX_BYTES,
+        max_value_size: 4096,
+        ..passing_bucket(
+            subjects::SIGN_INS_BUCKET,
+            "jetcron sign-ins waiting for the identity provider",
+            options,
+        )
+    };
+    ensure_bucket(js, config).await
 }
 
 /// How long a sign-in may take at the identity provider.
@@ -380,6 +368,19 @@ pub const SIGN_INS_MAX_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The longest a console session may last.
 pub const SESSIONS_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
+
+/// A bucket of state that passes (claims, incidents, sessions): one value
+/// per key, no history, on file, at the deployment's replica count.
+fn passing_bucket(bucket: &str, description: &str, options: &TopologyOptions) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_string(),
+        description: description.into(),
+        history: 1,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    }
+}
 
 /// A bucket of definitions people change (channels, tokens, policies, bindings): on file, at
 /// the deployment's replica count, with the jobs bucket's history.
@@ -406,18 +407,12 @@ pub async fn ensure_incidents_bucket(
     js: &jetstream::Context,
     options: &TopologyOptions,
 ) -> Result<kv::Store> {
-    ensure_bucket(
-        js,
-        kv::Config {
-            bucket: subjects::INCIDENTS_BUCKET.to_string(),
-            description: "jetcron open alert incidents (key = <job id>.<rule>)".into(),
-            history: 1,
-            storage: stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        },
-    )
-    .await
+    let config = passing_bucket(
+        subjects::INCIDENTS_BUCKET,
+        "jetcron open alert incidents (key = <job id>.<rule>)",
+        options,
+    );
+    ensure_bucket(js, config).await
 }
 
 /// Failure notifications waiting for delivery: a work queue, so a webhook
