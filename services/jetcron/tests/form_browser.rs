@@ -110,3 +110,28 @@ impl Browser {
         assert_eq!(page.location(), "/ui/jobs");
     }
 }
+
+/// The text of a page's alert paragraph (`role="alert"`), with the
+/// entities askama writes for quotes turned back.
+pub fn alert_text(body: &str) -> String {
+    let start = body.find("role=\"alert\">").map_or(0, |i| i + 13);
+    let end = body[start..].find("</p>").map_or(start, |i| start + i);
+    body[start..end]
+        .replace("&#x27;", "'")
+        .replace("&quot;", "\"")
+}
+
+/// The new-job form's fields for `billing.invoices`, a NATS target,
+/// posted with `csrf`.
+pub fn invoices_job_form(csrf: &str) -> [(&str, &str); 8] {
+    [
+        ("csrf", csrf),
+        ("expected_revision", "0"),
+        ("id", "billing.invoices"),
+        ("schedule", "0 3 * * *"),
+        ("timezone", "UTC"),
+        ("target.type", "nats"),
+        ("target.subject", "svc.invoices"),
+        ("retry.max_attempts", "1"),
+    ]
+}

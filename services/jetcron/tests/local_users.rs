@@ -13,7 +13,7 @@ use jetcron_testkit::reqwest::{header, Method, StatusCode};
 use jetcron_testkit::{Stack, StackOptions, API_TOKEN};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::form_browser::Browser;
+use crate::form_browser::{alert_text, invoices_job_form, Browser};
 
 const NO_MATCH: &str = "That name and password do not match.";
 
@@ -56,13 +56,6 @@ async fn sign_in(browser: &mut Browser, name: &str, password: &str) -> crate::fo
         .await
 }
 
-/// The error paragraph of a sign-in page.
-fn error_of(body: &str) -> &str {
-    let start = body.find("role=\"alert\">").map_or(0, |i| i + 13);
-    let end = body[start..].find("</p>").map_or(start, |i| start + i);
-    &body[start..end]
-}
-
 async fn bind(stack: &Stack, namespace: &str, subject: &str, role: Option<&str>) {
     let path = format!("/v1/namespaces/{namespace}/bindings/{subject}");
     let (method, body) = match role {
@@ -100,8 +93,8 @@ async fn a_local_user_signs_in_holds_their_bindings_and_is_named_in_the_audit() 
     let unknown = sign_in(&mut browser, "mallory", "alice's first password").await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(error_of(&wrong.body), NO_MATCH, "{}", wrong.body);
-    assert_eq!(error_of(&unknown.body), NO_MATCH);
+    assert_eq!(alert_text(&wrong.body), NO_MATCH, "{}", wrong.body);
+    assert_eq!(alert_text(&unknown.body), NO_MATCH);
     assert!(browser.cookie.is_none());
 
     // Signed in, bound nowhere: told so.
@@ -173,19 +166,7 @@ async fn a_local_user_signs_in_holds_their_bindings_and_is_named_in_the_audit() 
     browser.get("/ui/jobs/new").await;
     let csrf = browser.csrf.clone();
     let made = browser
-        .post(
-            "/ui/jobs/new",
-            &[
-                ("csrf", csrf.as_str()),
-                ("expected_revision", "0"),
-                ("id", "billing.invoices"),
-                ("schedule", "0 3 * * *"),
-                ("timezone", "UTC"),
-                ("target.type", "nats"),
-                ("target.subject", "svc.invoices"),
-                ("retry.max_attempts", "1"),
-            ],
-        )
+        .post("/ui/jobs/new", &invoices_job_form(&csrf))
         .await;
     assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.body);
     let (status, history) = stack.get("/v1/jobs/billing.invoices/history").await;
@@ -224,7 +205,7 @@ async fn a_local_user_signs_in_holds_their_bindings_and_is_named_in_the_audit() 
     );
     let gone = sign_in(&mut browser, "alice", "alice's second password").await;
     assert_eq!(gone.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(error_of(&gone.body), NO_MATCH);
+    assert_eq!(alert_text(&gone.body), NO_MATCH);
     stack.stop().await;
 }
 
@@ -266,7 +247,7 @@ async fn password_sign_ins_are_limited_per_name_and_per_address_alike_for_unknow
             .parse()
             .expect("seconds");
         assert!((100..=120).contains(&wait), "{wait}");
-        limited.push(error_of(&page.body).to_string());
+        limited.push(alert_text(&page.body).to_string());
     }
     assert_eq!(limited[0], limited[1]);
     assert!(

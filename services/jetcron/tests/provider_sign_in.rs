@@ -14,6 +14,8 @@ use jetcron_testkit::reqwest::{self, header, redirect, Method, StatusCode};
 use jetcron_testkit::{OidcProvider, Stack, StackOptions, API_TOKEN};
 use tokio_util::sync::CancellationToken;
 
+use crate::form_browser::{alert_text, invoices_job_form};
+
 /// A gateway with an identity provider, on a stack.
 struct Signing {
     stack: Stack,
@@ -210,14 +212,6 @@ fn with_param(url: &str, name: &str, value: &str) -> String {
     url.to_string()
 }
 
-fn error_of(body: &str) -> String {
-    let start = body.find("role=\"alert\">").map_or(0, |i| i + 13);
-    let end = body[start..].find("</p>").map_or(start, |i| start + i);
-    body[start..end]
-        .replace("&#x27;", "'")
-        .replace("&quot;", "\"")
-}
-
 #[tokio::test]
 async fn people_sign_in_with_the_provider_and_hold_their_groups_roles() {
     let signing = Signing::start(&[("alice", &["billing-devs"]), ("bob", &[])]).await;
@@ -266,16 +260,7 @@ async fn people_sign_in_with_the_provider_and_hold_their_groups_roles() {
         .send(
             Method::POST,
             &format!("{base}/ui/jobs/new"),
-            Some(&[
-                ("csrf", csrf.as_str()),
-                ("expected_revision", "0"),
-                ("id", "billing.invoices"),
-                ("schedule", "0 3 * * *"),
-                ("timezone", "UTC"),
-                ("target.type", "nats"),
-                ("target.subject", "svc.invoices"),
-                ("retry.max_attempts", "1"),
-            ]),
+            Some(&invoices_job_form(&csrf)),
         )
         .await;
     assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.body);
@@ -317,7 +302,7 @@ async fn wrong_states_foreign_callbacks_and_bad_tokens_are_refused_and_rotated_k
     let base = signing.base.clone();
     let refused = |answer: &Answer, status: StatusCode, why: &str| {
         assert_eq!(answer.status, status, "{}", answer.body);
-        let said = error_of(&answer.body);
+        let said = alert_text(&answer.body);
         assert!(said.contains(why), "{said:?} should say {why:?}");
     };
 
@@ -452,7 +437,7 @@ async fn the_provider_cannot_sign_in_a_local_users_name() {
     let answer = dave.sign_in("dave").await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.body);
     assert!(
-        error_of(&answer.body).contains("local user"),
+        alert_text(&answer.body).contains("local user"),
         "{}",
         answer.body
     );

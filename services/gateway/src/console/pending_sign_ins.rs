@@ -14,8 +14,9 @@ use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
 use jetcron_core::api::ApiError;
 
-use super::session::{random_secret, sha256_hex, well_formed};
+use super::session::well_formed;
 use crate::people::provider::PendingSignIn;
+use crate::tokens::record::{new_secret, secret_hash};
 
 /// The cookie naming a browser's pending sign-in.
 pub const COOKIE: &str = "jetcron_oidc";
@@ -39,11 +40,11 @@ impl PendingSignIns {
 
     /// Keep `pending`; the id for the browser's cookie.
     pub async fn keep(&self, pending: &PendingSignIn) -> Result<String, ApiError> {
-        let id = random_secret();
+        let id = new_secret();
         let value = serde_json::to_vec(pending)
             .map_err(|e| ApiError::internal("encode the pending sign-in", e))?;
         self.bucket
-            .create(sha256_hex(&id), value.into())
+            .create(secret_hash(&id), value.into())
             .await
             .map_err(unavailable)?;
         Ok(id)
@@ -56,38 +57,31 @@ impl PendingSignIns {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<PendingSignIn>, ApiError> {
-        take(&self.bucket, id, now).await
+        if !well_formed(id) {
+            return Ok(None);
+        }
+        let key = secret_hash(id);
+        let Some(message) = jetcron_io::kv_entry::last_value(&self.bucket, &key)
+            .await
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        // Whoever deletes it first has it; a second callback finds nothing.
+        if self
+            .bucket
+            .purge_expect_revision(&key, Some(message.sequence))
+            .await
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let Ok(pending) = serde_json::from_slice::<PendingSignIn>(&message.payload) else {
+            return Ok(None);
+        };
+        let fresh = now < pending.created_at + LIFETIME;
+        Ok(fresh.then_some(pending))
     }
-}
-
-async fn take(
-    bucket: &kv::Store,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<Option<PendingSignIn>, ApiError> {
-    if !well_formed(id) {
-        return Ok(None);
-    }
-    let key = sha256_hex(id);
-    let Some(message) = jetcron_io::kv_entry::last_value(bucket, &key)
-        .await
-        .map_err(unavailable)?
-    else {
-        return Ok(None);
-    };
-    // Whoever deletes it first has it; a second callback finds nothing.
-    if bucket
-        .purge_expect_revision(&key, Some(message.sequence))
-        .await
-        .is_err()
-    {
-        return Ok(None);
-    }
-    let Ok(pending) = serde_json::from_slice::<PendingSignIn>(&message.payload) else {
-        return Ok(None);
-    };
-    let fresh = now < pending.created_at + LIFETIME;
-    Ok(fresh.then_some(pending))
 }
 
 /// The `Set-Cookie` value that hands pending sign-in `id` to the browser.

@@ -157,7 +157,7 @@ pub async fn callback(
     // A local user's bindings are not the provider's to give: a name the
     // provider says (by a claim other than a verified address, which a
     // local name cannot be) that a local user has is refused.
-    match state.local_users.get(&signed_in.name).await {
+    match state.local_users.find(&signed_in.name).await {
         Ok(None) => {}
         Ok(Some(_)) => {
             tracing::warn!(name = %signed_in.name, "identity provider named a local user: refused");
@@ -166,10 +166,7 @@ pub async fn callback(
                 StatusCode::FORBIDDEN,
             );
         }
-        Err(e) => {
-            let e = std::io::Error::other(format!("read the local users: {e:#}"));
-            return ConsoleError::Api(jetcron_core::api::ApiError::unavailable(e)).into_response();
-        }
+        Err(e) => return ConsoleError::Api(e).into_response(),
     }
     if let Some(note) = &signed_in.groups_note {
         tracing::warn!(name = %signed_in.name, note, "identity provider's groups claim not taken whole");

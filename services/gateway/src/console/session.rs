@@ -18,11 +18,11 @@
 
 use std::time::Duration;
 
+use crate::tokens::record::{new_secret, secret_hash};
 use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
 use jetcron_core::api::ApiError;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
 /// The session cookie's name.
@@ -134,19 +134,6 @@ impl Session {
     }
 }
 
-/// A new random secret: two UUID v4s (122 random bits each, from the OS's
-/// generator) in hex, 64 characters.
-pub(super) fn random_secret() -> String {
-    (0..2)
-        .map(|_| uuid::Uuid::new_v4().simple().to_string())
-        .collect()
-}
-
-/// The lower-case hex SHA-256 of `text`.
-pub fn sha256_hex(text: &str) -> String {
-    data_encoding::HEXLOWER.encode(&Sha256::digest(text.as_bytes()))
-}
-
 /// Whether a cookie value can be a session id (and so a key's preimage):
 /// 64 lower-case hex characters.
 pub(super) fn well_formed(id: &str) -> bool {
@@ -180,14 +167,14 @@ impl SessionStore {
         holder: Holder,
         now: DateTime<Utc>,
     ) -> Result<(String, Session), ApiError> {
-        let id = random_secret();
+        let id = new_secret();
         let record = SessionRecord {
             holder,
-            csrf: random_secret(),
+            csrf: new_secret(),
             created_at: now,
             last_seen: now,
         };
-        let key = sha256_hex(&id);
+        let key = secret_hash(&id);
         let value = serde_json::to_vec(&record)
             .map_err(|e| ApiError::internal("encode the session record", e))?;
         self.bucket
@@ -204,7 +191,7 @@ impl SessionStore {
         if !well_formed(id) {
             return Ok(None);
         }
-        let key = sha256_hex(id);
+        let key = secret_hash(id);
         let Some(message) = jetcron_io::kv_entry::last_value(&self.bucket, &key)
             .await
             .map_err(unavailable)?
@@ -323,7 +310,7 @@ mod tests {
                 id: "ab12".into(),
                 secret_sha256: "aa".into(),
             },
-            csrf: random_secret(),
+            csrf: new_secret(),
             created_at,
             last_seen,
         }
@@ -368,18 +355,18 @@ mod tests {
 
     #[test]
     fn session_ids_and_csrf_tokens_are_random_hex() {
-        let (a, b) = (random_secret(), random_secret());
+        let (a, b) = (new_secret(), new_secret());
         assert_ne!(a, b);
         assert!(well_formed(&a) && well_formed(&b), "{a} {b}");
         assert!(!well_formed(&a.to_uppercase()));
         assert!(!well_formed(&a[1..]));
         assert!(!well_formed("../../etc"));
-        assert_eq!(sha256_hex(&a).len(), 64);
+        assert_eq!(secret_hash(&a).len(), 64);
     }
 
     #[test]
     fn the_cookie_is_http_only_lax_and_secure_behind_https() {
-        let id = random_secret();
+        let id = new_secret();
         let plain = cookie(&id, DEFAULT_LIFETIME, false);
         assert!(
             plain.contains("HttpOnly") && plain.contains("SameSite=Lax"),
@@ -410,7 +397,7 @@ mod tests {
         let now = Utc::now();
         let kept = SessionRecord {
             holder: Holder::Bootstrap {
-                token_sha256: sha256_hex("t"),
+                token_sha256: secret_hash("t"),
             },
             ..record(now, now)
         };

@@ -140,12 +140,9 @@ pub async fn login_with_password(
     if let Err(wait) = state.sign_in_guard.attempt(&name, address, Instant::now()) {
         return too_many(&state, &viewer, next, wait);
     }
-    let user = match state.local_users.get(&name).await {
+    let user = match state.local_users.find(&name).await {
         Ok(user) => user,
-        Err(e) => {
-            let e = std::io::Error::other(format!("read the local user: {e:#}"));
-            return ConsoleError::Api(ApiError::unavailable(e)).into_response();
-        }
+        Err(e) => return ConsoleError::Api(e).into_response(),
     };
     let phc = user.as_ref().map(|u| u.record.password.clone());
     let checked = state.sign_in_guard.verify(phc, form.password).await;

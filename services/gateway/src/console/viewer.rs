@@ -21,7 +21,6 @@ use crate::caller::Caller;
 use crate::people::Via;
 use crate::GatewayState;
 use jetcron_core::access::Role;
-use subtle::ConstantTimeEq as _;
 
 /// The viewer of one request.
 #[derive(Debug, Clone)]
@@ -180,11 +179,7 @@ async fn signed_in(state: &GatewayState, value: &str) -> Option<(Session, Caller
             .then(Caller::console)?,
         Holder::Token { id, secret_sha256 } => {
             let record = state.tokens.get(id).await.ok().flatten()?;
-            let same = record
-                .secret_sha256
-                .as_bytes()
-                .ct_eq(secret_sha256.as_bytes());
-            if !bool::from(same) || record.secret_sha256.is_empty() || record.expired_at(now) {
+            if !record.hash_matches(secret_sha256) || record.expired_at(now) {
                 return None;
             }
             record.caller(jetcron_core::audit::Door::Console)?

@@ -17,11 +17,11 @@ use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use jetcron_core::api::ApiError;
-use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use super::HttpError;
 use crate::caller::Caller;
+use crate::tokens::record::secret_hash;
 use crate::GatewayState;
 
 /// Shortest token accepted: a guessable token is no protection.
@@ -42,6 +42,9 @@ pub enum Access {
 #[derive(Debug, Clone, Default)]
 pub struct HttpAuth {
     tokens: Arc<Vec<Vec<u8>>>,
+    /// The SHA-256 of each token, in the same order (what a console
+    /// session of a bootstrap token keeps).
+    digests: Arc<Vec<String>>,
     protect_reads: bool,
 }
 
@@ -63,8 +66,10 @@ impl HttpAuth {
         if protect_reads && accepted.is_empty() {
             anyhow::bail!("--protect-reads needs at least one --api-token");
         }
+        let digests = tokens.iter().map(|t| secret_hash(t)).collect();
         Ok(Self {
             tokens: Arc::new(accepted),
+            digests: Arc::new(digests),
             protect_reads,
         })
     }
@@ -79,21 +84,19 @@ impl HttpAuth {
     pub(crate) fn bootstrap_digest(&self, presented: &str) -> Option<String> {
         // Every token is compared, so the time taken says nothing about which matched.
         let mut matched = None;
-        for token in self.tokens.iter() {
+        for (token, digest) in self.tokens.iter().zip(self.digests.iter()) {
             if bool::from(token.as_slice().ct_eq(presented.as_bytes())) {
-                matched = Some(token);
+                matched = Some(digest);
             }
         }
-        let digest = sha2::Sha256::digest(matched?);
-        Some(data_encoding::HEXLOWER.encode(&digest))
+        matched.cloned()
     }
 
     /// Whether a configured token has the SHA-256 `digest` (hex): a console
     /// session of a bootstrap token ends when its token is no longer
     /// configured.
     pub(crate) fn accepts_digest(&self, digest: &str) -> bool {
-        self.tokens.iter().fold(false, |hit, token| {
-            let kept = data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(token));
+        self.digests.iter().fold(false, |hit, kept| {
             hit | bool::from(kept.as_bytes().ct_eq(digest.as_bytes()))
         })
     }

@@ -25,21 +25,29 @@ use jetcron_io::bucket_follow::{self, BucketView};
 /// change.
 const CATCH_UP: Duration = Duration::from_secs(2);
 
-/// Every binding by key, and the last stream sequence applied.
+/// Every binding by key, the highest stream sequence taken in, and
+/// whether the watch has caught up with the bucket.
 #[derive(Default)]
 struct Held {
     bindings: HashMap<String, (u64, Option<(Subject, Grant)>)>,
+    seen: u64,
+    synced: bool,
+}
+
+impl Held {
+    /// The sequence requests may trust: what was seen, once caught up.
+    fn trusted(&self) -> Option<u64> {
+        self.synced.then_some(self.seen)
+    }
 }
 
 /// The bindings bucket as a map of who holds what.
 pub struct BoundRoles {
     held: RwLock<Held>,
     /// The highest stream sequence applied, once the watch has caught up
-    /// with what the bucket held when it opened (0 until then).
+    /// with what the bucket held when it opened (0 until then); it stands
+    /// still while the watch is broken.
     applied: watch::Sender<u64>,
-    /// The sequence applied so far, before the first catch-up is known.
-    seen: std::sync::atomic::AtomicU64,
-    synced: std::sync::atomic::AtomicBool,
 }
 
 impl Default for BoundRoles {
@@ -47,8 +55,6 @@ impl Default for BoundRoles {
         Self {
             held: RwLock::default(),
             applied: watch::Sender::new(0),
-            seen: Default::default(),
-            synced: Default::default(),
         }
     }
 }
@@ -99,10 +105,7 @@ impl BoundRoles {
 
     /// The grants held now for `name` in `groups`.
     fn held_grants(&self, name: &str, groups: &[String]) -> Grants {
-        let held = self
-            .held
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = self.read();
         Grants::of(
             held.bindings
                 .values()
@@ -118,33 +121,39 @@ impl BoundRoles {
     /// Take in the value of `key` at stream sequence `revision` (`None`:
     /// removed); an older revision than the one held is ignored.
     fn set(&self, key: &str, revision: u64, bound: Option<(Subject, Grant)>) {
-        let mut held = self
-            .held
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if held
+        let mut held = self.write();
+        held.seen = held.seen.max(revision);
+        let newer = held
             .bindings
             .get(key)
-            .is_some_and(|(known, _)| *known > revision)
-        {
-            return;
+            .is_none_or(|(known, _)| *known <= revision);
+        if newer {
+            held.bindings.insert(key.to_string(), (revision, bound));
         }
-        held.bindings.insert(key.to_string(), (revision, bound));
+        self.publish(&held);
     }
 
-    fn advance(&self, revision: u64) {
-        use std::sync::atomic::Ordering;
-        let seen = self
-            .seen
-            .fetch_max(revision, Ordering::AcqRel)
-            .max(revision);
-        if self.synced.load(Ordering::Acquire) {
+    /// Tell waiting requests how far the copy can be trusted.
+    fn publish(&self, held: &Held) {
+        if let Some(trusted) = held.trusted() {
             self.applied.send_if_modified(|applied| {
-                let newer = seen > *applied;
-                *applied = (*applied).max(seen);
+                let newer = trusted > *applied;
+                *applied = (*applied).max(trusted);
                 newer
             });
         }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Held> {
+        self.held
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Held> {
+        self.held
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -161,22 +170,18 @@ impl BucketView for BoundRoles {
             kv::Operation::Delete | kv::Operation::Purge => None,
         };
         self.set(&entry.key, entry.revision, bound);
-        self.advance(entry.revision);
     }
 
     fn synced(&self) {
-        use std::sync::atomic::Ordering;
-        self.synced.store(true, Ordering::Release);
-        let seen = self.seen.load(Ordering::Acquire);
-        self.applied
-            .send_modify(|applied| *applied = (*applied).max(seen));
+        let mut held = self.write();
+        held.synced = true;
+        self.publish(&held);
     }
 
     fn unsynced(&self) {
         // Until the reopened watch catches up, requests wait (and fail
         // closed) rather than trust a map that may miss a removal.
-        self.synced
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.write().synced = false;
     }
 }
 
@@ -256,7 +261,7 @@ mod tests {
             9,
             binding("billing", "user:alice", Role::Admin),
         );
-        roles.advance(9);
+        roles.set("ops.user.b", 9, None);
         roles.synced();
         assert!(roles.grants_after(9, "alice", &[]).await.is_some());
         assert!(roles.grants_after(3, "alice", &[]).await.is_none());
@@ -265,14 +270,14 @@ mod tests {
     #[tokio::test]
     async fn requests_wait_for_the_first_catch_up() {
         let roles = BoundRoles::default();
-        roles.advance(7);
+        roles.set("ops.user.b", 7, None);
         assert_eq!(*roles.applied.borrow(), 0, "not caught up yet");
         roles.synced();
         assert_eq!(*roles.applied.borrow(), 7);
-        roles.advance(9);
+        roles.set("ops.user.b", 9, None);
         assert_eq!(*roles.applied.borrow(), 9);
         roles.unsynced();
-        roles.advance(11);
+        roles.set("ops.user.b", 11, None);
         assert_eq!(*roles.applied.borrow(), 9, "a broken watch holds back");
     }
 }

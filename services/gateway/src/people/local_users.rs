@@ -8,6 +8,7 @@
 
 use async_nats::jetstream::kv;
 use chrono::{DateTime, Utc};
+use jetcron_core::api::ApiError;
 use serde::{Deserialize, Serialize};
 
 /// Longest user name.
@@ -78,6 +79,13 @@ impl LocalUsers {
                 record,
                 revision: message.sequence,
             }))
+    }
+
+    /// [`Self::get`] for a request: a bucket that does not answer is 503.
+    pub async fn find(&self, name: &str) -> Result<Option<KeptUser>, ApiError> {
+        self.get(name).await.map_err(|e| {
+            ApiError::unavailable(format!("{}: {e:#}", jetcron_core::subjects::USERS_BUCKET))
+        })
     }
 
     /// Add `record`'s user (refused when the name is taken).

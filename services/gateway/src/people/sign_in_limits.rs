@@ -73,6 +73,25 @@ impl Windows {
             })
     }
 
+    /// Count an event of `key` at `now` unless `limit` of them are within
+    /// `window`: `Err(wait)` then, or when too many keys are counted (a
+    /// flood), after which `wait` frees it.
+    fn take(
+        &mut self,
+        key: &str,
+        limit: usize,
+        window: Duration,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        if self.recent(key, window, now) >= limit {
+            return Err(self.free_in(key, window, now));
+        }
+        match self.record(key, window, now) {
+            true => Ok(()),
+            false => Err(window),
+        }
+    }
+
     /// Count an event of `key` at `now`; `false` when `MAX_KEYS` others
     /// are within their window (a flood of names or addresses: refused,
     /// rather than forgetting what was counted).
@@ -177,42 +196,32 @@ impl SignInGuard {
         address: Option<IpAddr>,
         now: Instant,
     ) -> Result<(), Duration> {
-        let name = name.trim().to_lowercase();
-        let address = address_key(address);
         let limits = self.limits;
-        let busy = || limits.address_window.min(limits.name_window);
-        let mut addresses = lock(&self.addresses);
-        if addresses.recent(&address, limits.address_window, now) >= limits.address_attempts {
-            return Err(addresses.free_in(&address, limits.address_window, now));
-        }
-        if !addresses.record(&address, limits.address_window, now) {
-            return Err(busy());
-        }
-        drop(addresses);
-        let mut names = lock(&self.names);
-        if names.recent(&name, limits.name_window, now) >= limits.name_failures {
-            return Err(names.free_in(&name, limits.name_window, now));
-        }
-        if !names.record(&name, limits.name_window, now) {
-            return Err(busy());
-        }
-        Ok(())
+        lock(&self.addresses).take(
+            &address_key(address),
+            limits.address_attempts,
+            limits.address_window,
+            now,
+        )?;
+        lock(&self.names).take(
+            &name.trim().to_lowercase(),
+            limits.name_failures,
+            limits.name_window,
+            now,
+        )
     }
 
     /// Count a sign-in with the identity provider begun from `address` at
     /// `now` (each keeps a record until it ends): `Err(wait)` past the
     /// address's limit.
     pub fn provider_attempt(&self, address: Option<IpAddr>, now: Instant) -> Result<(), Duration> {
-        let address = address_key(address);
-        let window = self.limits.address_window;
-        let mut addresses = lock(&self.addresses);
-        if addresses.recent(&address, window, now) >= self.limits.address_attempts {
-            return Err(addresses.free_in(&address, window, now));
-        }
-        match addresses.record(&address, window, now) {
-            true => Ok(()),
-            false => Err(window),
-        }
+        let limits = self.limits;
+        lock(&self.addresses).take(
+            &address_key(address),
+            limits.address_attempts,
+            limits.address_window,
+            now,
+        )
     }
 
     /// A sign-in as `name` succeeded: its tries are forgotten.

@@ -67,11 +67,18 @@ impl TokenRecord {
 
     /// Whether `secret` is this token's (constant time).
     pub fn secret_matches(&self, secret: &str) -> bool {
-        let presented = secret_hash(secret);
-        presented
-            .as_bytes()
-            .ct_eq(self.secret_sha256.as_bytes())
-            .into()
+        self.hash_matches(&secret_hash(secret))
+    }
+
+    /// Whether `secret_sha256` is the hash of this token's secret
+    /// (constant time): a console session keeps the hash, not the secret.
+    pub fn hash_matches(&self, secret_sha256: &str) -> bool {
+        !self.secret_sha256.is_empty()
+            && bool::from(
+                self.secret_sha256
+                    .as_bytes()
+                    .ct_eq(secret_sha256.as_bytes()),
+            )
     }
 
     /// The record as lists show it: without the hash.
@@ -89,12 +96,18 @@ pub fn secret_hash(secret: &str) -> String {
 /// A new token's id and secret: 64 and 244 random bits (UUID v4s).
 pub fn new_id_and_secret() -> (String, String) {
     let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
-    let secret = format!(
+    (id, new_secret())
+}
+
+/// A new secret: 244 random bits from the OS's generator (two UUID v4s),
+/// as 64 lower-case hex characters. Tokens' secrets, console session ids
+/// and CSRF tokens.
+pub fn new_secret() -> String {
+    format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
-    );
-    (id, secret)
+    )
 }
 
 /// A token's text.
