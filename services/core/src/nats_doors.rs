@@ -34,9 +34,11 @@ pub struct Allow {
 }
 
 /// The API endpoints of each role, each role's on top of the one before.
-const VIEWER_ENDPOINTS: [&str; 5] = [
+const VIEWER_ENDPOINTS: [&str; 7] = [
     "jobs.get",
     "jobs.list",
+    "runs.list",
+    "runs.get",
     "schedules.preview",
     "channels.get",
     "channels.list",

@@ -109,6 +109,16 @@ impl Caller {
         self.grants.allows(Role::Viewer, namespace)
     }
 
+    /// `Ok` when it may read job `id` (a viewer of its namespace). An id
+    /// that is no job name passes: the operation refuses it with its field.
+    pub fn may_view(&self, id: &str) -> Result<(), jetcron_core::api::ApiError> {
+        if jetcron_core::job::validate_id(id).is_err() {
+            return Ok(());
+        }
+        self.grants
+            .require(Role::Viewer, jetcron_core::job::namespace_of(id))
+    }
+
     /// The one namespace it is limited to, if it is: every grant is in
     /// that one namespace. A person bound in several namespaces (or in
     /// none) gets `None`, as an admin of `*` does, and the pages then need

@@ -7,13 +7,19 @@
 //! - `jetcron.api.jobs.trigger`: `{"id"}` → `{"ok":true,"run_id",...}`;
 //! - `jetcron.api.jobs.backfill`: `{"id","from","to"}` → `{"ok":true,"emitted":[...],"skipped":[...]}`;
 //! - `jetcron.api.runs.kill`: `{"run_id","reason"?}` → `{"ok":true,"run_id","stopped":[...]}`;
+//! - `jetcron.api.runs.list`: the filters of `GET /v1/runs` (`job`,
+//!   `namespace`, `status`, `pool`, `from`, `to`, `q`, `cursor`, `limit`) →
+//!   `{"ok":true,"runs":[...],"next_cursor"}`;
+//! - `jetcron.api.runs.get`: `{"run_id"}` → `{"ok":true,"run":{...}}`, with
+//!   its events and every attempt's output ([`runs::reads`]);
 //! - `jetcron.api.channels.put | get | list | delete`: alert channels
 //!   ([`crate::channels::store`]);
 //! - `jetcron.api.schedules.preview`: `{"schedule","timezone"?,"count"?,"from"?}`
 //!   → `{"ok":true,"fires":[...],"description",...}` ([`jobs::schedule_preview`]).
 //!
 //! Requests are answered one at a time, in order, except those that read
-//! ClickHouse (`backfill`, which looks up the runs a range has already):
+//! ClickHouse (`backfill`, which looks up the runs a range has already, and
+//! the run reads):
 //! ClickHouse may take up to `--clickhouse-timeout` to answer or not, and no
 //! other request waits for it, so those are answered beside the loop.
 //!
@@ -54,6 +60,8 @@ enum Endpoint {
     Pause,
     Resume,
     Kill,
+    RunList,
+    RunGet,
     Preview,
     ChannelPut,
     ChannelGet,
@@ -84,6 +92,8 @@ pub async fn serve(
         (subjects::API_JOBS_GROUP, "pause", Endpoint::Pause),
         (subjects::API_JOBS_GROUP, "resume", Endpoint::Resume),
         (subjects::API_RUNS_GROUP, "kill", Endpoint::Kill),
+        (subjects::API_RUNS_GROUP, "list", Endpoint::RunList),
+        (subjects::API_RUNS_GROUP, "get", Endpoint::RunGet),
         (subjects::API_SCHEDULES_GROUP, "preview", Endpoint::Preview),
         (subjects::API_CHANNELS_GROUP, "put", Endpoint::ChannelPut),
         (subjects::API_CHANNELS_GROUP, "get", Endpoint::ChannelGet),
@@ -111,7 +121,9 @@ pub async fn serve(
         endpoints.push(stream.map(move |request| (endpoint, request)).boxed());
     }
     let mut requests = futures::stream::select_all(endpoints);
-    info!("NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*, and on every namespace's door, jetcron.api.ns.<namespace>.>");
+    info!(
+        "NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*, and on every namespace's door, jetcron.api.ns.<namespace>.>"
+    );
     let mut beside_the_loop = tokio::task::JoinSet::new();
     loop {
         let (endpoint, request) = tokio::select! {
@@ -162,7 +174,10 @@ async fn answer(state: &GatewayState, endpoint: Endpoint, request: Request) {
 impl Endpoint {
     /// Whether answering may wait for ClickHouse.
     fn reads_clickhouse(self) -> bool {
-        matches!(self, Endpoint::Backfill)
+        matches!(
+            self,
+            Endpoint::Backfill | Endpoint::RunList | Endpoint::RunGet
+        )
     }
 
     fn name(self) -> &'static str {
@@ -176,6 +191,8 @@ impl Endpoint {
             Endpoint::Pause => "jobs.pause",
             Endpoint::Resume => "jobs.resume",
             Endpoint::Kill => "runs.kill",
+            Endpoint::RunList => "runs.list",
+            Endpoint::RunGet => "runs.get",
             Endpoint::Preview => "schedules.preview",
             Endpoint::ChannelPut => "channels.put",
             Endpoint::ChannelGet => "channels.get",
@@ -256,6 +273,13 @@ async fn handle(
             encode(jobs::requests::set_paused(state, caller, parse_body(body)?, false).await?)
         }
         Endpoint::Kill => encode(runs::control::kill(state, caller, parse_body(body)?).await?),
+        Endpoint::RunList => encode(
+            runs::reads::runs_seen_by(state, caller, parse_body(body_or_empty_object(body))?)
+                .await?,
+        ),
+        Endpoint::RunGet => {
+            encode(runs::reads::run_seen_by(state, caller, parse_body(body)?).await?)
+        }
         Endpoint::Preview => encode(jobs::schedule_preview::preview(
             &parse_body::<jetcron_core::schedule_preview::PreviewRequest>(body)?,
             now,

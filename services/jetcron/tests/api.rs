@@ -173,3 +173,52 @@ async fn the_service_is_discoverable_with_nats_micro() {
     );
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_list_larger_than_one_message_arrives_in_pages_each_job_once() {
+    let stack = Stack::start(StackOptions::api_only()).await;
+    let bucket = stack.jobs_bucket().await;
+    let padding = "p".repeat(900);
+    for i in 0..1500 {
+        let id = format!("bulk-{i:04}");
+        let job = format!(
+            r#"{{"id":"{id}","schedule":"@daily","description":"{padding}","target":{{"type":"nats","subject":"svc.bulk"}}}}"#
+        );
+        bucket.put(&id, job.into()).await.expect("kv put");
+    }
+    stack.wait_for_nats_api().await;
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let body = match &after {
+            Some(after) => format!(r#"{{"limit":400,"after":"{after}"}}"#),
+            None => r#"{"limit":400}"#.to_string(),
+        };
+        let (page, code) = stack.api("jetcron.api.jobs.list", &body).await;
+        assert_eq!(code, None, "{page}");
+        pages += 1;
+        assert!(
+            page.to_string().len() < 1024 * 1024,
+            "a page fits one message"
+        );
+        let jobs = page["jobs"].as_array().expect("jobs");
+        seen.extend(
+            jobs.iter()
+                .map(|j| j["id"].as_str().expect("id").to_string()),
+        );
+        match page["next_after"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4);
+    let expected: Vec<String> = (0..1500).map(|i| format!("bulk-{i:04}")).collect();
+    assert_eq!(seen, expected, "every job once, in id order");
+    for (body, field) in [(r#"{"limit":0}"#, "limit"), (r#"{"limit":1001}"#, "limit")] {
+        let (reply, code) = stack.api("jetcron.api.jobs.list", body).await;
+        assert_eq!(code.as_deref(), Some("400"), "{reply}");
+        assert_eq!(reply["error"]["problems"][0]["field"], field, "{reply}");
+    }
+    stack.stop().await;
+}

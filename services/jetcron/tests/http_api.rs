@@ -370,3 +370,64 @@ async fn protect_reads_asks_a_token_of_every_read_and_then_shows_secrets() {
     );
     stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_redacted_read_put_back_keeps_its_secrets_and_a_new_placeholder_is_refused() {
+    let stack = Stack::start(StackOptions::api_only()).await;
+    let definition = json!({"id": "billing.sync", "schedule": "@every 1h",
+        "target": {"type": "http", "url": "https://billing.example/sync",
+                   "headers": {"Authorization": "Bearer s3cret", "X-Team": "billing"}}});
+    let (status, reply) = send(&stack, Method::POST, "/v1/jobs", &definition.to_string()).await;
+    assert_eq!(status, 201, "{reply}");
+
+    // What a reader sees, changed in one field and put back as it is.
+    let (status, read) = send(&stack, Method::GET, "/v1/jobs/billing.sync", "").await;
+    assert_eq!(status, 200, "{read}");
+    let mut shown = read["job"]["job"].clone();
+    assert_eq!(
+        shown["target"]["headers"]["Authorization"], "<redacted>",
+        "{read}"
+    );
+    shown["schedule"] = json!("@every 2h");
+    let (status, reply) = send(
+        &stack,
+        Method::PUT,
+        "/v1/jobs/billing.sync",
+        &shown.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let (stored, code) = stack
+        .api("jetcron.api.jobs.get", r#"{"id":"billing.sync"}"#)
+        .await;
+    assert_eq!(code, None, "{stored}");
+    assert_eq!(stored["job"]["job"]["schedule"], "@every 2h");
+    assert_eq!(
+        stored["job"]["job"]["target"]["headers"],
+        json!({"Authorization": "Bearer s3cret", "X-Team": "billing"}),
+        "{stored}"
+    );
+
+    // A placeholder with no stored value behind it is refused by name, and nothing changes.
+    let revision = stored["job"]["revision"].as_u64().expect("revision");
+    let mut fresh = definition.clone();
+    fresh["id"] = json!("billing.fresh");
+    fresh["target"]["headers"]["Authorization"] = json!("<redacted>");
+    let (status, reply) = send(&stack, Method::POST, "/v1/jobs", &fresh.to_string()).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(
+        reply["error"]["problems"][0]["field"], "target.headers.Authorization",
+        "{reply}"
+    );
+    assert_eq!(
+        reply["error"]["problems"][0]["code"], "redacted_placeholder",
+        "{reply}"
+    );
+    let (status, _) = send(&stack, Method::GET, "/v1/jobs/billing.fresh", "").await;
+    assert_eq!(status, 404);
+    let (again, _) = stack
+        .api("jetcron.api.jobs.get", r#"{"id":"billing.sync"}"#)
+        .await;
+    assert_eq!(again["job"]["revision"].as_u64(), Some(revision));
+    stack.stop().await;
+}

@@ -236,5 +236,60 @@ async fn a_teams_user_acts_in_its_namespace_and_the_server_refuses_it_elsewhere(
         .await
         .expect("subscribe call");
     operator.refused("jetcron.runs.ops.*.*").await;
+
+    // The viewer reads its namespace's runs over its door, and is refused
+    // another namespace's, by the gateway (403) and not only by the list.
+    let listed = wait_until(
+        "the run listed over NATS",
+        Duration::from_secs(20),
+        || async {
+            let (page, code) = viewer
+                .request("jetcron.api.ns.billing.runs.list", "{}")
+                .await?;
+            let found = page["runs"]
+                .as_array()?
+                .iter()
+                .any(|r| r["run_id"] == run_id.as_str() && r["status"] == "succeeded");
+            (code.is_none() && found).then_some(page)
+        },
+    )
+    .await;
+    assert!(
+        listed["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .all(|r| r["job_id"]
+                .as_str()
+                .is_some_and(|j| j.starts_with("billing."))),
+        "{listed}"
+    );
+    let (run, code) = viewer
+        .request(
+            "jetcron.api.ns.billing.runs.get",
+            &format!(r#"{{"run_id":"{run_id}"}}"#),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(code, None, "{run}");
+    assert_eq!(run["run"]["status"], "succeeded", "{run}");
+    assert_eq!(run["run"]["job_id"], "billing.export", "{run}");
+    let ops_run = stack.trigger("ops.secret").await;
+    stack
+        .wait_for_run_status(&ops_run, "succeeded", Duration::from_secs(20))
+        .await;
+    let (reply, code) = viewer
+        .request(
+            "jetcron.api.ns.billing.runs.get",
+            &format!(r#"{{"run_id":"{ops_run}"}}"#),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(code.as_deref(), Some("403"), "{reply}");
+    let (reply, code) = viewer
+        .request("jetcron.api.ns.billing.runs.list", r#"{"namespace":"ops"}"#)
+        .await
+        .expect("answered");
+    assert_eq!(code.as_deref(), Some("403"), "{reply}");
     stack.stop().await;
 }

@@ -13,6 +13,8 @@
 //!   [`FieldError`], [`ValidJob`]) with the schema's rules attached;
 //! - [`schema`]: the JSON Schema at work, on the failure path;
 //! - `validate`: the semantic checks of a decoded definition;
+//! - `secrets`: the stored secrets back in place of a redacted read's
+//!   placeholders;
 //! - `parse`: bytes to [`ValidJob`], naming every problem at once (uses
 //!   `schema` and `validate`).
 //!
@@ -23,6 +25,7 @@ pub mod name;
 mod parse;
 pub mod patterns;
 pub mod schema;
+mod secrets;
 mod spec;
 mod validate;
 
@@ -31,6 +34,7 @@ pub use name::{
     DEFAULT_NAMESPACE,
 };
 pub use parse::{parse_job, parse_job_with, parse_written, parse_written_with};
+pub use secrets::{mentions_redacted, restore_redacted};
 pub use spec::*;
 pub use validate::*;
 

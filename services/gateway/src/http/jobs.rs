@@ -31,10 +31,14 @@ pub struct ListQuery {
     labels: Option<String>,
     /// Only this namespace's jobs (`default`: names without a dot).
     namespace: Option<String>,
+    /// At most this many jobs (1 to 1000); the answer's `next_after` goes on.
+    limit: Option<usize>,
+    /// Only jobs whose id sorts after this one.
+    after: Option<String>,
 }
 
-/// `GET /v1/jobs[?labels=team=billing,env=prod][&namespace=billing]` (as
-/// `jobs.list`).
+/// `GET /v1/jobs[?labels=team=billing,env=prod][&namespace=billing][&limit=N&after=ID]`
+/// (as `jobs.list`).
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     Extension(caller): Extension<Caller>,
@@ -43,6 +47,8 @@ pub async fn list(
     let q = query(q)?;
     let mut request = crate::jobs::requests::ListJobs {
         namespace: q.namespace,
+        limit: q.limit,
+        after: q.after,
         ..Default::default()
     };
     for pair in q

@@ -235,7 +235,7 @@ fn job_routes() -> Vec<ApiRoute> {
     use jetcron_core::job::JobSpec;
     use Access::{Read, Write};
     vec![
-        ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query(&[("labels", "label selector: key=value pairs separated by commas"), ("namespace", "only this namespace's jobs (default: the names without a dot)")]).answers::<JobsReply>(),
+        ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query(&[("labels", "label selector: key=value pairs separated by commas"), ("namespace", "only this namespace's jobs (default: the names without a dot)"), ("limit", "at most this many jobs, 1 to 1000 (default: all); next_after in the answer goes on"), ("after", "only jobs whose id sorts after this one (the next_after of the page before)")]).answers::<JobsReply>(),
         ApiRoute::post("/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", writes::create).body::<JobSpec>("a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)").status(201).answers::<PutReply>(),
         ApiRoute::post("/v1/jobs:pause", Write, "Pause every job matching a label selector", writes::pause_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
         ApiRoute::post("/v1/jobs:resume", Write, "Resume every job matching a label selector", writes::resume_selected).body::<LabelSelector>("the selector").answers::<PausedReply>(),
@@ -427,17 +427,7 @@ pub fn bad_path(e: axum::extract::rejection::PathRejection) -> HttpError {
     HttpError(ApiError::malformed(e.body_text()))
 }
 
-/// `Ok` when `caller` may read job `id` (a viewer of its namespace). An id
-/// that is no job name passes: the operation refuses it with its field.
+/// `Ok` when `caller` may read job `id` ([`crate::caller::Caller::may_view`]).
 pub(crate) fn may_view(caller: &crate::caller::Caller, id: &str) -> Result<(), HttpError> {
-    if jetcron_core::job::validate_id(id).is_err() {
-        return Ok(());
-    }
-    caller
-        .grants
-        .require(
-            jetcron_core::access::Role::Viewer,
-            jetcron_core::job::namespace_of(id),
-        )
-        .map_err(HttpError)
+    caller.may_view(id).map_err(HttpError)
 }

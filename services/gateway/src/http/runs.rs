@@ -5,13 +5,12 @@
 use std::sync::Arc;
 
 use axum::extract::{Extension, Path, State};
-use jetcron_core::access::Role;
-use jetcron_core::job::{namespace_of, validate_namespace};
+use jetcron_core::job::namespace_of;
 use serde::Deserialize;
 
 use super::{query, HttpError, PathResult, QueryResult, SortedJson};
 use crate::caller::Caller;
-use crate::runs::reads::{self, JobRunsReply, ListJobRuns, ListRuns, RunReply, RunsReply};
+use crate::runs::reads::{self, GetRun, JobRunsReply, ListJobRuns, ListRuns, RunReply, RunsReply};
 use crate::runs::stats::{self, GetStats, StatsReply};
 use crate::GatewayState;
 
@@ -48,30 +47,21 @@ pub async fn get_one(
     run_id: PathResult<String>,
 ) -> Result<SortedJson<RunReply>, HttpError> {
     let Path(run_id) = run_id.map_err(super::bad_path)?;
-    let reply = reads::run(&state, &run_id).await?;
-    super::may_view(&caller, &reply.run.job_id)?;
-    Ok(SortedJson(reply))
+    Ok(SortedJson(
+        reads::run_seen_by(&state, &caller, GetRun { run_id }).await?,
+    ))
 }
 
-/// `GET /v1/runs` with filters and a cursor.
-/// A caller limited to one namespace lists that namespace's runs.
+/// `GET /v1/runs` with filters and a cursor ([`reads::runs_seen_by`]).
 pub async fn list(
     State(state): State<Arc<GatewayState>>,
     Extension(caller): Extension<Caller>,
     q: QueryResult<ListRuns>,
 ) -> Result<SortedJson<RunsReply>, HttpError> {
-    let mut request = query(q)?;
-    if let Some(job) = &request.job {
-        super::may_view(&caller, job)?;
-    }
-    match &request.namespace {
-        Some(namespace) if validate_namespace("namespace", namespace).is_ok() => {
-            caller.grants.require(Role::Viewer, namespace)?;
-        }
-        Some(_) => {}
-        None => request.namespace = caller.only_namespace().map(str::to_string),
-    }
-    Ok(SortedJson(reads::runs(&state, request).await?))
+    let request = query(q)?;
+    Ok(SortedJson(
+        reads::runs_seen_by(&state, &caller, request).await?,
+    ))
 }
 
 /// `GET /v1/stats[?job=&from=&to=]`.

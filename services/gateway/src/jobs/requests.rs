@@ -33,7 +33,19 @@ pub struct ListJobs {
     /// Only this namespace's jobs (`default`: names without a dot).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// At most this many jobs (1 to 1000), and `next_after` to go on;
+    /// without it, every job in one answer.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<usize>,
+    /// Only jobs whose id sorts after this one: the `next_after` of the
+    /// page before.
+    #[serde(default)]
+    pub after: Option<String>,
 }
+
+/// The most jobs one page of `list` holds.
+pub const MAX_PAGE: usize = 1000;
 
 /// `delete` `{"id","expected_revision"?}`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -63,6 +75,9 @@ pub struct JobReply {
 pub struct JobsReply {
     pub ok: bool,
     pub jobs: Vec<StoredJob>,
+    /// When a `limit` cut the list short: the `after` of the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 impl JobsReply {
@@ -158,7 +173,10 @@ fn matches(job: &Value, selector: &BTreeMap<String, String>) -> bool {
         .all(|(k, v)| job["labels"][k].as_str() == Some(v.as_str()))
 }
 
-/// `list`: every stored definition, or those the selector matches.
+/// `list`: every stored definition, or those the selector matches, in id
+/// order; with `limit`, one page of them and where the next one starts.
+/// Ids are filtered before any definition is read, so a page costs reads of
+/// what it shows (plus those a label selector passes over).
 pub async fn list(
     state: &GatewayState,
     caller: &Caller,
@@ -169,21 +187,60 @@ pub async fn list(
     if let Some(namespace) = &namespace {
         caller.grants.require(Role::Viewer, namespace)?;
     }
-    let jobs: Vec<_> = state
+    let limit = match request.limit {
+        Some(n) if !(1..=MAX_PAGE).contains(&n) => {
+            return Err(ApiError::invalid_request(vec![
+                jetcron_core::job::FieldError::new(
+                    "limit",
+                    "out_of_range",
+                    format!("is {n}: a page holds 1 to {MAX_PAGE} jobs"),
+                ),
+            ]));
+        }
+        Some(n) => n,
+        None => usize::MAX,
+    };
+    let mut keys = state
         .jobs
-        .list()
+        .sorted_keys()
         .await
         .map_err(ApiError::unavailable)?
         .into_iter()
-        .filter(|j| {
-            let of = namespace_of(&j.id);
+        .filter(|id| {
+            request
+                .after
+                .as_deref()
+                .is_none_or(|after| id.as_str() > after)
+        })
+        .filter(|id| {
+            let of = namespace_of(id);
             caller.sees(of) && namespace.as_deref().is_none_or(|ns| of == ns)
         })
-        .filter(|j| {
-            request.labels.is_empty() || j.job.as_ref().is_some_and(|d| matches(d, &request.labels))
-        })
-        .collect();
-    Ok(JobsReply { ok: true, jobs })
+        .peekable();
+    let mut jobs = Vec::new();
+    while jobs.len() < limit {
+        let Some(key) = keys.next() else { break };
+        let Some(job) = state.jobs.read(&key).await else {
+            continue;
+        };
+        if request.labels.is_empty()
+            || job
+                .job
+                .as_ref()
+                .is_some_and(|d| matches(d, &request.labels))
+        {
+            jobs.push(job);
+        }
+    }
+    let next_after = match keys.peek() {
+        Some(_) => jobs.last().map(|j| j.id.clone()),
+        None => None,
+    };
+    Ok(JobsReply {
+        ok: true,
+        jobs,
+        next_after,
+    })
 }
 
 /// `delete`: a delete marker (the history stays), optionally only if the
@@ -255,7 +312,7 @@ pub async fn set_paused(
         _ => {
             return Err(ApiError::malformed(
                 "give either \"id\" or a non-empty \"labels\" selector, not both",
-            ))
+            ));
         }
     };
     // One job that cannot be changed (deleted meanwhile, edited too often,
@@ -276,7 +333,7 @@ pub async fn set_paused(
             // NATS trouble would fail every other job too, one timeout at
             // a time: stop, and say what was done so far.
             Err(error) if error.code == ErrorCode::Unavailable && changed.is_empty() => {
-                return Err(error)
+                return Err(error);
             }
             Err(error) => {
                 let stop = error.code == ErrorCode::Unavailable;

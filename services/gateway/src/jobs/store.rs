@@ -8,7 +8,10 @@ use jetcron_core::api::ApiError;
 use jetcron_core::audit::Author;
 use jetcron_core::chain;
 use jetcron_core::job::namespace_of;
-use jetcron_core::job::{parse_written, FieldError, JobSpec, ValidJob};
+use jetcron_core::job::{
+    mentions_redacted, parse_written, restore_redacted, validate_job_name, FieldError, JobSpec,
+    ValidJob,
+};
 use jetcron_core::subjects;
 use jetcron_io::authors;
 use jetcron_io::policy_book::PolicyBook;
@@ -86,10 +89,13 @@ impl JobStore {
                 .map_err(ApiError::unavailable)?,
         };
         if !exists && count >= self.max_jobs {
-            return Err(ApiError::limit_exceeded("id", format!(
-                        "the bucket holds {count} jobs, the limit is {} (gateway --max-jobs): delete jobs or raise the limit",
-                        self.max_jobs
-                    )));
+            return Err(ApiError::limit_exceeded(
+                "id",
+                format!(
+                    "the bucket holds {count} jobs, the limit is {} (gateway --max-jobs): delete jobs or raise the limit",
+                    self.max_jobs
+                ),
+            ));
         }
         Ok(exists)
     }
@@ -112,6 +118,10 @@ impl JobStore {
         let (stored, in_body) = split_expected_revision(&request.definition)?;
         let expected_revision = request.expected_revision.or(in_body);
         let body = stored.as_deref().unwrap_or(&request.definition);
+        let restored = self
+            .restore_secrets(caller, body, request.key.as_deref())
+            .await?;
+        let body = restored.as_deref().unwrap_or(body);
         let job = parse_written(body, request.key.as_deref(), now).map_err(|problems| {
             // Not JSON at all is a malformed request; anything else names a field.
             let not_json = problems.len() == 1
@@ -171,6 +181,41 @@ impl JobStore {
             revision,
             created,
         })
+    }
+
+    /// `body` with the stored secrets back in place of the placeholders of a
+    /// redacted read ([`restore_redacted`]); `None` when it has none. The id
+    /// is the body's, else the path's; a body that is not JSON or names no
+    /// valid id is left for [`parse_written`] to refuse.
+    async fn restore_secrets(
+        &self,
+        caller: &Caller,
+        body: &[u8],
+        key: Option<&str>,
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        if !mentions_redacted(body) {
+            return Ok(None);
+        }
+        let Ok(mut incoming) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Ok(None);
+        };
+        let id = match incoming.get("id").and_then(|n| n.as_str()).or(key) {
+            Some(id) if validate_job_name("id", id).is_ok() => id.to_string(),
+            _ => return Ok(None),
+        };
+        // Whether a secret of another team's job exists is theirs to know.
+        caller.grants.require(Role::Editor, namespace_of(&id))?;
+        let stored = self
+            .bucket
+            .entry(subjects::job_key(&id))
+            .await
+            .map_err(unavailable)?
+            .filter(|e| e.operation == Operation::Put)
+            .and_then(|e| serde_json::from_slice::<serde_json::Value>(&e.value).ok());
+        restore_redacted(&mut incoming, stored.as_ref()).map_err(ApiError::invalid_job)?;
+        serde_json::to_vec(&incoming)
+            .map(Some)
+            .map_err(|e| ApiError::internal("encode the job", e))
     }
 
     /// Refuse a definition its namespace's target policy does not allow,
@@ -363,31 +408,42 @@ impl JobStore {
         Ok(jobs)
     }
 
-    /// Every current definition, ordered by id. A key that cannot be read
-    /// (e.g. written with a raw publish under a name no job can have) is
-    /// listed as invalid instead of failing the whole list.
+    /// Every current definition, ordered by id ([`JobStore::read`] each).
     pub async fn list(&self) -> anyhow::Result<Vec<StoredJob>> {
+        let mut jobs = Vec::new();
+        for key in self.sorted_keys().await? {
+            jobs.extend(self.read(&key).await);
+        }
+        Ok(jobs)
+    }
+
+    /// The ids of every current definition, in order.
+    pub async fn sorted_keys(&self) -> anyhow::Result<Vec<String>> {
         let mut keys: Vec<String> = match self.bucket.keys().await {
             Ok(keys) => keys.try_collect().await.context("list job keys")?,
             Err(e) => return Err(anyhow::Error::from(e).context("list job keys")),
         };
         keys.sort();
-        let mut jobs = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.get(&key).await {
-                Ok(Some((stored, _))) => jobs.push(stored),
-                Ok(None) => {}
-                Err(e) => jobs.push(StoredJob {
-                    id: key,
-                    revision: 0,
-                    updated_at: String::new(),
-                    job: None,
-                    valid: false,
-                    problems: vec![FieldError::new("id", "unreadable", format!("{e:#}"))],
-                }),
-            }
+        Ok(keys)
+    }
+
+    /// The definition under `key` as a list shows it, `None` when it was
+    /// deleted since the keys were read. A key that cannot be read (e.g.
+    /// written with a raw publish under a name no job can have) is listed as
+    /// invalid instead of failing the whole list.
+    pub async fn read(&self, key: &str) -> Option<StoredJob> {
+        match self.get(key).await {
+            Ok(Some((stored, _))) => Some(stored),
+            Ok(None) => None,
+            Err(e) => Some(StoredJob {
+                id: key.to_string(),
+                revision: 0,
+                updated_at: String::new(),
+                job: None,
+                valid: false,
+                problems: vec![FieldError::new("id", "unreadable", format!("{e:#}"))],
+            }),
         }
-        Ok(jobs)
     }
 }
 

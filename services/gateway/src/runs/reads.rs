@@ -11,12 +11,14 @@
 //! them to glance (`patience`) where a page shows them beside something else.
 
 use chrono::Duration;
+use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
-use jetcron_core::job::{validate_id, validate_token};
+use jetcron_core::job::{validate_id, validate_namespace, validate_token};
 use jetcron_core::run_summary::RunSummary;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
+use crate::caller::Caller;
 use crate::read_params;
 use crate::runs::listing::{self, ListedRun, STATUSES};
 use crate::sql::reads::Patience;
@@ -91,6 +93,45 @@ pub async fn run(state: &GatewayState, run_id: &str) -> Result<RunReply, ApiErro
         .await?
         .ok_or_else(|| ApiError::not_found("run_id", format!("no run {run_id:?}")))?;
     Ok(RunReply { ok: true, run })
+}
+
+/// `runs.get` `{"run_id"}`: one run, any UUID spelling of its id.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetRun {
+    pub run_id: String,
+}
+
+/// [`run`] for `caller`: a run of a job it may not view is refused as the
+/// job would be.
+pub async fn run_seen_by(
+    state: &GatewayState,
+    caller: &Caller,
+    request: GetRun,
+) -> Result<RunReply, ApiError> {
+    let reply = run(state, &request.run_id).await?;
+    caller.may_view(&reply.run.job_id)?;
+    Ok(reply)
+}
+
+/// [`runs`] for `caller`: a named job or namespace must be one it views;
+/// without either, a caller limited to one namespace lists that one's.
+pub async fn runs_seen_by(
+    state: &GatewayState,
+    caller: &Caller,
+    mut request: ListRuns,
+) -> Result<RunsReply, ApiError> {
+    if let Some(job) = &request.job {
+        caller.may_view(job)?;
+    }
+    match &request.namespace {
+        Some(namespace) if validate_namespace("namespace", namespace).is_ok() => {
+            caller.grants.require(Role::Viewer, namespace)?;
+        }
+        Some(_) => {}
+        None => request.namespace = caller.only_namespace().map(str::to_string),
+    }
+    runs(state, request).await
 }
 
 /// Runs across jobs, newest scheduled time first, with filters and a cursor.
