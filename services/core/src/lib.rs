@@ -29,6 +29,8 @@
 //!   targets and failure notices, as messages.
 //! - [`channel`]: alert channels, defined once and named by jobs;
 //!   [`alert`]: an alert and what each kind of channel receives for it.
+//! - [`crontab`]: crontab files read as Debian's cron reads them, and each
+//!   line as a job with a shell target (`jetcron import-crontab`).
 //! - [`subjects`]: every subject, stream, bucket, consumer and table name.
 //! - [`api`]: the request/reply envelope and the one table of error codes shared by
 //!   the NATS service and the HTTP gateway.
@@ -55,6 +57,8 @@ pub mod chain;
 pub mod channel;
 pub mod clock;
 pub mod control;
+/// Crontabs read as Debian's cron reads them, and turned into job definitions.
+pub mod crontab;
 pub mod events;
 pub mod id_index;
 pub mod job;
