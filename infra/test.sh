@@ -35,6 +35,11 @@ if [ ! -e "/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1" ] \
   || ! command -v ip >/dev/null || ! command -v iptables-restore >/dev/null; then
   apt_install libfaketime iproute2 iptables
 fi
+# zsh and fish check the completion scripts of `jetcron completion`
+# (tests/cli_client.rs); bash is there already.
+if ! command -v zsh >/dev/null || ! command -v fish >/dev/null; then
+  apt_install zsh fish
+fi
 # Node.js packages the tests run or inject (infra/node/package.json): npm's
 # oidc-provider, a real OpenID Connect provider for the console's sign-in
 # tests, and axe-core for its accessibility checks. Debian's nodejs and npm

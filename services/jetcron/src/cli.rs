@@ -1,5 +1,7 @@
 //! Command line: one subcommand per service, `all` for the single-machine
-//! default, and `req` for machines without the `nats` CLI. Every option also
+//! default, `req` for machines without the `nats` CLI, and the client
+//! commands (`jobs`, `runs`, `apply`, `diff`, `export`, `completion`) whose
+//! arguments live with their code in `jetcron-client`. Every option also
 //! reads a `JETCRON_*` environment variable.
 
 use std::net::SocketAddr;
@@ -7,6 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use jetcron_client::apply::{ApplyArgs, DiffArgs};
+use jetcron_client::commands::jobs::JobsCommand;
+use jetcron_client::commands::runs::RunsCommand;
+use jetcron_client::commands::ClientArgs;
+use jetcron_client::export::ExportArgs;
 use jetcron_io::nats_connect::{NatsAuthOptions, ServerList};
 use jetcron_io::telemetry::LogFormat;
 
@@ -48,6 +55,67 @@ pub enum Command {
     /// from the terminal, never from the command line.
     #[command(subcommand)]
     Users(UsersCommand),
+    /// List, show, put, delete, pause, resume, trigger and backfill jobs,
+    /// and preview schedules, through the API (NATS, or HTTP with --http).
+    Jobs {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// List and show runs, read their output, kill them.
+    Runs {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Make the stored jobs match job files (JSON or YAML): create and
+    /// update, with --prune delete. Exit 0: nothing to do; 2: changes
+    /// applied (or planned with --dry-run); 1: error.
+    Apply {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        args: ApplyArgs,
+    },
+    /// Show, field by field, how job files differ from the stored jobs.
+    /// Exit 0: no difference; 2: differences; 1: error.
+    Diff {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        args: DiffArgs,
+    },
+    /// Write every stored job (of a namespace) as files `apply` takes back.
+    Export {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        args: ExportArgs,
+    },
+    /// Print a shell completion script (bash, zsh or fish): e.g.
+    /// `source <(jetcron completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+impl Command {
+    /// Whether it is a client of a running jetcron (or prints completion),
+    /// rather than a service or an operator's one-shot command.
+    pub fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Jobs { .. }
+                | Command::Runs { .. }
+                | Command::Apply { .. }
+                | Command::Diff { .. }
+                | Command::Export { .. }
+                | Command::Completion { .. }
+        )
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,10 +263,23 @@ impl CommonArgs {
     /// A connection of a one-shot command (`jetcron req`, `migrate`,
     /// `users`), named `name`, with these servers and credentials.
     pub async fn connect_command(&self, name: &str) -> anyhow::Result<async_nats::Client> {
+        self.connect_with_inbox(name, None).await
+    }
+
+    /// [`CommonArgs::connect_command`] with replies on `inbox_prefix` (a
+    /// team's user, whose permissions allow only its namespace's inboxes).
+    pub async fn connect_with_inbox(
+        &self,
+        name: &str,
+        inbox_prefix: Option<String>,
+    ) -> anyhow::Result<async_nats::Client> {
         use anyhow::Context as _;
         let auth = self.nats_auth();
-        auth.connect_options()
-            .context("NATS connection options")?
+        let mut options = auth.connect_options().context("NATS connection options")?;
+        if let Some(prefix) = inbox_prefix {
+            options = options.custom_inbox_prefix(prefix);
+        }
+        options
             .name(name)
             .connect(self.nats_url.servers())
             .await

@@ -5,6 +5,7 @@
 //! once).
 
 mod cli;
+mod client;
 mod metrics_server;
 mod migrate;
 mod users;
@@ -37,6 +38,9 @@ static ALLOCATOR: jetcron_allocator::MiMalloc = jetcron_allocator::MiMalloc;
 fn main() -> std::process::ExitCode {
     jetcron_allocator::keep_freed_memory();
     let cli = Cli::parse();
+    if cli.command.is_client() {
+        return std::process::ExitCode::from(client::main(cli.common, cli.command));
+    }
     telemetry::init(cli.common.log_format);
     // Each worker gives back, when it goes idle, what other threads freed
     // of its allocations once memory is asked back (a ticker's drop).
@@ -84,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => return migrate::run(&common, args).await,
         Command::NatsPermissions(args) => return print_nats_permissions(&args),
         Command::Users(command) => return users::run(&common, command).await,
+        command if command.is_client() => anyhow::bail!("a client command runs without services"),
         command => command,
     };
     let shutdown = CancellationToken::new();
@@ -151,9 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
         }
-        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) | Command::Users(_) => {
-            unreachable!("handled above")
-        }
+        _ => unreachable!("one-shot and client commands are handled above"),
     }
     // A service that ends (or fails) takes the process down with it, in
     // order: the ticker, the executors, the projector, the gateway.
@@ -171,9 +174,7 @@ fn services_of(command: &Command) -> &'static [&'static str] {
         Command::Projector(_) => &[PROJECTOR],
         Command::Gateway(_) => &[GATEWAY],
         Command::All(_) => &[GATEWAY, PROJECTOR, EXECUTOR, TICKER],
-        Command::Req(_) | Command::Migrate(_) | Command::NatsPermissions(_) | Command::Users(_) => {
-            &[]
-        }
+        _ => &[],
     }
 }
 
