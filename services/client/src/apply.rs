@@ -66,7 +66,8 @@ pub struct Report {
 /// `jetcron diff`.
 pub async fn diff(api: &Api, args: DiffArgs, format: Format) -> anyhow::Result<Report> {
     let files = manifest::read(&args.files)?;
-    let plan = plan_against_store(api, &files, args.prune, &args.namespaces).await?;
+    let prune = prune_scope(&files, args.prune, &args.namespaces)?;
+    let plan = plan_against_store(api, &files, prune).await?;
     Ok(Report {
         text: match format {
             Format::Json => output::json(&plan.to_json()),
@@ -79,7 +80,8 @@ pub async fn diff(api: &Api, args: DiffArgs, format: Format) -> anyhow::Result<R
 /// `jetcron apply`.
 pub async fn apply(api: &Api, args: ApplyArgs, format: Format) -> anyhow::Result<Report> {
     let files = manifest::read(&args.files)?;
-    let plan = plan_against_store(api, &files, args.prune, &args.namespaces).await?;
+    let prune = prune_scope(&files, args.prune, &args.namespaces)?;
+    let plan = plan_against_store(api, &files, prune).await?;
     execute(api, &plan, args.dry_run, format).await
 }
 
@@ -191,16 +193,16 @@ fn outcome_of(plan: &Plan) -> Outcome {
     }
 }
 
-/// The plan of `files` against the store. The jobs read are those of the
-/// namespaces the files touch (and the prune namespaces), so a team's user
-/// plans within what it may see.
-pub async fn plan_against_store(
-    api: &Api,
+/// Which stored jobs `--prune` may delete: those of the namespaces the
+/// files touch, or of `namespaces` when given (which must then hold every
+/// namespace of the files). Without jobs in the files, `namespaces` is
+/// required: an empty folder must not mean "delete everything".
+pub fn prune_scope(
     files: &[FileJob],
     prune: bool,
-    prune_namespaces: &[String],
-) -> anyhow::Result<Plan> {
-    for namespace in prune_namespaces {
+    namespaces: &[String],
+) -> anyhow::Result<Option<Prune>> {
+    for namespace in namespaces {
         validate_namespace("namespace", namespace)
             .map_err(|p| anyhow::anyhow!("--namespace {p}"))?;
     }
@@ -208,26 +210,39 @@ pub async fn plan_against_store(
         .iter()
         .map(|f| namespace_of(&f.id).to_string())
         .collect();
-    let prune = match (prune, prune_namespaces.is_empty()) {
-        (false, _) => None,
+    let namespaces = match (prune, namespaces.is_empty()) {
+        (false, _) => return Ok(None),
         (true, false) => {
-            if let Some(outside) = touched.iter().find(|ns| !prune_namespaces.contains(ns)) {
+            if let Some(outside) = touched.iter().find(|ns| !namespaces.contains(ns)) {
                 anyhow::bail!(
                     "the files hold jobs of namespace {outside:?}, which --namespace does not name: prune within the files' namespaces, or name them all"
                 );
             }
-            Some(Prune {
-                namespaces: prune_namespaces.iter().cloned().collect(),
-            })
+            namespaces.iter().cloned().collect()
         }
         (true, true) if touched.is_empty() => anyhow::bail!(
             "--prune with no jobs in the files would delete every job: name the namespaces to empty with --namespace"
         ),
-        (true, true) => Some(Prune {
-            namespaces: touched.clone(),
-        }),
+        (true, true) => touched,
     };
-    let mut read: BTreeSet<String> = touched;
+    Ok(Some(Prune {
+        namespaces,
+        label: None,
+    }))
+}
+
+/// The plan of `files` against the store. The jobs read are those of the
+/// namespaces the files touch and those `prune` covers, so a team's user
+/// plans within what it may see.
+pub async fn plan_against_store(
+    api: &Api,
+    files: &[FileJob],
+    prune: Option<Prune>,
+) -> anyhow::Result<Plan> {
+    let mut read: BTreeSet<String> = files
+        .iter()
+        .map(|f| namespace_of(&f.id).to_string())
+        .collect();
     if let Some(prune) = &prune {
         read.extend(prune.namespaces.iter().cloned());
     }

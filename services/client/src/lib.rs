@@ -23,6 +23,7 @@
 pub mod api;
 pub mod apply;
 pub mod commands;
+pub mod crontab_import;
 
 pub mod export;
 pub mod manifest;

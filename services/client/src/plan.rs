@@ -89,6 +89,20 @@ pub struct Plan {
 pub struct Prune {
     /// Delete in these namespaces only (`default`: names without a dot).
     pub namespaces: BTreeSet<String>,
+    /// And only jobs with this label (`crontab.file` of an import).
+    pub label: Option<(String, String)>,
+}
+
+impl Prune {
+    /// Whether `job` is one this prune may delete.
+    fn covers(&self, job: &StoredJob) -> bool {
+        self.namespaces.contains(namespace_of(&job.id))
+            && self.label.as_ref().is_none_or(|(key, value)| {
+                job.definition
+                    .as_ref()
+                    .is_some_and(|d| d["labels"][key].as_str() == Some(value))
+            })
+    }
 }
 
 /// Why there can be no plan.
@@ -122,8 +136,7 @@ pub fn plan(
     if let Some(prune) = prune {
         let named: BTreeSet<&str> = files.iter().map(|f| f.id.as_str()).collect();
         for job in stored {
-            if !named.contains(job.id.as_str()) && prune.namespaces.contains(namespace_of(&job.id))
-            {
+            if !named.contains(job.id.as_str()) && prune.covers(job) {
                 steps.push(Step {
                     id: job.id.clone(),
                     action: Action::Delete {

@@ -13,6 +13,7 @@ use jetcron_client::apply::{ApplyArgs, DiffArgs};
 use jetcron_client::commands::jobs::JobsCommand;
 use jetcron_client::commands::runs::RunsCommand;
 use jetcron_client::commands::ClientArgs;
+use jetcron_client::crontab_import::ImportArgs;
 use jetcron_client::export::ExportArgs;
 use jetcron_io::nats_connect::{NatsAuthOptions, ServerList};
 use jetcron_io::telemetry::LogFormat;
@@ -94,6 +95,15 @@ pub enum Command {
         #[command(flatten)]
         args: ExportArgs,
     },
+    /// Bring a crontab over as jobs with shell targets (a user's crontab,
+    /// `/etc/crontab` or an `/etc/cron.d` file); lines with no meaning here
+    /// are refused one by one. Exit codes as `apply`'s.
+    ImportCrontab {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(flatten)]
+        args: ImportArgs,
+    },
     /// Print a shell completion script (bash, zsh or fish): e.g.
     /// `source <(jetcron completion bash)`.
     Completion {
@@ -113,6 +123,7 @@ impl Command {
                 | Command::Apply { .. }
                 | Command::Diff { .. }
                 | Command::Export { .. }
+                | Command::ImportCrontab { .. }
                 | Command::Completion { .. }
         )
     }

@@ -1,5 +1,5 @@
 //! The client commands (`jobs`, `runs`, `apply`, `diff`, `export`,
-//! `completion`): where their requests go, what they print, their exit code.
+//! `import-crontab`, `completion`): where their requests go, what they print, their exit code.
 //! What each does is `jetcron-client`'s; this only wires the command line's
 //! connection options to it.
 //!
@@ -13,7 +13,7 @@ use std::io::Write as _;
 use clap::CommandFactory as _;
 use jetcron_client::api::{Api, HttpApi, NatsApi};
 use jetcron_client::commands::{self, ClientArgs};
-use jetcron_client::{apply, export, Outcome};
+use jetcron_client::{apply, crontab_import, export, Outcome};
 use jetcron_core::nats_doors::inbox_prefix;
 
 use crate::cli::{Cli, Command, CommonArgs};
@@ -70,6 +70,11 @@ async fn run(common: &CommonArgs, command: Command) -> anyhow::Result<(String, O
         Command::Diff { client, args } => {
             let api = connect(common, &client).await?;
             let report = apply::diff(&api, args, client.output).await?;
+            Ok((report.text, report.outcome))
+        }
+        Command::ImportCrontab { client, args } => {
+            let api = connect(common, &client).await?;
+            let report = crontab_import::import(&api, args, client.output).await?;
             Ok((report.text, report.outcome))
         }
         Command::Export { client, args } => {

@@ -196,7 +196,7 @@ async fn a_job_edited_between_plan_and_write_is_a_conflict_naming_both_revisions
         .await
         .expect("connect");
     let api = Api::Nats(NatsApi::new(client, None, Duration::from_secs(10)));
-    let plan = jetcron_client::apply::plan_against_store(&api, &files, false, &[])
+    let plan = jetcron_client::apply::plan_against_store(&api, &files, None)
         .await
         .expect("plan");
     // Someone else writes the job after the plan read it at revision 1.

@@ -25,6 +25,7 @@ mod cluster_chaos;
 mod cluster_faults;
 mod cluster_migration;
 mod cluster_startup;
+mod crontab_import;
 mod console;
 mod console_access;
 mod console_browser;

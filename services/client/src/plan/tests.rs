@@ -121,6 +121,7 @@ fn prune_deletes_only_in_its_namespaces_and_deletes_come_last() {
     ];
     let prune = Prune {
         namespaces: ["billing".to_string()].into(),
+        label: None,
     };
     let p = plan(
         &[file(job("billing.a")), file(job("billing.new"))],
