@@ -25,6 +25,7 @@ use crate::manifest::{self, FileJob};
 use crate::output::{self, Format};
 use crate::plan::{self, Action, Plan, Prune, StoredJob};
 use crate::Outcome;
+use jetcron_core::api::ErrorCode;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -136,54 +137,61 @@ pub async fn execute(
 
 /// One step's write; the line saying what was done.
 async fn write(api: &Api, step: &plan::Step) -> anyhow::Result<Option<String>> {
-    let conflict = |e: CallError, revision: u64| match e.status() {
-        Some(409) => anyhow::anyhow!(
-            "job {} changed since the plan read it at revision {revision}: {e}",
-            step.id
-        ),
-        _ => anyhow::anyhow!("{e}"),
-    };
     let put = |revision: u64| {
         let mut body = step.definition.clone().unwrap_or(Value::Null);
         body["expected_revision"] = json!(revision);
         body
     };
-    match &step.action {
-        Action::Unchanged { .. } => Ok(None),
-        Action::Create => {
-            let answer =
-                api.call(Endpoint::JobsPut, put(0))
-                    .await
-                    .map_err(|e| match e.status() {
-                        Some(409) => anyhow::anyhow!(
-                            "job {} was created by someone else since the plan: {e}",
-                            step.id
-                        ),
-                        _ => anyhow::anyhow!("{e}"),
-                    })?;
-            Ok(Some(format!(
-                "created {} (revision {})\n",
-                step.id, answer["revision"]
-            )))
-        }
-        Action::Update { revision, .. } => {
-            let answer = api
-                .call(Endpoint::JobsPut, put(*revision))
-                .await
-                .map_err(|e| conflict(e, *revision))?;
-            Ok(Some(format!(
-                "updated {} (revision {})\n",
-                step.id, answer["revision"]
-            )))
-        }
+    let (result, planned, verb) = match &step.action {
+        Action::Unchanged { .. } => return Ok(None),
+        Action::Create => (api.call(Endpoint::JobsPut, put(0)).await, 0, "created"),
+        Action::Update { revision, .. } => (
+            api.call(Endpoint::JobsPut, put(*revision)).await,
+            *revision,
+            "updated",
+        ),
         Action::Delete { revision } => {
             let body = json!({"id": step.id, "expected_revision": revision});
-            api.call(Endpoint::JobsDelete, body)
-                .await
-                .map_err(|e| conflict(e, *revision))?;
-            Ok(Some(format!("deleted {}\n", step.id)))
+            (
+                api.call(Endpoint::JobsDelete, body).await,
+                *revision,
+                "deleted",
+            )
         }
+    };
+    match result {
+        Ok(answer) => Ok(Some(match answer["revision"].as_u64() {
+            Some(revision) if verb != "deleted" => {
+                format!("{verb} {} (revision {revision})\n", step.id)
+            }
+            _ => format!("{verb} {}\n", step.id),
+        })),
+        Err(e) if is_conflict(&e) => Err(conflict(api, &step.id, planned, e).await),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
     }
+}
+
+/// Whether the API refused a compare-and-swap (not, say, `limit_exceeded`,
+/// also a 409).
+fn is_conflict(e: &CallError) -> bool {
+    matches!(e, CallError::Refused(r) if r.error.code == ErrorCode::Conflict)
+}
+
+/// A compare-and-swap refusal, with the revision the job is at now.
+async fn conflict(api: &Api, id: &str, planned: u64, e: CallError) -> anyhow::Error {
+    let now = match api.call(Endpoint::JobsGet, json!({"id": id})).await {
+        Ok(answer) => match answer["job"]["revision"].as_u64() {
+            Some(revision) => format!("now at revision {revision}"),
+            None => "now unreadable".to_string(),
+        },
+        Err(CallError::Refused(r)) if r.status == 404 => "now deleted".to_string(),
+        Err(_) => "now: could not read it".to_string(),
+    };
+    let read = match planned {
+        0 => "the plan found no such job".to_string(),
+        revision => format!("the plan read it at revision {revision}"),
+    };
+    anyhow::anyhow!("job {id} changed since the plan ({read}; {now}): {e}")
 }
 
 fn outcome_of(plan: &Plan) -> Outcome {

@@ -6,7 +6,8 @@
 //! is printed with its line number and reason, and the rest is imported.
 //! Ids come from each line's user, schedule and command, so importing the
 //! same file again plans nothing, and `--prune` deletes only the jobs this
-//! file made (label `crontab.file`) whose lines are gone.
+//! crontab made (label `crontab.file`: `--source`, by default this host and
+//! the file's absolute path) whose lines are gone.
 //!
 //! Schedules are read in `--timezone`, else in the host's zone (what cron
 //! did on this host), else UTC; a `CRON_TZ` line overrides it for the lines
@@ -53,29 +54,52 @@ pub struct ImportArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Also delete the jobs an earlier import of this file made whose
-    /// lines are gone.
+    /// Also delete the jobs an earlier import of this crontab made whose
+    /// lines are gone (those whose label `crontab.file` is this source).
     #[arg(long)]
     pub prune: bool,
+    /// What to call this crontab in labels and descriptions, so --prune
+    /// knows its jobs (default: `<host>:<absolute path>`). Give each crontab
+    /// its own when several pass through one path (`crontab -l -u alice >
+    /// /tmp/crontab`): `--source alice@web1`.
+    #[arg(long)]
+    pub source: Option<String>,
 }
 
 /// Import; what to print and the outcome (as `apply`'s).
 pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Result<Report> {
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("read {}", args.file.display()))?;
-    let label = file_label(&args.file);
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("read {}", args.file.display()))?;
+    let label = args
+        .source
+        .clone()
+        .unwrap_or_else(|| default_source(&args.file));
+    refuse_unread_cron_d_file(&args.file)?;
     let kind = match args.system || is_system_path(&args.file) {
         true => CrontabKind::System,
         false => CrontabKind::User,
     };
-    let parsed = crontab::parse(&text, kind);
     let mut lines = String::new();
+    // cron reads bytes; a comment in Latin-1 should not stop an import.
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let _ = writeln!(
+                lines,
+                "warning {label}: not UTF-8; bytes that are not were read as U+FFFD"
+            );
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        }
+    };
+    let parsed = crontab::parse(&text, kind);
+    let mut refused = Vec::new();
     for refusal in &parsed.refusals {
         let _ = writeln!(
             lines,
             "refused {label}:{}: {}",
             refusal.line, refusal.reason
         );
+        refused.push(json!({"line": refusal.line, "reason": refusal.reason}));
     }
     for warning in &parsed.warnings {
         let _ = writeln!(
@@ -106,6 +130,7 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
                     "refused {label}:{}: {}",
                     refusal.line, refusal.reason
                 );
+                refused.push(json!({"line": refusal.line, "reason": refusal.reason}));
             }
         }
     }
@@ -138,24 +163,76 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
             step.notes.extend(job.1.notes.iter().cloned());
         }
     }
-    let mut report = execute(api, &plan, args.dry_run, format).await?;
-    if format == Format::Table {
-        let _ = writeln!(
-            lines,
-            "schedules read in {timezone} unless CRON_TZ says otherwise"
-        );
-        report.text = format!("{lines}{}", report.text);
+    if files.is_empty() && !lines.is_empty() {
+        anyhow::bail!("{lines}nothing in {label} can be imported");
+    }
+    let report = execute(api, &plan, args.dry_run, format).await?;
+    let _ = writeln!(
+        lines,
+        "schedules read in {timezone} unless CRON_TZ says otherwise"
+    );
+    let warnings: Vec<_> = parsed
+        .warnings
+        .iter()
+        .map(|w| json!({"line": w.line, "message": w.message}))
+        .collect();
+    let said = json!({"refused": refused, "warnings": warnings, "timezone": timezone});
+    with_what_the_import_said(report, format, &lines, said)
+}
+
+/// `report` with the refusals, warnings and zone before the plan (a table)
+/// or beside it (`-o json`: `refused`, `warnings`, `timezone`).
+fn with_what_the_import_said(
+    mut report: Report,
+    format: Format,
+    lines: &str,
+    said: serde_json::Value,
+) -> anyhow::Result<Report> {
+    match format {
+        Format::Table => report.text = format!("{lines}{}", report.text),
+        Format::Json => {
+            let mut answer: serde_json::Value =
+                serde_json::from_str(&report.text).context("the plan as JSON")?;
+            for key in ["refused", "warnings", "timezone"] {
+                answer[key] = said[key].clone();
+            }
+            report.text = crate::output::json(&answer);
+        }
     }
     Ok(report)
 }
 
-/// The file as labels and descriptions name it: its absolute path, so an
-/// import from another folder is the same file.
-fn file_label(path: &Path) -> String {
-    std::fs::canonicalize(path)
+/// The crontab's default name in labels and descriptions: this host and
+/// the file's absolute path, so an import from another folder is the same
+/// crontab and another host's `/etc/crontab` is not.
+fn default_source(path: &Path) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let path = std::fs::canonicalize(path)
         .unwrap_or_else(|_| path.to_path_buf())
         .display()
-        .to_string()
+        .to_string();
+    match host.is_empty() {
+        true => path,
+        false => format!("{host}:{path}"),
+    }
+}
+
+/// cron skips files of `/etc/cron.d` whose names are not all letters,
+/// digits, `_` and `-` (`x.dpkg-old`, `backup~`): importing one would start
+/// jobs cron never ran.
+fn refuse_unread_cron_d_file(path: &Path) -> anyhow::Result<()> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    match (path.parent() == Some(Path::new("/etc/cron.d")), name) {
+        (true, Some(name)) if !crontab::cron_reads_cron_d_file(&name) => anyhow::bail!(
+            "cron does not read {} (a name in /etc/cron.d must be letters, digits, _ and - only): its lines never ran, nothing is imported",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn is_system_path(path: &Path) -> bool {

@@ -8,8 +8,10 @@
 //! stored secrets ([`jetcron_core::job::restore_redacted`]). Over NATS the
 //! API hands out definitions whole, so redaction is the client's own; over
 //! HTTP the gateway redacts unless reads are protected and the token is an
-//! editor's. Without `-o`, the jobs go to standard output as one list,
-//! which `apply -f -` reads.
+//! editor's. Without `-d`, the jobs go to standard output as one list,
+//! which `apply -f -` reads. A stored definition that is not valid cannot
+//! be written as a file `apply` takes: the export then fails (exit 1),
+//! naming it, since an `apply --prune` of the files would delete it.
 
 use std::path::{Path, PathBuf};
 
@@ -66,7 +68,7 @@ pub async fn export(api: &Api, args: ExportArgs) -> anyhow::Result<String> {
             _ => skipped.push(id),
         }
     }
-    let mut text = match &args.dir {
+    let text = match &args.dir {
         Some(dir) => {
             for (id, definition) in &jobs {
                 write_job(dir, id, definition, args.format)?;
@@ -78,13 +80,18 @@ pub async fn export(api: &Api, args: ExportArgs) -> anyhow::Result<String> {
             encode(&all, args.format)?
         }
     };
-    for id in skipped {
-        let line =
-            format!("skipped {id}: its stored definition is invalid (jetcron jobs get {id})\n");
-        match args.dir {
-            Some(_) => text.push_str(&line),
-            None => eprint!("{line}"),
-        }
+    // A job left out of an export would be deleted by `apply --prune` of
+    // it: that is an error (the files of the others are written).
+    if !skipped.is_empty() {
+        let written = match &args.dir {
+            Some(_) => text.trim_end().to_string() + "; ",
+            None => String::new(),
+        };
+        anyhow::bail!(
+            "{written}{} stored definitions are invalid and were not exported ({}): fix or delete them (jetcron jobs get ID) before applying an export with --prune",
+            skipped.len(),
+            skipped.join(", ")
+        );
     }
     Ok(text)
 }

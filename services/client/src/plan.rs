@@ -12,9 +12,8 @@
 //! to the file: a file that does not say `paused` keeps a stored pause (with
 //! a note); one that says `paused: false` resumes it.
 //!
-//! Steps are ordered to be written one by one: updates that drop a chain
-//! edge (`after`) first, so a swapped chain never looks like a cycle to the
-//! gateway, then creates and other updates by id, deletes last.
+//! Steps are ordered to be written one by one so that no write closes a
+//! chain cycle on the way ([`write_order`]); deletes go last.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -152,35 +151,9 @@ pub fn plan(
     if !errors.is_empty() {
         return Err(PlanError(errors));
     }
-    steps.sort_by_key(|step| (write_order(step, &by_id), step.id.clone()));
-    Ok(Plan { steps })
-}
-
-/// 0: updates that drop a chain edge; 1: the other writes; 2: deletes.
-fn write_order(step: &Step, stored: &BTreeMap<&str, &StoredJob>) -> u8 {
-    match &step.action {
-        Action::Delete { .. } => 2,
-        Action::Update { .. } => {
-            let parents = |v: Option<&Value>| -> BTreeSet<String> {
-                v.and_then(|d| d["after"].as_array())
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a["job"].as_str().map(str::to_string))
-                    .collect()
-            };
-            let before = parents(
-                stored
-                    .get(step.id.as_str())
-                    .and_then(|s| s.definition.as_ref()),
-            );
-            let after = parents(step.definition.as_ref());
-            match before.difference(&after).next() {
-                Some(_) => 0,
-                None => 1,
-            }
-        }
-        _ => 1,
-    }
+    Ok(Plan {
+        steps: write_order::ordered(steps, stored),
+    })
 }
 
 fn step_for(file: &FileJob, stored: Option<&StoredJob>) -> Result<Step, String> {
@@ -416,3 +389,4 @@ impl Plan {
 
 #[cfg(test)]
 mod tests;
+mod write_order;

@@ -49,6 +49,9 @@ use crate::jobs::store::PutJob;
 use crate::request_body::parse_body;
 use crate::{jobs, runs, GatewayState};
 
+/// Most requests that read ClickHouse answered at once beside the loop.
+const MAX_BESIDE_THE_LOOP: usize = 16;
+
 #[derive(Debug, Clone, Copy)]
 enum Endpoint {
     Put,
@@ -125,6 +128,7 @@ pub async fn serve(
         "NATS API serving on jetcron.api.jobs.*, .runs.*, .schedules.* and .channels.*, and on every namespace's door, jetcron.api.ns.<namespace>.>"
     );
     let mut beside_the_loop = tokio::task::JoinSet::new();
+    let history_reads = Arc::new(tokio::sync::Semaphore::new(MAX_BESIDE_THE_LOOP));
     loop {
         let (endpoint, request) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -135,8 +139,23 @@ pub async fn serve(
         };
         while beside_the_loop.try_join_next().is_some() {}
         if endpoint.reads_clickhouse() {
+            // At most MAX_BESIDE_THE_LOOP at once: any viewer's door may send
+            // these, and each may hold a ClickHouse query until its timeout.
+            let Ok(permit) = history_reads.clone().try_acquire_owned() else {
+                respond(
+                    &request,
+                    Err(ApiError::unavailable(format!(
+                    "{MAX_BESIDE_THE_LOOP} history reads are running already: try again in a moment"
+                ))),
+                )
+                .await;
+                continue;
+            };
             let state = state.clone();
-            beside_the_loop.spawn(async move { answer(&state, endpoint, request).await });
+            beside_the_loop.spawn(async move {
+                answer(&state, endpoint, request).await;
+                drop(permit);
+            });
         } else {
             answer(&state, endpoint, request).await;
         }

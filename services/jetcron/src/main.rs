@@ -37,7 +37,18 @@ static ALLOCATOR: jetcron_allocator::MiMalloc = jetcron_allocator::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     jetcron_allocator::keep_freed_memory();
-    let cli = Cli::parse();
+    // clap exits 2 on a usage error, which `apply` and `diff` use for
+    // "changes": a typo must read as an error (1) to a pipeline.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.use_stderr() {
+                true => std::process::ExitCode::FAILURE,
+                false => std::process::ExitCode::SUCCESS,
+            };
+        }
+    };
     if cli.command.is_client() {
         return std::process::ExitCode::from(client::main(cli.common, cli.command));
     }

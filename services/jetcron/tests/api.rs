@@ -215,6 +215,49 @@ async fn a_list_larger_than_one_message_arrives_in_pages_each_job_once() {
     assert_eq!(pages, 4);
     let expected: Vec<String> = (0..1500).map(|i| format!("bulk-{i:04}")).collect();
     assert_eq!(seen, expected, "every job once, in id order");
+    // Definitions near the 64 KiB limit: pages end by size, not by count.
+    let blob = "x".repeat(50_000);
+    for i in 0..40 {
+        let id = format!("big.job-{i:02}");
+        let job = format!(
+            r#"{{"id":"{id}","schedule":"@daily","target":{{"type":"nats","subject":"svc.big","payload":{{"blob":"{blob}"}}}}}}"#
+        );
+        bucket.put(&id, job.into()).await.expect("kv put");
+    }
+    let mut big = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut body = serde_json::json!({"limit": 1000, "namespace": "big"});
+        if let Some(after) = &after {
+            body["after"] = after.as_str().into();
+        }
+        let (page, code) = stack.api("jetcron.api.jobs.list", &body.to_string()).await;
+        assert_eq!(code, None, "page {pages} refused");
+        pages += 1;
+        assert!(
+            page.to_string().len() < 1024 * 1024,
+            "a page fits one message"
+        );
+        big.extend(
+            page["jobs"]
+                .as_array()
+                .expect("jobs")
+                .iter()
+                .map(|j| j["id"].as_str().expect("id").to_string()),
+        );
+        match page["next_after"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(
+        big,
+        (0..40)
+            .map(|i| format!("big.job-{i:02}"))
+            .collect::<Vec<_>>()
+    );
     for (body, field) in [(r#"{"limit":0}"#, "limit"), (r#"{"limit":1001}"#, "limit")] {
         let (reply, code) = stack.api("jetcron.api.jobs.list", body).await;
         assert_eq!(code.as_deref(), Some("400"), "{reply}");

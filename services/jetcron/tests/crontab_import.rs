@@ -65,7 +65,7 @@ async fn a_crontab_is_planned_imported_run_reimported_and_pruned() {
     let dry = jetcron(&stack, &import(&["--dry-run"]), "").await;
     assert_eq!(dry.code, 2, "{}{}", dry.stdout, dry.stderr);
     assert!(
-        dry.stdout.contains(&format!("refused {path}:5: ")),
+        dry.stdout.contains(&format!(":{path}:5: @reboot: ")),
         "{}",
         dry.stdout
     );
@@ -114,7 +114,10 @@ async fn a_crontab_is_planned_imported_run_reimported_and_pruned() {
     assert_eq!(greet["job"]["schedule"], "* * * * *");
     assert_eq!(greet["job"]["timezone"], "Europe/Berlin");
     assert_eq!(greet["job"]["notify"]["channels"], json!(["ops-mail"]));
-    assert_eq!(greet["job"]["labels"]["crontab.file"], path);
+    let source = greet["job"]["labels"]["crontab.file"]
+        .as_str()
+        .expect("label");
+    assert!(source.ends_with(&format!(":{path}")), "host:path, {source}");
     assert!(greet["job"]["description"]
         .as_str()
         .is_some_and(|d| d.starts_with("Greets, with its text on stdin\n")));
@@ -167,6 +170,26 @@ async fn a_crontab_is_planned_imported_run_reimported_and_pruned() {
     assert_eq!(left.len(), 3, "{left:?}");
     assert!(left.contains(&"legacy.manual".to_string()), "{left:?}");
     assert!(!left.contains(&find("both")["id"].as_str().expect("id").to_string()));
+
+    // Another crontab through the same path, named apart: its prune leaves
+    // this one's jobs alone.
+    std::fs::write(&file, "0 5 * * * echo other user\n").expect("write");
+    let other = jetcron(&stack, &import(&["--prune", "--source", "bob@web1"]), "").await;
+    assert_eq!(other.code, 2, "{}{}", other.stdout, other.stderr);
+    assert!(
+        other
+            .stdout
+            .contains("applied: 1 created, 0 updated, 0 deleted"),
+        "{}",
+        other.stdout
+    );
+    assert_eq!(legacy_jobs(&stack).await.len(), 4);
+
+    // Nothing importable is an error, not "nothing to do".
+    std::fs::write(&file, "@reboot start-agent\n").expect("write");
+    let nothing = jetcron(&stack, &import(&[]), "").await;
+    assert_eq!(nothing.code, 1, "{}{}", nothing.stdout, nothing.stderr);
+    assert!(nothing.stderr.contains("nothing in "), "{}", nothing.stderr);
     stack.stop().await;
 }
 

@@ -127,8 +127,19 @@ async fn a_folder_applied_twice_changes_once_and_prune_stays_in_its_namespace() 
     let json = jetcron(&stack, &["diff", "-f", folder, "-o", "json"], "")
         .await
         .json();
-    assert_eq!(json["steps"][0]["action"], "update");
-    assert_eq!(json["steps"][0]["fields"][0]["field"], "schedule");
+    let update = json["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["action"] == "update")
+        .expect("an update")
+        .clone();
+    assert_eq!(update["id"], "billing.invoice");
+    assert_eq!(update["fields"][0]["field"], "schedule");
+
+    // A mistyped flag is an error (1), never "changes" (2).
+    let typo = jetcron(&stack, &["apply", "-f", folder, "--prun"], "").await;
+    assert_eq!(typo.code, 1, "{}", typo.stderr);
 
     // A prune with no jobs in the files must name its namespace.
     let empty = dir.path().join("empty");
@@ -206,10 +217,13 @@ async fn a_job_edited_between_plan_and_write_is_a_conflict_naming_both_revisions
         .err()
         .expect("a conflict");
     let text = format!("{error:#}");
-    assert!(
-        text.contains("job billing.invoice changed since the plan read it at revision 1"),
-        "{text}"
+    let now = revision_of(&stack, "billing.invoice")
+        .await
+        .expect("stored");
+    let expected = format!(
+        "job billing.invoice changed since the plan (the plan read it at revision 1; now at revision {now})"
     );
+    assert!(text.contains(&expected), "{text}");
     assert!(text.contains("409 conflict"), "{text}");
     assert!(text.contains("run apply again"), "{text}");
     let (stored, _) = stack

@@ -95,10 +95,17 @@ fn route(endpoint: Endpoint, body: Value) -> anyhow::Result<Route> {
         Endpoint::JobsList => {
             let mut query = Vec::new();
             if let Some(Value::Object(labels)) = take("labels") {
-                let pairs: Vec<String> = labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect();
+                let mut pairs = Vec::new();
+                for (key, value) in &labels {
+                    let value = value.as_str().unwrap_or_default();
+                    // `?labels=` separates pairs with commas and has no escape.
+                    if value.contains(',') || key.contains(',') {
+                        anyhow::bail!(
+                            "label {key}={value}: the HTTP API's selector cannot hold a comma; select over NATS"
+                        );
+                    }
+                    pairs.push(format!("{key}={value}"));
+                }
                 query.push(("labels".to_string(), pairs.join(",")));
             }
             Route::get(&["v1", "jobs"])
@@ -230,5 +237,12 @@ mod tests {
         assert_eq!(r.path.join("/"), "v1/runs/r/kill");
         assert_eq!(r.body, Some(json!({"reason": "x"})));
         assert!(route(Endpoint::JobsGet, json!([1])).is_err());
+        let comma = route(
+            Endpoint::JobsList,
+            json!({"labels": {"crontab.file": "/tmp/a,b"}}),
+        );
+        assert!(comma
+            .err()
+            .is_some_and(|e| e.to_string().contains("cannot hold a comma")));
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use jetcron_core::job::redact_written;
 use serde_json::{json, Value};
 
 use crate::api::{object, Api, CallError, Endpoint};
@@ -17,7 +18,13 @@ pub enum JobsCommand {
     /// List jobs, ordered by id.
     List(ListJobs),
     /// Show one job: its revision, whether it is valid, its definition.
-    Get { id: String },
+    Get {
+        id: String,
+        /// Show the values of target.headers, target.env and
+        /// notify.headers (hidden by default, as in exports).
+        #[arg(long)]
+        show_secrets: bool,
+    },
     /// Create or replace the jobs of files (JSON or YAML; `-` reads
     /// standard input), each as one put: no plan, no prune (see `apply`).
     Put {
@@ -71,6 +78,9 @@ pub struct ListJobs {
     /// Only jobs with this label (`key=value`; repeat for several).
     #[arg(long = "label", value_parser = super::parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Show secret values in `-o json` (hidden by default).
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 #[derive(Debug, Args)]
@@ -87,14 +97,21 @@ pub struct SelectJobs {
 pub async fn run(api: &Api, command: JobsCommand, format: Format) -> anyhow::Result<String> {
     let answer = match command {
         JobsCommand::List(list) => {
-            let jobs = list_all(api, list.namespace.as_deref(), &list.labels).await?;
+            let mut jobs = list_all(api, list.namespace.as_deref(), &list.labels).await?;
+            if !list.show_secrets {
+                jobs.iter_mut()
+                    .for_each(|job| redact_written(&mut job["job"]));
+            }
             return Ok(match format {
                 Format::Json => output::json(&json!({"ok": true, "jobs": jobs})),
                 Format::Table => jobs_table(&jobs),
             });
         }
-        JobsCommand::Get { id } => {
-            let answer = api.call(Endpoint::JobsGet, json!({"id": id})).await?;
+        JobsCommand::Get { id, show_secrets } => {
+            let mut answer = api.call(Endpoint::JobsGet, json!({"id": id})).await?;
+            if !show_secrets {
+                redact_written(&mut answer["job"]["job"]);
+            }
             return Ok(match format {
                 Format::Json => output::json(&answer),
                 Format::Table => job_text(&answer["job"]),
@@ -168,6 +185,7 @@ pub async fn list_all(
         labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
     let mut jobs = Vec::new();
     let mut after: Option<String> = None;
+    let mut previous: Option<String> = None;
     loop {
         let body = object([
             ("namespace", namespace.map(Value::from)),
@@ -183,7 +201,16 @@ pub async fn list_all(
             jobs.extend(more);
         }
         match page["next_after"].as_str() {
-            Some(next) => after = Some(next.to_string()),
+            // A page that does not move on would loop for ever.
+            Some(next) if previous.as_deref().is_some_and(|p| next <= p) => {
+                return Err(CallError::Transport(anyhow::anyhow!(
+                    "jobs.list did not move on after {next:?}: is the gateway older than this client?"
+                )))
+            }
+            Some(next) => {
+                previous = Some(next.to_string());
+                after = Some(next.to_string());
+            }
             None => return Ok(jobs),
         }
     }

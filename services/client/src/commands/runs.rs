@@ -9,6 +9,10 @@ use serde_json::{json, Value};
 use crate::api::{object, Api, CallError, Endpoint};
 use crate::output::{self, shown, Format, Table};
 
+/// How long `logs --follow` waits for a run to reach the history (a run
+/// just triggered) before it says there is no such run.
+const NOT_YET_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Statuses after which a run changes no more.
 const FINAL: [&str; 5] = ["succeeded", "failed", "timed_out", "killed", "skipped"];
 
@@ -29,8 +33,8 @@ pub enum RunsCommand {
     /// Print what each attempt of a run wrote (output and error).
     Logs {
         run_id: String,
-        /// Keep printing until the run has ended (waiting for a run not in
-        /// the history yet).
+        /// Keep printing until the run has ended (waiting up to a minute
+        /// for a run not in the history yet).
         #[arg(long)]
         follow: bool,
         /// How often --follow asks.
@@ -256,11 +260,13 @@ async fn logs(
 ) -> anyhow::Result<String> {
     use std::io::Write as _;
     let mut printed = std::collections::HashSet::new();
+    let mut waited = Duration::ZERO;
     loop {
         // A run just triggered is not in the history yet: --follow waits.
         let answer = match get(api, run_id).await {
-            Err(e) if follow && e.status() == Some(404) => {
+            Err(e) if follow && e.status() == Some(404) && waited < NOT_YET_PATIENCE => {
                 tokio::time::sleep(interval).await;
+                waited += interval;
                 continue;
             }
             answer => answer?,

@@ -176,4 +176,26 @@ fn a_chain_swap_writes_the_dropped_edge_first() {
     .expect("plan");
     let order: Vec<&str> = p.steps.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(order, ["b", "a"]);
+
+    // The reviewer's case: a after z, b after a; to: a after b. Dropping
+    // a's edge to z in the same write that adds a -> b would close a -> b
+    // -> a while b still follows a: b goes first.
+    let store = [
+        stored(1, chained("cyc.a", Some("cyc.z"))),
+        stored(1, chained("cyc.b", Some("cyc.a"))),
+        stored(1, chained("cyc.z", None)),
+    ];
+    let files = [
+        file(chained("cyc.a", Some("cyc.b"))),
+        file(chained("cyc.b", None)),
+        file(chained("cyc.z", None)),
+    ];
+    let p = plan(&files, &store, None).expect("plan");
+    let writes: Vec<&str> = p
+        .steps
+        .iter()
+        .filter(|s| !matches!(s.action, Action::Unchanged { .. }))
+        .map(|s| s.id.as_str())
+        .collect();
+    assert_eq!(writes, ["cyc.b", "cyc.a"]);
 }

@@ -1,6 +1,8 @@
 //! A job line's command and its standard input, as cron's `do_command.c`
 //! splits them: the command ends at the first `%` not escaped by a
-//! backslash, and `\%` in it becomes `%` (any other `\x` stays); the rest
+//! backslash, and `\%` in it becomes `%` and `\\` becomes `\` (any other
+//! `\x` stays: checked against Debian's cron daemon, where
+//! `touch 'a\\b'` makes a file `a\b`); the rest
 //! is written to the command's standard input with each bare `%` a
 //! newline and `\%` a `%`. cron then adds a final newline where the data
 //! does not end with one. So mdadm's `date +\%d` runs as `date +%d`, and
@@ -24,7 +26,7 @@ pub(super) fn split(as_written: &str) -> SplitCommand {
     for (at, c) in as_written.char_indices() {
         if escaped {
             escaped = false;
-            if c == '%' {
+            if c == '%' || c == '\\' {
                 command.pop();
             }
             command.push(c);
@@ -100,8 +102,10 @@ mod tests {
             parts("[ $(date +\\%d) -le 7 ] && echo \\n"),
             ("[ $(date +%d) -le 7 ] && echo \\n".into(), None)
         );
-        // `\\` is an escaped backslash: the `%` after it is bare.
-        assert_eq!(parts("a\\\\%b"), ("a\\\\".into(), Some("b\n".into())));
+        // `\\` is an escaped backslash, one backslash in the command, and
+        // the `%` after it is bare.
+        assert_eq!(parts("a\\\\%b"), ("a\\".into(), Some("b\n".into())));
+        assert_eq!(parts("touch 'a\\\\b'"), ("touch 'a\\b'".into(), None));
     }
 
     #[test]

@@ -48,8 +48,10 @@ pub(super) fn read(line: &str, kind: CrontabKind) -> Result<JobLine, LineProblem
             (Some(user.to_string()), rest)
         }
     };
+    // Debian's cron takes such a line (and runs nothing); there is no
+    // job to make of it.
     if command.is_empty() {
-        return Err(LineProblem::Syntax(format!(
+        return Err(LineProblem::Unsupported(format!(
             "no command after {:?}",
             timing.as_written()
         )));
@@ -111,7 +113,7 @@ mod tests {
         assert_eq!(line.user.as_deref(), Some("root"));
         assert_eq!(line.command_as_written, "run-parts /x");
         let missing = read("* * * * * root", CrontabKind::System).expect_err("no command");
-        assert!(matches!(missing, LineProblem::Syntax(why) if why.contains("no command")));
+        assert!(matches!(missing, LineProblem::Unsupported(why) if why.contains("no command")));
         let missing = read("* * * * *", CrontabKind::System).expect_err("no user");
         assert!(matches!(missing, LineProblem::Syntax(why) if why.contains("no user")));
     }

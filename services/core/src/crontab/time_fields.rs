@@ -233,7 +233,7 @@ fn read_range(rule: &FieldRule, element: &str) -> Result<(u32, u32, u32), LinePr
     let step = match rest.strip_prefix('/') {
         Some(step) => read_step(step)?,
         None if rest.is_empty() => 1,
-        None => return Err(LineProblem::Syntax(format!("unexpected {rest:?}"))),
+        None => return Err(junk_after_value(rest)),
     };
     for value in [start, end] {
         if value < rule.low || value > rule.high {
@@ -298,8 +298,17 @@ fn read_value<'a>(rule: &FieldRule, text: &'a str) -> Result<(u32, &'a str), Lin
     };
     match rest.chars().next() {
         None | Some('-' | '/') => Ok((value, rest)),
-        Some(_) => Err(LineProblem::Syntax(format!("unexpected {rest:?}"))),
+        Some(_) => Err(junk_after_value(rest)),
     }
+}
+
+/// Text after a value or range that is none of `-`, `/` or `,`: Debian's
+/// cron skips it (to the next blank) and takes the line; jetcron does not
+/// guess what was meant.
+fn junk_after_value(rest: &str) -> LineProblem {
+    LineProblem::Unsupported(format!(
+        "unexpected {rest:?}: cron would skip it and read the rest of the line; write the field without it"
+    ))
 }
 
 /// Why `5L` or `15W` is refused.

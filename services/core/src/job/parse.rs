@@ -46,7 +46,17 @@ pub fn parse_job(bytes: &[u8], key: Option<&str>) -> Result<ValidJob, Vec<FieldE
 
 /// [`parse_job`] with the schedule line parsed by `parse_schedule` (a cache,
 /// for holders of many jobs: the ticker parses a million definitions at start).
+/// A problem in a secret map never repeats its value
+/// ([`super::secrets::hide_secret_values`]).
 pub fn parse_job_with(
+    bytes: &[u8],
+    key: Option<&str>,
+    parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,
+) -> Result<ValidJob, Vec<FieldError>> {
+    parse_job_unmasked(bytes, key, parse_schedule).map_err(super::secrets::hide_secret_values)
+}
+
+fn parse_job_unmasked(
     bytes: &[u8],
     key: Option<&str>,
     parse_schedule: &mut dyn FnMut(&str) -> Result<Schedule, ScheduleError>,

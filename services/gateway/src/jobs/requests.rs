@@ -47,6 +47,11 @@ pub struct ListJobs {
 /// The most jobs one page of `list` holds.
 pub const MAX_PAGE: usize = 1000;
 
+/// The most bytes of definitions one page holds: under NATS' default 1 MB
+/// `max_payload` with room for the envelope, whatever `limit` says (a
+/// definition may be 64 KiB, so 1000 of them would not fit).
+pub const PAGE_BYTES: usize = 768 * 1024;
+
 /// `delete` `{"id","expected_revision"?}`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -174,7 +179,8 @@ fn matches(job: &Value, selector: &BTreeMap<String, String>) -> bool {
 }
 
 /// `list`: every stored definition, or those the selector matches, in id
-/// order; with `limit`, one page of them and where the next one starts.
+/// order; with `limit`, one page of them (at most `limit` jobs and about
+/// [`PAGE_BYTES`]) and where the next one starts.
 /// Ids are filtered before any definition is read, so a page costs reads of
 /// what it shows (plus those a label selector passes over).
 pub async fn list(
@@ -218,19 +224,33 @@ pub async fn list(
         })
         .peekable();
     let mut jobs = Vec::new();
+    let mut bytes = 0;
     while jobs.len() < limit {
-        let Some(key) = keys.next() else { break };
+        let Some(key) = keys.peek().cloned() else {
+            break;
+        };
         let Some(job) = state.jobs.read(&key).await else {
+            keys.next();
             continue;
         };
-        if request.labels.is_empty()
-            || job
+        if !request.labels.is_empty()
+            && !job
                 .job
                 .as_ref()
                 .is_some_and(|d| matches(d, &request.labels))
         {
-            jobs.push(job);
+            keys.next();
+            continue;
         }
+        // A page must fit one NATS message: it ends before the job that
+        // would take it past PAGE_BYTES (a page holds at least one job).
+        let size = serde_json::to_vec(&job).map_or(0, |b| b.len());
+        if request.limit.is_some() && !jobs.is_empty() && bytes + size > PAGE_BYTES {
+            break;
+        }
+        bytes += size;
+        keys.next();
+        jobs.push(job);
     }
     let next_after = match keys.peek() {
         Some(_) => jobs.last().map(|j| j.id.clone()),
