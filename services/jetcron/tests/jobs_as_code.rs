@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use jetcron_client::api::{Api, NatsApi};
 use jetcron_client::output::Format;
-use jetcron_testkit::{Stack, StackOptions};
+use jetcron_testkit::{Stack, StackOptions, API_TOKEN};
 use serde_json::{json, Value};
 
 use crate::cli_client::jetcron;
@@ -100,6 +100,25 @@ async fn a_folder_applied_twice_changes_once_and_prune_stays_in_its_namespace() 
     let second = jetcron(&stack, &["apply", "-f", folder, "--prune"], "").await;
     assert_eq!(second.code, 0, "{}{}", second.stdout, second.stderr);
     assert!(second.stdout.ends_with("0 to create, 0 to update, 0 to delete, 2 unchanged\nno changes: the store matches the files\n"), "{}", second.stdout);
+
+    // Over HTTP with a token, the same plan: a job without secrets is no
+    // change there either.
+    let invoice = jobs.join("billing/invoice.yaml");
+    let http = jetcron(
+        &stack,
+        &[
+            "apply",
+            "-f",
+            invoice.to_str().expect("path"),
+            "--http",
+            &stack.http_base,
+            "--token",
+            API_TOKEN,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(http.code, 0, "{}{}", http.stdout, http.stderr);
 
     // An edit in review: diff shows the field, apply makes it.
     write(

@@ -16,6 +16,8 @@ use jetcron_core::nats_doors::{inbox_prefix, nats_permissions};
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 use serde_json::Value;
 
+use crate::cli_client::jetcron;
+
 /// The server's users: the stack's services log in as `jetcron` (every
 /// permission, the `no_auth_user`), each team user with the permissions the
 /// command prints.
@@ -291,5 +293,82 @@ async fn a_teams_user_acts_in_its_namespace_and_the_server_refuses_it_elsewhere(
         .await
         .expect("answered");
     assert_eq!(code.as_deref(), Some("403"), "{reply}");
+
+    // The client commands as the team's users: apply and prune stay in
+    // billing, a file of another namespace is refused, nothing leaks.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("export.json"), job("billing.export")).expect("write");
+    std::fs::write(dir.path().join("cli.json"), job("billing.cli")).expect("write");
+    let as_editor = [
+        "--door",
+        "billing",
+        "--nats-user",
+        "billing-editor",
+        "--nats-password",
+        "editor-pw",
+    ];
+    let folder = dir.path().to_str().expect("path");
+    let applied = jetcron(
+        &stack,
+        &[&["apply", "-f", folder, "--prune"][..], &as_editor[..]].concat(),
+        "",
+    )
+    .await;
+    assert_eq!(applied.code, 2, "{}{}", applied.stdout, applied.stderr);
+    assert!(
+        applied.stdout.contains("+ create billing.cli"),
+        "{}",
+        applied.stdout
+    );
+    assert!(
+        applied.stdout.contains("- delete billing.direct"),
+        "{}",
+        applied.stdout
+    );
+    assert!(!applied.stdout.contains("ops."), "{}", applied.stdout);
+    let ops = tempfile::tempdir().expect("tempdir");
+    std::fs::write(ops.path().join("x.json"), job("ops.intruder")).expect("write");
+    let refused = jetcron(
+        &stack,
+        &[
+            &["apply", "-f", ops.path().to_str().expect("path")][..],
+            &as_editor[..],
+        ]
+        .concat(),
+        "",
+    )
+    .await;
+    assert_eq!(refused.code, 1, "{}{}", refused.stdout, refused.stderr);
+    assert!(
+        refused.stderr.contains("403 forbidden"),
+        "{}",
+        refused.stderr
+    );
+    let as_viewer = [
+        "--door",
+        "billing",
+        "--nats-user",
+        "billing-viewer",
+        "--nats-password",
+        "viewer-pw",
+    ];
+    let listed = jetcron(
+        &stack,
+        &[&["jobs", "list", "-o", "json"][..], &as_viewer[..]].concat(),
+        "",
+    )
+    .await
+    .json();
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["billing.cli", "billing.export"]);
+    let (kept, _) = stack
+        .api("jetcron.api.jobs.get", r#"{"id":"ops.secret"}"#)
+        .await;
+    assert_eq!(kept["job"]["id"], "ops.secret", "{kept}");
     stack.stop().await;
 }
