@@ -24,6 +24,14 @@ if ! python3 -c 'import aiosmtpd' 2>/dev/null; then
     || python3 -m pip install -q --break-system-packages "aiosmtpd==1.4.6" \
     || die "cannot install aiosmtpd"
 fi
+# Schemathesis: fuzzes the gateway from its /openapi.json (tests/openapi_schemathesis.rs,
+# with infra/schemathesis/); the hooks are written against this version.
+if [ "$(python3 -c 'import schemathesis; print(schemathesis.__version__)' 2>/dev/null)" != 4.32.5 ]; then
+  log "pip install schemathesis"
+  python3 -m pip install -q "schemathesis==4.32.5" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "schemathesis==4.32.5" \
+    || die "cannot install schemathesis"
+fi
 # Debian's Chromium and its WebDriver for the console's browser tests
 # (tests/console_browser.rs); nothing downloads a browser of its own.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then

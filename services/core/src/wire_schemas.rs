@@ -9,13 +9,12 @@ use schemars::{schema_for, Schema};
 
 use crate::control::{Completion, FailureNotice, KillRequest};
 use crate::events::{DueEvent, RunEvent};
-use crate::job::JobSpec;
 use crate::job_events::{FireMissed, JobRejected};
 
 /// (path under `schemas/`, schema).
 pub fn all() -> Vec<(&'static str, Schema)> {
     vec![
-        ("job.schema.json", schema_for!(JobSpec)),
+        ("job.schema.json", crate::job::schema::job_schema()),
         ("policy.schema.json", schema_for!(crate::policy::Policy)),
         ("events/due_event.schema.json", schema_for!(DueEvent)),
         ("events/run_event.schema.json", schema_for!(RunEvent)),

@@ -31,6 +31,7 @@ pub struct BindingStore {
 #[serde(deny_unknown_fields)]
 pub struct SetBinding {
     /// `viewer`, `operator`, `editor` or `admin`.
+    #[schemars(extend("enum" = ["viewer", "operator", "editor", "admin"]))]
     pub role: String,
 }
 

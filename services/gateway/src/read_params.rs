@@ -12,6 +12,15 @@ use jetcron_core::job::{validate_id, validate_namespace};
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
 
+/// The schema of a `status` parameter: statuses separated by commas
+/// (`style: form, explode: false` in the document).
+pub fn statuses_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "string", "enum": crate::runs::listing::STATUSES },
+    })
+}
+
 /// `limit` (default [`DEFAULT_LIMIT`]), checked to be 1 to [`MAX_LIMIT`].
 pub(crate) fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let limit = limit.unwrap_or(DEFAULT_LIMIT);

@@ -17,7 +17,9 @@
 //!
 //! The files: `explain` turns the schema's errors into problems named like
 //! the validator's; `repair` takes the broken fields out (or fills in a
-//! placeholder) until the rest decodes.
+//! placeholder) until the rest decodes; `published` states the validator's
+//! other rules (formats, time zones, rules between fields) in the schema
+//! people read (`schemas/job.schema.json`, `GET /openapi.json`).
 
 use std::sync::LazyLock;
 
@@ -26,8 +28,10 @@ use serde_json::Value;
 use super::spec::{FieldError, JobSpec, MAX_PROBLEMS};
 
 mod explain;
+mod published;
 mod repair;
 
+pub use published::{job_schema, tighten, time_zone_schema, TIME_ZONE};
 pub use repair::{covered, decodable};
 
 /// The job schema and its validator, built once, on the first refused

@@ -22,7 +22,8 @@ use crate::GatewayState;
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillBody {
-    /// Recorded in the `killed` event.
+    /// Recorded in the `killed` event; at most 1024 bytes.
+    #[schemars(length(max = jetcron_core::control::MAX_REASON_BYTES), extend("format" = jetcron_core::job::patterns::bytes_format(0, jetcron_core::control::MAX_REASON_BYTES)))]
     reason: Option<String>,
 }
 

@@ -70,6 +70,26 @@ pub fn serve_while_starting(
     Ok(Starting { stop, task })
 }
 
+/// The body of `/readyz` (200 or 503), as the document states it (while
+/// the gateway starts, only `ok` and `services`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+pub struct ReadinessReport {
+    /// Whether the process is ready (then the status is 200).
+    ok: bool,
+    /// `connected`, or the NATS connection's state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nats: Option<String>,
+    /// `ok`, or why ClickHouse did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clickhouse: Option<String>,
+    /// Run events not yet stored in ClickHouse, when known (`null`: not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    projector_backlog: Option<Option<u64>>,
+    /// Each service of the process: `ready` or what it waits for.
+    services: std::collections::BTreeMap<String, String>,
+}
+
 /// The process answers.
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "ok": true }))

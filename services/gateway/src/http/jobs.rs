@@ -12,10 +12,14 @@
 //! writing the job, and sees everything; so does the NATS API, which NATS
 //! permissions guard.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Extension, Path, State};
 use jetcron_core::api::ApiError;
+use jetcron_core::job::patterns::{
+    LABEL_SELECTOR_FORMAT, LABEL_SELECTOR_PATTERN, NAMESPACE_PATTERN,
+};
 
 use super::{query, HttpError, PathResult, QueryResult, SortedJson};
 use crate::caller::Caller;
@@ -24,16 +28,19 @@ use crate::jobs::rejections::{self, ListRejections, RejectionsReply};
 use crate::jobs::requests::JobsReply;
 use crate::GatewayState;
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// A label selector, `key=value` pairs separated by commas.
+    #[schemars(regex(pattern = LABEL_SELECTOR_PATTERN), extend("format" = LABEL_SELECTOR_FORMAT))]
     labels: Option<String>,
     /// Only this namespace's jobs (`default`: names without a dot).
+    #[schemars(regex(pattern = NAMESPACE_PATTERN))]
     namespace: Option<String>,
     /// At most this many jobs (1 to 1000); the answer's `next_after` goes on.
+    #[schemars(range(min = 1, max = crate::jobs::requests::MAX_PAGE))]
     limit: Option<usize>,
-    /// Only jobs whose id sorts after this one.
+    /// Only jobs whose id sorts after this one (the `next_after` of the page before).
     after: Option<String>,
 }
 
@@ -45,14 +52,21 @@ pub async fn list(
     q: QueryResult<ListQuery>,
 ) -> Result<SortedJson<JobsReply>, HttpError> {
     let q = query(q)?;
-    let mut request = crate::jobs::requests::ListJobs {
+    let request = crate::jobs::requests::ListJobs {
         namespace: q.namespace,
         limit: q.limit,
         after: q.after,
-        ..Default::default()
+        labels: label_selector(q.labels.as_deref())?,
     };
-    for pair in q
-        .labels
+    let reply = crate::jobs::requests::list(&state, &caller, request).await?;
+    Ok(shown(&state, &caller, reply, JobsReply::redacted))
+}
+
+/// The `labels` of a query, `key=value` pairs separated by commas (empty
+/// pairs skipped; the operation checks keys and values).
+pub(super) fn label_selector(text: Option<&str>) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut labels = BTreeMap::new();
+    for pair in text
         .iter()
         .flat_map(|l| l.split(','))
         .filter(|p| !p.is_empty())
@@ -60,16 +74,16 @@ pub async fn list(
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             ApiError::invalid_field("labels", format!("{pair:?} is not key=value"))
         })?;
-        request.labels.insert(key.to_string(), value.to_string());
+        labels.insert(key.to_string(), value.to_string());
     }
-    let reply = crate::jobs::requests::list(&state, &caller, request).await?;
-    Ok(shown(&state, &caller, reply, JobsReply::redacted))
+    Ok(labels)
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetQuery {
-    /// How many next fires to list.
+    /// How many next fires to list, 1 to 1000 (default 5).
+    #[schemars(range(min = 1, max = jetcron_core::schedule_preview::MAX_COUNT))]
     next: Option<usize>,
 }
 

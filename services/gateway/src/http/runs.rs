@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{Extension, Path, State};
 use jetcron_core::job::namespace_of;
+use jetcron_core::job::patterns::{CURSOR_FORMAT, CURSOR_PATTERN};
 use serde::Deserialize;
 
 use super::{query, HttpError, PathResult, QueryResult, SortedJson};
@@ -14,10 +15,14 @@ use crate::runs::reads::{self, GetRun, JobRunsReply, ListJobRuns, ListRuns, RunR
 use crate::runs::stats::{self, GetStats, StatsReply};
 use crate::GatewayState;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobRunsQuery {
+    /// Page size, 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = crate::read_params::MAX_LIMIT))]
     limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[schemars(regex(pattern = CURSOR_PATTERN), extend("format" = CURSOR_FORMAT))]
     cursor: Option<String>,
 }
 

@@ -292,9 +292,10 @@ pub async fn replace(
     Ok(Json(stored))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
+    /// Delete only if this is still the current revision (not with `If-Match`).
     expected_revision: Option<u64>,
 }
 

@@ -54,10 +54,14 @@ pub async fn newest(
 }
 
 /// Newest rejections, of one job when `job` is given.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListRejections {
+    /// Only those naming this job id (as written, valid or not: 1 to 256 bytes).
+    #[schemars(length(min = 1, max = 256), extend("format" = jetcron_core::job::patterns::bytes_format(1, 256)))]
     pub job: Option<String>,
+    /// Page size, 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = read_params::MAX_LIMIT))]
     pub limit: Option<u32>,
     /// How long to wait for ClickHouse (not a parameter).
     #[serde(skip)]

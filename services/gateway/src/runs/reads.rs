@@ -13,7 +13,7 @@
 use chrono::Duration;
 use jetcron_core::access::Role;
 use jetcron_core::api::ApiError;
-use jetcron_core::job::{validate_id, validate_namespace, validate_token};
+use jetcron_core::job::{patterns, validate_id, validate_namespace, validate_token};
 use jetcron_core::run_summary::RunSummary;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
@@ -110,7 +110,12 @@ pub async fn run_seen_by(
     request: GetRun,
 ) -> Result<RunReply, ApiError> {
     let reply = run(state, &request.run_id).await?;
-    caller.may_view(&reply.run.job_id)?;
+    // The job id comes from the history, not the caller: its namespace
+    // decides, whatever the id looks like.
+    caller.grants.require(
+        Role::Viewer,
+        jetcron_core::job::namespace_of(&reply.run.job_id),
+    )?;
     Ok(reply)
 }
 
@@ -135,21 +140,36 @@ pub async fn runs_seen_by(
 }
 
 /// Runs across jobs, newest scheduled time first, with filters and a cursor.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListRuns {
+    /// Only this job's runs.
+    #[schemars(regex(pattern = patterns::JOB_NAME_PATTERN))]
     pub job: Option<String>,
     /// Only the runs of this namespace's jobs (`default`: names without a dot).
+    #[schemars(regex(pattern = patterns::NAMESPACE_PATTERN))]
     pub namespace: Option<String>,
     /// Statuses, comma-separated.
+    #[schemars(schema_with = "read_params::statuses_schema", default)]
     pub status: Option<String>,
+    /// Only the runs of this pool.
+    #[schemars(regex(pattern = patterns::ID_PATTERN))]
     pub pool: Option<String>,
-    /// RFC 3339 scheduled-time range (default: the last 7 days).
+    /// RFC 3339 scheduled-time range (default: the 7 days up to `to`, which
+    /// defaults to now); at most 92 days.
+    #[schemars(regex(pattern = patterns::INSTANT_PATTERN), extend("format" = patterns::INSTANT_FORMAT))]
     pub from: Option<String>,
+    /// RFC 3339 end of the range (default: now).
+    #[schemars(regex(pattern = patterns::INSTANT_PATTERN), extend("format" = patterns::INSTANT_FORMAT))]
     pub to: Option<String>,
-    /// Text the error contains (case-insensitive).
+    /// Text the error contains (case-insensitive), 1 to 200 bytes.
+    #[schemars(length(min = 1, max = 200), extend("format" = patterns::bytes_format(1, 200)))]
     pub q: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[schemars(regex(pattern = patterns::CURSOR_PATTERN), extend("format" = patterns::CURSOR_FORMAT))]
     pub cursor: Option<String>,
+    /// Page size, 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = read_params::MAX_LIMIT))]
     pub limit: Option<u32>,
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use jetcron_core::api::ApiError;
+use jetcron_core::job::patterns;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
@@ -168,12 +169,18 @@ pub fn with_missed(
 }
 
 /// Per job: runs by status, success rate, percentiles and missed fires.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetStats {
+    /// Only this job.
+    #[schemars(regex(pattern = patterns::JOB_NAME_PATTERN))]
     pub job: Option<String>,
-    /// RFC 3339 range (default: the last 24 hours).
+    /// RFC 3339 range (default: the 24 hours up to `to`, which defaults to
+    /// now); at most 31 days.
+    #[schemars(regex(pattern = patterns::INSTANT_PATTERN), extend("format" = patterns::INSTANT_FORMAT))]
     pub from: Option<String>,
+    /// RFC 3339 end of the range (default: now).
+    #[schemars(regex(pattern = patterns::INSTANT_PATTERN), extend("format" = patterns::INSTANT_FORMAT))]
     pub to: Option<String>,
     /// How long to wait for ClickHouse (not a parameter).
     #[serde(skip)]

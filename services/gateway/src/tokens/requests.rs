@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use jetcron_core::access::{Role, Scope};
 use jetcron_core::api::ApiError;
+use jetcron_core::job::patterns;
 use jetcron_core::time_format::rfc3339_millis;
 use serde::{Deserialize, Serialize};
 
@@ -25,13 +26,17 @@ pub const MAX_DESCRIPTION: usize = 200;
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// The namespace it acts in (`*`: every one; only an admin of `*` makes those).
+    #[schemars(regex(pattern = patterns::SCOPE_PATTERN))]
     pub namespace: String,
     /// `viewer`, `operator`, `editor` or `admin`.
+    #[schemars(extend("enum" = ["viewer", "operator", "editor", "admin"]))]
     pub role: String,
-    /// How long it lasts (`90d`, `12h`); none: until revoked.
+    /// How long it lasts (`90d`, `12h`), at most 1830 days; none: until revoked.
     #[serde(default)]
+    #[schemars(regex(pattern = patterns::DURATION_PATTERN), extend("format" = patterns::duration_format("1ns", "1830d")))]
     pub expires_in: Option<String>,
     /// What it is for (who holds it), 1 to 200 characters.
+    #[schemars(regex(pattern = patterns::TOKEN_DESCRIPTION_PATTERN))]
     pub description: String,
 }
 

@@ -9,6 +9,15 @@ fn schema() -> &'static jsonschema::Validator {
     validator().expect("the job schema compiles")
 }
 
+/// The published schema (`schemas/job.schema.json`), which states more.
+fn published() -> &'static jsonschema::Validator {
+    static PUBLISHED: std::sync::LazyLock<jsonschema::Validator> = std::sync::LazyLock::new(|| {
+        let schema = serde_json::to_value(job_schema()).expect("JSON");
+        jsonschema::validator_for(&schema).expect("the published schema compiles")
+    });
+    &PUBLISHED
+}
+
 fn base() -> Value {
     json!({"id": "j", "schedule": "@daily", "target": {"type": "nats", "subject": "svc.x"}})
 }
@@ -176,11 +185,13 @@ fn the_schema_accepts_what_the_validator_accepts() {
     }
     for value in valid {
         assert!(parser_accepts(&value), "parser refused {value}");
-        let errors: Vec<String> = schema()
-            .iter_errors(&value)
-            .map(|e| e.to_string())
-            .collect();
-        assert!(errors.is_empty(), "schema refused {value}: {errors:?}");
+        for validator in [schema(), published()] {
+            let errors: Vec<String> = validator
+                .iter_errors(&value)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "schema refused {value}: {errors:?}");
+        }
     }
 }
 
@@ -220,6 +231,14 @@ fn the_examples_in_the_job_docs_are_valid() {
         } else {
             assert!(parsed.is_ok(), "{at}: {:?}", parsed.err());
             assert!(errors.is_empty(), "{at}: {errors:?}");
+            let published: Vec<String> = published()
+                .iter_errors(&value)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(
+                published.is_empty(),
+                "{at}: published schema: {published:?}"
+            );
         }
         examples += 1;
     }
