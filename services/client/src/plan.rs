@@ -176,16 +176,8 @@ fn step_for(file: &FileJob, stored: Option<&StoredJob>) -> Result<Step, String> 
     };
     let Some(stored_definition) = &stored.definition else {
         notes.push("the stored value is not a definition: it is replaced".into());
-        let fields = vec![FieldChange {
-            field: "(all)".into(),
-            before: Some("(unreadable)".into()),
-            after: Some("(the file's job)".into()),
-        }];
         return Ok(step(
-            Action::Update {
-                revision: stored.revision,
-                fields,
-            },
+            replaced(stored.revision, "(unreadable)"),
             Some(desired),
             notes,
         ));
@@ -208,17 +200,9 @@ fn step_for(file: &FileJob, stored: Option<&StoredJob>) -> Result<Step, String> 
     let before = canonical(stored_definition);
     let after = canonical(&compared);
     let Some(before) = before else {
-        let fields = vec![FieldChange {
-            field: "(all)".into(),
-            before: Some("(invalid)".into()),
-            after: Some("(the file's job)".into()),
-        }];
         notes.push("the stored definition is invalid: it is replaced".into());
         return Ok(step(
-            Action::Update {
-                revision: stored.revision,
-                fields,
-            },
+            replaced(stored.revision, "(invalid)"),
             Some(desired),
             notes,
         ));
@@ -235,6 +219,19 @@ fn step_for(file: &FileJob, stored: Option<&StoredJob>) -> Result<Step, String> 
         },
     };
     Ok(step(action, Some(desired), notes))
+}
+
+/// An update that replaces a stored value that is no valid definition
+/// (`was` says which) with the file's job.
+fn replaced(revision: u64, was: &str) -> Action {
+    Action::Update {
+        revision,
+        fields: vec![FieldChange {
+            field: "(all)".into(),
+            before: Some(was.into()),
+            after: Some("(the file's job)".into()),
+        }],
+    }
 }
 
 /// A definition as the gateway reads it, re-encoded; `None` if it does not parse.

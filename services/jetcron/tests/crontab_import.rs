@@ -201,9 +201,8 @@ async fn a_debian_cron_d_file_is_imported_with_its_user_column() {
         env!("CARGO_MANIFEST_DIR"),
         "/../core/tests/crontab/e2scrub_all"
     );
-    let dry = jetcron(
-        &stack,
-        &[
+    let import = |extra: &'static [&'static str]| {
+        let mut args = vec![
             "import-crontab",
             fixture,
             "--system",
@@ -211,11 +210,11 @@ async fn a_debian_cron_d_file_is_imported_with_its_user_column() {
             "system",
             "--timezone",
             "UTC",
-            "--dry-run",
-        ],
-        "",
-    )
-    .await;
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let dry = jetcron(&stack, &import(&["--dry-run"]), "").await;
     assert_eq!(dry.code, 2, "{}{}", dry.stdout, dry.stderr);
     assert!(!dry.stdout.contains("refused"), "{}", dry.stdout);
     assert!(
@@ -228,20 +227,7 @@ async fn a_debian_cron_d_file_is_imported_with_its_user_column() {
         "the user column is noted: {}",
         dry.stdout
     );
-    let imported = jetcron(
-        &stack,
-        &[
-            "import-crontab",
-            fixture,
-            "--system",
-            "--namespace",
-            "system",
-            "--timezone",
-            "UTC",
-        ],
-        "",
-    )
-    .await;
+    let imported = jetcron(&stack, &import(&[]), "").await;
     assert_eq!(imported.code, 2, "{}{}", imported.stdout, imported.stderr);
     let listed = wait_until("the jobs listed", Duration::from_secs(5), || async {
         let listed = jetcron(
