@@ -167,7 +167,9 @@ async fn the_service_is_discoverable_with_nats_micro() {
             "jetcron.api.jobs.put",
             "jetcron.api.jobs.resume",
             "jetcron.api.jobs.trigger",
+            "jetcron.api.runs.get",
             "jetcron.api.runs.kill",
+            "jetcron.api.runs.list",
             "jetcron.api.schedules.preview"
         ]
     );
