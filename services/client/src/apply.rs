@@ -66,9 +66,7 @@ pub struct Report {
 
 /// `jetcron diff`.
 pub async fn diff(api: &Api, args: DiffArgs, format: Format) -> anyhow::Result<Report> {
-    let files = manifest::read(&args.files)?;
-    let prune = prune_scope(&files, args.prune, &args.namespaces)?;
-    let plan = plan_against_store(api, &files, prune).await?;
+    let plan = plan_files(api, &args.files, args.prune, &args.namespaces).await?;
     Ok(Report {
         text: match format {
             Format::Json => output::json(&plan.to_json()),
@@ -80,10 +78,20 @@ pub async fn diff(api: &Api, args: DiffArgs, format: Format) -> anyhow::Result<R
 
 /// `jetcron apply`.
 pub async fn apply(api: &Api, args: ApplyArgs, format: Format) -> anyhow::Result<Report> {
-    let files = manifest::read(&args.files)?;
-    let prune = prune_scope(&files, args.prune, &args.namespaces)?;
-    let plan = plan_against_store(api, &files, prune).await?;
+    let plan = plan_files(api, &args.files, args.prune, &args.namespaces).await?;
     execute(api, &plan, args.dry_run, format).await
+}
+
+/// The plan of the job files at `paths` against the store.
+async fn plan_files(
+    api: &Api,
+    paths: &[PathBuf],
+    prune: bool,
+    namespaces: &[String],
+) -> anyhow::Result<Plan> {
+    let files = manifest::read(paths)?;
+    let prune = prune_scope(&files, prune, namespaces)?;
+    plan_against_store(api, &files, prune).await
 }
 
 /// Carry `plan` out (or only show it), and report.

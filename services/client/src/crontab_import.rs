@@ -92,25 +92,11 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
         }
     };
     let parsed = crontab::parse(&text, kind);
-    let mut refused = Vec::new();
-    for refusal in &parsed.refusals {
-        let _ = writeln!(
-            lines,
-            "refused {label}:{}: {}",
-            refusal.line, refusal.reason
-        );
-        refused.push(json!({"line": refusal.line, "reason": refusal.reason}));
-    }
-    for warning in &parsed.warnings {
-        let _ = writeln!(
-            lines,
-            "warning {label}:{}: {}",
-            warning.line, warning.message
-        );
-    }
     let timezone = args.timezone.clone().unwrap_or_else(host_timezone);
     let channels = mail_channels(api, &parsed.entries, args.mail_channel.is_none()).await?;
-    let mut translated = Vec::new();
+    let mut refusals = parsed.refusals.clone();
+    let mut jobs: Vec<Translated> = Vec::new();
+    let mut job_lines = Vec::new();
     for entry in &parsed.entries {
         let options = TranslateOptions {
             namespace: args.namespace.clone(),
@@ -123,29 +109,38 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
             file_label: label.clone(),
         };
         match crontab::translate(entry, &options) {
-            Ok(job) => translated.push((entry.line, job)),
-            Err(refusal) => {
-                let _ = writeln!(
-                    lines,
-                    "refused {label}:{}: {}",
-                    refusal.line, refusal.reason
-                );
-                refused.push(json!({"line": refusal.line, "reason": refusal.reason}));
+            Ok(job) => {
+                jobs.push(job);
+                job_lines.push(entry.line);
             }
+            Err(refusal) => refusals.push(refusal),
         }
     }
-    let mut jobs: Vec<Translated> = translated.iter().map(|(_, j)| j.clone()).collect();
     crontab::number_repeated_ids(&mut jobs);
-    let files: Vec<FileJob> = translated
+    for refusal in &refusals {
+        let _ = writeln!(
+            lines,
+            "refused {label}:{}: {}",
+            refusal.line, refusal.reason
+        );
+    }
+    for warning in &parsed.warnings {
+        let _ = writeln!(
+            lines,
+            "warning {label}:{}: {}",
+            warning.line, warning.message
+        );
+    }
+    let files: Vec<FileJob> = jobs
         .iter()
-        .zip(jobs)
-        .map(|((line, _), job)| FileJob {
-            id: job.id,
+        .zip(&job_lines)
+        .map(|(job, line)| FileJob {
+            id: job.id.clone(),
             source: Source {
                 file: format!("{label}:{line}"),
                 index: None,
             },
-            definition: job.spec_json,
+            definition: job.spec_json.clone(),
         })
         .collect();
     let namespace = args
@@ -159,8 +154,8 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
     let mut plan = plan_against_store(api, &files, prune).await?;
     // The translation's notes (time zones, mail, users) beside each job.
     for step in &mut plan.steps {
-        if let Some(job) = translated.iter().find(|(_, j)| j.id == step.id) {
-            step.notes.extend(job.1.notes.iter().cloned());
+        if let Some(job) = jobs.iter().find(|j| j.id == step.id) {
+            step.notes.extend(job.notes.iter().cloned());
         }
     }
     if files.is_empty() && !lines.is_empty() {
@@ -175,6 +170,10 @@ pub async fn import(api: &Api, args: ImportArgs, format: Format) -> anyhow::Resu
         .warnings
         .iter()
         .map(|w| json!({"line": w.line, "message": w.message}))
+        .collect();
+    let refused: Vec<_> = refusals
+        .iter()
+        .map(|r| json!({"line": r.line, "reason": r.reason}))
         .collect();
     let said = json!({"refused": refused, "warnings": warnings, "timezone": timezone});
     with_what_the_import_said(report, format, &lines, said)
@@ -225,14 +224,21 @@ fn default_source(path: &Path) -> String {
 /// jobs cron never ran.
 fn refuse_unread_cron_d_file(path: &Path) -> anyhow::Result<()> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    match (path.parent() == Some(Path::new("/etc/cron.d")), name) {
-        (true, Some(name)) if !crontab::cron_reads_cron_d_file(&name) => anyhow::bail!(
+    match cron_skips(&path) {
+        true => anyhow::bail!(
             "cron does not read {} (a name in /etc/cron.d must be letters, digits, _ and - only): its lines never ran, nothing is imported",
             path.display()
         ),
-        _ => Ok(()),
+        false => Ok(()),
     }
+}
+
+/// Whether `path` (absolute) is a file of `/etc/cron.d` cron does not read.
+fn cron_skips(path: &Path) -> bool {
+    path.parent() == Some(Path::new("/etc/cron.d"))
+        && path
+            .file_name()
+            .is_some_and(|name| !crontab::cron_reads_cron_d_file(&name.to_string_lossy()))
 }
 
 fn is_system_path(path: &Path) -> bool {
@@ -339,6 +345,14 @@ mod tests {
             channel_for(&parsed.entries[0], &one),
             Some("ops-mail".to_string())
         );
+    }
+
+    #[test]
+    fn files_cron_skips_in_etc_cron_d_are_not_imported() {
+        assert!(cron_skips(Path::new("/etc/cron.d/x.dpkg-old")));
+        assert!(cron_skips(Path::new("/etc/cron.d/backup~")));
+        assert!(!cron_skips(Path::new("/etc/cron.d/e2scrub_all")));
+        assert!(!cron_skips(Path::new("/tmp/x.dpkg-old")));
     }
 
     #[test]

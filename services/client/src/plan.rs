@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use jetcron_core::job::{namespace_of, parse_job, restore_redacted, REDACTED};
+use jetcron_core::job::{is_secret_field, namespace_of, parse_job, restore_redacted, REDACTED};
 use serde_json::{json, Value};
 
 use crate::manifest::{FileJob, Source};
@@ -251,7 +251,7 @@ pub fn field_changes(before: &Value, after: &Value) -> Vec<FieldChange> {
         .into_iter()
         .filter(|f| old.get(*f) != new.get(*f))
         .map(|field| {
-            let secret = is_secret(field);
+            let secret = is_secret_field(field);
             let show = |v: Option<&Value>, mark: &str| {
                 v.map(|v| match secret {
                     true => mark.to_string(),
@@ -265,13 +265,6 @@ pub fn field_changes(before: &Value, after: &Value) -> Vec<FieldChange> {
             }
         })
         .collect()
-}
-
-/// `target.headers.<name>`, `target.env.<name>`, `notify.headers.<name>`.
-fn is_secret(field: &str) -> bool {
-    ["target.headers.", "target.env.", "notify.headers."]
-        .iter()
-        .any(|prefix| field.starts_with(prefix))
 }
 
 fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {

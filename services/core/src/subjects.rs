@@ -61,6 +61,14 @@ pub const API_CHANNELS_GROUP: &str = "jetcron.api.channels";
 /// `jetcron.api.runs.kill`: stop a run wherever it is.
 pub const API_RUNS_KILL: &str = "jetcron.api.runs.kill";
 
+/// What every API subject starts with.
+pub const API_PREFIX: &str = "jetcron.api";
+
+/// The subject of `endpoint` (`jobs.put`) for callers acting everywhere.
+pub fn api_subject(endpoint: &str) -> String {
+    format!("{API_PREFIX}.{endpoint}")
+}
+
 /// What a namespace's door to the API starts with:
 /// `jetcron.api.ns.<namespace>.<group>.<endpoint>` acts in that namespace
 /// only, so nats-server's permissions on it keep teams apart.

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use jetcron_client::apply::{ApplyArgs, DiffArgs};
 use jetcron_client::commands::jobs::JobsCommand;
 use jetcron_client::commands::runs::RunsCommand;
-use jetcron_client::commands::ClientArgs;
+use jetcron_client::commands::{positive_duration, ClientArgs};
 use jetcron_client::crontab_import::ImportArgs;
 use jetcron_client::export::ExportArgs;
 use jetcron_io::nats_connect::{NatsAuthOptions, ServerList};
@@ -257,15 +257,6 @@ pub struct CommonArgs {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-/// A duration longer than zero (`3s`, `500ms`).
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
-        Ok(duration) if duration.is_zero() => Err("must be longer than 0s".into()),
-        Ok(duration) => Ok(duration),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 fn parse_server_list(text: &str) -> Result<ServerList, String> {
     ServerList::parse(text).map_err(|e| e.to_string())
 }
@@ -505,7 +496,7 @@ pub struct GatewayArgs {
     /// `history_unavailable`. Answers built around a job definition (a job,
     /// the console's job pages) wait at most 1 s for their history part and
     /// go out without it; nothing else waits for ClickHouse.
-    #[arg(long, env = "JETCRON_CLICKHOUSE_TIMEOUT", default_value = "3s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "JETCRON_CLICKHOUSE_TIMEOUT", default_value = "3s", value_parser = positive_duration)]
     pub clickhouse_timeout: Duration,
     /// Base URL of a Grafana with jetcron's dashboards (provisioned from
     /// infra/grafana); the console's overview links to them.

@@ -55,6 +55,18 @@ pub(crate) async fn jetcron(stack: &Stack, args: &[&str], stdin: &str) -> CliRun
     }
 }
 
+/// `jetcron runs logs RUN --follow`'s output, which must end well.
+pub(crate) async fn followed_logs(stack: &Stack, run_id: &str) -> String {
+    let logs = jetcron(
+        stack,
+        &["runs", "logs", run_id, "--follow", "--interval", "200ms"],
+        "",
+    )
+    .await;
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    logs.stdout
+}
+
 const REPORT: &str = "id: billing.report
 description: the nightly report
 schedule: '0 0 3 * * *'
@@ -159,18 +171,8 @@ async fn jobs_and_runs_commands_answer_as_tables_json_and_the_apis_errors() {
         .as_str()
         .expect("run id")
         .to_string();
-    let logs = jetcron(
-        &stack,
-        &["runs", "logs", &run_id, "--follow", "--interval", "200ms"],
-        "",
-    )
-    .await;
-    assert_eq!(logs.code, 0, "{}", logs.stderr);
-    assert!(
-        logs.stdout.contains(": succeeded ==\nreport done\n"),
-        "{}",
-        logs.stdout
-    );
+    let logs = followed_logs(&stack, &run_id).await;
+    assert!(logs.contains(": succeeded ==\nreport done\n"), "{logs}");
     // The list reads ClickHouse's run state, written just after the events.
     let runs = wait_until(
         "the run listed as succeeded",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use jetcron_testkit::{wait_until, Stack, StackOptions};
 use serde_json::{json, Value};
 
-use crate::cli_client::jetcron;
+use crate::cli_client::{followed_logs, jetcron};
 
 const CRONTAB: &str = "SHELL=/bin/bash
 MAILTO=ops@example.com
@@ -134,18 +134,8 @@ async fn a_crontab_is_planned_imported_run_reimported_and_pruned() {
     // The imported job runs as cron ran it: the text after % on stdin.
     let id = greet["id"].as_str().expect("id");
     let run_id = stack.trigger(id).await;
-    let logs = jetcron(
-        &stack,
-        &["runs", "logs", &run_id, "--follow", "--interval", "200ms"],
-        "",
-    )
-    .await;
-    assert_eq!(logs.code, 0, "{}", logs.stderr);
-    assert!(
-        logs.stdout.contains(": succeeded ==\nhello\nworld\n"),
-        "{}",
-        logs.stdout
-    );
+    let logs = followed_logs(&stack, &run_id).await;
+    assert!(logs.contains(": succeeded ==\nhello\nworld\n"), "{logs}");
 
     let again = jetcron(&stack, &import(&[]), "").await;
     assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);

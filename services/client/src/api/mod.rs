@@ -163,14 +163,14 @@ impl NatsApi {
     fn prefix(&self) -> String {
         match &self.door {
             Some(namespace) => format!("{}.{namespace}", subjects::API_NAMESPACE_PREFIX),
-            None => "jetcron.api".to_string(),
+            None => subjects::API_PREFIX.to_string(),
         }
     }
 
     fn subject(&self, endpoint: Endpoint) -> String {
         match &self.door {
             Some(namespace) => subjects::namespace_api_subject(namespace, endpoint.name()),
-            None => format!("jetcron.api.{}", endpoint.name()),
+            None => subjects::api_subject(endpoint.name()),
         }
     }
 

@@ -95,7 +95,7 @@ pub struct SelectJobs {
 
 /// Run `command`; the text to print.
 pub async fn run(api: &Api, command: JobsCommand, format: Format) -> anyhow::Result<String> {
-    let answer = match command {
+    let (answer, text) = match command {
         JobsCommand::List(list) => {
             let mut jobs = list_all(api, list.namespace.as_deref(), &list.labels).await?;
             if !list.show_secrets {
@@ -168,7 +168,6 @@ pub async fn run(api: &Api, command: JobsCommand, format: Format) -> anyhow::Res
             (answer, text)
         }
     };
-    let (answer, text) = answer;
     Ok(match format {
         Format::Json => output::json(&answer),
         Format::Table => text,
@@ -185,7 +184,6 @@ pub async fn list_all(
         labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
     let mut jobs = Vec::new();
     let mut after: Option<String> = None;
-    let mut previous: Option<String> = None;
     loop {
         let body = object([
             ("namespace", namespace.map(Value::from)),
@@ -194,7 +192,7 @@ pub async fn list_all(
                 (!labels.is_empty()).then(|| Value::Object(labels.clone())),
             ),
             ("limit", Some(json!(PAGE))),
-            ("after", after.take().map(Value::from)),
+            ("after", after.clone().map(Value::from)),
         ]);
         let mut page = api.call(Endpoint::JobsList, body).await?;
         if let Some(Value::Array(more)) = page.get_mut("jobs").map(Value::take) {
@@ -202,15 +200,12 @@ pub async fn list_all(
         }
         match page["next_after"].as_str() {
             // A page that does not move on would loop for ever.
-            Some(next) if previous.as_deref().is_some_and(|p| next <= p) => {
+            Some(next) if after.as_deref().is_some_and(|a| next <= a) => {
                 return Err(CallError::Transport(anyhow::anyhow!(
                     "jobs.list did not move on after {next:?}: is the gateway older than this client?"
                 )))
             }
-            Some(next) => {
-                previous = Some(next.to_string());
-                after = Some(next.to_string());
-            }
+            Some(next) => after = Some(next.to_string()),
             None => return Ok(jobs),
         }
     }

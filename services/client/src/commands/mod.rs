@@ -40,7 +40,7 @@ pub struct ClientArgs {
     #[arg(long, env = "JETCRON_DOOR", global = true)]
     pub door: Option<String>,
     /// How long to wait for each answer.
-    #[arg(long, default_value = "10s", value_parser = humantime_duration, global = true)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration, global = true)]
     pub timeout: Duration,
     /// `table` for people, `json` for scripts (the API's answer as is).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table, global = true)]
@@ -69,8 +69,9 @@ impl ClientArgs {
     }
 }
 
-/// A duration longer than zero (`10s`, `500ms`).
-fn humantime_duration(text: &str) -> Result<Duration, String> {
+/// A duration longer than zero (`10s`, `500ms`): a clap value parser, for
+/// the binary's service flags too.
+pub fn positive_duration(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text) {
         Ok(parsed) if parsed.is_zero() => Err("must be longer than 0s".into()),
         Ok(parsed) => Ok(parsed),

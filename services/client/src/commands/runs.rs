@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use jetcron_core::events::RunEventKind;
 use serde_json::{json, Value};
 
 use crate::api::{object, Api, CallError, Endpoint};
@@ -12,9 +13,6 @@ use crate::output::{self, shown, Format, Table};
 /// How long `logs --follow` waits for a run to reach the history (a run
 /// just triggered) before it says there is no such run.
 const NOT_YET_PATIENCE: Duration = Duration::from_secs(60);
-
-/// Statuses after which a run changes no more.
-const FINAL: [&str; 5] = ["succeeded", "failed", "timed_out", "killed", "skipped"];
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
@@ -272,7 +270,11 @@ async fn logs(
             answer => answer?,
         };
         let run = &answer["run"];
-        let ended = run["status"].as_str().is_some_and(|s| FINAL.contains(&s));
+        // A run's status is the kind of its last event: over once terminal.
+        let ended = run["status"]
+            .as_str()
+            .and_then(RunEventKind::parse)
+            .is_some_and(RunEventKind::is_terminal);
         if format == Format::Json {
             if ended || !follow {
                 return Ok(output::json(

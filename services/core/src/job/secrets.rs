@@ -17,15 +17,8 @@
 //! command that prints its environment) and have the gateway hand the
 //! stored secret to it.
 
-use super::{FieldError, REDACTED};
+use super::{is_secret_field, FieldError, REDACTED, SECRET_MAPS};
 use serde_json::Value;
-
-/// The maps whose values reads hide: `(object, field)` of the definition.
-const SECRET_MAPS: [(&str, &str); 3] = [
-    ("target", "headers"),
-    ("target", "env"),
-    ("notify", "headers"),
-];
 
 /// Replace every [`REDACTED`] value of `incoming`'s secret maps with the one
 /// `stored` (the definition in the bucket, if any) holds under the same
@@ -84,11 +77,7 @@ const DESTINATION: [(&str, &str); 5] = [
 /// the kind of value and what was expected, not the value.
 pub(crate) fn hide_secret_values(mut problems: Vec<FieldError>) -> Vec<FieldError> {
     for problem in &mut problems {
-        let in_secret_map = SECRET_MAPS.iter().any(|(object, field)| {
-            let map = format!("{object}.{field}");
-            problem.field == map || problem.field.starts_with(&format!("{map}."))
-        });
-        if in_secret_map {
+        if is_secret_field(&problem.field) {
             problem.message = without_value(&problem.message);
         }
     }
@@ -212,6 +201,26 @@ mod tests {
             "target": {"type": "nats", "subject": "s", "headers": {"Authorization": "x"}}});
         let mut incoming = http_job(json!({"Authorization": REDACTED}));
         assert!(restore_redacted(&mut incoming, Some(&stored)).is_err());
+    }
+
+    #[test]
+    fn secret_fields_are_the_maps_and_their_values_only() {
+        for field in [
+            "target.env",
+            "target.headers.Authorization",
+            "notify.headers.K",
+        ] {
+            assert!(is_secret_field(field), "{field}");
+        }
+        for field in [
+            "target.url",
+            "target.headersX",
+            "notify.webhook",
+            "headers.A",
+            "target",
+        ] {
+            assert!(!is_secret_field(field), "{field}");
+        }
     }
 
     #[test]

@@ -439,6 +439,26 @@ fn hide_values(values: &mut BTreeMap<String, String>) {
     values.values_mut().for_each(|v| *v = REDACTED.into());
 }
 
+/// The maps whose values reads hide, as `(object, field)` of a definition:
+/// where definitions carry credentials.
+pub const SECRET_MAPS: [(&str, &str); 3] = [
+    ("target", "headers"),
+    ("target", "env"),
+    ("notify", "headers"),
+];
+
+/// Whether `field` (dotted, as problems and plans name fields) is one of
+/// [`SECRET_MAPS`] or a value in one: `target.env`, `target.headers.Authorization`.
+pub fn is_secret_field(field: &str) -> bool {
+    SECRET_MAPS.iter().any(|(object, map)| {
+        field
+            .strip_prefix(object)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .and_then(|rest| rest.strip_prefix(map))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    })
+}
+
 /// Hide in `definition`, a definition as written (JSON that may not decode
 /// as a [`JobSpec`]: a stored value is shown as it is), what
 /// [`JobSpec::redacted`] hides: every value of `target.headers`,
@@ -450,11 +470,7 @@ pub fn redact_written(definition: &mut serde_json::Value) {
     use serde_json::Value;
     match definition {
         Value::Object(fields) if fields.get("target").is_some_and(Value::is_object) => {
-            for (object, field) in [
-                ("target", "headers"),
-                ("target", "env"),
-                ("notify", "headers"),
-            ] {
+            for (object, field) in SECRET_MAPS {
                 if let Some(Value::Object(values)) =
                     fields.get_mut(object).and_then(|o| o.get_mut(field))
                 {

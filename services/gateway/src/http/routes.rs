@@ -2,6 +2,8 @@
 //! (`rustfmt::skip`), so that it reads down like the API's index. The
 //! router is built from it, and so is `/openapi.json`.
 
+use jetcron_core::job::patterns::JOB_RULES;
+
 use super::auth::Access;
 use super::openapi::bodies;
 use super::params::{
@@ -13,27 +15,28 @@ use super::{
     bindings, channels, control, health, jobs, openapi, policies, runs, schedules, tokens, writes,
 };
 
-/// `POST /v1/jobs`: the rules of a definition
-/// ([`jetcron_core::job::patterns::JOB_RULES`]).
-const JOB_POST_RULES: &[&str] = &[
-    "after-not-self",
-    "no-cycle",
-    "after-unique",
-    "start-before-end",
-    "backoff-le-max",
-    "fires",
-];
+/// `POST /v1/jobs`: the rules of a definition ([`JOB_RULES`]).
+const JOB_POST_RULES: [&str; JOB_RULES.len()] = {
+    let mut names = [""; JOB_RULES.len()];
+    let mut i = 0;
+    while i < JOB_RULES.len() {
+        names[i] = JOB_RULES[i].0;
+        i += 1;
+    }
+    names
+};
 /// `PUT /v1/jobs/{id}`: also the path's job, its revision given once.
-const JOB_PUT_RULES: &[&str] = &[
-    "after-not-self",
-    "no-cycle",
-    "after-unique",
-    "start-before-end",
-    "backoff-le-max",
-    "fires",
-    "id-matches-path",
-    "revision-once",
-];
+const JOB_PUT_RULES: [&str; JOB_RULES.len() + 2] = {
+    let mut names = [""; JOB_RULES.len() + 2];
+    let mut i = 0;
+    while i < JOB_RULES.len() {
+        names[i] = JOB_POST_RULES[i];
+        i += 1;
+    }
+    names[i] = "id-matches-path";
+    names[i + 1] = "revision-once";
+    names
+};
 
 /// Every route of the gateway.
 pub fn routes() -> Vec<ApiRoute> {
@@ -110,11 +113,11 @@ fn job_routes() -> Vec<ApiRoute> {
     use Access::{Read, Write};
     vec![
         ApiRoute::get("/v1/jobs", Read, "List jobs (as jetcron.api.jobs.list)", jobs::list).query::<jobs::ListQuery>().answers::<JobsReply>(),
-        ApiRoute::post("/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", writes::create).body_schema(bodies::job_post, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)", true).status(201).or_status(200).conflicts().rules(JOB_POST_RULES).answers::<PutReply>(),
+        ApiRoute::post("/v1/jobs", Write, "Create (201) or replace (200) a job (as jetcron.api.jobs.put)", writes::create).body_schema(bodies::job_post, "a job definition; a top-level expected_revision makes it a compare-and-swap (0: create only)", true).status(201).or_status(200).conflicts().rules(&JOB_POST_RULES).answers::<PutReply>(),
         ApiRoute::post("/v1/jobs:pause", Write, "Pause one job, or every job matching a label selector", writes::pause_selected).body_schema(bodies::selector, "a job's id, or a label selector", true).finds().conflicts().answers::<PausedReply>(),
         ApiRoute::post("/v1/jobs:resume", Write, "Resume one job, or every job matching a label selector", writes::resume_selected).body_schema(bodies::selector, "a job's id, or a label selector", true).finds().conflicts().answers::<PausedReply>(),
         ApiRoute::get("/v1/jobs/{id}", Read, "A job: definition, next fire times (for a paused job: those a resume would run), last run", jobs::get_one).path::<JobPath>().query::<jobs::GetQuery>().finds().answers::<JobDetail>(),
-        ApiRoute::put("/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", writes::replace).path::<JobPath>().headers::<PutPreconditions>().body_schema(bodies::job_put, "a job definition; its id, if given, must be {id}", true).conflicts().rules(JOB_PUT_RULES).answers::<PutReply>(),
+        ApiRoute::put("/v1/jobs/{id}", Write, "Create or replace job {id}; If-Match: <revision> or If-None-Match: * for compare-and-swap", writes::replace).path::<JobPath>().headers::<PutPreconditions>().body_schema(bodies::job_put, "a job definition; its id, if given, must be {id}", true).conflicts().rules(&JOB_PUT_RULES).answers::<PutReply>(),
         ApiRoute::delete("/v1/jobs/{id}", Write, "Delete job {id} (its history stays)", writes::delete).path::<JobPath>().query::<writes::DeleteQuery>().headers::<DeletePrecondition>().finds().conflicts().rules(&["revision-once"]).answers::<DeletedReply>(),
         ApiRoute::get("/v1/jobs/{id}/history", Read, "Every kept revision of job {id} and its recent rejections", jobs::history).path::<JobPath>().finds().answers::<JobHistory>(),
         ApiRoute::get("/v1/schedules/preview", Read, "The next fires of a schedule line, with wall times, DST notes and the line in English (as jetcron.api.schedules.preview)", schedules::preview).query::<PreviewQuery>().rules(&["fires-after-from"]).answers::<PreviewReply>(),

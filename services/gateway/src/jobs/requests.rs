@@ -225,36 +225,37 @@ pub async fn list(
         .peekable();
     let mut jobs = Vec::new();
     let mut bytes = 0;
+    // Set when the page ends by size before the ids do.
+    let mut cut = false;
     while jobs.len() < limit {
-        let Some(key) = keys.peek().cloned() else {
+        let Some(key) = keys.next() else {
             break;
         };
         let Some(job) = state.jobs.read(&key).await else {
-            keys.next();
             continue;
         };
-        if !request.labels.is_empty()
-            && !job
+        let selected = request.labels.is_empty()
+            || job
                 .job
                 .as_ref()
-                .is_some_and(|d| matches(d, &request.labels))
-        {
-            keys.next();
+                .is_some_and(|d| matches(d, &request.labels));
+        if !selected {
             continue;
         }
         // A page must fit one NATS message: it ends before the job that
-        // would take it past PAGE_BYTES (a page holds at least one job).
+        // would take it past PAGE_BYTES (a page holds at least one job),
+        // and the next page starts with that job again.
         let size = serde_json::to_vec(&job).map_or(0, |b| b.len());
         if request.limit.is_some() && !jobs.is_empty() && bytes + size > PAGE_BYTES {
+            cut = true;
             break;
         }
         bytes += size;
-        keys.next();
         jobs.push(job);
     }
-    let next_after = match keys.peek() {
-        Some(_) => jobs.last().map(|j| j.id.clone()),
-        None => None,
+    let next_after = match cut || keys.peek().is_some() {
+        true => jobs.last().map(|j| j.id.clone()),
+        false => None,
     };
     Ok(JobsReply {
         ok: true,
