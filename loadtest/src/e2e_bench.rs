@@ -45,6 +45,7 @@
 // services, not here.
 #![allow(clippy::too_many_lines)]
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,6 +66,8 @@ mod memory;
 mod replicas;
 mod server_schedules;
 mod smoke;
+mod stages;
+mod sweep;
 mod wire_floor;
 
 #[derive(Parser)]
@@ -98,6 +101,9 @@ enum Scenario {
     /// One namespace's burst beside another's every-second job (issue 41):
     /// `--slot-sharing fifo`, then `fair`, side by side.
     FairShare(fair_share::FairShareArgs),
+    /// `run` at 1k, 3k, 5k and 8k fires/s and at the highest rate kept up
+    /// with, each beside the ideal sender and the wire floor (issue 44).
+    Sweep(sweep::SweepArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -126,6 +132,11 @@ struct RunArgs {
     /// Print the first and last call's lag of every second of the window.
     #[arg(long)]
     per_second: bool,
+    /// Trace the stages of every fire of this many jobs (held, slot taken,
+    /// start recorded, request sent, reply) from the executor's log, and
+    /// print where the time goes (0: no trace).
+    #[arg(long, default_value_t = 0)]
+    trace_jobs: usize,
 }
 
 impl RunArgs {
@@ -190,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::WireFloor(args) => wire_floor::measure(&args).await,
         Scenario::Faults(args) => faults::measure(&args).await,
         Scenario::FairShare(args) => fair_share::measure(&args).await,
+        Scenario::Sweep(args) => sweep::measure(&args).await,
     }
 }
 
@@ -243,17 +255,32 @@ type Arrivals = Arc<Mutex<Vec<Arrival>>>;
 /// Answer every request on `subject`, recording arrival minus the request's
 /// `Jetcron-Scheduled-At`.
 async fn serve(client: async_nats::Client, subject: &str) -> anyhow::Result<Arrivals> {
+    Ok(serve_tracing(client, subject, HashSet::new()).await?.0)
+}
+
+/// [`serve`], also keeping the calls of the `traced` jobs by run id
+/// ([`stages`]).
+async fn serve_tracing(
+    client: async_nats::Client,
+    subject: &str,
+    traced: HashSet<String>,
+) -> anyhow::Result<(Arrivals, stages::TracedCalls)> {
     let arrivals: Arrivals = Arc::default();
+    let traced_calls: stages::TracedCalls = Arc::default();
     let mut requests = client.subscribe(subject.to_string()).await?;
-    let recorded = arrivals.clone();
+    let (recorded, recorded_traced) = (arrivals.clone(), traced_calls.clone());
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let now = Utc::now();
-            let scheduled = request
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("Jetcron-Scheduled-At"))
-                .and_then(|v| DateTime::parse_from_rfc3339(v.as_str()).ok())
+            let header = |name: &str| {
+                request
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_string())
+            };
+            let scheduled = header("Jetcron-Scheduled-At")
+                .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
                 .map(|t| t.with_timezone(&Utc));
             if let Some(scheduled) = scheduled {
                 let lag_us = (now - scheduled).num_microseconds().unwrap_or(i64::MAX);
@@ -262,13 +289,23 @@ async fn serve(client: async_nats::Client, subject: &str) -> anyhow::Result<Arri
                     at: now,
                     lag_us,
                 });
+                let traced_run = header("Jetcron-Job-Id")
+                    .filter(|job| traced.contains(job))
+                    .and_then(|_| header("Jetcron-Run-Id"));
+                if let Some(run_id) = traced_run {
+                    let call = stages::TracedCall {
+                        scheduled,
+                        arrived: now,
+                    };
+                    recorded_traced.lock().expect("traced").insert(run_id, call);
+                }
             }
             if let Some(reply) = request.reply {
                 let _ = client.publish(reply, "ok".into()).await;
             }
         }
     });
-    Ok(arrivals)
+    Ok((arrivals, traced_calls))
 }
 
 /// nats-server's monitoring endpoint: what the server did, in totals.
@@ -352,7 +389,12 @@ async fn load_jobs(js: &jetstream::Context, count: usize) -> anyhow::Result<()> 
     let value = format!(
         r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{TARGET_SUBJECT}"}}}}"#
     );
-    jetcron_loadtest::put_jobs(js, 0..count, |i| format!("e2e-{i:07}"), |_| value.clone()).await
+    jetcron_loadtest::put_jobs(js, 0..count, job_name, |_| value.clone()).await
+}
+
+/// The id of bench job `i`.
+fn job_name(i: usize) -> String {
+    format!("e2e-{i:07}")
 }
 
 /// CPU seconds (user + system) a process has used so far.
@@ -619,6 +661,13 @@ pub struct RunFigures {
     pub nats_cpu_per_run_us: f64,
     /// Target-call lags of the window's fires, µs, sorted.
     pub lags: Vec<i64>,
+    /// The ideal sender's lags of the same burst on the same server, µs,
+    /// sorted.
+    pub ideal_lags: Vec<i64>,
+    /// Due events stored and not consumed when the window began, and when
+    /// it ended: a backlog that grows is a load not kept up with.
+    pub due_backlog_at_start: u64,
+    pub due_backlog_at_end: u64,
 }
 
 /// `jetcron all` with `args.jobs` jobs: prints its table and returns its
@@ -642,7 +691,9 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     let loading = Instant::now();
     load_jobs(&js, jobs).await?;
     let loaded_in = loading.elapsed();
-    let arrivals = serve(nats.client().await, TARGET_SUBJECT).await?;
+    let traced = stages::traced_jobs(args.trace_jobs.min(jobs), job_name);
+    let (arrivals, traced_calls) =
+        serve_tracing(nats.client().await, TARGET_SUBJECT, traced.clone()).await?;
     let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
     let mut command: Vec<&str> = vec!["all", "--http-addr", &http_addr];
     command.extend(args.jetcron_args.iter().map(String::as_str));
@@ -651,7 +702,15 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         ("JETCRON_NATS_URL", nats_url.as_str()),
         ("JETCRON_CLICKHOUSE_URL", clickhouse_url.as_str()),
     ];
-    if let Some(filter) = &args.log_filter {
+    let log_filter = match (&args.log_filter, traced.is_empty()) {
+        (filter, true) => filter.clone(),
+        (filter, false) => Some(format!(
+            "{},{}",
+            filter.as_deref().unwrap_or("info,async_nats=warn"),
+            stages::log_directives(&traced)
+        )),
+    };
+    if let Some(filter) = &log_filter {
         env.push(("RUST_LOG", filter.as_str()));
     }
     let process = JetcronProcess::start(&jetcron, &command, &env);
@@ -669,6 +728,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
         .collect();
     let nats_before = monitor.counts().await?;
+    let due_backlog_at_start = due_backlog(&js).await?;
     let to = from + chrono::Duration::seconds(seconds as i64);
     sleep_until(to).await;
     let cpu_after: Vec<f64> = pids
@@ -676,6 +736,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         .map(|(_, pid)| pid.map_or(0.0, cpu_seconds))
         .collect();
     let nats_after = monitor.counts().await?;
+    let due_backlog_at_end = due_backlog(&js).await?;
     // Late calls of the window still count: wait for them a little.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let lags = lags_between(&arrivals, from, to);
@@ -804,6 +865,10 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
             );
         }
     }
+    if !traced.is_empty() {
+        let log = jetcron_testkit::without_colour_codes(&process.log());
+        stages::print_trace(&log, &traced_calls, from, to);
+    }
     keep_log(&process, args.keep_log.as_deref())?;
     drop(process);
     Ok(RunFigures {
@@ -811,5 +876,8 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
         cpu_per_run_us: total * 1e6 / received.max(1) as f64,
         nats_cpu_per_run_us: nats_used * 1e6 / received.max(1) as f64,
         lags,
+        ideal_lags: ideal,
+        due_backlog_at_start,
+        due_backlog_at_end,
     })
 }

@@ -51,12 +51,15 @@ pub struct WireFloorArgs {
     #[command(flatten)]
     run: RunArgs,
     /// Runs the floor's worker has out at once (jetcron's executor: 2,048).
-    #[arg(long, default_value_t = 2_048)]
+    #[arg(long, default_value_t = FLOOR_IN_FLIGHT)]
     floor_in_flight: usize,
     /// Only the floor, not `jetcron all` after it.
     #[arg(long)]
     floor_only: bool,
 }
+
+/// Runs the floor's worker has out at once unless told.
+pub(crate) const FLOOR_IN_FLIGHT: usize = 2_048;
 
 /// Bodies of the sizes jetcron stores.
 const DUE_BODY_BYTES: usize = 430;
@@ -71,16 +74,18 @@ const TARGET_SUBJECT: &str = "bench.floor-target";
 const PROJECTOR: &str = "wire-floor-projector";
 
 /// What the floor measured.
-struct FloorFigures {
-    runs_per_second: f64,
-    nats_cpu_per_run_us: f64,
-    client_cpu_per_run_us: f64,
+pub(crate) struct FloorFigures {
+    pub(crate) runs_per_second: f64,
+    pub(crate) nats_cpu_per_run_us: f64,
+    pub(crate) client_cpu_per_run_us: f64,
+    /// Target-call lags of the window's fires, µs, sorted.
+    pub(crate) lags: Vec<i64>,
 }
 
 pub async fn measure(args: &WireFloorArgs) -> anyhow::Result<()> {
     let servers = Servers::start();
     println!("### The leanest client: a run's wire operations only\n");
-    let floor = floor(&servers, args).await?;
+    let floor = floor(&servers, &args.run, args.floor_in_flight).await?;
     if args.floor_only {
         return Ok(());
     }
@@ -109,8 +114,15 @@ pub async fn measure(args: &WireFloorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn floor(servers: &Servers, args: &WireFloorArgs) -> anyhow::Result<FloorFigures> {
-    let (jobs, seconds, warmup) = (args.run.jobs, args.run.seconds, args.run.warmup);
+/// The floor alone at `run.jobs` runs a second, its worker holding at most
+/// `in_flight` runs out: prints its table, returns its figures and leaves
+/// the server without its streams.
+pub(crate) async fn floor(
+    servers: &Servers,
+    run: &RunArgs,
+    in_flight: usize,
+) -> anyhow::Result<FloorFigures> {
+    let (jobs, seconds, warmup) = (run.jobs, run.seconds, run.warmup);
     let nats = &servers.nats;
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
@@ -147,7 +159,7 @@ async fn floor(servers: &Servers, args: &WireFloorArgs) -> anyhow::Result<FloorF
             worker,
             js.clone(),
             client.clone(),
-            args.floor_in_flight,
+            in_flight,
             stop.clone(),
         )),
         tokio::spawn(project(projector, stop.clone())),
@@ -176,6 +188,7 @@ async fn floor(servers: &Servers, args: &WireFloorArgs) -> anyhow::Result<FloorF
         runs_per_second: received as f64 / seconds as f64,
         nats_cpu_per_run_us: per_run((nats_after - nats_before) * 1e6),
         client_cpu_per_run_us: per_run((client_after - client_before) * 1e6),
+        lags: lags.clone(),
     };
     let backlog = due_backlog(&js).await?;
     let delta = counts_after.since(&counts_before);

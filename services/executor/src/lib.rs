@@ -18,7 +18,8 @@
 //!   call, settle), [`hold`] keeps one stored ahead until its instant,
 //!   [`instant_calls`] sends the calls of an instant together (with
 //!   `instant_replies` pairing their answers), [`fanout`] splits a sharded
-//!   fire;
+//!   fire, [`stages`] marks its way for a trace of where a late call's
+//!   time went;
 //! - how long a delivery is ours: [`lease`] (its lease, checked before every
 //!   act), [`ack_deadlines`] (the ack wait of first deliveries and
 //!   redeliveries), [`ack_replies`] (which keep-alives a consumer leader
@@ -72,6 +73,7 @@ pub mod run_events;
 pub mod running;
 pub mod runs_pulse;
 mod service;
+pub mod stages;
 pub mod targets;
 pub mod tries;
 
@@ -165,11 +167,16 @@ pub struct ExecutorConfig {
     pub clock_check: jetcron_io::clock_check::ClockCheck,
 }
 
-/// Default of the most attempts running at once: a burst of 1,000 held
-/// `nats` calls at one instant books its calls ahead with a slot each
-/// ([`instant_calls`]). Shell targets are processes: lower it where many
-/// shell jobs are due at once.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 2048;
+/// Default of the most attempts running at once. A held `nats` call books
+/// its slot 600 ms before its instant ([`instant_calls`]), so every fire of
+/// a second's burst needs one at once: with 2,048 a burst of 5,000 booked
+/// 2,048 calls and the rest waited for slots at the instant, calls p99
+/// 428 ms after it where 16,384 gave 43.5 ms (docs/benchmarks.md, issue
+/// 44). A slot is a count, not a resource: the fire it is for is held in
+/// memory either way. Each HTTP call holds a socket and each shell call a
+/// process: `jetcron executor` raises its open-file limit to the hard one
+/// and warns when that is below the slots (`services/jetcron/src/open_files.rs`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 16_384;
 
 /// Most messages one pull asks for: the slots a pull reserves for messages
 /// still to come are not free for held fires to book their calls with.

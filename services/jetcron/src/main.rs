@@ -8,6 +8,7 @@ mod cli;
 mod client;
 mod metrics_server;
 mod migrate;
+mod open_files;
 mod users;
 
 use std::io::Read as _;
@@ -470,6 +471,7 @@ async fn spawn_executor(
     if let Some(id) = args.executor_id {
         config.executor_id = id;
     }
+    open_files::raise_for_calls(config.max_in_flight);
     let stop = CancellationToken::new();
     services.spawn(
         Stage::Executor,

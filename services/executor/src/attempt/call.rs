@@ -16,6 +16,7 @@ use crate::claims::{self, ClaimHandle};
 use crate::end_decision::Ending;
 use crate::lease::Delivery;
 use crate::running::Registration;
+use crate::stages::{self, Stage};
 use crate::targets::{self, Outcome, RunContext};
 use crate::ExecutorContext;
 
@@ -132,7 +133,9 @@ async fn booked_outcome(
     run: &RunContext,
 ) -> Result<Outcome, String> {
     use crate::instant_calls::Dispatched;
-    match booking.answer().await {
+    let answer = booking.answer().await;
+    stages::reached(Stage::Answered);
+    match answer {
         Some(Dispatched::Reply(reply)) => Ok(targets::nats::outcome(
             reply,
             target,
@@ -183,7 +186,10 @@ async fn supervise(
             },
         )),
         None => futures::future::Either::Right(tokio::time::timeout(job.timeout, async {
-            Ok(targets::run(ctx, &job.spec.target, run).await)
+            stages::reached(Stage::CallSent);
+            let outcome = targets::run(ctx, &job.spec.target, run).await;
+            stages::reached(Stage::Answered);
+            Ok(outcome)
         })),
     };
     tokio::pin!(work);

@@ -43,6 +43,7 @@ use crate::fair_slots::{FairSlots, SlotPermit};
 use crate::lease::Delivery;
 use crate::namespace_slots::HeldSlot;
 use crate::run_events::RunEventPublisher;
+use crate::stages::Stage;
 use crate::targets::RunContext;
 use crate::{tries, ExecutorContext};
 use settle::{finish, Close};
@@ -253,6 +254,7 @@ async fn run_attempt(
     numbers: DeliveryNumbers,
     slot: Slot,
 ) {
+    crate::stages::reached(Stage::Pulled);
     let publisher = RunEventPublisher::new(ctx, &due, numbers.number);
     let Some(admit::Admitted {
         job,
@@ -291,6 +293,7 @@ async fn run_attempt(
     let called = call::call(&attempt, &run, &registration, &mut started).await;
     let claim = started.claim.take();
     settle::settle(&attempt, &ledger, budget, started.at, called.ending, claim).await;
+    crate::stages::reached(Stage::Settled);
     if called.alarmed {
         call::alert_long_run_ended(&attempt, &started.event).await;
     }

@@ -25,6 +25,7 @@ use crate::fair_slots::FairSlots;
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Stored};
 use crate::running::Registration;
+use crate::stages::{self, Stage};
 use crate::targets::{self, RunContext};
 use crate::ExecutorContext;
 
@@ -79,6 +80,7 @@ pub(super) async fn start<'a>(
         _ => RunSlot::Apart,
     };
     let mut permit = slot.taken(ctx, message, due, run_slot).await?;
+    stages::reached(Stage::SlotTaken);
     if killed_before_start(ctx, message, due, job, publisher).await {
         return None;
     }
@@ -94,6 +96,7 @@ pub(super) async fn start<'a>(
     let event = publisher.started(ctx.clock.now(), job.max_attempts);
     let mut store = store_start(attempt, event.clone());
     let start = record_start(attempt, &mut store, &mut claim, &mut None).await?;
+    stages::reached(Stage::StartRecorded);
     Some(Started {
         permit: Some(permit),
         booked: None,
@@ -186,15 +189,18 @@ async fn start_ahead<'a>(
     {
         return None;
     }
+    stages::reached(Stage::Woke);
     let Some((permit, call)) = book_call(ctx, message, target, run, *fire_at, slots) else {
         return Some(None);
     };
+    stages::reached(Stage::SlotTaken);
     registration.activate();
     let event = publisher.started(*fire_at, job.max_attempts);
     let mut store = store_start(attempt, event.clone());
     // Not going on withdraws the booking (dropped before the instant).
     let mut booked = Some(call);
     let start = record_start(attempt, &mut store, &mut None, &mut booked).await?;
+    stages::reached(Stage::StartRecorded);
     Some(Some(Started {
         permit: Some(permit),
         booked,
