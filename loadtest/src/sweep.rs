@@ -11,7 +11,9 @@
 //! ([`wire_floor::floor`]: the leanest client doing a run's wire
 //! operations, which deletes its streams when done), then [`crate::run`],
 //! which measures the ideal sender's burst of the same size first and
-//! reads the due backlog at the start and at the end of its window.
+//! reads the due backlog at the start and at the end of its window, then
+//! (at the rates of `--rates`) nats-server's own message schedules, as
+//! many as jobs, on the same server ([`server_schedules`]).
 //!
 //! Fresh servers per point, because a point that fell behind leaves
 //! thousands of due events queued, its jobs in the bucket and its runs in
@@ -36,7 +38,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use jetcron_loadtest::percentile;
 
-use crate::{ms, wire_floor, RunArgs, RunFigures, Servers};
+use async_nats::jetstream;
+
+use crate::{ms, server_schedules, wire_floor, RunArgs, RunFigures, Servers};
 
 /// The share of the fires offered a second the target must receive.
 const KEPT_UP_SHARE: f64 = 0.98;
@@ -97,6 +101,9 @@ struct WindowBacklog {
 struct Point {
     rate: usize,
     jetcron: RunFigures,
+    /// nats-server's own message schedules at the same rate on the same
+    /// server, after `run` (the rates of `--rates` only).
+    schedules: Option<server_schedules::StoredFires>,
     floor: wire_floor::FloorFigures,
     backlog: WindowBacklog,
 }
@@ -112,19 +119,31 @@ pub async fn measure(args: &SweepArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!args.rates.is_empty(), "no --rates to measure");
     let mut points = Vec::new();
     for &rate in &args.rates {
-        points.push(measure_point(args, rate).await?);
+        points.push(measure_point(args, rate, BesideSchedules::Yes).await?);
     }
     while let Some(rate) = next_rate(&outcomes(&points), args.step, args.max_rate) {
-        points.push(measure_point(args, rate).await?);
+        points.push(measure_point(args, rate, BesideSchedules::No).await?);
     }
     points.sort_by_key(|point| point.rate);
     print_summary(args, &points);
     Ok(())
 }
 
-/// The ideal sender, the wire floor and `run` at `rate` fires a second, each
-/// printing its table.
-async fn measure_point(args: &SweepArgs, rate: usize) -> anyhow::Result<Point> {
+/// Whether a point also measures nats-server's message schedules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BesideSchedules {
+    Yes,
+    No,
+}
+
+/// The wire floor, `run` (with its ideal sender) and, when asked, the
+/// server's own schedules at `rate` fires a second, each printing its
+/// table.
+async fn measure_point(
+    args: &SweepArgs,
+    rate: usize,
+    beside: BesideSchedules,
+) -> anyhow::Result<Point> {
     let run_args = args.run_args(rate);
     println!("\n## {rate} fires a second\n");
     let servers = Servers::start();
@@ -136,6 +155,25 @@ async fn measure_point(args: &SweepArgs, rate: usize) -> anyhow::Result<Point> {
     let jetcron = crate::run(&servers, &run_args)
         .await
         .with_context(|| format!("run at {rate} fires a second"))?;
+    let schedules = match beside {
+        BesideSchedules::Yes => {
+            println!("\n### nats-server message schedules, same server\n");
+            let js = jetstream::new(servers.nats.client().await);
+            let stored = server_schedules::measure(&js, rate, args.warmup, args.seconds)
+                .await
+                .with_context(|| format!("the server's schedules at {rate} a second"))?;
+            println!(
+                "| stored − scheduled p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} fires, {} early) |",
+                ms(percentile(&stored.lags_us, 50.0)),
+                ms(percentile(&stored.lags_us, 99.0)),
+                ms(stored.lags_us.last().copied().unwrap_or(0)),
+                stored.lags_us.len(),
+                stored.early
+            );
+            Some(stored)
+        }
+        BesideSchedules::No => None,
+    };
     let backlog = WindowBacklog {
         at_start: jetcron.due_backlog_at_start,
         at_end: jetcron.due_backlog_at_end,
@@ -143,6 +181,7 @@ async fn measure_point(args: &SweepArgs, rate: usize) -> anyhow::Result<Point> {
     let point = Point {
         rate,
         jetcron,
+        schedules,
         floor,
         backlog,
     };
@@ -204,10 +243,10 @@ fn print_summary(args: &SweepArgs, points: &[Point]) {
     );
     println!(
         "| fires/s offered | runs/s at the target | target-call p50 / p99 / max ms \
-         | ideal sender p99 ms | p99 ÷ ideal p99 | wire floor runs/s, p99 ms \
-         | calls > 1 ms early | due backlog start → end | kept up |"
+         | ideal sender p99 ms | p99 ÷ ideal p99 | NATS schedules stored p99 ms \
+         | wire floor runs/s, p99 ms | calls > 1 ms early | due backlog start → end | kept up |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for point in points {
         println!("{}", summary_row(point));
     }
@@ -226,7 +265,7 @@ fn summary_row(point: &Point) -> String {
     let lags = &point.jetcron.lags;
     let ideal_p99 = percentile(&point.jetcron.ideal_lags, 99.0);
     format!(
-        "| {} | {:.0} | {:.1} / {:.1} / {:.1} | {:.1} | {:.2} | {:.0}, {:.1} | {} | {} → {} | {} |",
+        "| {} | {:.0} | {:.1} / {:.1} / {:.1} | {:.1} | {:.2} | {} | {:.0}, {:.1} | {} | {} → {} | {} |",
         point.rate,
         point.jetcron.runs_per_second,
         ms(percentile(lags, 50.0)),
@@ -234,6 +273,10 @@ fn summary_row(point: &Point) -> String {
         ms(lags.last().copied().unwrap_or(0)),
         ms(ideal_p99),
         percentile(lags, 99.0) as f64 / ideal_p99.max(1) as f64,
+        point.schedules.as_ref().map_or("-".to_string(), |stored| format!(
+            "{:.1}",
+            ms(percentile(&stored.lags_us, 99.0))
+        )),
         point.floor.runs_per_second,
         ms(percentile(&point.floor.lags, 99.0)),
         lags.iter().filter(|lag| **lag < -1000).count(),
