@@ -51,3 +51,16 @@ fn raise_to_hard_limit() -> nix::Result<u64> {
     }
     Ok(hard.max(soft))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one() {
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("read the limit");
+        let raised = raise_to_hard_limit().expect("raise the limit");
+        let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).expect("read it again");
+        assert_eq!((raised, soft), (hard, hard));
+    }
+}

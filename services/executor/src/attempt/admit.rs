@@ -64,6 +64,18 @@ pub(super) async fn admit<'a>(
     {
         return None;
     }
+    if budget.uncounted > 0 && job.concurrency == ConcurrencyPolicy::Allow {
+        // The path by which a fire an earlier delivery called can be called
+        // again: that delivery recorded no try (lost or handed back), its
+        // outcome is not stored, and its executor does not answer (dead,
+        // or reconnecting). Counted, to tell the two apart in the chaos
+        // tests' logs (docs/notes/chaos-bounds-next.md).
+        info!(
+            uncounted = budget.uncounted,
+            "an earlier delivery of this run was lost; no outcome is stored and no executor answers for it: calling it"
+        );
+        metrics::counter!("jetcron_executor_redeliveries_called_total").increment(1);
+    }
     if let Some(why) = exhausted {
         let event =
             publisher.declined(RunEventKind::Failed, ctx.clock.now(), why, job.max_attempts);

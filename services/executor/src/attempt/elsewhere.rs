@@ -49,12 +49,6 @@ pub(super) async fn ran_elsewhere(
         );
         return Elsewhere::Maybe;
     }
-    // The path by which a fire an earlier delivery called is called again,
-    // when that delivery's outcome is not stored and its executor does not
-    // answer (dead, or reconnecting): counted, to tell the two apart in
-    // the chaos tests' logs (docs/notes/chaos-bounds-next.md).
-    info!("a redelivery of a run with no outcome stored that no executor answers for: calling it");
-    metrics::counter!("jetcron_executor_redeliveries_called_total").increment(1);
     Elsewhere::No
 }
 
