@@ -57,7 +57,7 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::percentile;
+use jetcron_loadtest::{call_header, call_scheduled_at, percentile};
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
 mod fair_share;
@@ -272,17 +272,8 @@ async fn serve_tracing(
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let now = Utc::now();
-            let header = |name: &str| {
-                request
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(name))
-                    .map(|v| v.as_str().to_string())
-            };
-            let scheduled = header("Jetcron-Scheduled-At")
-                .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
-                .map(|t| t.with_timezone(&Utc));
-            if let Some(scheduled) = scheduled {
+            let header = |name: &str| call_header(&request, name);
+            if let Some(scheduled) = call_scheduled_at(&request) {
                 let lag_us = (now - scheduled).num_microseconds().unwrap_or(i64::MAX);
                 recorded.lock().expect("arrivals").push(Arrival {
                     scheduled,

@@ -307,17 +307,8 @@ async fn answer_after(
     Ok(tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let at = Utc::now();
-            let header = |name: &str| {
-                request
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(name))
-                    .map(|v| v.as_str().to_string())
-            };
-            let scheduled = header("Jetcron-Scheduled-At")
-                .and_then(|v| DateTime::parse_from_rfc3339(&v).ok())
-                .map(|t| t.with_timezone(&Utc));
-            if let Some(scheduled) = scheduled {
+            let header = |name: &str| jetcron_loadtest::call_header(&request, name);
+            if let Some(scheduled) = jetcron_loadtest::call_scheduled_at(&request) {
                 target.calls.lock().expect("bulk calls").push(BulkCall {
                     job: header("Jetcron-Job-Id").unwrap_or_default(),
                     run: header("Jetcron-Run-Id").unwrap_or_default(),

@@ -62,6 +62,23 @@ pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// Header `name` of a call jetcron made (`Jetcron-Run-Id`, …).
+pub fn call_header(request: &async_nats::Message, name: &str) -> Option<String> {
+    request
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_string())
+}
+
+/// The instant a call jetcron made was scheduled for (its
+/// `Jetcron-Scheduled-At`).
+pub fn call_scheduled_at(request: &async_nats::Message) -> Option<chrono::DateTime<chrono::Utc>> {
+    let value = call_header(request, "Jetcron-Scheduled-At")?;
+    let at = chrono::DateTime::parse_from_rfc3339(&value).ok()?;
+    Some(at.with_timezone(&chrono::Utc))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -343,13 +343,21 @@ const FORBID_POLL: Duration = Duration::from_millis(50);
 /// does, as after an executor's death, by every fire it held).
 const PROBE_WAIT: Duration = Duration::from_millis(250);
 
-/// Whether an executor answers that it runs `run_id` now (core NATS, so
-/// this works while JetStream elects leaders).
 /// How far an attempt of `run_id` got on any executor, as the first one to
-/// answer says (`Waiting` when none answers within [`PROBE_WAIT`]).
-pub async fn probe_run(client: &async_nats::Client, run_id: &str) -> crate::running::Stage {
+/// answer says (`Waiting` when none answers within [`PROBE_WAIT`]); core
+/// NATS, so this works while JetStream elects leaders. `asker` names the
+/// asking attempt's own registration
+/// ([`crate::running::Registration::probe_asker`]), which is not answered
+/// about.
+pub async fn probe_run(
+    client: &async_nats::Client,
+    run_id: &str,
+    asker: Option<String>,
+) -> crate::running::Stage {
     let subject = jetcron_core::subjects::running_probe_subject(run_id);
-    let request = async_nats::Request::new().timeout(Some(PROBE_WAIT));
+    let request = async_nats::Request::new()
+        .payload(asker.unwrap_or_default().into())
+        .timeout(Some(PROBE_WAIT));
     match client.send_request(subject, request).await {
         Ok(reply) => crate::running::Stage::from_reply(&reply.payload),
         Err(_) => crate::running::Stage::Waiting,
@@ -542,7 +550,7 @@ impl ClaimWait<'_> {
         let stage = if waits_for_retry(&holder, self.ttl, self.ctx.clock.now()) {
             crate::running::Stage::Calling
         } else {
-            probe_run(&self.ctx.nats, &holder.run_id).await
+            probe_run(&self.ctx.nats, &holder.run_id, None).await
         };
         let going = stage == crate::running::Stage::Calling;
         if going {

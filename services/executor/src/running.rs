@@ -49,6 +49,11 @@ pub enum Stage {
     Calling = 1,
     /// Its target returned; its outcome is being stored.
     Recording = 2,
+    /// A redelivery looking whether another delivery of its run ran it
+    /// (`attempt/elsewhere.rs`): a second delivery that looks at the same
+    /// moment leaves the fire to this one (or both leave it, and it comes
+    /// again after the ack wait) rather than both calling.
+    Deciding = 3,
 }
 
 impl Stage {
@@ -56,6 +61,7 @@ impl Stage {
         match value {
             1 => Stage::Calling,
             2 => Stage::Recording,
+            3 => Stage::Deciding,
             _ => Stage::Waiting,
         }
     }
@@ -66,6 +72,7 @@ impl Stage {
             Stage::Waiting => "waiting",
             Stage::Calling => "calling",
             Stage::Recording => "recording",
+            Stage::Deciding => "deciding",
         }
     }
 
@@ -74,6 +81,7 @@ impl Stage {
         match payload {
             b"recording" => Stage::Recording,
             b"waiting" => Stage::Waiting,
+            b"deciding" => Stage::Deciding,
             _ => Stage::Calling,
         }
     }
@@ -101,6 +109,17 @@ impl Registration {
     /// The target returned; the outcome is being stored.
     pub fn recording(&self) {
         self.set(Stage::Recording);
+    }
+
+    /// A redelivery looks whether another delivery of its run ran it.
+    pub fn deciding(&self) {
+        self.set(Stage::Deciding);
+    }
+
+    /// How a probe of this attempt's own run names it, so that its own
+    /// executor does not answer about it ([`RunningAttempts::stage`]).
+    pub fn probe_asker(&self, executor_id: &str) -> String {
+        format!("{}@{executor_id}", self.id)
     }
 
     fn set(&self, stage: Stage) {
@@ -177,26 +196,25 @@ impl RunningAttempts {
         u32::try_from(entries.len()).unwrap_or(u32::MAX)
     }
 
-    /// The furthest an attempt of `run_id` got here: calling beats
-    /// recording beats waiting (or not here at all).
-    pub fn stage(&self, run_id: &str) -> Stage {
+    /// The furthest an attempt of `run_id` got here, but for the attempt
+    /// registered as `except`: calling beats recording beats deciding beats
+    /// waiting (or not here at all).
+    pub fn stage(&self, run_id: &str, except: Option<u64>) -> Stage {
         let stages: Vec<Stage> = self
             .lock_runs()
             .get(run_id)
             .map(|entries| {
                 entries
                     .iter()
+                    .filter(|e| Some(e.id) != except)
                     .map(|e| Stage::from_u8(e.stage.load(std::sync::atomic::Ordering::Acquire)))
                     .collect()
             })
             .unwrap_or_default();
-        if stages.contains(&Stage::Calling) {
-            Stage::Calling
-        } else if stages.contains(&Stage::Recording) {
-            Stage::Recording
-        } else {
-            Stage::Waiting
-        }
+        [Stage::Calling, Stage::Recording, Stage::Deciding]
+            .into_iter()
+            .find(|stage| stages.contains(stage))
+            .unwrap_or(Stage::Waiting)
     }
 
     /// Number of attempts in progress.
@@ -234,7 +252,8 @@ pub async fn listen_for_kills(
             .subject
             .starts_with(jetcron_core::subjects::RUNNING_PROBE_PREFIX)
         {
-            let stage = attempts.stage(run_id);
+            let except = own_asker(&message.payload, &executor_id);
+            let stage = attempts.stage(run_id, except);
             if let (false, Some(reply)) = (stage == Stage::Waiting, message.reply) {
                 let _ = client.publish(reply, stage.as_str().into()).await;
             }
@@ -261,6 +280,13 @@ pub async fn listen_for_kills(
     }
 }
 
+/// The registration a probe comes from, when it is one of this executor's
+/// (the probe's body is [`Registration::probe_asker`]).
+fn own_asker(payload: &[u8], executor_id: &str) -> Option<u64> {
+    let (id, executor) = std::str::from_utf8(payload).ok()?.split_once('@')?;
+    (executor == executor_id).then(|| id.parse().ok()).flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,26 +311,49 @@ mod tests {
         let attempts = Arc::new(RunningAttempts::default());
         let waiting = attempts.register("r1");
         assert_eq!(
-            attempts.stage("r1"),
+            attempts.stage("r1", None),
             Stage::Waiting,
             "waiting for its claim"
         );
         let running = attempts.register("r1");
         running.activate();
-        assert_eq!(attempts.stage("r1"), Stage::Calling);
+        assert_eq!(attempts.stage("r1", None), Stage::Calling);
         running.recording();
-        assert_eq!(attempts.stage("r1"), Stage::Recording);
+        assert_eq!(attempts.stage("r1", None), Stage::Recording);
         let other = attempts.register("r1");
         other.activate();
         assert_eq!(
-            attempts.stage("r1"),
+            attempts.stage("r1", None),
             Stage::Calling,
             "calling beats recording"
         );
         drop((running, other));
-        assert_eq!(attempts.stage("r1"), Stage::Waiting);
+        assert_eq!(attempts.stage("r1", None), Stage::Waiting);
         drop(waiting);
         assert_eq!(Stage::from_reply(b"recording"), Stage::Recording);
         assert_eq!(Stage::from_reply(b"calling"), Stage::Calling);
+    }
+
+    #[test]
+    fn a_deciding_redelivery_is_seen_by_others_and_not_by_itself() {
+        let attempts = Arc::new(RunningAttempts::default());
+        let first = attempts.register("r1");
+        first.deciding();
+        let asker = own_asker(first.probe_asker("exec-a").as_bytes(), "exec-a");
+        assert_eq!(asker, Some(first.id));
+        assert_eq!(attempts.stage("r1", asker), Stage::Waiting, "not itself");
+        assert_eq!(attempts.stage("r1", None), Stage::Deciding);
+        let second = attempts.register("r1");
+        second.deciding();
+        assert_eq!(
+            attempts.stage("r1", asker),
+            Stage::Deciding,
+            "the other one"
+        );
+        second.activate();
+        assert_eq!(attempts.stage("r1", asker), Stage::Calling);
+        assert_eq!(own_asker(b"7@exec-b", "exec-a"), None, "another executor's");
+        assert_eq!(own_asker(b"", "exec-a"), None, "an older executor's probe");
+        assert_eq!(Stage::from_reply(b"deciding"), Stage::Deciding);
     }
 }

@@ -17,6 +17,7 @@ use super::settle::{finish, Close};
 use super::{hand_back, notify_of, refuse_for_good, DeliveryNumbers, Slot};
 use crate::lease::Delivery;
 use crate::run_events::RunEventPublisher;
+use crate::running::Registration;
 use crate::tries::{self, Budget, Ledger, Recorded};
 use crate::{fanout, ExecutorContext};
 
@@ -29,15 +30,22 @@ pub(super) struct Admitted<'a> {
     pub budget: Budget,
 }
 
+/// Which delivery is admitted, and the slot it will take.
+pub(super) struct Delivered {
+    pub numbers: DeliveryNumbers,
+    pub slot: Slot,
+}
+
 /// Admit the delivery `numbers` of `due`, or end it (`None`).
 pub(super) async fn admit<'a>(
     ctx: &'a ExecutorContext,
     message: &Delivery,
     due: &'a DueEvent,
-    numbers: DeliveryNumbers,
-    slot: Slot,
+    delivered: Delivered,
     publisher: &RunEventPublisher<'_>,
+    registration: &Registration,
 ) -> Option<Admitted<'a>> {
+    let Delivered { numbers, slot } = delivered;
     let job = valid_job(ctx, message, due, publisher).await?;
     let job = allowed_by_policy(ctx, message, job, publisher).await?;
     let slot = unless_split(ctx, message, due, &job, slot).await?;
@@ -60,7 +68,7 @@ pub(super) async fn admit<'a>(
     // the moment the consumer's new leader handed them out).
     if numbers.number > 1
         && job.concurrency == ConcurrencyPolicy::Allow
-        && ran_elsewhere(ctx, message, due).await != Elsewhere::No
+        && ran_elsewhere(ctx, message, due, registration).await != Elsewhere::No
     {
         return None;
     }

@@ -13,6 +13,7 @@ use crate::claims;
 use crate::lease::Delivery;
 use crate::run_end_lookup;
 pub(super) use crate::run_end_lookup::Since;
+use crate::running::{Registration, Stage};
 use crate::ExecutorContext;
 
 /// Whether another delivery of this run ran it, for a delivery the claim
@@ -28,27 +29,46 @@ pub(super) enum Elsewhere {
     Maybe,
 }
 
+/// Whether another delivery ran this one's run. `registration` shows this
+/// delivery as deciding meanwhile: two deliveries of one run out at once (a
+/// consumer's old and new leader, 100 ms apart in the leader-kill test)
+/// each probed while the other was not yet registered, found nobody, and
+/// both called. Registered before it probes, at least one of two such
+/// deliveries sees the other, and one that sees another deciding leaves
+/// the fire to it (where both see each other, both leave, and the fire
+/// comes again after the ack wait: late, not twice). Once it decides to
+/// run, it answers as calling.
 pub(super) async fn ran_elsewhere(
     ctx: &ExecutorContext,
     message: &Delivery,
     due: &DueEvent,
+    registration: &Registration,
 ) -> Elsewhere {
+    registration.deciding();
     match ended_already(ctx, message, due, fire_since(message, due)).await {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
         RunEnd::Unknown => return Elsewhere::Maybe,
     }
-    let stage = Box::pin(claims::probe_run(&ctx.nats, due.run_id.as_str())).await;
+    let asker = registration.probe_asker(&ctx.config.executor_id);
+    let stage = Box::pin(claims::probe_run(
+        &ctx.nats,
+        due.run_id.as_str(),
+        Some(asker),
+    ))
+    .await;
     // (An executor that runs or records the run answers within
     // milliseconds; the wait is for when none does.)
-    if stage != crate::running::Stage::Waiting {
+    if stage != Stage::Waiting {
         // That delivery settles the message; a nak from here would hand
         // its run out a third time (the server takes it from anyone).
         info!(
-            "another delivery of this run calls its target or records it, leaving the fire to it"
+            other = stage.as_str(),
+            "another delivery of this run calls its target, records it or decides to, leaving the fire to it"
         );
         return Elsewhere::Maybe;
     }
+    registration.activate();
     Elsewhere::No
 }
 

@@ -256,18 +256,27 @@ async fn run_attempt(
 ) {
     crate::stages::reached(Stage::Pulled);
     let publisher = RunEventPublisher::new(ctx, &due, numbers.number);
+    // Register before looking for a kill request (a kill sent in between
+    // reaches either the marker check or the registration), and before a
+    // redelivery probes for other deliveries of its run (`elsewhere.rs`).
+    let registration = ctx.attempts.register(due.run_id.as_str());
     let Some(admit::Admitted {
         job,
         slot,
         ledger,
         budget,
-    }) = admit::admit(ctx, &message, &due, numbers, slot, &publisher).await
+    }) = admit::admit(
+        ctx,
+        &message,
+        &due,
+        admit::Delivered { numbers, slot },
+        &publisher,
+        &registration,
+    )
+    .await
     else {
         return;
     };
-    // Register before looking for a kill request: a kill sent in between
-    // reaches either the marker check or the registration.
-    let registration = ctx.attempts.register(due.run_id.as_str());
     let attempt = Attempt {
         ctx,
         message: &message,
@@ -372,9 +381,9 @@ mod tests {
                     &'static ExecutorContext,
                     &'static Delivery,
                     &'static DueEvent,
-                    DeliveryNumbers,
-                    Slot,
-                    &'static RunEventPublisher<'static>
+                    admit::Delivered,
+                    &'static RunEventPublisher<'static>,
+                    &'static Registration
                 ),
             ),
             (

@@ -86,7 +86,7 @@ pub(super) async fn start<'a>(
     }
     let mut claim = match job.concurrency {
         ConcurrencyPolicy::Allow => None,
-        policy => Some(Box::pin(take_claim(attempt, policy)).await?),
+        policy => Some(Box::pin(take_claim(attempt, policy, registration)).await?),
     };
     if let Some(claim) = claim.as_mut() {
         let taking = run_slot_beside_claim(attempt, claim, &hand_back);
@@ -420,7 +420,11 @@ async fn start_recorded(
 /// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
 /// the job is not held while those answers come. A delivery that waited while
 /// another delivery of its run held the claim checks the same once it holds it.
-async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<ClaimHandle> {
+async fn take_claim(
+    attempt: &Attempt<'_>,
+    policy: ConcurrencyPolicy,
+    registration: &Registration,
+) -> Option<ClaimHandle> {
     let Attempt {
         ctx,
         message,
@@ -446,7 +450,7 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
         let claim = match overlap {
             Ok(Overlap::Claimed(handle)) => *handle,
             Ok(Overlap::Uncertain) => {
-                if ran_elsewhere(ctx, message, due).await != Elsewhere::No {
+                if ran_elsewhere(ctx, message, due, registration).await != Elsewhere::No {
                     return None;
                 }
                 checked = true;
@@ -486,7 +490,7 @@ async fn take_claim(attempt: &Attempt<'_>, policy: ConcurrencyPolicy) -> Option<
             }
         };
         if claim.after_other_delivery() {
-            match ran_elsewhere(ctx, message, due).await {
+            match ran_elsewhere(ctx, message, due, registration).await {
                 Elsewhere::No => {}
                 // Its outcome is stored: the claim can say so.
                 Elsewhere::Ended => {
