@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
+use jetcron_executor::stages::Stage;
 use jetcron_loadtest::percentile;
 
 /// The job ids of the first `count` bench jobs (named as `load_jobs`
@@ -107,18 +108,24 @@ fn hand_over_of(line: &str) -> Option<HandOver> {
     })
 }
 
-/// The stages in the order an attempt meets them, with what the target
-/// saw put in its place.
+/// The stages in the order an attempt meets them (the executor's names),
+/// with what the target saw put in its place.
 const ORDER: [&str; 8] = [
-    "pulled",
-    "woke",
-    "slot taken",
-    "start recorded",
-    "call sent",
-    "target called",
-    "answered",
-    "settled",
+    Stage::Pulled.name(),
+    Stage::Woke.name(),
+    Stage::SlotTaken.name(),
+    Stage::StartRecorded.name(),
+    Stage::CallSent.name(),
+    TARGET_CALLED,
+    Stage::Answered.name(),
+    Stage::Settled.name(),
 ];
+
+/// The target's arrival, among the executor's stages.
+const TARGET_CALLED: &str = "target called";
+
+/// Where the target's arrival stands in [`ORDER`].
+const TARGET_CALLED_PLACE: usize = 5;
 
 /// Print where the traced fires' time went: each stage's time from the
 /// scheduled instant, the dispatcher's hand-overs, and the way of the
@@ -145,7 +152,9 @@ pub fn print_trace(log: &str, calls: &TracedCalls, from: DateTime<Utc>, to: Date
         let arrived = (call.arrived - call.scheduled)
             .num_microseconds()
             .unwrap_or(0);
-        ways.entry(run).or_default().insert(5, arrived);
+        ways.entry(run)
+            .or_default()
+            .insert(TARGET_CALLED_PLACE, arrived);
     }
     println!(
         "\n### Where the time goes: {} traced fires\n",
@@ -172,7 +181,9 @@ pub fn print_trace(log: &str, calls: &TracedCalls, from: DateTime<Utc>, to: Date
         );
     }
     print_hand_overs(log);
-    let latest = ways.iter().max_by_key(|(_, w)| w.get(&5).copied());
+    let latest = ways
+        .iter()
+        .max_by_key(|(_, w)| w.get(&TARGET_CALLED_PLACE).copied());
     if let Some((run, way)) = latest {
         println!("\nThe latest traced call (run {run}), ms from its instant:");
         let steps: Vec<String> = way
@@ -231,6 +242,12 @@ mod tests {
         assert_eq!(mark.stage, "slot taken");
         assert_eq!(mark.at.to_rfc3339(), "2026-12-07T05:57:06.240747+00:00");
         assert_eq!(mark_of("2026-12-07T05:57:06Z INFO jetcron started"), None);
+    }
+
+    #[test]
+    fn the_target_call_stands_between_the_call_and_its_answer() {
+        assert_eq!(ORDER[TARGET_CALLED_PLACE], TARGET_CALLED);
+        assert_eq!(ORDER[TARGET_CALLED_PLACE - 1], "call sent");
     }
 
     #[test]
