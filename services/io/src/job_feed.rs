@@ -45,7 +45,7 @@ use futures::StreamExt as _;
 use jetcron_core::job::{parse_written_with, FieldError, ValidJob};
 use jetcron_core::schedule_lines::SharedLines;
 use jetcron_core::subjects;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{info, warn};
 
@@ -193,6 +193,8 @@ struct Gathering {
     /// watch opens): when the last is dropped, the watch closes.
     alive: Option<Arc<DropGuard>>,
     closed: CancellationToken,
+    /// `true` once the first read has reached every reader.
+    first_read: Arc<watch::Sender<bool>>,
     /// The connection and lines the watch reads with (the first reader's).
     source: Option<(async_nats::Client, SharedLines)>,
 }
@@ -235,12 +237,19 @@ impl JobFeed {
             waiting: Vec::new(),
             alive: Some(Arc::new(closed.clone().drop_guard())),
             closed,
+            first_read: Arc::new(watch::Sender::new(false)),
             source: None,
         })))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gathering> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Told once every key's current value of the feed's first read has
+    /// been handed to its readers (or the feed ended).
+    pub fn first_read(&self) -> FirstRead {
+        FirstRead(self.lock().first_read.subscribe())
     }
 
     /// Subscribe to the entries of `jetcron_jobs` (read on `client`'s
@@ -297,7 +306,23 @@ fn open(gathering: &mut Gathering) {
         lines,
         queues,
         gathering.closed.clone(),
+        gathering.first_read.clone(),
     ));
+}
+
+/// Whether a feed's first read has reached its readers
+/// ([`JobFeed::first_read`]): work that can wait, such as projecting every
+/// job's revisions, waits for it so that a start loads the jobs first.
+#[derive(Debug, Clone)]
+pub struct FirstRead(watch::Receiver<bool>);
+
+impl FirstRead {
+    /// Wait until the first read has reached every reader, or the feed
+    /// ended.
+    pub async fn delivered(mut self) {
+        // An error: the feed is gone, and with it anything to wait for.
+        let _ = self.0.wait_for(|delivered| *delivered).await;
+    }
 }
 
 /// A reader's side of the feed.
@@ -315,18 +340,33 @@ impl FeedReceiver {
     }
 }
 
-/// Read the bucket into `queues` until every reader is gone (`closed`).
+/// Read the bucket into `queues` until every reader is gone (`closed`);
+/// `first_read` is told when the first read has reached them, and at the
+/// end at the latest.
 async fn follow(
+    client: async_nats::Client,
+    needs: Needs,
+    lines: SharedLines,
+    queues: Vec<mpsc::Sender<FeedEvent>>,
+    closed: CancellationToken,
+    first_read: Arc<watch::Sender<bool>>,
+) {
+    follow_until_closed(client, needs, lines, queues, closed, &first_read).await;
+    first_read.send_replace(true);
+}
+
+async fn follow_until_closed(
     client: async_nats::Client,
     needs: Needs,
     lines: SharedLines,
     mut queues: Vec<mpsc::Sender<FeedEvent>>,
     closed: CancellationToken,
+    first_read: &watch::Sender<bool>,
 ) {
     loop {
         let outcome = tokio::select! {
             _ = closed.cancelled() => return,
-            outcome = follow_once(&client, needs, &lines, &mut queues) => outcome,
+            outcome = follow_once(&client, needs, &lines, &mut queues, first_read) => outcome,
         };
         if queues.is_empty() {
             return;
@@ -348,6 +388,7 @@ async fn follow_once(
     needs: Needs,
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
+    first_read: &watch::Sender<bool>,
 ) -> anyhow::Result<()> {
     let (bucket, held) = open_bucket(client).await?;
     let keys = usize::try_from(held.subjects_count).unwrap_or(usize::MAX);
@@ -364,6 +405,7 @@ async fn follow_once(
     if !send(queues, FeedEvent::Synced).await {
         return Ok(());
     }
+    first_read.send_replace(true);
     // Every change after what was read, on a consumer that starts at a
     // sequence: quick to create, and recreated on the usual timeout.
     let mut entries = bucket

@@ -155,7 +155,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Ticker(args) => spawn_ticker(&mut services, &process, args).await?,
         Command::Executor(args) => spawn_executor(&mut services, &process, args).await?,
-        Command::Projector(args) => spawn_projector(&mut services, &process, args).await?,
+        Command::Projector(args) => spawn_projector(&mut services, &process, args, None).await?,
         Command::Gateway(args) => spawn_gateway(&mut services, &process, args).await?,
         Command::All(args) => {
             let mut args = *args;
@@ -164,7 +164,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .console_url
                 .get_or_insert_with(|| format!("http://{}", args.gateway.http_addr));
             spawn_gateway(&mut services, &process, args.gateway).await?;
-            spawn_projector(&mut services, &process, args.projector).await?;
+            let revisions_after = Some(jobs_feed.first_read());
+            spawn_projector(&mut services, &process, args.projector, revisions_after).await?;
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
         }
@@ -485,6 +486,7 @@ async fn spawn_projector(
     services: &mut Services,
     process: &Process<'_>,
     args: ProjectorArgs,
+    job_revisions_after: Option<jetcron_io::job_feed::FirstRead>,
 ) -> anyhow::Result<()> {
     let (common, shutdown) = (process.common, process.shutdown);
     let client = connect(common, "projector", shutdown).await?;
@@ -497,6 +499,7 @@ async fn spawn_projector(
     config.consumer = args.consumer;
     config.topology = topology(common);
     config.readiness = process.readiness.clone();
+    config.job_revisions_after = job_revisions_after;
     let stop = CancellationToken::new();
     services.spawn(
         Stage::Projector,

@@ -18,7 +18,7 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
     let mut entries = Vec::new();
     let first = tokio::time::timeout(Duration::from_secs(10), reader.recv()).await;
     assert!(
-        matches!(first, Ok(Some(FeedEvent::Opened { keys })) if keys < 100),
+        matches!(first, Ok(Some(FeedEvent::Opened { keys })) if keys < 10_000),
         "a watch first says how many keys it opens on: {first:?}"
     );
     loop {
@@ -213,5 +213,49 @@ async fn a_feed_for_a_chain_index_alone_decodes_only_chained_jobs() {
     assert_eq!(
         described(&*next_entry(&mut reader).await),
         "plain 3 not chained"
+    );
+}
+
+/// Whether `first_read` is delivered within `wait`.
+async fn delivered_within(first_read: &jetcron_io::job_feed::FirstRead, wait: Duration) -> bool {
+    tokio::time::timeout(wait, first_read.clone().delivered())
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn the_first_read_is_told_once_every_reader_has_it_or_the_feed_ended() {
+    let (_nats, client, _, bucket) = server_with_jobs_bucket().await;
+    // More jobs than a reader's queue holds: the feed waits for readers
+    // that do not read.
+    let jobs = jetcron_io::job_feed::QUEUE + 500;
+    for i in 0..jobs {
+        let id = format!("job-{i:05}");
+        bucket.put(&id, job(&id).into()).await.expect("put");
+    }
+    let lines = SharedLines::default();
+    let feed = JobFeed::new(2);
+    let first_read = feed.first_read();
+    let mut readers: Vec<FeedReceiver> = (0..2).map(|_| feed.subscribe(&client, &lines)).collect();
+    assert!(
+        !delivered_within(&first_read, Duration::from_millis(500)).await,
+        "told before any reader read"
+    );
+    let (a, b) = readers.split_at_mut(1);
+    let (seen_a, seen_b) = tokio::join!(until_synced(&mut a[0]), until_synced(&mut b[0]));
+    assert_eq!((seen_a.len(), seen_b.len()), (jobs, jobs));
+    assert!(
+        delivered_within(&first_read, Duration::from_secs(5)).await,
+        "not told after both readers were synced"
+    );
+
+    // A feed whose readers are gone before its first read ends it: nothing
+    // is left to wait for.
+    let feed = JobFeed::new(1);
+    let first_read = feed.first_read();
+    drop(feed.subscribe(&client, &lines));
+    assert!(
+        delivered_within(&first_read, Duration::from_secs(10)).await,
+        "a feed that ended still keeps its waiters waiting"
     );
 }

@@ -28,6 +28,7 @@ use async_nats::jetstream::{self, consumer::pull, message::AckKind};
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::clickhouse_schema::{self, ClickHouseOptions};
+use jetcron_io::job_feed::FirstRead;
 use jetcron_io::readiness::Readiness;
 use jetcron_io::retry::{LogLimiter, RetryDelay};
 use jetcron_io::tasks::{ServiceTasks, TaskKind};
@@ -36,6 +37,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use batch::{Batch, Decoded, Row};
+
+/// A batch of job revisions is this many times smaller than one of run
+/// events. Revisions come one at a time, except after a bulk load: a
+/// million `nats kv put`s are a million revisions, each with its whole
+/// definition, and two batches of 20,000 of them (one stored while the
+/// next is read) raised `jetcron all`'s peak by about 90 MB at a million
+/// jobs (docs/benchmarks.md).
+const REVISIONS_PER_BATCH_DIVISOR: usize = 10;
 
 /// Projector settings.
 #[derive(Debug, Clone)]
@@ -57,6 +66,13 @@ pub struct ProjectorConfig {
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
     pub readiness: Readiness,
+    /// Project every job's revisions only once this has been delivered: in
+    /// `jetcron all`, the first read of the process's job feed. A bucket
+    /// filled while jetcron was down (a million `nats kv put`s) is as many
+    /// revisions to project, and projecting them beside the first read
+    /// took half of the start's CPU, nats-server's and jetcron's, before
+    /// the ticker's first due event (docs/benchmarks.md).
+    pub job_revisions_after: Option<FirstRead>,
 }
 
 impl ProjectorConfig {
@@ -69,6 +85,7 @@ impl ProjectorConfig {
             ack_wait: Duration::from_secs(30),
             topology: TopologyOptions::default(),
             readiness: Readiness::default(),
+            job_revisions_after: None,
         }
     }
 }
@@ -164,8 +181,8 @@ pub async fn run_counted(
         shutdown: &shutdown,
     };
     tokio::join!(
-        projecting.project(&consumer, "run events"),
-        projecting.project(&revisions, "job revisions"),
+        projecting.project(&consumer, "run events", config.batch_size),
+        projecting.project_revisions(&revisions),
     );
     info!("projector stopped");
     Ok(())
@@ -194,9 +211,28 @@ struct Projecting<'a> {
 }
 
 impl Projecting<'_> {
+    /// [`Self::project`] the job revisions, once
+    /// [`ProjectorConfig::job_revisions_after`] allows.
+    async fn project_revisions(&self, consumer: &jetstream::consumer::PullConsumer) {
+        if let Some(first_read) = self.config.job_revisions_after.clone() {
+            tokio::select! {
+                _ = first_read.delivered() => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+            debug!("every job is loaded: job revisions are projected from here");
+        }
+        let batch_size = (self.config.batch_size / REVISIONS_PER_BATCH_DIVISOR).max(1);
+        self.project(consumer, "job revisions", batch_size).await;
+    }
+
     /// Store what `consumer` hands out until the stop, then what is left
     /// of it within [`DRAIN_LIMIT`]; `what` names its events in logs.
-    async fn project(&self, consumer: &jetstream::consumer::PullConsumer, what: &str) {
+    async fn project(
+        &self,
+        consumer: &jetstream::consumer::PullConsumer,
+        what: &str,
+        batch_size: usize,
+    ) {
         let Projecting {
             config,
             clickhouse,
@@ -216,7 +252,7 @@ impl Projecting<'_> {
             // files); a batch waits for `batch_size` events or `batch_wait`.
             let fetched = consumer
                 .batch()
-                .max_messages(config.batch_size)
+                .max_messages(batch_size)
                 .expires(config.batch_wait.max(Duration::from_millis(100)))
                 .messages()
                 .await;
