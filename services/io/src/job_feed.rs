@@ -11,7 +11,7 @@
 //! every door uses) and hands the same [`JobEntry`] to each reader.
 //!
 //! - **Pace.** The feed moves at the pace of its slowest reader (each has a
-//!   queue of [`QUEUE`] events). No reader misses an entry, so none needs a
+//!   queue of [`QUEUE`] entries). No reader misses an entry, so none needs a
 //!   watch of its own to catch up. Once loaded, the ticker queues what its
 //!   loop has not taken yet itself, so that a shard takeover does not hold
 //!   the catalog and the chain index back.
@@ -55,8 +55,18 @@ use crate::topology;
 /// Entries of a first read between two asks for freed memory back.
 const GIVE_BACK_EVERY: u64 = 1 << 14;
 
-/// Events a reader may have waiting before the feed waits for it.
+/// Entries a reader may have waiting before the feed waits for it.
 pub const QUEUE: usize = 4096;
+
+/// Entries of a first read handed over together. One event per entry cost
+/// each reader a queue operation and often a wake-up for every job: with
+/// three readers and the ticker's relay, about a tenth of the CPU of a
+/// cold start at a million jobs (docs/benchmarks.md).
+const FIRST_READ_BATCH: usize = 256;
+
+/// Events a reader's queue holds: [`QUEUE`] entries of a first read. A
+/// reader that passes events on (the ticker's relay) queues as many.
+pub const READER_EVENTS: usize = QUEUE / FIRST_READ_BATCH;
 
 /// How long the first reader waits for the others before the watch opens
 /// without them (they then read on their own).
@@ -175,7 +185,9 @@ pub enum FeedEvent {
     Opened {
         keys: usize,
     },
-    Entry(Arc<JobEntry>),
+    /// Entries in the bucket's order: up to [`FIRST_READ_BATCH`] of a
+    /// first read together, each later change on its own.
+    Entries(Arc<[Arc<JobEntry>]>),
     /// Every value the bucket held when the watch opened has been delivered
     /// (once per opened watch).
     Synced,
@@ -256,7 +268,7 @@ impl JobFeed {
     /// connection), decoded with `lines`. Must be called from within the
     /// tokio runtime (it may start the watch).
     pub fn subscribe(&self, client: &async_nats::Client, lines: &SharedLines) -> FeedReceiver {
-        let (queue, events) = mpsc::channel(QUEUE);
+        let (queue, events) = mpsc::channel(READER_EVENTS);
         let mut gathering = self.lock();
         let Some(alive) = gathering.alive.clone() else {
             info!("job feed already open: this reader follows the bucket on its own watch");
@@ -415,7 +427,7 @@ async fn follow_once(
     loop {
         let entry = next_entry(&mut entries).await?;
         let entry = Arc::new(JobEntry::decode(entry, needs, lines));
-        if !send(queues, FeedEvent::Entry(entry)).await {
+        if !send(queues, FeedEvent::Entries(Arc::new([entry]))).await {
             return Ok(());
         }
     }
@@ -568,15 +580,23 @@ async fn read_current(
 ) -> anyhow::Result<Option<u64>> {
     let mut values = CurrentValues::open(client, "job feed: every job's current value").await?;
     let mut read = 0u64;
+    let mut batch = Vec::with_capacity(FIRST_READ_BATCH);
     while let Some(value) = values.next().await? {
-        let entry = Arc::new(JobEntry::decode_value(value, needs, lines));
-        if !send(queues, FeedEvent::Entry(entry)).await {
+        batch.push(Arc::new(JobEntry::decode_value(value, needs, lines)));
+        if batch.len() < FIRST_READ_BATCH {
+            continue;
+        }
+        let full = std::mem::replace(&mut batch, Vec::with_capacity(FIRST_READ_BATCH));
+        if !send(queues, FeedEvent::Entries(full.into())).await {
             return Ok(None);
         }
-        read += 1;
+        read += FIRST_READ_BATCH as u64;
         if read.is_multiple_of(GIVE_BACK_EVERY) {
             jetcron_allocator::give_back_freed_memory();
         }
+    }
+    if !batch.is_empty() && !send(queues, FeedEvent::Entries(batch.into())).await {
+        return Ok(None);
     }
     // Delivered in stream order: nothing after `read_to` was read.
     jetcron_allocator::give_back_freed_memory();
@@ -615,7 +635,7 @@ pub async fn keep(mut feed: FeedReceiver, view: &impl JobView, shutdown: &Cancel
         };
         match event {
             Some(FeedEvent::Opened { keys }) => view.expect(keys),
-            Some(FeedEvent::Entry(entry)) => view.apply(&entry),
+            Some(FeedEvent::Entries(entries)) => entries.iter().for_each(|e| view.apply(e)),
             Some(FeedEvent::Synced) => view.synced(),
             None => {
                 warn!("job feed ended");

@@ -85,7 +85,6 @@ pub struct PassMessage {
 /// One read of a stream's messages (see the module docs).
 pub struct StreamPass {
     client: async_nats::Client,
-    context: jetstream::Context,
     /// Everything the consumer sent, in order, as it arrived.
     queue: mpsc::UnboundedReceiver<async_nats::Message>,
     /// Moves messages from the subscription into `queue`.
@@ -149,7 +148,6 @@ impl StreamPass {
         });
         Ok(Self {
             client,
-            context: js.clone(),
             queue,
             drain,
             delivered: 0,
@@ -237,13 +235,12 @@ impl StreamPass {
     }
 
     fn delivered(&mut self, message: async_nats::Message) -> anyhow::Result<PassMessage> {
-        let message = jetstream::Message {
-            message,
-            context: self.context.clone(),
-        };
         let info = message
-            .info()
-            .map_err(|e| anyhow::anyhow!("read a pass message's metadata: {e}"))?;
+            .reply
+            .as_deref()
+            .context("a pass message has no metadata (reply subject)")
+            .and_then(AckSubject::parse)
+            .context("read a pass message's metadata")?;
         // Sent again (its ack wait ran out): the server resends everything
         // after the last ack under new consumer sequences, which the gap
         // check cannot see.
@@ -260,12 +257,111 @@ impl StreamPass {
         );
         self.delivered = info.consumer_sequence;
         self.done = info.pending == 0;
-        let stream_sequence = info.stream_sequence;
-        let stored_at = info.published;
         Ok(PassMessage {
-            message: message.message,
-            stream_sequence,
-            stored_at,
+            message,
+            stream_sequence: info.stream_sequence,
+            stored_at: info.stored_at,
         })
+    }
+}
+
+/// What a JetStream message's reply subject says of it (ADR-15:
+/// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<stored, ns>.<pending>`,
+/// or with `<domain>.<account hash>.` before the stream and tokens after
+/// the pending count).
+///
+/// Read here rather than with `jetstream::Message::info`, which needs the
+/// message wrapped with a clone of the JetStream context: cloning and
+/// dropping it for every message of a million-job read was about 3 % of a
+/// cold start's CPU (docs/benchmarks.md).
+#[derive(Debug, PartialEq)]
+struct AckSubject {
+    delivered: i64,
+    stream_sequence: u64,
+    consumer_sequence: u64,
+    stored_at: DateTime<Utc>,
+    pending: u64,
+}
+
+impl AckSubject {
+    fn parse(reply: &str) -> anyhow::Result<Self> {
+        let tokens = reply
+            .strip_prefix("$JS.ACK.")
+            .with_context(|| format!("{reply:?} is not a JetStream ack subject"))?;
+        // Without allocating: this is read for every message of a pass.
+        let mut kept = [""; 9];
+        let mut count = 0;
+        for token in tokens.split('.') {
+            if let Some(slot) = kept.get_mut(count) {
+                *slot = token;
+            }
+            count += 1;
+        }
+        // The numbers follow the stream and consumer names.
+        let numbers = match count {
+            7 => &kept[2..7],
+            n if n >= 9 => &kept[4..9],
+            n => anyhow::bail!("{reply:?} has {n} tokens after $JS.ACK., not 7 or 9 and more"),
+        };
+        let number = |i: usize, what: &str| -> anyhow::Result<i64> {
+            numbers[i]
+                .parse::<i64>()
+                .with_context(|| format!("{what} {:?} in {reply:?}", numbers[i]))
+        };
+        let unsigned = |i: usize, what: &str| -> anyhow::Result<u64> {
+            let n = number(i, what)?;
+            u64::try_from(n).with_context(|| format!("{what} {n} in {reply:?}"))
+        };
+        Ok(Self {
+            delivered: number(0, "delivery count")?,
+            stream_sequence: unsigned(1, "stream sequence")?,
+            consumer_sequence: unsigned(2, "consumer sequence")?,
+            stored_at: DateTime::from_timestamp_nanos(number(3, "stored time")?),
+            pending: unsigned(4, "pending count")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(nanos: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_nanos(nanos)
+    }
+
+    #[test]
+    fn an_ack_subject_of_either_format_says_what_the_server_put_in_it() {
+        let wanted = AckSubject {
+            delivered: 1,
+            stream_sequence: 42,
+            consumer_sequence: 7,
+            stored_at: at(1_765_000_000_123_456_789),
+            pending: 99,
+        };
+        for reply in [
+            "$JS.ACK.KV_jetcron_jobs.pass1.1.42.7.1765000000123456789.99",
+            // ADR-15's longer form: domain and account hash first, a token after.
+            "$JS.ACK._.ACCHASH.KV_jetcron_jobs.pass1.1.42.7.1765000000123456789.99",
+            "$JS.ACK.hub.ACCHASH.KV_jetcron_jobs.pass1.1.42.7.1765000000123456789.99.r4nd",
+            "$JS.ACK.hub.ACCHASH.KV_jetcron_jobs.pass1.1.42.7.1765000000123456789.99.r4nd.later",
+        ] {
+            assert_eq!(AckSubject::parse(reply).expect(reply), wanted, "{reply}");
+        }
+    }
+
+    #[test]
+    fn a_subject_that_is_not_an_ack_subject_is_refused_with_what_is_wrong() {
+        for (reply, says) in [
+            ("_INBOX.abc", "is not a JetStream ack subject"),
+            ("$JS.ACK.S.C.1.42.7.99", "has 6 tokens"),
+            ("$JS.ACK.D.H.S.C.1.42.7.5", "has 8 tokens"),
+            ("$JS.ACK.S.C.x.42.7.1.99", "delivery count \"x\""),
+            ("$JS.ACK.S.C.1.-42.7.1.99", "stream sequence -42"),
+            ("$JS.ACK.S.C.1.42.7.soon.99", "stored time \"soon\""),
+        ] {
+            let error = format!("{:#}", AckSubject::parse(reply).expect_err(reply));
+            assert!(error.contains(says), "{reply}: {error}");
+        }
     }
 }

@@ -27,7 +27,7 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
             .expect("an event within 10 s")
             .expect("the feed goes on");
         match event {
-            FeedEvent::Entry(entry) => entries.push(entry),
+            FeedEvent::Entries(batch) => entries.extend(batch.iter().cloned()),
             FeedEvent::Synced => return entries,
             FeedEvent::Opened { keys } => panic!("a watch opened again ({keys} keys)"),
         }
@@ -37,7 +37,7 @@ async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
 async fn next_entry(reader: &mut FeedReceiver) -> Arc<JobEntry> {
     match tokio::time::timeout(Duration::from_secs(10), reader.recv()).await {
         Ok(Some(FeedEvent::Opened { keys })) => panic!("a watch opened again ({keys} keys)"),
-        Ok(Some(FeedEvent::Entry(entry))) => entry,
+        Ok(Some(FeedEvent::Entries(batch))) if batch.len() == 1 => batch[0].clone(),
         other => panic!("expected an entry, got {other:?}"),
     }
 }

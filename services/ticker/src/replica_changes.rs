@@ -374,7 +374,11 @@ pub(crate) async fn on_job(
     now: DateTime<Utc>,
 ) {
     match event {
-        FeedEvent::Entry(entry) => on_entry(&entry, held, revoker, recovery, now).await,
+        FeedEvent::Entries(entries) => {
+            for entry in entries.iter() {
+                on_entry(entry, held, revoker, recovery, now).await;
+            }
+        }
         FeedEvent::Opened { keys } => {
             let Held { book, holdings, .. } = held;
             book.reserve(keys, |shard| holdings.holds(shard));
@@ -601,7 +605,7 @@ mod tests {
             written: Written::Valid(parse_job(edit.as_bytes(), Some("edited")).expect("valid")),
         };
         on_job(
-            FeedEvent::Entry(Arc::new(entry)),
+            FeedEvent::Entries(Arc::new([Arc::new(entry)])),
             &mut held,
             &mut revoker,
             &ready,

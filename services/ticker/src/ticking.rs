@@ -173,7 +173,7 @@ impl Ticker {
         let mut tasks = ServiceTasks::default();
         let policies = follow_policies(&mut tasks, parts.policies, shutdown).await;
         let watch_stop = CancellationToken::new();
-        let (job_tx, job_changes) = mpsc::channel(4096);
+        let (job_tx, job_changes) = mpsc::channel(jetcron_io::job_feed::READER_EVENTS);
         let watcher = tokio::spawn(job_watch::watch_jobs(
             config.jobs_feed.subscribe(&js.client(), &config.lines),
             js.clone(),

@@ -111,18 +111,20 @@ async fn follow(
                 synced = true;
                 FeedEvent::Synced
             }
-            Some(FeedEvent::Entry(entry)) => {
-                let rejected =
-                    rejection_of(&entry).or_else(|| policy_refusal(&entry, &rejections.policies));
-                if let Some(rejected) = rejected {
-                    if rejections.queue.try_send(rejected).is_err() {
-                        dropped_rejections += 1;
-                        if dropped_rejections.is_power_of_two() {
-                            warn!(dropped_rejections, "job.rejected events not recorded: too many invalid values at once (the bucket keeps them)");
+            Some(FeedEvent::Entries(entries)) => {
+                for entry in entries.iter() {
+                    let rejected =
+                        rejection_of(entry).or_else(|| policy_refusal(entry, &rejections.policies));
+                    if let Some(rejected) = rejected {
+                        if rejections.queue.try_send(rejected).is_err() {
+                            dropped_rejections += 1;
+                            if dropped_rejections.is_power_of_two() {
+                                warn!(dropped_rejections, "job.rejected events not recorded: too many invalid values at once (the bucket keeps them)");
+                            }
                         }
                     }
                 }
-                FeedEvent::Entry(entry)
+                FeedEvent::Entries(entries)
             }
             Some(opened @ FeedEvent::Opened { .. }) => opened,
         };
