@@ -64,6 +64,7 @@ pub(crate) fn daily_line(i: usize, distinct: usize) -> String {
 
 pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
     let jetcron = crate::jetcron_binary(args.jetcron.as_deref())?;
+    let alone = with_the_canary_alone(&jetcron, args.rest.min(CANARY_ALONE_REST)).await?;
     let servers = Servers::start();
     let client = servers.nats.client().await;
     let js = jetstream::new(client.clone());
@@ -143,6 +144,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         samples.push(memory_of(pid)?);
     }
     let at_rest = memory_of(pid)?;
+    let huge_pages = smaps_bytes(pid, "AnonHugePages:")?;
     let rest_to = chrono::Utc::now() - chrono::Duration::seconds(1);
     let lags = lags_between(&canary_calls, rest_from, rest_to);
     // Whole seconds in [rest_from, rest_to): the canary's instants there.
@@ -198,6 +200,22 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         "| resident at rest (VmRSS at the end) | {:.0} MiB, {:.0} bytes/job |",
         mib(at_rest.resident),
         per_job(at_rest.resident)
+    );
+    let growth = |bytes: u64, alone: u64| bytes.saturating_sub(alone) as f64 / args.jobs as f64;
+    println!(
+        "| `jetcron all` with the canary alone (fresh servers, {} s): peak / at rest | {:.0} / {:.0} MiB |",
+        args.rest.min(CANARY_ALONE_REST),
+        mib(alone.peak),
+        mib(alone.resident)
+    );
+    println!(
+        "| growth per job over the canary alone: at peak / at rest | {:.0} / {:.0} bytes/job |",
+        growth(at_rest.peak, alone.peak),
+        growth(at_rest.resident, alone.resident)
+    );
+    println!(
+        "| of it in 2 MB pages at rest (AnonHugePages) | {:.0} MiB |",
+        mib(huge_pages)
     );
     let max_sampled = samples.iter().map(|s| s.resident).max().unwrap_or(0);
     println!(
@@ -356,6 +374,63 @@ async fn read_bucket(bucket: &jetstream::kv::Store) -> anyhow::Result<usize> {
 struct Memory {
     resident: u64,
     peak: u64,
+}
+
+/// How long the run with the canary alone rests (at most; `--rest` when shorter).
+const CANARY_ALONE_REST: u64 = 10;
+
+/// The memory of `jetcron all` over a bucket with the canary alone, on
+/// servers of its own, `rest` seconds after the canary's first due event:
+/// what the process holds before any job, so that what a job adds is the
+/// difference.
+async fn with_the_canary_alone(jetcron: &std::path::Path, rest: u64) -> anyhow::Result<Memory> {
+    let servers = Servers::start();
+    let client = servers.nats.client().await;
+    let js = jetstream::new(client.clone());
+    topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
+    jetcron_loadtest::put_jobs(
+        &js,
+        0..1,
+        |_| "canary".to_string(),
+        |_| {
+            format!(
+                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{CANARY_SUBJECT}"}}}}"#
+            )
+        },
+    )
+    .await?;
+    let _calls = serve(servers.nats.client().await, CANARY_SUBJECT).await?;
+    let mut canary_due = client
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
+        .await?;
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let process = JetcronProcess::start(
+        jetcron,
+        &["all", "--http-addr", &http_addr],
+        &[
+            ("JETCRON_NATS_URL", servers.nats.url().as_str()),
+            ("JETCRON_CLICKHOUSE_URL", servers.clickhouse.url().as_str()),
+        ],
+    );
+    let pid = process.pid().context("jetcron all has no pid")?;
+    tokio::time::timeout(Duration::from_secs(60), canary_due.next())
+        .await
+        .context("no due event of the canary alone within 60 s")?;
+    tokio::time::sleep(Duration::from_secs(rest)).await;
+    memory_of(pid)
+}
+
+/// A field of `/proc/PID/smaps_rollup`, in bytes.
+fn smaps_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let rollup = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    rollup
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .with_context(|| format!("no {field} in {path}"))
 }
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.

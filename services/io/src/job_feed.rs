@@ -182,9 +182,7 @@ pub enum FeedEvent {
     /// A watch opens on a bucket of about this many keys (deleted ones
     /// included): room for them can be made at once, rather than by
     /// growing a table a million entries long step by step.
-    Opened {
-        keys: usize,
-    },
+    Opened { keys: usize },
     /// Entries in the bucket's order: up to [`FIRST_READ_BATCH`] of a
     /// first read together, each later change on its own.
     Entries(Arc<[Arc<JobEntry>]>),

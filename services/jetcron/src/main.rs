@@ -6,6 +6,7 @@
 
 mod cli;
 mod client;
+mod huge_pages;
 mod metrics_server;
 mod migrate;
 mod open_files;
@@ -54,6 +55,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(client::main(cli.common, cli.command));
     }
     telemetry::init(cli.common.log_format);
+    huge_pages::turn_off_unless_asked();
     // Each worker gives back, when it goes idle, what other threads freed
     // of its allocations once memory is asked back (a ticker's drop).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
