@@ -376,7 +376,14 @@ pub(crate) async fn on_job(
     match event {
         FeedEvent::Entries(entries) => {
             for entry in entries.iter() {
-                on_entry(entry, held, revoker, recovery, now).await;
+                // With no shard queued to plan, nothing waits: without the
+                // future that could plan one (moving it for every entry was
+                // about 6 % of a million-job cold start's CPU).
+                if held.to_plan.is_empty() {
+                    route_entry(entry, held, revoker, recovery, now);
+                } else {
+                    on_entry(entry, held, revoker, recovery, now).await;
+                }
             }
         }
         FeedEvent::Opened { keys } => {
@@ -401,6 +408,17 @@ async fn on_entry(
     now: DateTime<Utc>,
 ) {
     plan_if_queued(&entry.key, held, recovery, now).await;
+    route_entry(entry, held, revoker, recovery, now);
+}
+
+/// [`on_entry`] once its shard is not queued to be planned.
+fn route_entry(
+    entry: &Arc<JobEntry>,
+    held: &mut Held,
+    revoker: &mut revoke::Revoker,
+    recovery: &Recovery,
+    now: DateTime<Utc>,
+) {
     held.snapshots.applied(entry.revision);
     match held.holdings.route(entry) {
         Route::Apply => apply_entry(entry, held, revoker, recovery.late_threshold, now),
