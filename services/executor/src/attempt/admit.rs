@@ -72,6 +72,12 @@ pub(super) async fn admit<'a>(
     {
         return None;
     }
+    if let Some(why) = exhausted {
+        let event =
+            publisher.declined(RunEventKind::Failed, ctx.clock.now(), why, job.max_attempts);
+        refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
+        return None;
+    }
     if budget.uncounted > 0 && job.concurrency == ConcurrencyPolicy::Allow {
         // The path by which a fire an earlier delivery called can be called
         // again: that delivery recorded no try (lost or handed back), its
@@ -83,12 +89,6 @@ pub(super) async fn admit<'a>(
             "an earlier delivery of this run was lost; no outcome is stored and no executor answers for it: calling it"
         );
         metrics::counter!("jetcron_executor_redeliveries_called_total").increment(1);
-    }
-    if let Some(why) = exhausted {
-        let event =
-            publisher.declined(RunEventKind::Failed, ctx.clock.now(), why, job.max_attempts);
-        refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
-        return None;
     }
     Some(Admitted {
         job,
