@@ -42,10 +42,14 @@ pub async fn put_jobs(
 /// A size field of `/proc/<process>/status` (`VmRSS:`, `VmHWM:`), in bytes;
 /// `process` is a pid or `self`.
 pub fn status_bytes(process: &str, field: &str) -> anyhow::Result<u64> {
-    let path = format!("/proc/{process}/status");
-    let status = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-    status
-        .lines()
+    proc_file_bytes(&format!("/proc/{process}/status"), field)
+}
+
+/// A size field in kB of a `/proc` file of `field: N kB` lines
+/// (`status`, `smaps_rollup`), in bytes.
+pub fn proc_file_bytes(path: &str, field: &str) -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
+    text.lines()
         .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<u64>().ok())

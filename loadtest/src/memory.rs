@@ -84,17 +84,7 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
-    jetcron_loadtest::put_jobs(
-        &js,
-        0..1,
-        |_| "canary".to_string(),
-        |_| {
-            format!(
-                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{CANARY_SUBJECT}"}}}}"#
-            )
-        },
-    )
-    .await?;
+    put_canary(&js).await?;
     let loaded_in = loading.elapsed();
 
     let reading = Instant::now();
@@ -376,6 +366,21 @@ struct Memory {
     peak: u64,
 }
 
+/// Store the canary: a job due every second whose calls are counted.
+async fn put_canary(js: &jetstream::Context) -> anyhow::Result<()> {
+    jetcron_loadtest::put_jobs(
+        js,
+        0..1,
+        |_| "canary".to_string(),
+        |_| {
+            format!(
+                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{CANARY_SUBJECT}"}}}}"#
+            )
+        },
+    )
+    .await
+}
+
 /// How long the run with the canary alone rests (at most; `--rest` when shorter).
 const CANARY_ALONE_REST: u64 = 10;
 
@@ -388,17 +393,7 @@ async fn with_the_canary_alone(jetcron: &std::path::Path, rest: u64) -> anyhow::
     let client = servers.nats.client().await;
     let js = jetstream::new(client.clone());
     topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
-    jetcron_loadtest::put_jobs(
-        &js,
-        0..1,
-        |_| "canary".to_string(),
-        |_| {
-            format!(
-                r#"{{"schedule":"* * * * * *","target":{{"type":"nats","subject":"{CANARY_SUBJECT}"}}}}"#
-            )
-        },
-    )
-    .await?;
+    put_canary(&js).await?;
     let _calls = serve(servers.nats.client().await, CANARY_SUBJECT).await?;
     let mut canary_due = client
         .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
@@ -422,15 +417,7 @@ async fn with_the_canary_alone(jetcron: &std::path::Path, rest: u64) -> anyhow::
 
 /// A field of `/proc/PID/smaps_rollup`, in bytes.
 fn smaps_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let path = format!("/proc/{pid}/smaps_rollup");
-    let rollup = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-    rollup
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .with_context(|| format!("no {field} in {path}"))
+    jetcron_loadtest::proc_file_bytes(&format!("/proc/{pid}/smaps_rollup"), field)
 }
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.

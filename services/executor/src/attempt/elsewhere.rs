@@ -30,26 +30,32 @@ pub(super) enum Elsewhere {
 }
 
 /// Whether another delivery ran this one's run. `registration` shows this
-/// delivery as deciding meanwhile: two deliveries of one run out at once (a
-/// consumer's old and new leader, 100 ms apart in the leader-kill test)
-/// each probed while the other was not yet registered, found nobody, and
-/// both called. Registered before it probes, at least one of two such
-/// deliveries sees the other, and one that sees another deciding leaves
-/// the fire to it (where both see each other, both leave, and the fire
-/// comes again after the ack wait: late, not twice). Once it decides to
-/// run, it answers as calling.
+/// delivery as deciding from its look at `JETCRON_RUNS` to its decision:
+/// two deliveries of one run out at once (a consumer's old and new leader,
+/// 100 ms apart in the leader-kill test) each probed while the other was
+/// not yet registered, found nobody, and both called. Shown as deciding
+/// before it probes, at least one of two such deliveries sees the other,
+/// and one that sees another deciding leaves the fire to it (where both
+/// see each other, both leave, and the fire comes again after the ack
+/// wait: late, not twice). Once it decides to run, it answers as calling.
+///
+/// Not deciding during the look itself: that look is tried through
+/// elections for up to 15 s, and every later delivery that probed
+/// meanwhile left the fire to one that then handed it back (the
+/// leader-kill test: fires first called by their fifth delivery, 33-35 s
+/// late).
 pub(super) async fn ran_elsewhere(
     ctx: &ExecutorContext,
     message: &Delivery,
     due: &DueEvent,
     registration: &Registration,
 ) -> Elsewhere {
-    registration.deciding();
     match ended_already(ctx, message, due, fire_since(message, due)).await {
         RunEnd::NotYet => {}
         RunEnd::Ended => return Elsewhere::Ended,
         RunEnd::Unknown => return Elsewhere::Maybe,
     }
+    registration.deciding();
     let asker = registration.probe_asker(&ctx.config.executor_id);
     let stage = Box::pin(claims::probe_run(
         &ctx.nats,
