@@ -98,20 +98,9 @@ pub async fn measure(args: &MemoryArgs) -> anyhow::Result<()> {
 
     let _targets = serve(servers.nats.client().await, TARGET_SUBJECT).await?;
     let canary_calls = serve(servers.nats.client().await, CANARY_SUBJECT).await?;
-    let mut canary_due = client
-        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
-        .await?;
-    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let mut canary_due = canary_due_events(&client).await?;
     let started = Instant::now();
-    let mut process = JetcronProcess::start(
-        &jetcron,
-        &["all", "--http-addr", &http_addr],
-        &[
-            ("JETCRON_NATS_URL", servers.nats.url().as_str()),
-            ("JETCRON_CLICKHOUSE_URL", servers.clickhouse.url().as_str()),
-        ],
-    );
-    let pid = process.pid().context("jetcron all has no pid")?;
+    let (mut process, pid) = start_all(&jetcron, &servers)?;
     tokio::time::timeout(Duration::from_secs(300), canary_due.next())
         .await
         .context("no due event of the canary within 300 s")?;
@@ -293,9 +282,7 @@ async fn restart(
     let stop_log = jetcron_testkit::without_colour_codes(&process.log().split_off(logged_at_stop));
     let written_at_stop = logged_line(&stop_log, &["shard snapshots written at the stop"])
         .unwrap_or_else(|| "none logged (no shard had changed)".to_string());
-    let mut canary_due = client
-        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
-        .await?;
+    let mut canary_due = canary_due_events(&client).await?;
     let logged_before = process.log().len();
     let started = Instant::now();
     process.restart();
@@ -381,6 +368,31 @@ async fn put_canary(js: &jetstream::Context) -> anyhow::Result<()> {
     .await
 }
 
+/// `jetcron all` on `servers`, with its pid.
+fn start_all(
+    jetcron: &std::path::Path,
+    servers: &Servers,
+) -> anyhow::Result<(JetcronProcess, u32)> {
+    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
+    let process = JetcronProcess::start(
+        jetcron,
+        &["all", "--http-addr", &http_addr],
+        &[
+            ("JETCRON_NATS_URL", servers.nats.url().as_str()),
+            ("JETCRON_CLICKHOUSE_URL", servers.clickhouse.url().as_str()),
+        ],
+    );
+    let pid = process.pid().context("jetcron all has no pid")?;
+    Ok((process, pid))
+}
+
+/// The canary's due events, as they are stored.
+async fn canary_due_events(client: &async_nats::Client) -> anyhow::Result<async_nats::Subscriber> {
+    Ok(client
+        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
+        .await?)
+}
+
 /// How long the run with the canary alone rests (at most; `--rest` when shorter).
 const CANARY_ALONE_REST: u64 = 10;
 
@@ -395,19 +407,8 @@ async fn with_the_canary_alone(jetcron: &std::path::Path, rest: u64) -> anyhow::
     topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
     put_canary(&js).await?;
     let _calls = serve(servers.nats.client().await, CANARY_SUBJECT).await?;
-    let mut canary_due = client
-        .subscribe(subjects::due_subject(subjects::DEFAULT_POOL, "canary"))
-        .await?;
-    let http_addr = format!("127.0.0.1:{}", jetcron_testkit::free_port());
-    let process = JetcronProcess::start(
-        jetcron,
-        &["all", "--http-addr", &http_addr],
-        &[
-            ("JETCRON_NATS_URL", servers.nats.url().as_str()),
-            ("JETCRON_CLICKHOUSE_URL", servers.clickhouse.url().as_str()),
-        ],
-    );
-    let pid = process.pid().context("jetcron all has no pid")?;
+    let mut canary_due = canary_due_events(&client).await?;
+    let (_process, pid) = start_all(jetcron, &servers)?;
     tokio::time::timeout(Duration::from_secs(60), canary_due.next())
         .await
         .context("no due event of the canary alone within 60 s")?;

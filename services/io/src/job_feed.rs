@@ -64,6 +64,9 @@ pub const QUEUE: usize = 4096;
 /// cold start at a million jobs (docs/benchmarks.md).
 const FIRST_READ_BATCH: usize = 256;
 
+// Memory is asked back after whole batches only.
+const _: () = assert!(GIVE_BACK_EVERY.is_multiple_of(FIRST_READ_BATCH as u64));
+
 /// Events a reader's queue holds: [`QUEUE`] entries of a first read. A
 /// reader that passes events on (the ticker's relay) queues as many.
 pub const READER_EVENTS: usize = QUEUE / FIRST_READ_BATCH;
@@ -584,8 +587,7 @@ async fn read_current(
         if batch.len() < FIRST_READ_BATCH {
             continue;
         }
-        let full = std::mem::replace(&mut batch, Vec::with_capacity(FIRST_READ_BATCH));
-        if !send(queues, FeedEvent::Entries(full.into())).await {
+        if !hand_over(queues, &mut batch).await {
             return Ok(None);
         }
         read += FIRST_READ_BATCH as u64;
@@ -593,12 +595,21 @@ async fn read_current(
             jetcron_allocator::give_back_freed_memory();
         }
     }
-    if !batch.is_empty() && !send(queues, FeedEvent::Entries(batch.into())).await {
+    if !batch.is_empty() && !hand_over(queues, &mut batch).await {
         return Ok(None);
     }
     // Delivered in stream order: nothing after `read_to` was read.
     jetcron_allocator::give_back_freed_memory();
     Ok(Some(values.read_to))
+}
+
+/// Hand the entries of `batch` to every reader left as one event, leaving
+/// `batch` empty for the next ones; whether any reader is left.
+async fn hand_over(
+    queues: &mut Vec<mpsc::Sender<FeedEvent>>,
+    batch: &mut Vec<Arc<JobEntry>>,
+) -> bool {
+    send(queues, FeedEvent::Entries(batch.drain(..).collect())).await
 }
 
 /// Hand `event` to every reader left, dropping those gone; whether any is

@@ -37,6 +37,7 @@ mod grafana_dashboards;
 mod held_fires;
 mod http_api;
 mod http_target;
+mod huge_pages;
 mod job_authors;
 mod job_feed;
 mod job_management;
