@@ -25,6 +25,10 @@
 //! schedules (`Nats-Schedule`, the same line, as many schedules as jobs) on
 //! the same server, one after the other, and prints both lags side by side.
 //!
+//! `call-shapes` measures the ideal sender's burst beside bursts of calls
+//! of each shape (one header or jetcron's four and its body, a reply or
+//! none) on one server: what a call's shape costs ([`call_shapes`]).
+//!
 //! `wire-floor` does a run's wire operations from the leanest client, then
 //! `run` on the same server: what nats-server's share of a run costs
 //! before any of jetcron's own work ([`wire_floor`]).
@@ -60,6 +64,7 @@ use jetcron_io::topology::{self, TopologyOptions};
 use jetcron_loadtest::{call_header, call_scheduled_at, percentile};
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
+mod call_shapes;
 mod fair_share;
 mod faults;
 mod memory;
@@ -104,6 +109,10 @@ enum Scenario {
     /// `run` at 1k, 3k, 5k and 8k fires/s and at the highest rate kept up
     /// with, each beside the ideal sender and the wire floor (issue 44).
     Sweep(sweep::SweepArgs),
+    /// The ideal sender's burst, then bursts of calls of each shape (one
+    /// header or jetcron's four and its JSON body, with a reply or
+    /// without), side by side on one server: what a call's shape costs.
+    CallShapes(call_shapes::CallShapesArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -186,6 +195,15 @@ const TARGET_SUBJECT: &str = "bench.target";
 const IDEAL_SUBJECT: &str = "bench.ideal";
 const IDEAL_CALLS_SUBJECT: &str = "bench.ideal-calls";
 
+/// `base` with a number no earlier call got: each burst measured has a
+/// subscriber of its own (one left from an earlier burst would receive,
+/// and answer, the next one's messages too).
+fn fresh_subject(base: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{base}.{n}")
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().scenario {
@@ -202,6 +220,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Faults(args) => faults::measure(&args).await,
         Scenario::FairShare(args) => fair_share::measure(&args).await,
         Scenario::Sweep(args) => sweep::measure(&args).await,
+        Scenario::CallShapes(args) => call_shapes::measure(&args).await,
     }
 }
 
@@ -505,7 +524,8 @@ async fn sleep_until(at: DateTime<Utc>) {
 /// `seconds`, with their second as `Jetcron-Scheduled-At`; lags as seen by
 /// the same kind of subscriber.
 async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::Result<Vec<i64>> {
-    let arrivals = serve(nats.client().await, IDEAL_SUBJECT).await?;
+    let subject = fresh_subject(IDEAL_SUBJECT);
+    let arrivals = serve(nats.client().await, &subject).await?;
     let sender = nats.client().await;
     let first = next_second() + chrono::Duration::seconds(1);
     for s in 0..seconds as i64 {
@@ -516,7 +536,7 @@ async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Jetcron-Scheduled-At", stamp.as_str());
             sender
-                .publish_with_headers(IDEAL_SUBJECT, headers, "{}".into())
+                .publish_with_headers(subject.clone(), headers, "{}".into())
                 .await?;
         }
         sender.flush().await?;
@@ -529,17 +549,95 @@ async fn ideal_sender(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
     ))
 }
 
-/// The ideal sender of jetcron's own calls: `jobs` requests at each whole
-/// second with the headers and JSON body an executor sends (run id, job id,
-/// scheduled time, attempt), each with a reply subject that this sender
-/// reads, every message built before the instant and handed to the client
-/// at it (the last 2 ms waited by spinning, as the executor does). The
-/// sender and its connection run on a runtime of their own (two threads),
-/// apart from the target's, as an executor's calls run in a process of
-/// their own. What the target sees of it is the floor for a burst of calls
-/// of that shape here.
-async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::Result<Vec<i64>> {
-    let arrivals = serve(nats.client().await, IDEAL_CALLS_SUBJECT).await?;
+/// What a call carries: jetcron's four headers (run id, job id, scheduled
+/// time, attempt) and its JSON body, or only `Jetcron-Scheduled-At` and
+/// `{}` as the ideal sender's; and whether it asks for a reply.
+#[derive(Debug, Clone, Copy)]
+struct CallShape {
+    jetcron_headers: bool,
+    reply: bool,
+    /// Replies read on a connection of their own, not the sending one.
+    replies_apart: bool,
+}
+
+impl CallShape {
+    /// A call as an executor makes it to a `nats` target.
+    const JETCRON: CallShape = CallShape {
+        jetcron_headers: true,
+        reply: true,
+        replies_apart: false,
+    };
+
+    /// `jobs` calls of this shape to `subject` for the second `at`.
+    fn burst(
+        self,
+        subject: &str,
+        jobs: usize,
+        at: DateTime<Utc>,
+        inbox: &str,
+    ) -> Vec<async_nats::message::OutboundMessage> {
+        (0..jobs)
+            .map(|n| {
+                let (headers, payload) = match self.jetcron_headers {
+                    true => jetcron_call(subject, n, at),
+                    false => {
+                        let mut headers = async_nats::HeaderMap::new();
+                        let stamp = jetcron_core::time_format::rfc3339_millis(at);
+                        headers.insert("Jetcron-Scheduled-At", stamp.as_str());
+                        (headers, "{}".into())
+                    }
+                };
+                async_nats::message::OutboundMessage {
+                    subject: subject.to_string().into(),
+                    reply: self.reply.then(|| format!("{inbox}.{n}").into()),
+                    payload,
+                    headers: Some(headers),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The headers and body an executor sends job `n` of the bench for `at`
+/// (a `nats` target on `subject`).
+fn jetcron_call(
+    subject: &str,
+    n: usize,
+    at: DateTime<Utc>,
+) -> (async_nats::HeaderMap, bytes::Bytes) {
+    let target = jetcron_core::job::NatsTarget {
+        subject: subject.to_string(),
+        payload: None,
+        headers: Default::default(),
+    };
+    let job_id = format!("bench-{n:06}");
+    let run = jetcron_executor::targets::RunContext {
+        run_id: jetcron_core::events::RunId::for_fire(&job_id, at),
+        job_id,
+        scheduled_at: at,
+        attempt: 1,
+        shard: None,
+        parent: None,
+    };
+    jetcron_executor::targets::nats::prepare(&target, &run)
+}
+
+/// The ideal sender of calls of `shape`: `jobs` requests at each whole
+/// second, every message built before the instant and handed to the client
+/// at it (the last 2 ms waited by spinning, as the executor does), each
+/// reply (when asked for) read by this sender. The sender and its
+/// connection run on a runtime of their own (two threads), apart from the
+/// target's, as an executor's calls run in a process of their own. What
+/// the target sees of [`CallShape::JETCRON`] is the floor for a burst of
+/// jetcron's calls here: the *ideal caller*.
+async fn ideal_caller(
+    nats: &NatsServer,
+    jobs: usize,
+    seconds: u64,
+    shape: CallShape,
+) -> anyhow::Result<Vec<i64>> {
+    let subject = fresh_subject(IDEAL_CALLS_SUBJECT);
+    let arrivals = serve(nats.client().await, &subject).await?;
     let url = nats.url();
     let first = next_second() + chrono::Duration::seconds(1);
     let sender = std::thread::spawn(move || {
@@ -547,7 +645,7 @@ async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
             .worker_threads(2)
             .enable_all()
             .build()?
-            .block_on(send_calls(url, jobs, first, seconds))
+            .block_on(send_calls(url, subject, jobs, first, seconds, shape))
     });
     tokio::task::spawn_blocking(move || sender.join())
         .await?
@@ -560,17 +658,23 @@ async fn ideal_caller(nats: &NatsServer, jobs: usize, seconds: u64) -> anyhow::R
 }
 
 /// The ideal caller's sending side ([`ideal_caller`]): one burst a second
-/// from `first`, every reply counted.
+/// from `first`, every reply (when asked for) counted.
 async fn send_calls(
     url: String,
+    subject: String,
     jobs: usize,
     first: DateTime<Utc>,
     seconds: u64,
+    shape: CallShape,
 ) -> anyhow::Result<()> {
     use futures::SinkExt;
-    let mut sender = async_nats::connect(url).await?;
-    let inbox = sender.new_inbox();
-    let mut replies = sender.subscribe(format!("{inbox}.*")).await?;
+    let mut sender = async_nats::connect(&url).await?;
+    let listener = match shape.replies_apart {
+        true => async_nats::connect(&url).await?,
+        false => sender.clone(),
+    };
+    let inbox = listener.new_inbox();
+    let mut replies = listener.subscribe(format!("{inbox}.*")).await?;
     let replied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = replied.clone();
     tokio::spawn(async move {
@@ -580,32 +684,7 @@ async fn send_calls(
     });
     for s in 0..seconds as i64 {
         let at = first + chrono::Duration::seconds(s);
-        // Built as an executor builds a call of a `nats` target.
-        let target = jetcron_core::job::NatsTarget {
-            subject: IDEAL_CALLS_SUBJECT.into(),
-            payload: None,
-            headers: Default::default(),
-        };
-        let burst: Vec<async_nats::message::OutboundMessage> = (0..jobs)
-            .map(|n| {
-                let job_id = format!("bench-{n:06}");
-                let run = jetcron_executor::targets::RunContext {
-                    run_id: jetcron_core::events::RunId::for_fire(&job_id, at),
-                    job_id,
-                    scheduled_at: at,
-                    attempt: 1,
-                    shard: None,
-                    parent: None,
-                };
-                let (headers, payload) = jetcron_executor::targets::nats::prepare(&target, &run);
-                async_nats::message::OutboundMessage {
-                    subject: IDEAL_CALLS_SUBJECT.into(),
-                    reply: Some(format!("{inbox}.{n}").into()),
-                    payload,
-                    headers: Some(headers),
-                }
-            })
-            .collect();
+        let burst = shape.burst(&subject, jobs, at, &inbox);
         if let Ok(wait) = (at - Utc::now()).to_std() {
             tokio::time::sleep(wait.saturating_sub(Duration::from_millis(2))).await;
         }
@@ -618,7 +697,11 @@ async fn send_calls(
         SinkExt::<async_nats::message::OutboundMessage>::flush(&mut sender).await?;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let expected = jobs * seconds as usize;
+    let expected = if shape.reply {
+        jobs * seconds as usize
+    } else {
+        0
+    };
     let got = replied.load(std::sync::atomic::Ordering::Relaxed);
     anyhow::ensure!(
         got == expected,
@@ -677,7 +760,7 @@ async fn run(servers: &Servers, args: &RunArgs) -> anyhow::Result<RunFigures> {
     // The floor: an ideal sender's burst, same server, same subscriber kind,
     // as many seconds as the window (its p99 is that of its worst seconds).
     let ideal = ideal_sender(nats, jobs, seconds).await?;
-    let ideal_calls = ideal_caller(nats, jobs, seconds).await?;
+    let ideal_calls = ideal_caller(nats, jobs, seconds, CallShape::JETCRON).await?;
 
     topology::ensure_jobs_bucket(&js, &TopologyOptions::default()).await?;
     let loading = Instant::now();
