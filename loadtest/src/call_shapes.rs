@@ -8,8 +8,8 @@
 //! (jetcron's four headers and its JSON body) and that it asks for a reply
 //! (the target publishes one per call, which nats-server routes back).
 //! This bench measures each on its own: the ideal sender's burst, then
-//! bursts of the four shapes, all on one nats-server with the same
-//! subscriber, one after the other, `--rounds` times. Runs on this machine
+//! bursts of the other shapes, all on one nats-server with the same kind
+//! of subscriber (one per burst), one after the other, `--rounds` times. Runs on this machine
 //! drift by a factor of two within an hour, so only ratios within a round
 //! are compared.
 //!
@@ -76,33 +76,33 @@ const SHAPES: [(&str, CallShape); 5] = [
 pub async fn measure(args: &CallShapesArgs) -> anyhow::Result<()> {
     let nats = NatsServer::start();
     println!(
-        "{} calls at each whole second for {} s a shape, one nats-server, one subscriber\n",
+        "{} calls at each whole second for {} s a shape, one nats-server, a subscriber per burst\n",
         args.jobs, args.seconds
     );
-    println!("| round | sender | lag p50 ms | p99 ms | max ms | p99 ÷ ideal sender p99 |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| round | sender | received | lag p50 ms | p99 ms | max ms | p99 ÷ ideal sender p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let expected = args.jobs as u64 * args.seconds;
     for round in 1..=args.rounds {
         let ideal = ideal_sender(&nats, args.jobs, args.seconds).await?;
         let ideal_p99 = percentile(&ideal, 99.0).max(1);
-        print_row(
-            round,
-            "ideal sender: one header, `{}`, no reply",
-            &ideal,
-            ideal_p99,
-        );
+        let row = |name: &str, lags: &[i64]| print_row(round, name, lags, expected, ideal_p99);
+        row("ideal sender: one header, `{}`, no reply", &ideal);
         for (name, shape) in SHAPES {
             let lags = ideal_caller(&nats, args.jobs, args.seconds, shape).await?;
-            print_row(round, name, &lags, ideal_p99);
+            row(name, &lags);
         }
     }
     Ok(())
 }
 
-/// One table row: `lags` (sorted, µs) and their p99 over the ideal
-/// sender's of the same round.
-fn print_row(round: usize, name: &str, lags: &[i64], ideal_p99: i64) {
+/// One table row: how many of `expected` calls arrived, their lags
+/// (sorted, µs), and their p99 over the ideal sender's of the same round.
+fn print_row(round: usize, name: &str, lags: &[i64], expected: u64, ideal_p99: i64) {
     println!(
-        "| {round} | {name} | {:.1} | {:.1} | {:.1} | {:.2} |",
+        "| {round} | {name} | {} of {expected} | {:.1} | {:.1} | {:.1} | {:.2} |",
+        lags.len(),
         ms(percentile(lags, 50.0)),
         ms(percentile(lags, 99.0)),
         ms(lags.last().copied().unwrap_or(0)),

@@ -135,6 +135,8 @@ pub struct Findings {
     pub missing: Vec<Fire>,
     /// Fires `forbid` skipped while the previous run still called its target.
     pub skipped: usize,
+    /// Fires recorded as skipped by `forbid` and called all the same.
+    pub skipped_and_called: Vec<Fire>,
     /// Fires called more than once, beyond recorded retries.
     pub doubled: Vec<FireCalls>,
     /// Fires called again by a retry after a failed, timed-out or lost attempt.
@@ -162,11 +164,12 @@ impl Findings {
     pub fn report(&self) -> String {
         let s = &self.scenario;
         format!(
-            "{s}: fires {} | missing {} | skipped by forbid {} | doubled {} | retried {} | stale calls {} | early calls {} | history problems {}\n\
+            "{s}: fires {} | missing {} | skipped by forbid {} (then called {}) | doubled {} | retried {} | stale calls {} | early calls {} | history problems {}\n\
              {s}: first-call lag {} | over 15 s: {}{}",
             self.expected,
             self.missing.len(),
             self.skipped,
+            self.skipped_and_called.len(),
             self.doubled.len(),
             self.retried,
             self.stale.len(),
@@ -190,6 +193,13 @@ impl Findings {
                 "{} fires never called: {:?}",
                 self.missing.len(),
                 first(&self.missing)
+            ));
+        }
+        if !self.skipped_and_called.is_empty() {
+            say(format!(
+                "{} fires recorded as skipped and called: {:?}",
+                self.skipped_and_called.len(),
+                first(&self.skipped_and_called)
             ));
         }
         if !self.doubled.is_empty() {

@@ -22,6 +22,11 @@ use jetcron_core::events::RunId;
 use jetcron_core::subjects;
 
 use crate::{wait_until, ClickHouseServer, JetcronProcess, NatsCluster};
+
+/// How long an audit watches calls at least after its window: past the
+/// executors' ack wait (13 s) and a leader election, so a fire delivered
+/// again after a fault at the window's end shows its second call.
+const LATE_CALLS_WATCHED: Duration = Duration::from_secs(20);
 use audit::{Findings, Fire, FireCalls, Lags};
 use target::Calls;
 
@@ -343,7 +348,8 @@ impl Deployment {
     /// for late fires and for ClickHouse, then says what it found.
     pub async fn audit(&self, scenario: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Findings {
         let expected = self.jobs.fires_between(from, to);
-        let not_called: BTreeSet<Fire> = self.wait_for_calls(&expected).await.into_iter().collect();
+        let (not_called, mut skips) = self.wait_for_calls(&expected).await;
+        let not_called: BTreeSet<Fire> = not_called.into_iter().collect();
         self.dump_logs(scenario);
         let mut findings = Findings {
             scenario: scenario.to_string(),
@@ -355,14 +361,22 @@ impl Deployment {
         findings.history = self
             .history_problems(&expected, &not_called, from, to)
             .await;
-        for fire in not_called {
-            if self.skipped_by_forbid(&fire).await {
+        for fire in &not_called {
+            if skips.contains(fire) || self.skipped_by_forbid(fire).await {
+                skips.insert(fire.clone());
                 findings.skipped += 1;
             } else {
-                findings.missing.push(fire);
+                findings.missing.push(fire.clone());
             }
         }
         let calls = self.calls.snapshot();
+        findings.skipped_and_called = calls
+            .iter()
+            .map(|c| (c.job.clone(), c.scheduled_at))
+            .filter(|fire| skips.contains(fire))
+            .collect::<BTreeSet<Fire>>()
+            .into_iter()
+            .collect();
         findings.foreign = audit::foreign_run_ids(&calls).len();
         let per_fire = audit::calls_per_fire(&expected, &calls);
         self.judge_calls(&per_fire, &mut findings).await;
@@ -410,10 +424,14 @@ impl Deployment {
 
     /// Wait up to a minute for every fire of `expected` to reach its
     /// target, or, once only fires of `forbid` jobs are left, to be
-    /// recorded as skipped (a skip is final: waiting on would only wait out
-    /// the minute); the fires not called.
-    async fn wait_for_calls(&self, expected: &BTreeSet<Fire>) -> Vec<Fire> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    /// recorded as skipped (waiting on would only wait out the minute), but
+    /// at least [`LATE_CALLS_WATCHED`], so a late second call of a fire
+    /// (a redelivery after a fault at the window's end) is still seen; the
+    /// fires not called, and those of them found skipped. A skip is final:
+    /// a skipped fire called later is a defect the audit reports.
+    async fn wait_for_calls(&self, expected: &BTreeSet<Fire>) -> (Vec<Fire>, BTreeSet<Fire>) {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(60);
         let mut skipped: BTreeSet<Fire> = BTreeSet::new();
         loop {
             let called: BTreeSet<Fire> = self
@@ -423,8 +441,11 @@ impl Deployment {
                 .map(|c| (c.job, c.scheduled_at))
                 .collect();
             let missing: Vec<Fire> = expected.difference(&called).cloned().collect();
-            if Instant::now() > deadline || self.all_skipped(&missing, &mut skipped).await {
-                return missing;
+            let watched = started.elapsed() >= LATE_CALLS_WATCHED;
+            if Instant::now() > deadline
+                || (watched && self.all_skipped(&missing, &mut skipped).await)
+            {
+                return (missing, skipped);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
