@@ -18,7 +18,7 @@
 use jetcron_loadtest::percentile;
 use jetcron_testkit::NatsServer;
 
-use crate::{ideal_caller, ideal_sender, ms, CallShape};
+use crate::{ideal_caller, ideal_sender, lag_cells, CallShape};
 
 #[derive(clap::Args, Clone)]
 pub struct CallShapesArgs {
@@ -101,11 +101,9 @@ pub async fn measure(args: &CallShapesArgs) -> anyhow::Result<()> {
 /// (sorted, µs), and their p99 over the ideal sender's of the same round.
 fn print_row(round: usize, name: &str, lags: &[i64], expected: u64, ideal_p99: i64) {
     println!(
-        "| {round} | {name} | {} of {expected} | {:.1} | {:.1} | {:.1} | {:.2} |",
+        "| {round} | {name} | {} of {expected} | {} | {:.2} |",
         lags.len(),
-        ms(percentile(lags, 50.0)),
-        ms(percentile(lags, 99.0)),
-        ms(lags.last().copied().unwrap_or(0)),
+        lag_cells(lags),
         percentile(lags, 99.0) as f64 / ideal_p99 as f64
     );
 }
