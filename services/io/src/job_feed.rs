@@ -15,6 +15,10 @@
 //!   watch of its own to catch up. Once loaded, the ticker queues what its
 //!   loop has not taken yet itself, so that a shard takeover does not hold
 //!   the catalog and the chain index back.
+//! - **What can wait.** A feed [`JobFeed::opened_after`] another's first
+//!   read opens its watch once that read has reached its readers. In
+//!   `jetcron all` the ticker reads first, on a feed of its own, and the
+//!   chain index and the catalog share a second feed after it.
 //! - **Late readers.** A reader that subscribes after the watch opened (its
 //!   service started more than [`GATHER_WAIT`] after the first) follows the
 //!   bucket on a watch of its own, which costs one more read, nothing else.
@@ -210,6 +214,9 @@ struct Gathering {
     first_read: Arc<watch::Sender<bool>>,
     /// The connection and lines the watch reads with (the first reader's).
     source: Option<(async_nats::Client, SharedLines)>,
+    /// Another feed's first read, which this one's watch waits for
+    /// ([`JobFeed::opened_after`]).
+    after: Option<FirstRead>,
 }
 
 impl Default for JobFeed {
@@ -252,7 +259,19 @@ impl JobFeed {
             closed,
             first_read: Arc::new(watch::Sender::new(false)),
             source: None,
+            after: None,
         })))
+    }
+
+    /// This feed, its watch opened only once `first_read` is delivered
+    /// (and its readers have subscribed, or [`GATHER_WAIT`] has passed
+    /// since then). In `jetcron all` the chain index and the gateway's
+    /// catalog read after the ticker has every job: a cold start is
+    /// CPU-bound, and its first due event comes sooner when the ticker's
+    /// read has the CPU to itself.
+    pub fn opened_after(self, first_read: FirstRead) -> Self {
+        self.lock().after = Some(first_read);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gathering> {
@@ -285,11 +304,27 @@ impl JobFeed {
             events,
             _alive: alive,
         };
+        let after = gathering.after.clone();
         if gathering.waiting.len() >= gathering.readers {
-            open(&mut gathering);
+            match after {
+                None => open(&mut gathering),
+                Some(after) => {
+                    let feed = self.clone();
+                    tokio::spawn(async move {
+                        after.delivered().await;
+                        let mut gathering = feed.lock();
+                        if gathering.alive.is_some() {
+                            open(&mut gathering);
+                        }
+                    });
+                }
+            }
         } else if gathering.waiting.len() == 1 {
             let feed = self.clone();
             tokio::spawn(async move {
+                if let Some(after) = after {
+                    after.delivered().await;
+                }
                 tokio::time::sleep(GATHER_WAIT).await;
                 let mut gathering = feed.lock();
                 if gathering.alive.is_some() {

@@ -126,12 +126,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let lines = jetcron_core::schedule_lines::SharedLines::default();
     // The ticker, the executor's chain index and the gateway's catalog each
-    // read every job: in one process they share one read.
+    // read every job. In one process the ticker reads first, and the chain
+    // index and the catalog share one read after it: a cold start's CPU
+    // goes to the first due event.
     let jobs_feed = match command {
-        Command::All(_) => jetcron_io::job_feed::JobFeed::new(3),
         // Its chain index alone: only chained jobs are decoded.
         Command::Executor(_) => jetcron_io::job_feed::JobFeed::chains_only(),
         _ => jetcron_io::job_feed::JobFeed::new(1),
+    };
+    let views_feed = match command {
+        Command::All(_) => {
+            jetcron_io::job_feed::JobFeed::new(2).opened_after(jobs_feed.first_read())
+        }
+        _ => jobs_feed.clone(),
     };
     // Only the ticker and the executor act on the wall clock's instants.
     let clock_check = if matches!(
@@ -152,6 +159,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         clock_check: &clock_check,
         lines: &lines,
         jobs_feed: &jobs_feed,
+        views_feed: &views_feed,
         shutdown: &shutdown,
     };
     match command {
@@ -166,7 +174,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .console_url
                 .get_or_insert_with(|| format!("http://{}", args.gateway.http_addr));
             spawn_gateway(&mut services, &process, args.gateway).await?;
-            let revisions_after = Some(jobs_feed.first_read());
+            // Job revisions are projected once both reads are done.
+            let revisions_after = Some(views_feed.first_read());
             spawn_projector(&mut services, &process, args.projector, revisions_after).await?;
             spawn_executor(&mut services, &process, args.executor).await?;
             spawn_ticker(&mut services, &process, args.ticker).await?;
@@ -334,8 +343,12 @@ struct Process<'a> {
     clock_check: &'a ClockCheck,
     /// Parsed schedule lines, one set for every service of the process.
     lines: &'a jetcron_core::schedule_lines::SharedLines,
-    /// The one read of the jobs bucket its services share.
+    /// The ticker's read of the jobs bucket (outside `jetcron all`, the
+    /// service's own).
     jobs_feed: &'a jetcron_io::job_feed::JobFeed,
+    /// The read the executor's chain index and the gateway's catalog share:
+    /// in `jetcron all`, after the ticker's first read.
+    views_feed: &'a jetcron_io::job_feed::JobFeed,
     shutdown: &'a CancellationToken,
 }
 
@@ -431,7 +444,7 @@ async fn spawn_executor(
         peer_reach: failover.peer_reach(),
         calls_client: Some(calls.client),
         lines: process.lines.clone(),
-        jobs_feed: process.jobs_feed.clone(),
+        jobs_feed: process.views_feed.clone(),
         max_in_flight: args.max_in_flight,
         max_pulled: args.max_pulled,
         slot_sharing: args.slot_sharing,
@@ -545,7 +558,7 @@ async fn spawn_gateway(
         readiness: process.readiness.clone(),
         grafana_url: args.grafana_url.clone(),
         lines: process.lines.clone(),
-        jobs_feed: process.jobs_feed.clone(),
+        jobs_feed: process.views_feed.clone(),
         oidc: args.oidc.settings()?,
     };
     let stop = CancellationToken::new();

@@ -1,6 +1,7 @@
-//! One read of `jetcron_jobs` per process (`jetcron_io::job_feed`): the
-//! ticker, the catalog and the chain index of `jetcron all` are handed the
-//! same decoded entries from one watch, a reader that comes late reads on
+//! One read of `jetcron_jobs` for the readers of a feed
+//! (`jetcron_io::job_feed`): readers such as the chain index and the catalog
+//! of `jetcron all` are handed the same decoded entries from one watch, a
+//! feed opened after another's first read waits for it, a reader that comes late reads on
 //! its own, and a feed whose readers do not all come opens anyway.
 
 use std::sync::Arc;
@@ -257,5 +258,68 @@ async fn the_first_read_is_told_once_every_reader_has_it_or_the_feed_ended() {
     assert!(
         delivered_within(&first_read, Duration::from_secs(10)).await,
         "a feed that ended still keeps its waiters waiting"
+    );
+}
+
+#[tokio::test]
+async fn a_feed_opened_after_another_waits_for_its_first_read() {
+    let (_nats, client, js, bucket) = server_with_jobs_bucket().await;
+    // More jobs than a reader's queue holds, so the first feed's read
+    // cannot end before its reader reads.
+    let jobs = jetcron_io::job_feed::QUEUE + 500;
+    for i in 0..jobs {
+        let id = format!("job-{i:05}");
+        bucket.put(&id, job(&id).into()).await.expect("put");
+    }
+    let lines = SharedLines::default();
+    let first = JobFeed::new(1);
+    let later = JobFeed::new(2).opened_after(first.first_read());
+    // The later feed's readers come first, and both of them.
+    let mut views: Vec<FeedReceiver> = (0..2).map(|_| later.subscribe(&client, &lines)).collect();
+    let mut ticker = first.subscribe(&client, &lines);
+    // The first feed's read has begun (its reader has not read yet).
+    let began = Instant::now();
+    while consumers(&js).await.0 == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "no first read began"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let early = tokio::time::timeout(Duration::from_millis(700), views[0].recv()).await;
+    assert!(
+        early.is_err(),
+        "the later feed spoke before the first one's read: {early:?}"
+    );
+    assert_eq!(
+        consumers(&js).await.0,
+        1,
+        "only the first feed reads the bucket until its read is done"
+    );
+
+    assert_eq!(until_synced(&mut ticker).await.len(), jobs);
+    let (a, b) = views.split_at_mut(1);
+    let (seen_a, seen_b) = tokio::join!(until_synced(&mut a[0]), until_synced(&mut b[0]));
+    assert_eq!(
+        (listed(&seen_a), seen_a.len()),
+        (listed(&seen_b), jobs),
+        "the later feed's readers share one read of every job"
+    );
+
+    // Changes reach the readers of both feeds.
+    bucket
+        .put("job-new", job("job-new").into())
+        .await
+        .expect("put");
+    let (to_ticker, to_view) = (
+        next_entry(&mut ticker).await,
+        next_entry(&mut views[0]).await,
+    );
+    assert_eq!(
+        (described(&to_ticker), described(&to_view)),
+        (
+            described(&to_ticker),
+            format!("job-new {} valid", to_ticker.revision)
+        )
     );
 }

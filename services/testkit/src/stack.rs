@@ -630,15 +630,18 @@ async fn spawn_services(
     let mut services = Services::default();
     let topology = TopologyOptions::default();
     let readiness = jetcron_io::readiness::Readiness::default();
-    // One read of the jobs bucket for the services that follow it, as
-    // in `jetcron all`.
+    // As in `jetcron all`: the ticker reads the jobs bucket first, and the
+    // gateway's catalog and the executor's chain index share a read after it.
     let lines = jetcron_core::schedule_lines::SharedLines::default();
-    let jobs_feed = jetcron_io::job_feed::JobFeed::new(
-        [options.gateway, options.executor, options.ticker]
-            .iter()
-            .filter(|on| **on)
-            .count(),
-    );
+    let jobs_feed = jetcron_io::job_feed::JobFeed::new(1);
+    let views = [options.gateway, options.executor]
+        .iter()
+        .filter(|on| **on)
+        .count();
+    let mut views_feed = jetcron_io::job_feed::JobFeed::new(views);
+    if options.ticker {
+        views_feed = views_feed.opened_after(jobs_feed.first_read());
+    }
     if options.gateway {
         let config = jetcron_gateway::GatewayConfig {
             clickhouse: ClickHouseOptions::new(clickhouse.url()),
@@ -652,7 +655,7 @@ async fn spawn_services(
             readiness: readiness.clone(),
             grafana_url: None,
             lines: lines.clone(),
-            jobs_feed: jobs_feed.clone(),
+            jobs_feed: views_feed.clone(),
             oidc: None,
         };
         let stop = shutdown.child_token();
@@ -687,7 +690,7 @@ async fn spawn_services(
         config.smtp_ca_file = options.smtp_ca_file.clone();
         config.readiness = readiness.clone();
         config.lines = lines.clone();
-        config.jobs_feed = jobs_feed.clone();
+        config.jobs_feed = views_feed.clone();
         let stop = shutdown.child_token();
         services.spawn(
             Stage::Executor,

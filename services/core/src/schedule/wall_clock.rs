@@ -50,6 +50,8 @@ pub struct CronLine {
     /// The fields as written (macros expanded), single-spaced.
     text: String,
     fixed_time: bool,
+    /// Whether the line has a year field (seven fields).
+    has_year: bool,
     last_next: LastNext,
 }
 
@@ -107,6 +109,7 @@ impl CronLine {
         let wildcard = |f: &str| f.starts_with('*') || f.starts_with('?');
         CronLine {
             fixed_time: !wildcard(minute) && !wildcard(hour),
+            has_year: fields.len() >= 7,
             text: fields.join(" "),
             cron,
             last_next: LastNext::default(),
@@ -129,7 +132,7 @@ impl CronLine {
     /// in every 400-year cycle of the calendar. Saves a search per job when
     /// a million definitions are read.
     pub fn repeats_forever(&self) -> bool {
-        self.fixed_time && self.text.split(' ').count() < 7
+        self.fixed_time && !self.has_year
     }
 
     /// The line in English, without time zone ("At 02:30, Monday through Friday").
