@@ -217,6 +217,17 @@ async fn a_feed_for_a_chain_index_alone_decodes_only_chained_jobs() {
     );
 }
 
+/// Put more jobs than a reader's queue holds, so that a feed's first read
+/// waits for its readers; how many.
+async fn put_more_than_a_queue(bucket: &kv::Store) -> usize {
+    let jobs = jetcron_io::job_feed::QUEUE + 500;
+    for i in 0..jobs {
+        let id = format!("job-{i:05}");
+        bucket.put(&id, job(&id).into()).await.expect("put");
+    }
+    jobs
+}
+
 /// Whether `first_read` is delivered within `wait`.
 async fn delivered_within(first_read: &jetcron_io::job_feed::FirstRead, wait: Duration) -> bool {
     tokio::time::timeout(wait, first_read.clone().delivered())
@@ -227,13 +238,8 @@ async fn delivered_within(first_read: &jetcron_io::job_feed::FirstRead, wait: Du
 #[tokio::test]
 async fn the_first_read_is_told_once_every_reader_has_it_or_the_feed_ended() {
     let (_nats, client, _, bucket) = server_with_jobs_bucket().await;
-    // More jobs than a reader's queue holds: the feed waits for readers
-    // that do not read.
-    let jobs = jetcron_io::job_feed::QUEUE + 500;
-    for i in 0..jobs {
-        let id = format!("job-{i:05}");
-        bucket.put(&id, job(&id).into()).await.expect("put");
-    }
+    // The feed waits for readers that do not read.
+    let jobs = put_more_than_a_queue(&bucket).await;
     let lines = SharedLines::default();
     let feed = JobFeed::new(2);
     let first_read = feed.first_read();
@@ -264,13 +270,8 @@ async fn the_first_read_is_told_once_every_reader_has_it_or_the_feed_ended() {
 #[tokio::test]
 async fn a_feed_opened_after_another_waits_for_its_first_read() {
     let (_nats, client, js, bucket) = server_with_jobs_bucket().await;
-    // More jobs than a reader's queue holds, so the first feed's read
-    // cannot end before its reader reads.
-    let jobs = jetcron_io::job_feed::QUEUE + 500;
-    for i in 0..jobs {
-        let id = format!("job-{i:05}");
-        bucket.put(&id, job(&id).into()).await.expect("put");
-    }
+    // The first feed's read cannot end before its reader reads.
+    let jobs = put_more_than_a_queue(&bucket).await;
     let lines = SharedLines::default();
     let first = JobFeed::new(1);
     let later = JobFeed::new(2).opened_after(first.first_read());
