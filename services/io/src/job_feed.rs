@@ -1,4 +1,4 @@
-//! One read of `jetcron_jobs` for every service of a process.
+//! The reads of `jetcron_jobs` a process's services share.
 //!
 //! The ticker, the gateway's job catalog and the executors' chain index each
 //! keep a view of every job. Run as separate processes, each follows the
@@ -14,11 +14,12 @@
 //!   queue of [`QUEUE`] entries). No reader misses an entry, so none needs a
 //!   watch of its own to catch up. Once loaded, the ticker queues what its
 //!   loop has not taken yet itself, so that a shard takeover does not hold
-//!   the catalog and the chain index back.
-//! - **What can wait.** A feed [`JobFeed::opened_after`] another's first
-//!   read opens its watch once that read has reached its readers. In
-//!   `jetcron all` the ticker reads first, on a feed of its own, and the
-//!   chain index and the catalog share a second feed after it.
+//!   its feed back.
+//! - **What can wait.** A feed [`JobFeed::opened_after`] another opens its
+//!   watch once the other's first read has reached its readers. In `jetcron
+//!   all` the ticker reads first, on a feed of its own, and the chain index
+//!   and the catalog share a second feed after it: two watches, so every
+//!   definition and every later change is delivered and decoded twice.
 //! - **Late readers.** A reader that subscribes after the watch opened (its
 //!   service started more than [`GATHER_WAIT`] after the first) follows the
 //!   bucket on a watch of its own, which costs one more read, nothing else.
@@ -210,13 +211,24 @@ struct Gathering {
     /// watch opens): when the last is dropped, the watch closes.
     alive: Option<Arc<DropGuard>>,
     closed: CancellationToken,
-    /// `true` once the first read has reached every reader.
-    first_read: Arc<watch::Sender<bool>>,
+    /// Whether the first read has reached every reader (or the feed ended
+    /// before).
+    first_read: Arc<watch::Sender<ReadState>>,
     /// The connection and lines the watch reads with (the first reader's).
     source: Option<(async_nats::Client, SharedLines)>,
-    /// Another feed's first read, which this one's watch waits for
+    /// Another feed, whose first read this one's watch waits for
     /// ([`JobFeed::opened_after`]).
-    after: Option<FirstRead>,
+    after: Option<JobFeed>,
+}
+
+/// How far a feed's first read has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadState {
+    Reading,
+    /// Every key's current value has been handed to every reader.
+    Delivered,
+    /// The feed ended (its readers gone) before that.
+    Ended,
 }
 
 impl Default for JobFeed {
@@ -257,20 +269,27 @@ impl JobFeed {
             waiting: Vec::new(),
             alive: Some(Arc::new(closed.clone().drop_guard())),
             closed,
-            first_read: Arc::new(watch::Sender::new(false)),
+            first_read: Arc::new(watch::Sender::new(ReadState::Reading)),
             source: None,
             after: None,
         })))
     }
 
-    /// This feed, its watch opened only once `first_read` is delivered
-    /// (and its readers have subscribed, or [`GATHER_WAIT`] has passed
-    /// since then). In `jetcron all` the chain index and the gateway's
-    /// catalog read after the ticker has every job: a cold start is
-    /// CPU-bound, and its first due event comes sooner when the ticker's
-    /// read has the CPU to itself.
-    pub fn opened_after(self, first_read: FirstRead) -> Self {
-        self.lock().after = Some(first_read);
+    /// This feed, its watch opened only once `first`'s first read has
+    /// reached its readers (and this feed's readers have subscribed, or
+    /// [`GATHER_WAIT`] has passed since then). In `jetcron all` the chain
+    /// index and the gateway's catalog read after the ticker has every
+    /// job: a cold start is CPU-bound, and its first due event comes
+    /// sooner when the ticker's read has the CPU to itself.
+    ///
+    /// `first` is not waited for when it has not opened [`GATHER_WAIT`]
+    /// after this feed's readers came (its reader never came: a ticker
+    /// still waiting for its streams must not keep the console's list and
+    /// the chains from loading). When `first` ends before its read is done
+    /// (its readers stopped: the process is stopping), this feed never
+    /// opens.
+    pub fn opened_after(self, first: &JobFeed) -> Self {
+        self.lock().after = Some(first.clone());
         self
     }
 
@@ -311,10 +330,8 @@ impl JobFeed {
                 Some(after) => {
                     let feed = self.clone();
                     tokio::spawn(async move {
-                        after.delivered().await;
-                        let mut gathering = feed.lock();
-                        if gathering.alive.is_some() {
-                            open(&mut gathering);
+                        if may_open_after(&after).await {
+                            feed.open_unless_open();
                         }
                     });
                 }
@@ -323,7 +340,9 @@ impl JobFeed {
             let feed = self.clone();
             tokio::spawn(async move {
                 if let Some(after) = after {
-                    after.delivered().await;
+                    if !may_open_after(&after).await {
+                        return;
+                    }
                 }
                 tokio::time::sleep(GATHER_WAIT).await;
                 let mut gathering = feed.lock();
@@ -339,6 +358,32 @@ impl JobFeed {
         }
         receiver
     }
+
+    fn open_unless_open(&self) {
+        let mut gathering = self.lock();
+        if gathering.alive.is_some() {
+            open(&mut gathering);
+        }
+    }
+
+    /// Whether the watch has opened.
+    fn opened(&self) -> bool {
+        self.lock().alive.is_none()
+    }
+}
+
+/// Wait for `first`'s first read ([`JobFeed::opened_after`]); whether the
+/// feed waiting may open then.
+async fn may_open_after(first: &JobFeed) -> bool {
+    let read = first.first_read();
+    if let Ok(done) = tokio::time::timeout(GATHER_WAIT, read.clone().done()).await {
+        return done;
+    }
+    if !first.opened() {
+        warn!("the job feed this one waits for has not opened: opening without waiting for it");
+        return true;
+    }
+    read.done().await
 }
 
 fn open(gathering: &mut Gathering) {
@@ -362,14 +407,23 @@ fn open(gathering: &mut Gathering) {
 /// ([`JobFeed::first_read`]): work that can wait, such as projecting every
 /// job's revisions, waits for it so that a start loads the jobs first.
 #[derive(Debug, Clone)]
-pub struct FirstRead(watch::Receiver<bool>);
+pub struct FirstRead(watch::Receiver<ReadState>);
 
 impl FirstRead {
     /// Wait until the first read has reached every reader, or the feed
     /// ended.
-    pub async fn delivered(mut self) {
+    pub async fn delivered(self) {
+        self.done().await;
+    }
+
+    /// [`FirstRead::delivered`]; whether the read was done (not the feed
+    /// ended before).
+    async fn done(mut self) -> bool {
         // An error: the feed is gone, and with it anything to wait for.
-        let _ = self.0.wait_for(|delivered| *delivered).await;
+        match self.0.wait_for(|state| *state != ReadState::Reading).await {
+            Ok(state) => *state == ReadState::Delivered,
+            Err(_) => false,
+        }
     }
 }
 
@@ -397,10 +451,16 @@ async fn follow(
     lines: SharedLines,
     queues: Vec<mpsc::Sender<FeedEvent>>,
     closed: CancellationToken,
-    first_read: Arc<watch::Sender<bool>>,
+    first_read: Arc<watch::Sender<ReadState>>,
 ) {
     follow_until_closed(client, needs, lines, queues, closed, &first_read).await;
-    first_read.send_replace(true);
+    first_read.send_if_modified(|state| {
+        let reading = *state == ReadState::Reading;
+        if reading {
+            *state = ReadState::Ended;
+        }
+        reading
+    });
 }
 
 async fn follow_until_closed(
@@ -409,7 +469,7 @@ async fn follow_until_closed(
     lines: SharedLines,
     mut queues: Vec<mpsc::Sender<FeedEvent>>,
     closed: CancellationToken,
-    first_read: &watch::Sender<bool>,
+    first_read: &watch::Sender<ReadState>,
 ) {
     loop {
         let outcome = tokio::select! {
@@ -436,7 +496,7 @@ async fn follow_once(
     needs: Needs,
     lines: &SharedLines,
     queues: &mut Vec<mpsc::Sender<FeedEvent>>,
-    first_read: &watch::Sender<bool>,
+    first_read: &watch::Sender<ReadState>,
 ) -> anyhow::Result<()> {
     let (bucket, held) = open_bucket(client).await?;
     let keys = usize::try_from(held.subjects_count).unwrap_or(usize::MAX);
@@ -453,7 +513,7 @@ async fn follow_once(
     if !send(queues, FeedEvent::Synced).await {
         return Ok(());
     }
-    first_read.send_replace(true);
+    first_read.send_replace(ReadState::Delivered);
     // Every change after what was read, on a consumer that starts at a
     // sequence: quick to create, and recreated on the usual timeout.
     let mut entries = bucket

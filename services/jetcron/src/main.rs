@@ -135,9 +135,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => jetcron_io::job_feed::JobFeed::new(1),
     };
     let views_feed = match command {
-        Command::All(_) => {
-            jetcron_io::job_feed::JobFeed::new(2).opened_after(jobs_feed.first_read())
-        }
+        Command::All(_) => jetcron_io::job_feed::JobFeed::new(2).opened_after(&jobs_feed),
         _ => jobs_feed.clone(),
     };
     // Only the ticker and the executor act on the wall clock's instants.

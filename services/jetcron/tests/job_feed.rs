@@ -16,8 +16,13 @@ use jetcron_testkit::NatsServer;
 
 /// What a reader was told up to the bucket's sync: the entries, in order.
 async fn until_synced(reader: &mut FeedReceiver) -> Vec<Arc<JobEntry>> {
+    until_synced_within(reader, Duration::from_secs(10)).await
+}
+
+/// [`until_synced`], the watch opening within `wait`.
+async fn until_synced_within(reader: &mut FeedReceiver, wait: Duration) -> Vec<Arc<JobEntry>> {
     let mut entries = Vec::new();
-    let first = tokio::time::timeout(Duration::from_secs(10), reader.recv()).await;
+    let first = tokio::time::timeout(wait, reader.recv()).await;
     assert!(
         matches!(first, Ok(Some(FeedEvent::Opened { keys })) if keys < 10_000),
         "a watch first says how many keys it opens on: {first:?}"
@@ -274,7 +279,7 @@ async fn a_feed_opened_after_another_waits_for_its_first_read() {
     let jobs = put_more_than_a_queue(&bucket).await;
     let lines = SharedLines::default();
     let first = JobFeed::new(1);
-    let later = JobFeed::new(2).opened_after(first.first_read());
+    let later = JobFeed::new(2).opened_after(&first);
     // The later feed's readers come first, and both of them.
     let mut views: Vec<FeedReceiver> = (0..2).map(|_| later.subscribe(&client, &lines)).collect();
     let mut ticker = first.subscribe(&client, &lines);
@@ -308,7 +313,7 @@ async fn a_feed_opened_after_another_waits_for_its_first_read() {
     );
 
     // Changes reach the readers of both feeds.
-    bucket
+    let revision = bucket
         .put("job-new", job("job-new").into())
         .await
         .expect("put");
@@ -316,11 +321,48 @@ async fn a_feed_opened_after_another_waits_for_its_first_read() {
         next_entry(&mut ticker).await,
         next_entry(&mut views[0]).await,
     );
+    let expected = format!("job-new {revision} valid");
     assert_eq!(
         (described(&to_ticker), described(&to_view)),
-        (
-            described(&to_ticker),
-            format!("job-new {} valid", to_ticker.revision)
-        )
+        (expected.clone(), expected)
+    );
+}
+
+#[tokio::test]
+async fn a_feed_waited_for_that_never_opens_or_ends_first_is_not_waited_for_forever() {
+    let (_nats, client, _, bucket) = server_with_jobs_bucket().await;
+    bucket.put("alpha", job("alpha").into()).await.expect("put");
+    let lines = SharedLines::default();
+
+    // Its reader never comes (a ticker still waiting for its streams): the
+    // later feed opens once it has waited a gathering's time.
+    let never = JobFeed::new(1);
+    let later = JobFeed::new(1).opened_after(&never);
+    let began = Instant::now();
+    let mut view = later.subscribe(&client, &lines);
+    assert_eq!(
+        listed(&until_synced_within(&mut view, GATHER_WAIT * 3).await),
+        ["alpha 1 valid"]
+    );
+    assert!(
+        began.elapsed() >= GATHER_WAIT,
+        "opened after {:?}, before the feed it waits for had its chance",
+        began.elapsed()
+    );
+
+    // It ends before its read is done (its reader stopped: the process is
+    // stopping): the later feed does not start a read of its own then.
+    let ending = JobFeed::new(1);
+    let later = JobFeed::new(1).opened_after(&ending);
+    let mut view = later.subscribe(&client, &lines);
+    drop(ending.subscribe(&client, &lines));
+    assert!(
+        delivered_within(&ending.first_read(), Duration::from_secs(10)).await,
+        "the feed whose reader left did not end"
+    );
+    let event = tokio::time::timeout(GATHER_WAIT + Duration::from_secs(2), view.recv()).await;
+    assert!(
+        event.is_err(),
+        "a feed opened after one that ended unread: {event:?}"
     );
 }

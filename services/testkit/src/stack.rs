@@ -617,8 +617,8 @@ impl Drop for Stack {
 }
 
 /// The services `options` asks for, in this process, wired as `jetcron all`
-/// wires them (one read of the jobs bucket, one readiness), each with a
-/// stop token of its own under `shutdown`.
+/// wires them (the ticker's read of the jobs bucket and the others' after
+/// it, one readiness), each with a stop token of its own under `shutdown`.
 async fn spawn_services(
     options: &StackOptions,
     nats: &NatsServer,
@@ -640,7 +640,7 @@ async fn spawn_services(
         .count();
     let mut views_feed = jetcron_io::job_feed::JobFeed::new(views);
     if options.ticker {
-        views_feed = views_feed.opened_after(jobs_feed.first_read());
+        views_feed = views_feed.opened_after(&jobs_feed);
     }
     if options.gateway {
         let config = jetcron_gateway::GatewayConfig {

@@ -323,8 +323,8 @@ pub(crate) async fn preload(
         }
     }
     // The changes read are freed too: give them back now, before the
-    // feed's read of the bucket builds the gateway's catalog, rather than
-    // after the allocator's purge delay.
+    // feed's read of the bucket (and in `jetcron all` the catalog's after
+    // it), rather than after the allocator's purge delay.
     jetcron_allocator::give_back_freed_memory();
     holdings.preloaded(read_to, std::time::Instant::now());
     snapshots.applied(read_to);

@@ -84,8 +84,8 @@ async fn follow(
     let mut dropped_rejections = 0u64;
     let mut synced = false;
     // Changes the ticker's loop has not taken yet, once the bucket is
-    // loaded: the feed is shared with the catalog and the chain index,
-    // and a ticker busy taking a shard over must not hold them back.
+    // loaded: a ticker busy taking a shard over does not hold its feed
+    // back (nor, where a feed is shared, its other readers).
     let mut waiting: VecDeque<FeedEvent> = VecDeque::new();
     loop {
         let event = tokio::select! {
