@@ -146,8 +146,9 @@ pub struct ExecutorConfig {
     /// again for every run was about 7 % of the executor's CPU at 10,000
     /// runs/s (perf), while jobs share few distinct lines.
     pub lines: jetcron_core::schedule_lines::SharedLines,
-    /// The process's one read of the jobs bucket, for the chain index (by
-    /// default its own, which decodes only chained jobs).
+    /// The read of the jobs bucket the chain index follows (by default its
+    /// own, which decodes only chained jobs; in `jetcron all` shared with
+    /// the catalog, after the ticker's).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
     /// What the watch of the calls' connection hears: a call goes out only
     /// through a server that answered a moment ago (a hung server would

@@ -115,7 +115,8 @@ pub struct GatewayConfig {
     pub grafana_url: Option<String>,
     /// Parsed schedule lines, shared with the other services of the process.
     pub lines: jetcron_core::schedule_lines::SharedLines,
-    /// The process's one read of the jobs bucket (its own by default).
+    /// The read of the jobs bucket the catalog follows (its own by default;
+    /// in `jetcron all` shared with the chain index, after the ticker's).
     pub jobs_feed: jetcron_io::job_feed::JobFeed,
     /// The identity provider people sign in with (`--oidc-*`), if any.
     pub oidc: Option<people::provider::ProviderSettings>,

@@ -8,8 +8,8 @@
 //!   changed what).
 //! - [`bucket_follow`]: keeps a view of a KV bucket in memory (watch,
 //!   catch-up, reopen).
-//! - [`job_feed`]: one read of `jetcron_jobs`, decoded once, for every
-//!   service of a process.
+//! - [`job_feed`]: reads of `jetcron_jobs`, each decoded once for the
+//!   services of a process that share it.
 //! - [`policy_book`]: the namespaces' target policies, followed in memory
 //!   (gateway, ticker, executor).
 //! - [`due`]: publishes a due event with its dedup header (ticker, gateway).

@@ -101,7 +101,8 @@ pub struct TickerConfig {
     pub keep_definitions_for: Duration,
     /// Parsed schedule lines, shared with the other services of the process.
     pub lines: jetcron_core::schedule_lines::SharedLines,
-    /// The process's one read of the jobs bucket (its own by default).
+    /// The ticker's read of the jobs bucket (its own by default; in `jetcron
+    /// all` the first, which the others' read waits for).
     pub jobs_feed: JobFeed,
     pub topology: TopologyOptions,
     /// Told when the topology is verified (`/readyz`).
