@@ -61,7 +61,7 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::{call_header, call_scheduled_at, percentile};
+use jetcron_loadtest::{call_header, call_scheduled_at, cpu_seconds, percentile};
 use jetcron_testkit::{ClickHouseServer, JetcronProcess, NatsServer};
 
 mod call_shapes;
@@ -413,23 +413,6 @@ async fn load_jobs(js: &jetstream::Context, count: usize) -> anyhow::Result<()> 
 /// The id of bench job `i`.
 fn job_name(i: usize) -> String {
     format!("e2e-{i:07}")
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    // Fields after the command name (which may hold spaces) in /proc/<pid>/stat:
-    // utime and stime are the 12th and 13th of them.
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let rest = stat.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = fields.get(11)?.parse().ok()?;
-            let stime: u64 = fields.get(12)?.parse().ok()?;
-            Some(utime + stime)
-        })
-        .unwrap_or(0);
-    ticks as f64 / 100.0
 }
 
 /// Lags (µs, sorted) of the arrivals scheduled in `[from, to)`.

@@ -39,6 +39,23 @@ pub async fn put_jobs(
     Ok(())
 }
 
+/// CPU seconds (user + system) a process has used so far.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    // Fields after the command name (which may hold spaces) in /proc/<pid>/stat:
+    // utime and stime are the 12th and 13th of them.
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
 /// A size field of `/proc/<process>/status` (`VmRSS:`, `VmHWM:`), in bytes;
 /// `process` is a pid or `self`.
 pub fn status_bytes(process: &str, field: &str) -> anyhow::Result<u64> {

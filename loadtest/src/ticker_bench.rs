@@ -29,7 +29,7 @@ use jetcron_core::clock::SystemClock;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::percentile;
+use jetcron_loadtest::{cpu_seconds, percentile};
 use jetcron_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -163,19 +163,21 @@ fn sample_due_payload() -> Vec<u8> {
 }
 
 /// Stop the ticker, drop the due stream it filled, and measure raw
-/// publishes again: (after, mean of `raw_before` and after).
+/// publishes again: (after, mean of `raw_before`'s rate and after's).
 async fn stop_then_raw_again(
     ticker: tokio::task::JoinHandle<anyhow::Result<()>>,
     stop: &CancellationToken,
+    nats: &NatsServer,
     js: &jetstream::Context,
     seconds: u64,
-    raw_before: f64,
-) -> anyhow::Result<(f64, f64)> {
+    raw_before: &Window,
+) -> anyhow::Result<(Window, f64)> {
     stop.cancel();
     ticker.await??;
     js.delete_stream(subjects::DUE_STREAM).await?;
-    let raw_after = raw_publish_rate(js, seconds).await?;
-    Ok((raw_after, (raw_before + raw_after) / 2.0))
+    let raw_after = raw_publish_rate(nats, js, seconds).await?;
+    let mean = (raw_before.per_second + raw_after.per_second) / 2.0;
+    Ok((raw_after, mean))
 }
 
 /// The due stream's state: `messages` held, `last_sequence` ever stored.
@@ -208,8 +210,13 @@ fn start_ticker_with(
 }
 
 /// Publish due-event-sized messages to a scratch stream with the due stream's
-/// settings for `seconds`, in the ticker's pipelined batches; returns msgs/s.
-async fn raw_publish_rate(js: &jetstream::Context, seconds: u64) -> anyhow::Result<f64> {
+/// settings for `seconds`, in the ticker's pipelined batches: msgs/s, and
+/// the CPU this process and the server used for them.
+async fn raw_publish_rate(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    seconds: u64,
+) -> anyhow::Result<Window> {
     js.create_stream(stream::Config {
         name: "BENCH_RAW".into(),
         subjects: vec!["bench.raw.>".into()],
@@ -224,7 +231,7 @@ async fn raw_publish_rate(js: &jetstream::Context, seconds: u64) -> anyhow::Resu
     // next one sent while the previous one's acks are awaited.
     let batch = jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE;
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
+    let cpu = CpuMark::now(nats);
     let mut sent: u64 = 0;
     let mut in_flight = std::collections::VecDeque::new();
     while Instant::now() < deadline || !in_flight.is_empty() {
@@ -253,9 +260,74 @@ async fn raw_publish_rate(js: &jetstream::Context, seconds: u64) -> anyhow::Resu
             }
         }
     }
-    let rate = sent as f64 / started.elapsed().as_secs_f64();
+    let window = cpu.window(nats, sent);
     js.delete_stream("BENCH_RAW").await?;
-    Ok(rate)
+    Ok(window)
+}
+
+/// CPU seconds used so far by this process (the raw publisher or the
+/// ticker) and by nats-server, and when.
+struct CpuMark {
+    own: f64,
+    server: f64,
+    at: Instant,
+}
+
+impl CpuMark {
+    fn now(nats: &NatsServer) -> Self {
+        Self {
+            own: cpu_seconds(std::process::id()),
+            server: nats.pid().map_or(0.0, cpu_seconds),
+            at: Instant::now(),
+        }
+    }
+
+    /// The window from this mark to now, in which `messages` were stored.
+    fn window(&self, nats: &NatsServer, messages: u64) -> Window {
+        let end = Self::now(nats);
+        let seconds = end.at.duration_since(self.at).as_secs_f64();
+        Window {
+            per_second: messages as f64 / seconds,
+            own_cores: (end.own - self.own) / seconds,
+            server_cores: (end.server - self.server) / seconds,
+        }
+    }
+}
+
+/// Messages stored per second over a window, and the cores each process
+/// used meanwhile: whether the two cores were full, and what a message cost
+/// each side.
+struct Window {
+    per_second: f64,
+    own_cores: f64,
+    server_cores: f64,
+}
+
+impl Window {
+    /// A markdown row: rate, then cores and µs of CPU per message of this
+    /// process and of the server, then both processes' cores.
+    fn row(&self, name: &str) -> String {
+        let per_message = |cores: f64| cores * 1e6 / self.per_second.max(1.0);
+        format!(
+            "| {name} | {:.0} | {:.2}, {:.1} µs | {:.2}, {:.1} µs | {:.2} |",
+            self.per_second,
+            self.own_cores,
+            per_message(self.own_cores),
+            self.server_cores,
+            per_message(self.server_cores),
+            self.own_cores + self.server_cores,
+        )
+    }
+}
+
+/// The CPU table of a run's windows.
+fn print_cpu(windows: &[(&str, &Window)]) {
+    println!();
+    println!("| window | messages stored/s | this process: cores, CPU per message | nats-server: cores, CPU per message | cores used by both |");
+    println!("|---|---|---|---|---|");
+    for (name, window) in windows {
+        println!("{}", window.row(name));
+    }
 }
 
 async fn throughput(
@@ -265,7 +337,7 @@ async fn throughput(
     seconds: u64,
 ) -> anyhow::Result<()> {
     // Raw JetStream before and after the ticker window, to see the drift.
-    let raw_before = raw_publish_rate(js, seconds).await?;
+    let raw_before = raw_publish_rate(nats, js, seconds).await?;
 
     load_jobs(js, jobs, "* * * * * *", |i| format!("bench-{i:06}")).await?;
     let stop = CancellationToken::new();
@@ -275,11 +347,13 @@ async fn throughput(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let before = due_state(js).await?.messages;
-    let started = Instant::now();
+    let cpu = CpuMark::now(nats);
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let after = due_state(js).await?.messages;
-    let fire_rate = (after - before) as f64 / started.elapsed().as_secs_f64();
-    let (raw_after, raw) = stop_then_raw_again(ticker, &stop, js, seconds, raw_before).await?;
+    let fires = cpu.window(nats, after - before);
+    let fire_rate = fires.per_second;
+    let (raw_after, raw) =
+        stop_then_raw_again(ticker, &stop, nats, js, seconds, &raw_before).await?;
     println!("| measure | value |");
     println!("|---|---|");
     println!(
@@ -287,9 +361,11 @@ async fn throughput(
         sample_due_payload().len()
     );
     println!(
-        "| raw JetStream publishes/s before / after ({} batches of {} in flight, Nats-Msg-Id) | {raw_before:.0} / {raw_after:.0} |",
+        "| raw JetStream publishes/s before / after ({} batches of {} in flight, Nats-Msg-Id) | {:.0} / {:.0} |",
         jetcron_ticker::PIPELINE,
-        jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE
+        jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE,
+        raw_before.per_second,
+        raw_after.per_second,
     );
     println!("| jobs due every second | {jobs} |");
     println!("| ticker fires/s (stored due events, {seconds} s window) | {fire_rate:.0} |");
@@ -297,6 +373,11 @@ async fn throughput(
         "| ratio fires/s ÷ mean raw publishes/s | {:.2} |",
         fire_rate / raw
     );
+    print_cpu(&[
+        ("raw publishes, before", &raw_before),
+        ("ticker", &fires),
+        ("raw publishes, after", &raw_after),
+    ]);
     Ok(())
 }
 
@@ -323,7 +404,7 @@ async fn capacity(
     seconds: u64,
     lookahead: Duration,
 ) -> anyhow::Result<()> {
-    let raw_before = raw_publish_rate(js, seconds).await?;
+    let raw_before = raw_publish_rate(nats, js, seconds).await?;
     // The first load before the ticker starts, like a restart with a full
     // bucket; the steps' additions arrive through its watch.
     load_job_range(js, 0..from, "* * * * * *", |i| format!("cap-{i:07}")).await?;
@@ -350,7 +431,8 @@ async fn capacity(
         }
         offered += step;
     }
-    let (raw_after, raw) = stop_then_raw_again(ticker, &stop, js, seconds, raw_before).await?;
+    let (raw_after, raw) =
+        stop_then_raw_again(ticker, &stop, nats, js, seconds, &raw_before).await?;
 
     println!("| offered (jobs due every second) | stored due events/s | kept up (≥ 98 %) |");
     println!("|---|---|---|");
@@ -373,13 +455,18 @@ async fn capacity(
     println!("| measure | value |");
     println!("|---|---|");
     println!(
-        "| raw JetStream publishes/s before / after (Nats-Msg-Id, the ticker's batches) | {raw_before:.0} / {raw_after:.0} |"
+        "| raw JetStream publishes/s before / after (Nats-Msg-Id, the ticker's batches) | {:.0} / {:.0} |",
+        raw_before.per_second, raw_after.per_second,
     );
     println!(
         "| highest load the ticker kept up with (lookahead {} ms) | {best:.0} fires/s |",
         lookahead.as_millis()
     );
     println!("| ratio to mean raw publishes/s | {:.2} |", best / raw);
+    print_cpu(&[
+        ("raw publishes, before", &raw_before),
+        ("raw publishes, after", &raw_after),
+    ]);
     Ok(())
 }
 

@@ -37,13 +37,13 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::percentile;
+use jetcron_loadtest::{cpu_seconds, percentile};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    cpu_seconds, due_backlog, lags_between, ms, next_second, received_between, serve, sleep_until,
-    RunArgs, Servers,
+    due_backlog, lags_between, ms, next_second, received_between, serve, sleep_until, RunArgs,
+    Servers,
 };
 
 #[derive(clap::Args, Clone)]

@@ -34,13 +34,21 @@ const RUN_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6a1c_3f0e_9b7d_4e52_8c1a_5d2f_7
 impl RunId {
     /// The run of the scheduled fire of `job_id` at `scheduled_at`.
     pub fn for_fire(job_id: &str, scheduled_at: DateTime<Utc>) -> Self {
-        RunId(Self::fire_uuid(job_id, scheduled_at).to_string())
+        let uuid = Self::fire_uuid(job_id, scheduled_at);
+        RunId(
+            uuid.hyphenated()
+                .encode_lower(&mut Uuid::encode_buffer())
+                .to_owned(),
+        )
     }
 
     /// The UUID [`RunId::for_fire`] spells out, for those who need its
     /// bits (a fire's jitter) rather than its text.
     pub fn fire_uuid(job_id: &str, scheduled_at: DateTime<Utc>) -> Uuid {
-        let name = format!("{job_id}\n{}", rfc3339_millis(scheduled_at));
+        let mut name = String::with_capacity(job_id.len() + 32);
+        name.push_str(job_id);
+        name.push('\n');
+        time_format::push_rfc3339_millis(&mut name, scheduled_at);
         Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes())
     }
 
@@ -508,6 +516,35 @@ mod tests {
         assert_ne!(a, RunId::for_fire("hello2", t));
         assert_ne!(a, RunId::for_manual("hello", t));
         assert_eq!(a.as_str().len(), 36);
+    }
+
+    /// Replicas of two versions decide the same fire during a rolling
+    /// upgrade: its run id (the due event's `Nats-Msg-Id`) must not change
+    /// with how it is computed.
+    #[test]
+    fn run_ids_are_named_as_they_always_were() {
+        let named_before = |job_id: &str, at: DateTime<Utc>| {
+            let name = format!(
+                "{job_id}\n{}",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            );
+            Uuid::new_v5(&RUN_ID_NAMESPACE, name.as_bytes()).to_string()
+        };
+        let t = Utc
+            .timestamp_millis_opt(1_796_000_000_123)
+            .single()
+            .expect("instant");
+        for (job_id, at) in [
+            ("hello", t),
+            ("team-a.nightly", t + chrono::Duration::milliseconds(877)),
+            ("ünïcode", t + chrono::Duration::days(400)),
+            ("", Utc.timestamp_opt(0, 0).single().expect("epoch")),
+        ] {
+            assert_eq!(
+                RunId::for_fire(job_id, at).as_str(),
+                named_before(job_id, at)
+            );
+        }
     }
 
     #[test]

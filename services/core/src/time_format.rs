@@ -11,7 +11,43 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 /// Render `at` as `2026-11-22T12:00:00.000Z`.
 pub fn rfc3339_millis(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+    let mut out = String::with_capacity(RFC3339_MILLIS_LEN);
+    push_rfc3339_millis(&mut out, at);
+    out
+}
+
+/// Length of [`rfc3339_millis`] for years 0 to 9999.
+const RFC3339_MILLIS_LEN: usize = "2026-11-22T12:00:00.000Z".len();
+
+/// Append [`rfc3339_millis`] of `at` to `out`. Written digit by digit: the
+/// ticker names every fire's run with it, and chrono's formatting machinery
+/// was a visible share of a fire's CPU. Years outside 0-9999 and leap
+/// seconds, which chrono spells its own way, go through chrono.
+pub fn push_rfc3339_millis(out: &mut String, at: DateTime<Utc>) {
+    use chrono::{Datelike as _, Timelike as _};
+    let nanos = at.nanosecond();
+    if !(0..=9999).contains(&at.year()) || nanos >= 1_000_000_000 {
+        out.push_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true));
+        return;
+    }
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    put_digits(&mut text[0..4], at.year() as u32);
+    put_digits(&mut text[5..7], at.month());
+    put_digits(&mut text[8..10], at.day());
+    put_digits(&mut text[11..13], at.hour());
+    put_digits(&mut text[14..16], at.minute());
+    put_digits(&mut text[17..19], at.second());
+    put_digits(&mut text[20..23], nanos / 1_000_000);
+    // Every byte is an ASCII digit or one of `-T:.Z`.
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+}
+
+/// Write `value`'s last `field.len()` decimal digits into `field`, zero-padded.
+fn put_digits(field: &mut [u8], mut value: u32) {
+    for digit in field.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// Render `d` the way definitions write durations, compact and readable back
@@ -88,6 +124,35 @@ pub mod millis_opt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instants_render_as_chrono_renders_them() {
+        use chrono::TimeZone as _;
+        let chrono_text = |at: DateTime<Utc>| at.to_rfc3339_opts(SecondsFormat::Millis, true);
+        // Two hundred thousand instants spread over four years (a leap
+        // year among them), and the edges chrono spells its own way.
+        let start = Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap();
+        let span_ms: i64 = 4 * 366 * 86_400_000;
+        for i in 0..200_000_i64 {
+            let at = start + chrono::Duration::milliseconds(i * 631_133_077 % span_ms);
+            assert_eq!(rfc3339_millis(at), chrono_text(at), "{at:?}");
+        }
+        let edges = [
+            Utc.timestamp_opt(0, 0).unwrap(),
+            Utc.timestamp_millis_opt(999).unwrap(),
+            Utc.with_ymd_and_hms(2024, 2, 29, 23, 59, 59).unwrap()
+                + chrono::Duration::milliseconds(999),
+            Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap(),
+            Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(-1, 6, 1, 0, 0, 0).unwrap(),
+            Utc.timestamp_opt(1_700_000_000, 123_456_789).unwrap(),
+            Utc.timestamp_opt(1_700_000_039, 1_500_000_000).unwrap(),
+        ];
+        for at in edges {
+            assert_eq!(rfc3339_millis(at), chrono_text(at), "{at:?}");
+        }
+    }
 
     #[test]
     fn durations_read_as_definitions_write_them() {

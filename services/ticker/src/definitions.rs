@@ -13,7 +13,6 @@
 //! whose current value is a delete has no fire. "Gone" is only ever the
 //! stream leader's answer: a replica answering a direct get may lag.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_nats::jetstream::stream::{
@@ -21,6 +20,7 @@ use async_nats::jetstream::stream::{
 };
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
+use hashbrown::HashMap;
 use jetcron_core::job::{parse_job_with, JobSpec};
 use jetcron_core::schedule::shared_lines::SharedLines;
 use jetcron_core::subjects;
@@ -59,6 +59,8 @@ pub fn encode(spec: &JobSpec) -> Option<EncodedSpec> {
 }
 
 pub struct Definitions {
+    /// foldhash (hashbrown's default), not SipHash: it is looked up for
+    /// every fire.
     hot: HashMap<Arc<str>, (u64, EncodedSpec)>,
     bucket_stream: Stream<()>,
     keep_for: chrono::Duration,

@@ -10,10 +10,11 @@
 //! again (republished with the same `Nats-Msg-Id`, so a fire whose first
 //! publish was stored after all is kept once).
 
+use std::future::IntoFuture as _;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
-use futures::StreamExt as _;
+use futures::FutureExt as _;
 use jetcron_core::events::{DueEventRef, JobRef, RunId, Trigger};
 use jetcron_io::due;
 use tracing::debug;
@@ -64,16 +65,25 @@ pub async fn send_batch(
 /// Await the acks of a sent batch together, for at most `deadline`: `true`
 /// where the event is stored (or was already, as a duplicate), `false` where
 /// the send failed, the ack was an error, or it had not come by the deadline.
+///
+/// Awaited in order: one connection's acks come back in the order of its
+/// publishes, so waiting for each in turn waits no longer than waiting for
+/// all at once, and it costs a fire less than a `FuturesUnordered` of a
+/// whole batch (its wake-ups were a twentieth of the ticker's CPU at
+/// saturation). Once the deadline has passed, the acks still to come are
+/// taken if they are already there.
 pub async fn collect_acks(pending: Vec<Option<PublishAckFuture>>, deadline: Duration) -> Vec<bool> {
-    let mut stored = vec![false; pending.len()];
-    let mut acks: futures::stream::FuturesUnordered<_> = pending
-        .into_iter()
-        .enumerate()
-        .filter_map(|(index, ack)| ack.map(|ack| async move { (index, ack.await.is_ok()) }))
-        .collect();
     let until = tokio::time::Instant::now() + deadline;
-    while let Ok(Some((index, ok))) = tokio::time::timeout_at(until, acks.next()).await {
-        stored[index] = ok;
+    let mut stored = Vec::with_capacity(pending.len());
+    for ack in pending {
+        let ok = match ack {
+            None => false,
+            Some(ack) if tokio::time::Instant::now() < until => {
+                matches!(tokio::time::timeout_at(until, ack).await, Ok(Ok(_)))
+            }
+            Some(ack) => matches!(ack.into_future().now_or_never(), Some(Ok(_))),
+        };
+        stored.push(ok);
     }
     debug!(
         fires = stored.len(),
