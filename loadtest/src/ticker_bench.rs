@@ -3,8 +3,11 @@
 //! Scenarios (each prints a markdown table; `docs/benchmarks.md` keeps the
 //! command and the output):
 //! - `throughput`: raw JetStream publishes/s (same stream settings, same
-//!   payload size, same `Nats-Msg-Id` header, same pipelined batches) against
-//!   fires/s sustained by one ticker with N jobs all due every second, in one run.
+//!   payload size, same `Nats-Msg-Id` header, same pipelined batches; once
+//!   with short names, once named like the ticker's messages) against
+//!   fires/s sustained by one ticker with N jobs all due every second, in
+//!   one run, with the cores and CPU per message of this process and of
+//!   nats-server in each window.
 //! - `capacity`: the offered load (jobs all due every second) raised step
 //!   by step until the ticker no longer stores every fire of a second
 //!   within that second; the highest load it kept up with beside raw
@@ -162,22 +165,17 @@ fn sample_due_payload() -> Vec<u8> {
     serde_json::to_vec(&event).expect("encode")
 }
 
-/// Stop the ticker, drop the due stream it filled, and measure raw
-/// publishes again: (after, mean of `raw_before`'s rate and after's).
-async fn stop_then_raw_again(
+/// Stop the ticker and drop the due stream it filled, for the raw
+/// publishes after it.
+async fn stop_ticker(
     ticker: tokio::task::JoinHandle<anyhow::Result<()>>,
     stop: &CancellationToken,
-    nats: &NatsServer,
     js: &jetstream::Context,
-    seconds: u64,
-    raw_before: &Window,
-) -> anyhow::Result<(Window, f64)> {
+) -> anyhow::Result<()> {
     stop.cancel();
     ticker.await??;
     js.delete_stream(subjects::DUE_STREAM).await?;
-    let raw_after = raw_publish_rate(nats, js, seconds).await?;
-    let mean = (raw_before.per_second + raw_after.per_second) / 2.0;
-    Ok((raw_after, mean))
+    Ok(())
 }
 
 /// The due stream's state: `messages` held, `last_sequence` ever stored.
@@ -209,6 +207,36 @@ fn start_ticker_with(
     ))
 }
 
+/// What the raw publisher's messages are named.
+#[derive(Clone, Copy)]
+enum RawShape {
+    /// `bench.raw.job<n % 100,000>`, `Nats-Msg-Id: raw-<n>`: the
+    /// baseline since the ticker's first benchmark.
+    Short,
+    /// Named like the ticker's: a subject per job of `jobs`, as long as a
+    /// due event's (`bench.raw.due.default.bench-000001`), and a UUID's 36
+    /// characters as `Nats-Msg-Id`, unique per message as a run id is.
+    Fires { jobs: usize },
+}
+
+impl RawShape {
+    fn subject(self, sent: u64) -> String {
+        match self {
+            Self::Short => format!("bench.raw.job{}", sent % 100_000),
+            Self::Fires { jobs } => {
+                format!("bench.raw.due.default.bench-{:06}", sent % jobs.max(1) as u64)
+            }
+        }
+    }
+
+    fn msg_id(self, sent: u64) -> String {
+        match self {
+            Self::Short => format!("raw-{sent}"),
+            Self::Fires { .. } => format!("6a1c3f0e-9b7d-4e52-8c1a-{sent:012x}"),
+        }
+    }
+}
+
 /// Publish due-event-sized messages to a scratch stream with the due stream's
 /// settings for `seconds`, in the ticker's pipelined batches: msgs/s, and
 /// the CPU this process and the server used for them.
@@ -216,6 +244,7 @@ async fn raw_publish_rate(
     nats: &NatsServer,
     js: &jetstream::Context,
     seconds: u64,
+    shape: RawShape,
 ) -> anyhow::Result<Window> {
     js.create_stream(stream::Config {
         name: "BENCH_RAW".into(),
@@ -239,15 +268,10 @@ async fn raw_publish_rate(
             let mut acks = Vec::with_capacity(batch);
             for _ in 0..batch {
                 let mut headers = async_nats::HeaderMap::new();
-                let id = format!("raw-{sent}");
-                headers.insert("Nats-Msg-Id", id.as_str());
+                headers.insert("Nats-Msg-Id", shape.msg_id(sent).as_str());
                 acks.push(
-                    js.publish_with_headers(
-                        format!("bench.raw.job{}", sent % 100_000),
-                        headers,
-                        payload.clone(),
-                    )
-                    .await?,
+                    js.publish_with_headers(shape.subject(sent), headers, payload.clone())
+                        .await?,
                 );
                 sent += 1;
             }
@@ -336,8 +360,11 @@ async fn throughput(
     jobs: usize,
     seconds: u64,
 ) -> anyhow::Result<()> {
-    // Raw JetStream before and after the ticker window, to see the drift.
-    let raw_before = raw_publish_rate(nats, js, seconds).await?;
+    // Raw JetStream before and after the ticker window, to see the drift;
+    // named both ways.
+    let named_like_fires = RawShape::Fires { jobs };
+    let raw_before = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
+    let fires_before = raw_publish_rate(nats, js, seconds, named_like_fires).await?;
 
     load_jobs(js, jobs, "* * * * * *", |i| format!("bench-{i:06}")).await?;
     let stop = CancellationToken::new();
@@ -351,9 +378,10 @@ async fn throughput(
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let after = due_state(js).await?.messages;
     let fires = cpu.window(nats, after - before);
-    let fire_rate = fires.per_second;
-    let (raw_after, raw) =
-        stop_then_raw_again(ticker, &stop, nats, js, seconds, &raw_before).await?;
+    stop_ticker(ticker, &stop, js).await?;
+    let raw_after = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
+    let fires_after = raw_publish_rate(nats, js, seconds, named_like_fires).await?;
+    let mean = |a: &Window, b: &Window| (a.per_second + b.per_second) / 2.0;
     println!("| measure | value |");
     println!("|---|---|");
     println!(
@@ -367,16 +395,29 @@ async fn throughput(
         raw_before.per_second,
         raw_after.per_second,
     );
+    println!(
+        "| … named like the ticker's (a subject per job, a UUID as Nats-Msg-Id) before / after | {:.0} / {:.0} |",
+        fires_before.per_second, fires_after.per_second,
+    );
     println!("| jobs due every second | {jobs} |");
-    println!("| ticker fires/s (stored due events, {seconds} s window) | {fire_rate:.0} |");
+    println!(
+        "| ticker fires/s (stored due events, {seconds} s window) | {:.0} |",
+        fires.per_second
+    );
     println!(
         "| ratio fires/s ÷ mean raw publishes/s | {:.2} |",
-        fire_rate / raw
+        fires.per_second / mean(&raw_before, &raw_after)
+    );
+    println!(
+        "| ratio fires/s ÷ mean raw publishes/s named like the ticker's | {:.2} |",
+        fires.per_second / mean(&fires_before, &fires_after)
     );
     print_cpu(&[
         ("raw publishes, before", &raw_before),
+        ("raw publishes named like fires, before", &fires_before),
         ("ticker", &fires),
         ("raw publishes, after", &raw_after),
+        ("raw publishes named like fires, after", &fires_after),
     ]);
     Ok(())
 }
@@ -404,7 +445,7 @@ async fn capacity(
     seconds: u64,
     lookahead: Duration,
 ) -> anyhow::Result<()> {
-    let raw_before = raw_publish_rate(nats, js, seconds).await?;
+    let raw_before = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
     // The first load before the ticker starts, like a restart with a full
     // bucket; the steps' additions arrive through its watch.
     load_job_range(js, 0..from, "* * * * * *", |i| format!("cap-{i:07}")).await?;
@@ -431,8 +472,9 @@ async fn capacity(
         }
         offered += step;
     }
-    let (raw_after, raw) =
-        stop_then_raw_again(ticker, &stop, nats, js, seconds, &raw_before).await?;
+    stop_ticker(ticker, &stop, js).await?;
+    let raw_after = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
+    let raw = (raw_before.per_second + raw_after.per_second) / 2.0;
 
     println!("| offered (jobs due every second) | stored due events/s | kept up (≥ 98 %) |");
     println!("|---|---|---|");
