@@ -224,7 +224,10 @@ impl RawShape {
         match self {
             Self::Short => format!("bench.raw.job{}", sent % 100_000),
             Self::Fires { jobs } => {
-                format!("bench.raw.due.default.bench-{:06}", sent % jobs.max(1) as u64)
+                format!(
+                    "bench.raw.due.default.bench-{:06}",
+                    sent % jobs.max(1) as u64
+                )
             }
         }
     }
