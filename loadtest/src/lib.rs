@@ -56,6 +56,42 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / 100.0
 }
 
+/// CPU seconds used so far by this process and by a server's process,
+/// and when: the start of a window that [`CpuMark::since`] measures.
+pub struct CpuMark {
+    own: f64,
+    server: f64,
+    at: std::time::Instant,
+}
+
+/// What a window used: its wall-clock seconds, and the CPU seconds of this
+/// process and of the server.
+pub struct CpuUsed {
+    pub seconds: f64,
+    pub own: f64,
+    pub server: f64,
+}
+
+impl CpuMark {
+    pub fn now(server_pid: Option<u32>) -> Self {
+        Self {
+            own: cpu_seconds(std::process::id()),
+            server: server_pid.map_or(0.0, cpu_seconds),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// What was used from this mark to now.
+    pub fn since(&self, server_pid: Option<u32>) -> CpuUsed {
+        let end = Self::now(server_pid);
+        CpuUsed {
+            seconds: end.at.duration_since(self.at).as_secs_f64(),
+            own: end.own - self.own,
+            server: end.server - self.server,
+        }
+    }
+}
+
 /// A size field of `/proc/<process>/status` (`VmRSS:`, `VmHWM:`), in bytes;
 /// `process` is a pid or `self`.
 pub fn status_bytes(process: &str, field: &str) -> anyhow::Result<u64> {

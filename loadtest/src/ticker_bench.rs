@@ -32,7 +32,7 @@ use jetcron_core::clock::SystemClock;
 use jetcron_core::events::DueEvent;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::{cpu_seconds, percentile};
+use jetcron_loadtest::{percentile, CpuMark};
 use jetcron_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -263,7 +263,7 @@ async fn raw_publish_rate(
     // next one sent while the previous one's acks are awaited.
     let batch = jetcron_ticker::MAX_BATCH / jetcron_ticker::PIPELINE;
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let cpu = CpuMark::now(nats);
+    let cpu = CpuMark::now(nats.pid());
     let mut sent: u64 = 0;
     let mut in_flight = std::collections::VecDeque::new();
     while Instant::now() < deadline || !in_flight.is_empty() {
@@ -287,37 +287,19 @@ async fn raw_publish_rate(
             }
         }
     }
-    let window = cpu.window(nats, sent);
+    let window = window_since(&cpu, nats, sent);
     js.delete_stream("BENCH_RAW").await?;
     Ok(window)
 }
 
-/// CPU seconds used so far by this process (the raw publisher or the
-/// ticker) and by nats-server, and when.
-struct CpuMark {
-    own: f64,
-    server: f64,
-    at: Instant,
-}
-
-impl CpuMark {
-    fn now(nats: &NatsServer) -> Self {
-        Self {
-            own: cpu_seconds(std::process::id()),
-            server: nats.pid().map_or(0.0, cpu_seconds),
-            at: Instant::now(),
-        }
-    }
-
-    /// The window from this mark to now, in which `messages` were stored.
-    fn window(&self, nats: &NatsServer, messages: u64) -> Window {
-        let end = Self::now(nats);
-        let seconds = end.at.duration_since(self.at).as_secs_f64();
-        Window {
-            per_second: messages as f64 / seconds,
-            own_cores: (end.own - self.own) / seconds,
-            server_cores: (end.server - self.server) / seconds,
-        }
+/// The window from `mark` to now, in which `messages` were stored: this
+/// process is the raw publisher or the ticker, the server nats-server.
+fn window_since(mark: &CpuMark, nats: &NatsServer, messages: u64) -> Window {
+    let used = mark.since(nats.pid());
+    Window {
+        per_second: messages as f64 / used.seconds,
+        own_cores: used.own / used.seconds,
+        server_cores: used.server / used.seconds,
     }
 }
 
@@ -331,6 +313,11 @@ struct Window {
 }
 
 impl Window {
+    /// The mean of two windows' rates (a baseline before and after).
+    fn mean_rate(&self, other: &Window) -> f64 {
+        (self.per_second + other.per_second) / 2.0
+    }
+
     /// A markdown row: rate, then cores and µs of CPU per message of this
     /// process and of the server, then both processes' cores.
     fn row(&self, name: &str) -> String {
@@ -377,14 +364,13 @@ async fn throughput(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let before = due_state(js).await?.messages;
-    let cpu = CpuMark::now(nats);
+    let cpu = CpuMark::now(nats.pid());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let after = due_state(js).await?.messages;
-    let fires = cpu.window(nats, after - before);
+    let fires = window_since(&cpu, nats, after - before);
     stop_ticker(ticker, &stop, js).await?;
     let raw_after = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
     let fires_after = raw_publish_rate(nats, js, seconds, named_like_fires).await?;
-    let mean = |a: &Window, b: &Window| (a.per_second + b.per_second) / 2.0;
     println!("| measure | value |");
     println!("|---|---|");
     println!(
@@ -409,11 +395,11 @@ async fn throughput(
     );
     println!(
         "| ratio fires/s ÷ mean raw publishes/s | {:.2} |",
-        fires.per_second / mean(&raw_before, &raw_after)
+        fires.per_second / raw_before.mean_rate(&raw_after)
     );
     println!(
         "| ratio fires/s ÷ mean raw publishes/s named like the ticker's | {:.2} |",
-        fires.per_second / mean(&fires_before, &fires_after)
+        fires.per_second / fires_before.mean_rate(&fires_after)
     );
     print_cpu(&[
         ("raw publishes, before", &raw_before),
@@ -477,7 +463,7 @@ async fn capacity(
     }
     stop_ticker(ticker, &stop, js).await?;
     let raw_after = raw_publish_rate(nats, js, seconds, RawShape::Short).await?;
-    let raw = (raw_before.per_second + raw_after.per_second) / 2.0;
+    let raw = raw_before.mean_rate(&raw_after);
 
     println!("| offered (jobs due every second) | stored due events/s | kept up (≥ 98 %) |");
     println!("|---|---|---|");

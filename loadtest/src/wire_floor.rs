@@ -37,7 +37,7 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use jetcron_core::subjects;
 use jetcron_io::topology::{self, TopologyOptions};
-use jetcron_loadtest::{cpu_seconds, percentile};
+use jetcron_loadtest::{percentile, CpuMark};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -169,11 +169,11 @@ pub(crate) async fn floor(
     tokio::time::sleep(Duration::from_secs(warmup)).await;
     let from = next_second();
     sleep_until(from).await;
-    let (nats_before, client_before) = (nats.pid().map_or(0.0, cpu_seconds), own_cpu());
+    let cpu = CpuMark::now(nats.pid());
     let counts_before = servers.monitor.counts().await?;
     let to = from + chrono::Duration::seconds(seconds as i64);
     sleep_until(to).await;
-    let (nats_after, client_after) = (nats.pid().map_or(0.0, cpu_seconds), own_cpu());
+    let used = cpu.since(nats.pid());
     let counts_after = servers.monitor.counts().await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     stop.cancel();
@@ -186,8 +186,8 @@ pub(crate) async fn floor(
     let per_run = |x: f64| x / received.max(1) as f64;
     let figures = FloorFigures {
         runs_per_second: received as f64 / seconds as f64,
-        nats_cpu_per_run_us: per_run((nats_after - nats_before) * 1e6),
-        client_cpu_per_run_us: per_run((client_after - client_before) * 1e6),
+        nats_cpu_per_run_us: per_run(used.server * 1e6),
+        client_cpu_per_run_us: per_run(used.own * 1e6),
         lags: lags.clone(),
     };
     let backlog = due_backlog(&js).await?;
@@ -213,14 +213,14 @@ pub(crate) async fn floor(
     );
     println!(
         "| CPU nats-server | {:.1} s ({:.0} % of a core), {:.0} µs per run |",
-        nats_after - nats_before,
-        (nats_after - nats_before) * 100.0 / seconds as f64,
+        used.server,
+        used.server * 100.0 / seconds as f64,
         figures.nats_cpu_per_run_us
     );
     println!(
         "| CPU this process (ticker, worker, target, projector) | {:.1} s ({:.0} % of a core), {:.0} µs per run |",
-        client_after - client_before,
-        (client_after - client_before) * 100.0 / seconds as f64,
+        used.own,
+        used.own * 100.0 / seconds as f64,
         figures.client_cpu_per_run_us
     );
     println!(
@@ -236,11 +236,6 @@ pub(crate) async fn floor(
             .with_context(|| format!("delete the floor's stream {stream}"))?;
     }
     Ok(figures)
-}
-
-/// CPU seconds this process has used so far.
-fn own_cpu() -> f64 {
-    cpu_seconds(std::process::id())
 }
 
 /// At each whole second, store a due event for each of `jobs` jobs

@@ -71,7 +71,9 @@ pub async fn send_batch(
 /// all at once, and it costs a fire less than a `FuturesUnordered` of a
 /// whole batch (its wake-ups were a twentieth of the ticker's CPU at
 /// saturation). Once the deadline has passed, the acks still to come are
-/// taken if they are already there.
+/// taken if one poll finds them there (tokio's cooperative budget may keep
+/// a poll from seeing one that came: that fire is offered again, and its
+/// second publish is dropped as a duplicate).
 pub async fn collect_acks(pending: Vec<Option<PublishAckFuture>>, deadline: Duration) -> Vec<bool> {
     let until = tokio::time::Instant::now() + deadline;
     let mut stored = Vec::with_capacity(pending.len());
