@@ -199,12 +199,40 @@ async fn runs_by_status(stack: &Stack, job_id: &str) -> (Vec<(i64, i64, String)>
     (ran, skipped)
 }
 
-async fn two_executor_stack() -> Stack {
-    two_executor_stack_with_slots(test_executor_config("", true).max_in_flight).await
+/// One line per event (when, kind, run, attempt, executor, error), for a
+/// failed assertion to show what happened.
+fn event_lines(events: &[RunEvent]) -> String {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {:?} {} scheduled {} attempt {} on {} {}",
+                e.at.format("%H:%M:%S%.3f"),
+                e.kind,
+                e.run_id.0,
+                e.scheduled_at.format("%H:%M:%S%.3f"),
+                e.attempt,
+                e.executor_id,
+                e.error.as_deref().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
-/// Two executors (`exec-a`, `exec-b`) of `slots` attempts at once each.
-async fn two_executor_stack_with_slots(slots: usize) -> Stack {
+async fn two_executor_stack() -> Stack {
+    two_executors(None).await
+}
+
+/// Two executors (`exec-a`, `exec-b`) of `slots` attempts at once each,
+/// each pulling only as many due events as it has slots.
+async fn two_executors_of_slots(slots: usize) -> Stack {
+    two_executors(Some(slots)).await
+}
+
+/// Two executors (`exec-a`, `exec-b`), of `slots` call slots and intake
+/// each when given (the defaults otherwise).
+async fn two_executors(slots: Option<usize>) -> Stack {
     let mut stack = Stack::start(StackOptions {
         executor: false,
         enable_shell: true,
@@ -213,7 +241,10 @@ async fn two_executor_stack_with_slots(slots: usize) -> Stack {
     .await;
     for id in ["exec-a", "exec-b"] {
         let mut config = test_executor_config(id, true);
-        config.max_in_flight = slots;
+        if let Some(slots) = slots {
+            config.max_in_flight = slots;
+            config.max_pulled = Some(slots);
+        }
         stack.spawn_executor(config).await;
     }
     stack
@@ -300,10 +331,12 @@ async fn forbid_skips_fires_while_the_previous_run_goes_on_across_two_executors(
 
 #[tokio::test]
 async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executors() {
-    // One slot each: an executor busy with the running run pulls nothing, so
-    // every replacing fire lands on the other executor and its kill must
-    // cross to the one running the victim.
-    let stack = two_executor_stack_with_slots(1).await;
+    // One slot and one pulled due event each: an executor busy with the
+    // running run pulls nothing, so every replacing fire lands on the other
+    // executor and its kill must cross to the one running the victim. (With
+    // the default intake, twice the slots, the busy executor pulled one
+    // too: overlap_is_decided_before_a_fire_waits_for_a_call_slot.)
+    let stack = two_executors_of_slots(1).await;
     stack.put_job(r#"{"id":"refresh-cache","schedule":"*/2 * * * * *","concurrency":"replace","misfire":"skip",
             "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
     )
@@ -311,9 +344,9 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
     tokio::time::sleep(Duration::from_secs(7)).await;
     stack.kv_delete("refresh-cache").await;
     let (ran, _) = runs_by_status(&stack, "refresh-cache").await;
-    assert!(ran.len() >= 3, "{ran:?}");
-    let last = ran.last().expect("runs").2.clone();
     let events = stack.run_events("refresh-cache").await;
+    assert!(ran.len() >= 3, "{ran:?}\n{}", event_lines(&events));
+    let last = ran.last().expect("runs").2.clone();
     let executor_of = |run_id: &str| {
         events
             .iter()
@@ -354,6 +387,102 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
     stack
         .wait_for_run_status(&last, "killed", Duration::from_secs(10))
         .await;
+    stack.stop().await;
+}
+
+/// `nats req jetcron.api.runs.kill '{"run_id":…}'`.
+async fn kill(stack: &Stack, run_id: &str) {
+    let (reply, code) = stack
+        .api(
+            "jetcron.api.runs.kill",
+            &format!(r#"{{"run_id":"{run_id}"}}"#),
+        )
+        .await;
+    assert_eq!(code, None, "{reply}");
+}
+
+/// One executor with one call slot, pulling three due events at once (the
+/// one called and two waiting for the slot).
+async fn one_slot_stack() -> Stack {
+    let mut stack = Stack::start(StackOptions {
+        executor: false,
+        enable_shell: true,
+        ..Default::default()
+    })
+    .await;
+    let mut config = test_executor_config("exec-a", true);
+    config.max_in_flight = 1;
+    config.max_pulled = Some(3);
+    stack.spawn_executor(config).await;
+    stack
+}
+
+#[tokio::test]
+async fn overlap_is_decided_before_a_fire_waits_for_a_call_slot() {
+    // The run in the only slot is the one a `replace` fire must stop: had
+    // that fire waited for the slot first, it had waited for the run's end.
+    let stack = one_slot_stack().await;
+    stack
+        .put_job(
+            r#"{"id":"refresh-cache","schedule":"@daily","concurrency":"replace",
+            "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
+        )
+        .await;
+    let first = stack.trigger("refresh-cache").await;
+    wait_for_event(&stack, "refresh-cache", &first, RunEventKind::Started).await;
+    let second = stack.trigger("refresh-cache").await;
+    let killed = wait_for_event(&stack, "refresh-cache", &first, RunEventKind::Killed).await;
+    assert_eq!(
+        killed.error.as_deref(),
+        Some(format!("killed: replaced by run {second} (concurrency: replace)").as_str())
+    );
+    wait_for_event(&stack, "refresh-cache", &second, RunEventKind::Started).await;
+
+    // A `forbid` fire is skipped while the slot is busy with the run that
+    // forbids it, not left waiting for that slot.
+    stack
+        .put_job(
+            r#"{"id":"nightly-etl","schedule":"@daily","concurrency":"forbid",
+            "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
+        )
+        .await;
+    kill(&stack, &second).await;
+    wait_for_event(&stack, "refresh-cache", &second, RunEventKind::Killed).await;
+    let running = stack.trigger("nightly-etl").await;
+    wait_for_event(&stack, "nightly-etl", &running, RunEventKind::Started).await;
+    let forbidden = stack.trigger("nightly-etl").await;
+    let skipped = wait_for_event(&stack, "nightly-etl", &forbidden, RunEventKind::Skipped).await;
+    assert_eq!(
+        skipped.error.as_deref(),
+        Some(format!("run {running} of this job is still going (concurrency: forbid)").as_str())
+    );
+
+    // A fire that holds its claim while it waits for the busy slot is
+    // killed there by the fire that replaces it, before it ran anything.
+    stack
+        .put_job(
+            r#"{"id":"warm-index","schedule":"@daily","concurrency":"replace",
+            "target":{"type":"shell","command":"sleep 300"}}"#,
+        )
+        .await;
+    let waiting = stack.trigger("warm-index").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let replacing = stack.trigger("warm-index").await;
+    let killed = wait_for_event(&stack, "warm-index", &waiting, RunEventKind::Killed).await;
+    assert_eq!(
+        killed.error.as_deref(),
+        Some(format!("killed: replaced by run {replacing} (concurrency: replace)").as_str())
+    );
+    let started = stack.events_of_run("warm-index", &waiting).await;
+    assert!(
+        started.iter().all(|e| e.kind != RunEventKind::Started),
+        "the replaced run started: {}",
+        event_lines(&started)
+    );
+    kill(&stack, &running).await;
+    wait_for_event(&stack, "warm-index", &replacing, RunEventKind::Started).await;
+    kill(&stack, &replacing).await;
+    wait_for_event(&stack, "warm-index", &replacing, RunEventKind::Killed).await;
     stack.stop().await;
 }
 

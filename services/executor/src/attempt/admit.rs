@@ -161,7 +161,7 @@ async fn unless_split(
         return Some(slot);
     }
     // Held through the split, as an attempt's slot.
-    let _slot = slot.taken(ctx, message, due, super::RunSlot::Apart).await?;
+    let _slot = slot.taken(ctx, message, due, super::RunSlot::Never).await?;
     match Box::pin(fanout::split(ctx, due, job.shards)).await {
         Ok(()) => {
             info!(shards = job.shards, "fire split into shards");

@@ -250,7 +250,10 @@ async fn keep_running(
 
 /// Extend `claim` to `until`; the run that holds the job instead, when
 /// another took it over.
-async fn claim_taken_over(claim: &mut ClaimHandle, until: DateTime<Utc>) -> Option<String> {
+pub(super) async fn claim_taken_over(
+    claim: &mut ClaimHandle,
+    until: DateTime<Utc>,
+) -> Option<String> {
     if Box::pin(claim.extend(until)).await {
         return None;
     }

@@ -27,6 +27,7 @@ mod admit;
 mod call;
 mod checks;
 mod elsewhere;
+mod overlap;
 mod settle;
 mod start;
 
@@ -97,27 +98,18 @@ pub enum When {
 /// run slots. Dropped when the target returns.
 pub struct CallSlot {
     _local: SlotPermit,
-    run_slot: Option<HeldSlot>,
-}
-
-impl CallSlot {
-    /// This call slot, also holding the namespace's run slot `run_slot`.
-    fn with_run_slot(mut self, run_slot: Option<HeldSlot>) -> Self {
-        self.run_slot = run_slot.or(self.run_slot.take());
-        self
-    }
+    _run_slot: Option<HeldSlot>,
 }
 
 /// When a fire takes its namespace's run slot (`max_concurrent_runs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RunSlot {
-    /// Before its call slot, so that waiting for it holds no call slot.
+    /// Before its call slot, so that waiting for it holds no call slot (a
+    /// `forbid` or `replace` fire, after its job's overlap claim: see
+    /// [`overlap`]).
     First,
-    /// Not with the call slot: after the overlap claim of a `forbid` or
-    /// `replace` job (whose fire is skipped, or kills the run it replaces,
-    /// before it waits), or never (the split of a sharded fire calls
-    /// nothing).
-    Apart,
+    /// Never: the split of a sharded fire calls nothing.
+    Never,
 }
 
 impl Slot {
@@ -132,8 +124,15 @@ impl Slot {
         due: &DueEvent,
         run_slot: RunSlot,
     ) -> Option<CallSlot> {
-        let namespace = job::name::namespace_of(&due.job_id);
-        let mut intake = match self.when {
+        let ready = self.at_instant(ctx, message).await?;
+        ready.call_slot(ctx, message, due, run_slot).await
+    }
+
+    /// Wait for the instant of a fire stored ahead (at once for one due
+    /// now); `None` when the delivery was handed back meanwhile or its
+    /// lease lost.
+    async fn at_instant(self, ctx: &ExecutorContext, message: &Delivery) -> Option<Ready> {
+        let intake = match self.when {
             When::Now(intake) => Some(intake),
             When::At(fire_at) => {
                 if !crate::hold::held_until(ctx, message, fire_at, &self.hand_back).await {
@@ -142,6 +141,37 @@ impl Slot {
                 None
             }
         };
+        Some(Ready {
+            intake,
+            slots: self.slots,
+            hand_back: self.hand_back,
+        })
+    }
+}
+
+/// A fire whose instant came, before it takes its call slot: what
+/// [`Ready::call_slot`] takes it with.
+struct Ready {
+    /// The pull loop's intake permit, for a fire pulled when due.
+    intake: Option<OwnedSemaphorePermit>,
+    slots: Arc<FairSlots>,
+    hand_back: tokio_util::sync::CancellationToken,
+}
+
+impl Ready {
+    /// The call slot of `due` (with the namespace's run slot first when
+    /// `run_slot` says so; waiting for that holds no call slot, nor the
+    /// intake permit); `None` when the delivery was handed back meanwhile
+    /// (a shutdown) or its lease lost.
+    async fn call_slot(
+        self,
+        ctx: &ExecutorContext,
+        message: &Delivery,
+        due: &DueEvent,
+        run_slot: RunSlot,
+    ) -> Option<CallSlot> {
+        let namespace = job::name::namespace_of(&due.job_id);
+        let mut intake = self.intake;
         let limited =
             run_slot == RunSlot::First && ctx.policies.max_concurrent_runs(namespace).is_some();
         let run_slot = match limited {
@@ -164,7 +194,7 @@ impl Slot {
             crate::hold::free_slot(ctx, message, &self.slots, namespace, &self.hand_back).await?;
         Some(CallSlot {
             _local: local.with_intake(intake),
-            run_slot,
+            _run_slot: run_slot,
         })
     }
 }
@@ -173,7 +203,7 @@ impl From<SlotPermit> for CallSlot {
     fn from(local: SlotPermit) -> Self {
         Self {
             _local: local,
-            run_slot: None,
+            _run_slot: None,
         }
     }
 }

@@ -8,19 +8,18 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use async_nats::jetstream::message::AckKind;
 use chrono::{DateTime, Utc};
 use jetcron_core::events::{DueEvent, RunEvent, RunEventKind};
 use jetcron_core::job::{self, ConcurrencyPolicy, NatsTarget, Target, ValidJob};
 use tracing::{info, warn};
 
-use super::elsewhere::{ended_already, fire_since, ran_elsewhere, Elsewhere, RunEnd, Since};
-use super::settle::{finish, release, Close};
+use super::elsewhere::{ended_already, RunEnd, Since};
+use super::settle::release;
 use super::{
-    hand_back, hand_back_for_silence, notify_of, refuse_for_good, store_budget, Attempt, RunSlot,
-    Slot, When, STARTED_WAIT, START_AHEAD,
+    hand_back, hand_back_for_silence, notify_of, overlap, refuse_for_good, store_budget, Attempt,
+    RunSlot, Slot, When, STARTED_WAIT, START_AHEAD,
 };
-use crate::claims::{self, ClaimHandle, Overlap};
+use crate::claims::{self, ClaimHandle};
 use crate::fair_slots::FairSlots;
 use crate::lease::Delivery;
 use crate::run_events::{RunEventPublisher, Stored};
@@ -74,24 +73,28 @@ pub(super) async fn start<'a>(
     // while the fire was held (the ticker marks such fires killed) is
     // caught then. (A booked call's kill request is looked for by the
     // dispatcher.)
-    let hand_back = slot.hand_back.clone();
-    let run_slot = match job.concurrency {
-        ConcurrencyPolicy::Allow => RunSlot::First,
-        _ => RunSlot::Apart,
+    let (permit, mut claim) = match job.concurrency {
+        ConcurrencyPolicy::Allow => {
+            let permit = slot.taken(ctx, message, due, RunSlot::First).await?;
+            stages::reached(Stage::SlotTaken);
+            if killed_before_start(ctx, message, due, job, publisher).await {
+                return None;
+            }
+            (permit, None)
+        }
+        // The claim before the slots ([`overlap`]).
+        policy => {
+            let ready = slot.at_instant(ctx, message).await?;
+            if killed_before_start(ctx, message, due, job, publisher).await {
+                return None;
+            }
+            let claim = Box::pin(overlap::take_claim(attempt, policy, registration)).await?;
+            let slots = overlap::slots_beside_claim(attempt, claim, ready, registration);
+            let (permit, claim) = Box::pin(slots).await?;
+            stages::reached(Stage::SlotTaken);
+            (permit, Some(claim))
+        }
     };
-    let mut permit = slot.taken(ctx, message, due, run_slot).await?;
-    stages::reached(Stage::SlotTaken);
-    if killed_before_start(ctx, message, due, job, publisher).await {
-        return None;
-    }
-    let mut claim = match job.concurrency {
-        ConcurrencyPolicy::Allow => None,
-        policy => Some(Box::pin(take_claim(attempt, policy, registration)).await?),
-    };
-    if let Some(claim) = claim.as_mut() {
-        let taking = run_slot_beside_claim(attempt, claim, &hand_back);
-        permit = permit.with_run_slot(Box::pin(taking).await?);
-    }
     registration.activate();
     let event = publisher.started(ctx.clock.now(), job.max_attempts);
     let mut store = store_start(attempt, event.clone());
@@ -105,43 +108,6 @@ pub(super) async fn start<'a>(
         event,
         store: (start == Start::Storing).then_some(store),
     })
-}
-
-/// The namespace's run slot (`max_concurrent_runs`) of a `forbid` or
-/// `replace` fire, taken once it holds its job's overlap claim (so it was
-/// not skipped, and the run it replaces was told to stop), keeping the
-/// claim alive while it waits; `Some(None)` when the namespace has no
-/// limit, `None` when the delivery was handed back meanwhile.
-async fn run_slot_beside_claim(
-    attempt: &Attempt<'_>,
-    claim: &mut ClaimHandle,
-    hand_back: &tokio_util::sync::CancellationToken,
-) -> Option<Option<crate::namespace_slots::HeldSlot>> {
-    let Attempt {
-        ctx, message, due, ..
-    } = *attempt;
-    let namespace = job::name::namespace_of(&due.job_id);
-    if ctx.policies.max_concurrent_runs(namespace).is_none() {
-        return Some(None);
-    }
-    let taking = ctx
-        .namespace_slots
-        .take(ctx, message, namespace, due.run_id.as_str(), hand_back);
-    tokio::pin!(taking);
-    let mut ticks = tokio::time::interval(ctx.config.progress_interval);
-    ticks.tick().await;
-    loop {
-        tokio::select! {
-            taken = &mut taking => return taken,
-            _ = ticks.tick() => {
-                // A claim another run took meanwhile (a `replace` fire) is
-                // seen by the call's keep-alive, which ends the run as
-                // replaced; its kill request, by the check before the call.
-                let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
-                Box::pin(claim.extend(until)).await;
-            }
-        }
-    }
 }
 
 /// A held fire of a job that allows overlap, with a `nats` target, books
@@ -407,101 +373,6 @@ async fn start_recorded(
             hand_back(message).await;
             None
         }
-    }
-}
-
-/// Take the overlap claim of `due`'s job under `policy` (`forbid` or
-/// `replace`). `None` when this delivery is done with: skipped, a late
-/// delivery of a run that ended, or handed back.
-///
-/// When the claim cannot vouch that no other delivery of this run ran it
-/// (see [`crate::claim_rules`]), `JETCRON_RUNS` says whether the run ended
-/// and a probe whether another delivery still calls its target or records it
-/// (which `JETCRON_RUNS` cannot show yet); only then is the claim taken, so
-/// the job is not held while those answers come. A delivery that waited while
-/// another delivery of its run held the claim checks the same once it holds it.
-async fn take_claim(
-    attempt: &Attempt<'_>,
-    policy: ConcurrencyPolicy,
-    registration: &Registration,
-) -> Option<ClaimHandle> {
-    let Attempt {
-        ctx,
-        message,
-        due,
-        job,
-        publisher,
-        number,
-    } = *attempt;
-    let max_attempts = job.max_attempts;
-    let mut checked = false;
-    loop {
-        let key = jetcron_core::subjects::claim_key(&job.spec.id, due.shard);
-        let claimant = claims::Claimant {
-            run_id: due.run_id.as_str().to_string(),
-            executor_id: ctx.config.executor_id.clone(),
-            attempt: number,
-            scheduled_at: due.scheduled_at,
-        };
-        let overlap = Box::pin(claims::claim_for_run(
-            ctx, message, key, claimant, policy, checked,
-        ))
-        .await;
-        let claim = match overlap {
-            Ok(Overlap::Claimed(handle)) => *handle,
-            Ok(Overlap::Uncertain) => {
-                if ran_elsewhere(ctx, message, due, registration).await != Elsewhere::No {
-                    return None;
-                }
-                checked = true;
-                continue;
-            }
-            Ok(Overlap::RanAlready) => {
-                info!("run already ended (its claim says so), settling a late delivery without running it");
-                metrics::counter!("jetcron_executor_late_deliveries_total").increment(1);
-                message.settle(AckKind::Ack).await;
-                return None;
-            }
-            Ok(Overlap::Declined(holder)) => {
-                // A later delivery of a fire skipped already (its ack lost
-                // while the holder still runs) must not record a second skip.
-                if number > 1
-                    && ended_already(ctx, message, due, fire_since(message, due))
-                        .await
-                        .settled()
-                {
-                    return None;
-                }
-                info!(holder = %holder, "previous run still going, skipping this fire");
-                let event = publisher.declined(
-                    RunEventKind::Skipped,
-                    ctx.clock.now(),
-                    format!("run {holder} of this job is still going (concurrency: forbid)"),
-                    max_attempts,
-                );
-                let close = Close::quietly(AckKind::Ack);
-                Box::pin(finish(ctx, publisher, message, event, close)).await;
-                return None;
-            }
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "cannot take the overlap claim, handing the run back");
-                hand_back(message).await;
-                return None;
-            }
-        };
-        if claim.after_other_delivery() {
-            match ran_elsewhere(ctx, message, due, registration).await {
-                Elsewhere::No => {}
-                // Its outcome is stored: the claim can say so.
-                Elsewhere::Ended => {
-                    Box::pin(claim.release()).await;
-                    return None;
-                }
-                // The claim stays as it is, for the delivery that refreshes it.
-                Elsewhere::Maybe => return None,
-            }
-        }
-        return Some(claim);
     }
 }
 
