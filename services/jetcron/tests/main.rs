@@ -66,6 +66,7 @@ mod run_queries;
 mod schedule_preview;
 mod scheduling;
 mod shell_target;
+mod ticker_acks;
 mod ticker_definitions;
 mod ticker_dst;
 mod ticker_replicas;
