@@ -244,13 +244,7 @@ async fn sigterm_hands_a_long_attempt_back_after_the_grace_period_without_using_
     })
     .await;
     assert_eq!(restarted.executor_id, "arriving");
-    let (reply, code) = stack
-        .api(
-            "jetcron.api.runs.kill",
-            &format!(r#"{{"run_id":"{run_id}"}}"#),
-        )
-        .await;
-    assert_eq!(code, None, "{reply}");
+    stack.kill_run(&run_id).await;
     stack
         .wait_for_run_status(&run_id, "killed", Duration::from_secs(10))
         .await;

@@ -12,6 +12,7 @@ use axum::routing::post;
 use axum::Router;
 use futures::StreamExt as _;
 use jetcron_core::events::{RunEvent, RunEventKind};
+use jetcron_executor::ExecutorConfig;
 use jetcron_testkit::{instant, test_executor_config, wait_until, Stack, StackOptions};
 use serde_json::Value;
 
@@ -233,18 +234,27 @@ async fn two_executors_of_slots(slots: usize) -> Stack {
 /// Two executors (`exec-a`, `exec-b`), of `slots` call slots and intake
 /// each when given (the defaults otherwise).
 async fn two_executors(slots: Option<usize>) -> Stack {
+    stack_with_executors(&["exec-a", "exec-b"], |config| {
+        if let Some(slots) = slots {
+            config.max_in_flight = slots;
+            config.max_pulled = Some(slots);
+        }
+    })
+    .await
+}
+
+/// A stack whose executors are `ids` (none of its own), with shell
+/// targets, each configured by `configure`.
+async fn stack_with_executors(ids: &[&str], configure: impl Fn(&mut ExecutorConfig)) -> Stack {
     let mut stack = Stack::start(StackOptions {
         executor: false,
         enable_shell: true,
         ..Default::default()
     })
     .await;
-    for id in ["exec-a", "exec-b"] {
+    for id in ids {
         let mut config = test_executor_config(id, true);
-        if let Some(slots) = slots {
-            config.max_in_flight = slots;
-            config.max_pulled = Some(slots);
-        }
+        configure(&mut config);
         stack.spawn_executor(config).await;
     }
     stack
@@ -377,44 +387,21 @@ async fn replace_kills_the_running_run_and_starts_the_new_one_across_two_executo
             )
         );
     }
-    let (reply, code) = stack
-        .api(
-            "jetcron.api.runs.kill",
-            &format!(r#"{{"run_id":"{last}"}}"#),
-        )
-        .await;
-    assert_eq!(code, None, "{reply}");
+    stack.kill_run(&last).await;
     stack
         .wait_for_run_status(&last, "killed", Duration::from_secs(10))
         .await;
     stack.stop().await;
 }
 
-/// `nats req jetcron.api.runs.kill '{"run_id":…}'`.
-async fn kill(stack: &Stack, run_id: &str) {
-    let (reply, code) = stack
-        .api(
-            "jetcron.api.runs.kill",
-            &format!(r#"{{"run_id":"{run_id}"}}"#),
-        )
-        .await;
-    assert_eq!(code, None, "{reply}");
-}
-
 /// One executor with one call slot, pulling three due events at once (the
 /// one called and two waiting for the slot).
 async fn one_slot_stack() -> Stack {
-    let mut stack = Stack::start(StackOptions {
-        executor: false,
-        enable_shell: true,
-        ..Default::default()
+    stack_with_executors(&["exec-a"], |config| {
+        config.max_in_flight = 1;
+        config.max_pulled = Some(3);
     })
-    .await;
-    let mut config = test_executor_config("exec-a", true);
-    config.max_in_flight = 1;
-    config.max_pulled = Some(3);
-    stack.spawn_executor(config).await;
-    stack
+    .await
 }
 
 #[tokio::test]
@@ -446,7 +433,7 @@ async fn overlap_is_decided_before_a_fire_waits_for_a_call_slot() {
             "timeout":"5m","target":{"type":"shell","command":"sleep 300"}}"#,
         )
         .await;
-    kill(&stack, &second).await;
+    stack.kill_run(&second).await;
     wait_for_event(&stack, "refresh-cache", &second, RunEventKind::Killed).await;
     let running = stack.trigger("nightly-etl").await;
     wait_for_event(&stack, "nightly-etl", &running, RunEventKind::Started).await;
@@ -479,9 +466,9 @@ async fn overlap_is_decided_before_a_fire_waits_for_a_call_slot() {
         "the replaced run started: {}",
         event_lines(&started)
     );
-    kill(&stack, &running).await;
+    stack.kill_run(&running).await;
     wait_for_event(&stack, "warm-index", &replacing, RunEventKind::Started).await;
-    kill(&stack, &replacing).await;
+    stack.kill_run(&replacing).await;
     wait_for_event(&stack, "warm-index", &replacing, RunEventKind::Killed).await;
     stack.stop().await;
 }

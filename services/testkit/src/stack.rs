@@ -229,6 +229,17 @@ impl Stack {
         reply["run_id"].as_str().expect("run_id").to_string()
     }
 
+    /// `nats req jetcron.api.runs.kill '{"run_id":…}'` (it must be taken).
+    pub async fn kill_run(&self, run_id: &str) {
+        let (reply, code) = self
+            .api(
+                subjects::API_RUNS_KILL,
+                &serde_json::json!({ "run_id": run_id }).to_string(),
+            )
+            .await;
+        assert_eq!(code, None, "{reply}");
+    }
+
     /// `curl <clickhouse> --data-binary <sql>`: the answer's text (the query
     /// must succeed).
     pub async fn clickhouse_sql(&self, sql: &str) -> String {
