@@ -225,6 +225,16 @@ impl ClaimHandle {
     /// taken). When it is still ours (the update's answer was lost, or a
     /// `forbid` fire noted its skip in the claim's memory), the handle learns
     /// the current revision and content, so the next write keeps that note.
+    /// Let the claim lapse now without ending it: a delivery that gives
+    /// its fire up before calling (handed back, or its lease lost) leaves
+    /// the run's next delivery to check whether it ran and take it
+    /// ([`claim_rules::decide`]: an expired claim of its own run is
+    /// uncertain), at once rather than after the claim's expiry. Ended, it
+    /// had told that delivery the run ran: a lost fire.
+    pub async fn lapse(mut self, now: DateTime<Utc>) {
+        Box::pin(self.extend(now)).await;
+    }
+
     pub async fn taken_over_by(&mut self) -> Option<String> {
         match self.reread().await {
             Reread::Ours | Reread::Unknown => None,

@@ -453,7 +453,25 @@ async fn overlap_is_decided_before_a_fire_waits_for_a_call_slot() {
         )
         .await;
     let waiting = stack.trigger("warm-index").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let running_bucket = stack
+        .js
+        .get_key_value(jetcron_core::subjects::RUNNING_BUCKET)
+        .await
+        .expect("running bucket");
+    let claim_key = jetcron_core::subjects::claim_key("warm-index", None);
+    wait_until(
+        "the waiting run to hold its claim",
+        Duration::from_secs(10),
+        || async {
+            let claim: Value = running_bucket
+                .get(claim_key.clone())
+                .await
+                .expect("read claim")
+                .map(|bytes| serde_json::from_slice(&bytes).expect("claim json"))?;
+            (claim["run_id"] == waiting.as_str()).then_some(())
+        },
+    )
+    .await;
     let replacing = stack.trigger("warm-index").await;
     let killed = wait_for_event(&stack, "warm-index", &waiting, RunEventKind::Killed).await;
     assert_eq!(

@@ -74,8 +74,10 @@ struct Attempt<'a> {
 /// stored ahead of its time ([`crate::hold`]). Either takes a call slot of
 /// [`FairSlots`] for its namespace before it calls, waiting its turn (kept
 /// alive) while none is free to it. A held attempt reads its retry ledger
-/// when pulled; at the instant it takes its slot, looks for a kill request
-/// (in memory), records its start and calls.
+/// when pulled; at the instant it takes its slot and looks for a kill
+/// request (in memory; a `forbid` or `replace` fire looks first and takes
+/// its claim before its slot, see [`overlap`]), records its start and
+/// calls.
 pub struct Slot {
     pub when: When,
     pub slots: Arc<FairSlots>,

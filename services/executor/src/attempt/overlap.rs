@@ -14,7 +14,9 @@
 //! and answers probes as calling, so that a `forbid` fire elsewhere is
 //! skipped beside it and a redelivery of its own run does not call. A kill
 //! (a `replace` fire's, or an operator's) or a claim another run took
-//! meanwhile ends it as killed before it called anything.
+//! meanwhile ends it as killed before it called anything. A delivery whose
+//! lease runs out meanwhile, or that is handed back at a shutdown, gives
+//! its fire up and lets the claim lapse, for the run's next delivery.
 
 use async_nats::jetstream::message::AckKind;
 use jetcron_core::events::RunEventKind;
@@ -126,7 +128,8 @@ pub(super) async fn take_claim(
 /// The slots of a fire that holds its job's claim (see the module's doc),
 /// with the claim; `None` when the delivery is done with: killed or
 /// replaced meanwhile (recorded as killed, the claim let go), handed back
-/// at a shutdown or its lease lost.
+/// at a shutdown or its lease lost (the claim left to lapse for the run's
+/// next delivery, [`ClaimHandle::lapse`]).
 pub(super) async fn slots_beside_claim(
     attempt: &Attempt<'_>,
     mut claim: ClaimHandle,
@@ -145,8 +148,21 @@ pub(super) async fn slots_beside_claim(
         tokio::select! {
             biased;
             _ = registration.killed.cancelled() => break registration.reason(),
-            taken = &mut taking => return taken.map(|slot| (slot, claim)),
+            taken = &mut taking => match taken {
+                Some(slot) => return Some((slot, claim)),
+                // Handed back (a shutdown) or its lease lost.
+                None => {
+                    claim.lapse(ctx.clock.now()).await;
+                    return None;
+                }
+            },
             _ = ticks.tick() => {
+                if !message.is_ours() {
+                    // Its fire may be another delivery's by now, which
+                    // must not wait for this one's slot.
+                    claim.lapse(ctx.clock.now()).await;
+                    return None;
+                }
                 let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
                 if let Some(holder) = claim_taken_over(&mut claim, until).await {
                     break format!("replaced by run {holder} (concurrency: replace)");
@@ -178,6 +194,13 @@ async fn killed_while_waiting(attempt: &Attempt<'_>, claim: ClaimHandle, reason:
         format!("killed: {reason}"),
         job.max_attempts,
     );
+    let ours = message.is_ours();
     refuse_for_good(ctx, publisher, message, event, notify_of(&job.spec)).await;
-    claim.release().await;
+    if ours {
+        claim.release().await;
+    } else {
+        // Nothing was recorded: the run's next delivery (which the kill
+        // reached too) checks and ends it.
+        claim.lapse(ctx.clock.now()).await;
+    }
 }

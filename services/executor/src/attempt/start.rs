@@ -68,10 +68,12 @@ pub(super) async fn start<'a>(
         publisher,
         ..
     } = *attempt;
-    // A held fire takes its slot at its instant and then looks for a kill
-    // request (in memory, [`crate::kill_markers`]): a job paused or deleted
-    // while the fire was held (the ticker marks such fires killed) is
-    // caught then. (A booked call's kill request is looked for by the
+    // At its instant a held fire looks for a kill request (in memory,
+    // [`crate::kill_markers`]): a job paused or deleted while the fire was
+    // held (the ticker marks such fires killed) is caught then. A fire of a
+    // job that allows overlap looks once it has its slot; a `forbid` or
+    // `replace` fire before its claim, which it takes before its slots
+    // ([`overlap`]). (A booked call's kill request is looked for by the
     // dispatcher.)
     let (permit, mut claim) = match job.concurrency {
         ConcurrencyPolicy::Allow => {
