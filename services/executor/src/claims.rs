@@ -220,11 +220,6 @@ impl ClaimHandle {
         false
     }
 
-    /// After a failed [`Self::extend`]: the run that holds the claim now, if
-    /// it is another (a `replace` fire took it over, or it expired and was
-    /// taken). When it is still ours (the update's answer was lost, or a
-    /// `forbid` fire noted its skip in the claim's memory), the handle learns
-    /// the current revision and content, so the next write keeps that note.
     /// Let the claim lapse now without ending it: a delivery that gives
     /// its fire up before calling (handed back, or its lease lost) leaves
     /// the run's next delivery to check whether it ran and take it
@@ -235,6 +230,11 @@ impl ClaimHandle {
         Box::pin(self.extend(now)).await;
     }
 
+    /// After a failed [`Self::extend`]: the run that holds the claim now, if
+    /// it is another (a `replace` fire took it over, or it expired and was
+    /// taken). When it is still ours (the update's answer was lost, or a
+    /// `forbid` fire noted its skip in the claim's memory), the handle learns
+    /// the current revision and content, so the next write keeps that note.
     pub async fn taken_over_by(&mut self) -> Option<String> {
         match self.reread().await {
             Reread::Ours | Reread::Unknown => None,

@@ -144,33 +144,33 @@ pub(super) async fn slots_beside_claim(
     tokio::pin!(taking);
     let mut ticks = tokio::time::interval(ctx.config.progress_interval);
     ticks.tick().await;
-    let reason = loop {
+    // Why it was killed, or `None` when it gave its fire up.
+    let killed = loop {
         tokio::select! {
             biased;
-            _ = registration.killed.cancelled() => break registration.reason(),
+            _ = registration.killed.cancelled() => break Some(registration.reason()),
             taken = &mut taking => match taken {
                 Some(slot) => return Some((slot, claim)),
                 // Handed back (a shutdown) or its lease lost.
-                None => {
-                    claim.lapse(ctx.clock.now()).await;
-                    return None;
-                }
+                None => break None,
             },
             _ = ticks.tick() => {
+                // Its fire may be another delivery's by now, which must not
+                // wait for this one's slot.
                 if !message.is_ours() {
-                    // Its fire may be another delivery's by now, which
-                    // must not wait for this one's slot.
-                    claim.lapse(ctx.clock.now()).await;
-                    return None;
+                    break None;
                 }
                 let until = ctx.clock.now() + claims::claim_ttl(ctx.config.progress_interval);
                 if let Some(holder) = claim_taken_over(&mut claim, until).await {
-                    break format!("replaced by run {holder} (concurrency: replace)");
+                    break Some(format!("replaced by run {holder} (concurrency: replace)"));
                 }
             }
         }
     };
-    Box::pin(killed_while_waiting(attempt, claim, &reason)).await;
+    match killed {
+        Some(reason) => Box::pin(killed_while_waiting(attempt, claim, &reason)).await,
+        None => claim.lapse(ctx.clock.now()).await,
+    }
     None
 }
 
